@@ -1,0 +1,30 @@
+"""Pure pieces shared by the Orbit server, supervisor, child and client: frames, limits,
+value rules, IDs and the error tree. Nothing here performs I/O or reads a clock."""
+
+from .errors import AuthError, ErrorCode, OrbitError, ProtocolError, ValueRejected
+from .model import (
+    AttemptState,
+    Capability,
+    Disposition,
+    Idempotency,
+    Outcome,
+    Role,
+    TaskState,
+    UnknownCode,
+)
+
+__all__ = [
+    "AttemptState",
+    "AuthError",
+    "Capability",
+    "Disposition",
+    "ErrorCode",
+    "Idempotency",
+    "OrbitError",
+    "Outcome",
+    "ProtocolError",
+    "Role",
+    "TaskState",
+    "UnknownCode",
+    "ValueRejected",
+]

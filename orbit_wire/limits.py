@@ -1,0 +1,20 @@
+"""Size, nesting and number limits shared by every party (SPEC §3)."""
+
+from __future__ import annotations
+
+MAX_VALUE_BYTES = 256 * 1024  # payload, result, details: encoded JSON text
+MAX_VALUE_DEPTH = 32  # nesting of a value; a frame adds at most 4 levels around it
+MAX_FRAME_DEPTH = MAX_VALUE_DEPTH + 4
+# A frame may carry a result as a JSON string (escaping can grow it) plus a report.
+MAX_FRAME_BYTES = 2 * 1024 * 1024
+MAX_BATCH_OPS = 256  # operations in one control request
+MAX_RESERVATIONS_PER_FRAME = 256
+MAX_CAPABILITIES = 32
+MAX_CAPACITY = 256
+MAX_NAME_LEN = 128  # handler names and versions
+MAX_MESSAGE_ID_LEN = 64
+MAX_CODE_LEN = 64
+MAX_SUBMIT_BATCH = 1000
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+PROTOCOL_VERSION = 1
