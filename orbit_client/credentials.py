@@ -31,7 +31,10 @@ class Credentials:
         return f"{self.credential_id}.{self.secret}"
 
     def __repr__(self) -> str:  # never show the secret
-        return f"Credentials(url={self.url!r}, credential_id={self.credential_id!r}, role={self.role!r})"
+        return (
+            f"Credentials(url={self.url!r}, credential_id={self.credential_id!r}, "
+            f"role={self.role!r})"
+        )
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -78,7 +81,7 @@ def load_credentials(path: str | os.PathLike[str]) -> Credentials:
         raise CredentialsFileError(f"credentials file {p}: 'secret' is missing")
     if not isinstance(queues, list) or not all(is_id(q) for q in queues):
         raise CredentialsFileError(f"credentials file {p}: 'queues' must be a list of queue IDs")
-    return Credentials(url.rstrip("/"), cid, secret, str(role), tuple(queues))
+    return Credentials(url.rstrip("/"), str(cid), secret, str(role), tuple(queues))
 
 
 def write_credentials(path: str | os.PathLike[str], creds: Credentials) -> None:

@@ -29,9 +29,9 @@ from .limits import (
 )
 from .model import Capability, Disposition, Idempotency, Outcome, TaskState
 
-_MSG_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,%d}" % MAX_MESSAGE_ID_LEN)
-_NAME_RE = re.compile(r"[A-Za-z0-9._:/-]{1,%d}" % MAX_NAME_LEN)
-_CODE_RE = re.compile(r"[A-Z][A-Z0-9_]{0,%d}" % (MAX_CODE_LEN - 1))
+_MSG_ID_RE = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_MESSAGE_ID_LEN}}}")
+_NAME_RE = re.compile(rf"[A-Za-z0-9._:/-]{{1,{MAX_NAME_LEN}}}")
+_CODE_RE = re.compile(rf"[A-Z][A-Z0-9_]{{0,{MAX_CODE_LEN - 1}}}")
 
 
 # --------------------------------------------------------------------------- shared parts
@@ -285,7 +285,7 @@ class _Fields:
             return None
         return self._obj[key]
 
-    def int(self, key: str, lo: int = 0, hi: int = 2**63 - 1, required: bool = True) -> Any:
+    def integer(self, key: str, lo: int = 0, hi: int = 2**63 - 1, required: bool = True) -> Any:
         value = self._get(key, required)
         if value is None:
             return None
@@ -293,7 +293,7 @@ class _Fields:
             raise _bad(f"{self._where}.{key} must be an integer in [{lo}, {hi}]")
         return value
 
-    def str(self, key: str, pattern: re.Pattern[str] | None = None, required: bool = True,
+    def text(self, key: str, pattern: re.Pattern[str] | None = None, required: bool = True,
             max_len: int = 1 << 22) -> Any:
         value = self._get(key, required)
         if value is None:
@@ -310,7 +310,7 @@ class _Fields:
             raise _bad(f"{self._where}.{key} must be a 32-character lowercase hex ID")
         return str(value)
 
-    def bool(self, key: str, default: bool = False) -> bool:
+    def flag(self, key: str, default: bool = False) -> bool:
         value = self._get(key, False)
         if value is None:
             return default
@@ -318,7 +318,7 @@ class _Fields:
             raise _bad(f"{self._where}.{key} must be a boolean")
         return value
 
-    def list(self, key: str, max_items: int) -> list[Any]:
+    def array(self, key: str, max_items: int) -> list[Any]:
         value = self._get(key, True)
         if not isinstance(value, list):
             raise _bad(f"{self._where}.{key} must be a list")
@@ -355,54 +355,54 @@ def _load(data: bytes | str) -> _Fields:
 def _capability(obj: Any, where: str) -> Capability:
     f = _Fields(obj, where)
     return Capability(
-        f.str("handler", _NAME_RE), f.str("handler_version", _NAME_RE),
-        f.str("payload_version", _NAME_RE),
+        f.text("handler", _NAME_RE), f.text("handler_version", _NAME_RE),
+        f.text("payload_version", _NAME_RE),
     )
 
 
 def _attempt_ref(obj: Any, where: str) -> AttemptRef:
     f = _Fields(obj, where)
-    return AttemptRef(f.id("attempt_id"), f.int("epoch", 1))
+    return AttemptRef(f.id("attempt_id"), f.integer("epoch", 1))
 
 
 def _report(f: _Fields) -> Report:
     return Report(
-        child_pid=f.int("child_pid", 0, 2**31, required=False),
-        exit_code=f.int("exit_code", -(2**31), 2**31, required=False),
-        signal=f.int("signal", 0, 128, required=False),
-        cpu_ms=f.int("cpu_ms", required=False),
-        peak_rss_bytes=f.int("peak_rss_bytes", required=False),
-        kill_reason=f.str("kill_reason", _CODE_RE, required=False),
-        renewals=f.int("renewals", required=False),
+        child_pid=f.integer("child_pid", 0, 2**31, required=False),
+        exit_code=f.integer("exit_code", -(2**31), 2**31, required=False),
+        signal=f.integer("signal", 0, 128, required=False),
+        cpu_ms=f.integer("cpu_ms", required=False),
+        peak_rss_bytes=f.integer("peak_rss_bytes", required=False),
+        kill_reason=f.text("kill_reason", _CODE_RE, required=False),
+        renewals=f.integer("renewals", required=False),
     )
 
 
 def _op(obj: Any, index: int) -> Op:
     where = f"ops[{index}]"
     f = _Fields(obj, where)
-    kind = f.str("op", max_len=16)
-    msg_id = f.str("msg_id", _MSG_ID_RE)
+    kind = f.text("op", max_len=16)
+    msg_id = f.text("msg_id", _MSG_ID_RE)
     if kind == "start":
-        return StartOp(msg_id, f.id("attempt_id"), f.int("epoch", 1),
-                       f.int("child_pid", 0, 2**31, required=False))
+        return StartOp(msg_id, f.id("attempt_id"), f.integer("epoch", 1),
+                       f.integer("child_pid", 0, 2**31, required=False))
     if kind == "renew":
-        return RenewOp(msg_id, f.id("attempt_id"), f.int("epoch", 1))
+        return RenewOp(msg_id, f.id("attempt_id"), f.integer("epoch", 1))
     if kind == "finish":
-        outcome_text = f.str("outcome", max_len=16)
+        outcome_text = f.text("outcome", max_len=16)
         try:
             outcome = Outcome(outcome_text)
         except ValueError:
             raise _bad(f"{where}.outcome must be SUCCEEDED, FAILED or UNKNOWN") from None
         return FinishOp(
-            msg_id, f.id("attempt_id"), f.int("epoch", 1), outcome,
-            code=f.str("code", _CODE_RE, required=False),
-            retryable=f.bool("retryable"),
-            result_json=f.str("result_json", required=False),
-            details_json=f.str("details_json", required=False),
+            msg_id, f.id("attempt_id"), f.integer("epoch", 1), outcome,
+            code=f.text("code", _CODE_RE, required=False),
+            retryable=f.flag("retryable"),
+            result_json=f.text("result_json", required=False),
+            details_json=f.text("details_json", required=False),
             report=_report(f.obj("report", f"{where}.report")),
         )
     if kind == "resume":
-        refs = f.list("attempts", 2 * MAX_CAPACITY)
+        refs = f.array("attempts", 2 * MAX_CAPACITY)
         return ResumeOp(msg_id, tuple(_attempt_ref(r, f"{where}.attempts") for r in refs))
     if kind == "drain":
         return DrainOp(msg_id)
@@ -412,29 +412,29 @@ def _op(obj: Any, index: int) -> Op:
 def decode_client_frame(data: bytes | str) -> ClientFrame:
     """Decode bytes a worker sent. Raises ProtocolError (stable code) on any violation."""
     f = _load(data)
-    kind = f.str("type", max_len=32)
+    kind = f.text("type", max_len=32)
     if kind == "request":
-        ops = f.list("ops", MAX_BATCH_OPS)
+        ops = f.array("ops", MAX_BATCH_OPS)
         if not ops:
             raise _bad("frame.ops must not be empty")
-        return Request(f.int("id"), tuple(_op(op, i) for i, op in enumerate(ops)))
+        return Request(f.integer("id"), tuple(_op(op, i) for i, op in enumerate(ops)))
     if kind == "credit":
-        return Credit(f.int("credits", 1, 2 * MAX_CAPACITY))
+        return Credit(f.integer("credits", 1, 2 * MAX_CAPACITY))
     if kind == "heartbeat":
         return Heartbeat()
     if kind == "hello":
-        caps = f.list("capabilities", MAX_CAPABILITIES)
+        caps = f.array("capabilities", MAX_CAPABILITIES)
         if not caps:
             raise _bad("frame.capabilities must not be empty")
         return Hello(
             credential_id=f.id("credential_id"),
-            credential_secret=f.str("credential_secret", max_len=256),
+            credential_secret=f.text("credential_secret", max_len=256),
             instance_id=f.id("instance_id"),
-            instance_secret=f.str("instance_secret", max_len=256),
+            instance_secret=f.text("instance_secret", max_len=256),
             queue_id=f.id("queue_id"),
             capabilities=tuple(_capability(c, "frame.capabilities") for c in caps),
-            capacity=f.int("capacity", 1, MAX_CAPACITY),
-            protocol=f.int("protocol", 1, 1 << 16),
+            capacity=f.integer("capacity", 1, MAX_CAPACITY),
+            protocol=f.integer("protocol", 1, 1 << 16),
         )
     raise ProtocolError(ErrorCode.UNKNOWN_FRAME_TYPE, f"frame type {kind!r} is not known")
 
@@ -445,20 +445,20 @@ def _op_result(obj: Any) -> OpResult:
     if f.raw("attempts") is not None:
         attempts = tuple(
             ResumeEntry(
-                e.str("attempt_id"), e.str("status", max_len=16),
-                e.int("lease_ms", required=False), e.str("reason", required=False, max_len=64),
+                e.text("attempt_id"), e.text("status", max_len=16),
+                e.integer("lease_ms", required=False), e.text("reason", required=False, max_len=64),
             )
-            for e in (_Fields(a, "attempts[]") for a in f.list("attempts", 2 * MAX_CAPACITY))
+            for e in (_Fields(a, "attempts[]") for a in f.array("attempts", 2 * MAX_CAPACITY))
         )
-    code = f.str("error_code", required=False, max_len=MAX_CODE_LEN)
-    disposition = f.str("disposition", required=False, max_len=32)
-    state = f.str("task_state", required=False, max_len=32)
+    code = f.text("error_code", required=False, max_len=MAX_CODE_LEN)
+    disposition = f.text("disposition", required=False, max_len=32)
+    state = f.text("task_state", required=False, max_len=32)
     return OpResult(
-        msg_id=f.str("msg_id"),
-        ok=f.bool("ok"),
+        msg_id=f.text("msg_id"),
+        ok=f.flag("ok"),
         error_code=_enum(ErrorCode, code),
-        error_message=f.str("error_message", required=False, max_len=4096),
-        lease_ms=f.int("lease_ms", required=False),
+        error_message=f.text("error_message", required=False, max_len=4096),
+        lease_ms=f.integer("lease_ms", required=False),
         disposition=_enum(Disposition, disposition),
         task_state=_enum(TaskState, state),
         attempts=attempts,
@@ -479,42 +479,43 @@ def _reservation(obj: Any) -> Reservation:
     return Reservation(
         attempt_id=f.id("attempt_id"),
         task_id=f.id("task_id"),
-        epoch=f.int("epoch", 1),
-        attempt_number=f.int("attempt_number", 1),
+        epoch=f.integer("epoch", 1),
+        attempt_number=f.integer("attempt_number", 1),
         capability=_capability(f.raw("capability"), "reservations[].capability"),
         payload=f.raw("payload"),
-        idempotency=_enum(Idempotency, f.str("idempotency", max_len=32)),
-        lease_ttl_ms=f.int("lease_ttl_ms", 1),
-        attempt_timeout_ms=f.int("attempt_timeout_ms", 1),
-        deadline_at_ms=f.int("deadline_at_ms"),
+        idempotency=_enum(Idempotency, f.text("idempotency", max_len=32)),
+        lease_ttl_ms=f.integer("lease_ttl_ms", 1),
+        attempt_timeout_ms=f.integer("attempt_timeout_ms", 1),
+        deadline_at_ms=f.integer("deadline_at_ms"),
     )
 
 
 def decode_server_frame(data: bytes | str) -> ServerFrame:
     """Decode bytes the server sent. Raises ProtocolError on any violation."""
     f = _load(data)
-    kind = f.str("type", max_len=32)
+    kind = f.text("type", max_len=32)
     if kind == "response":
-        return Response(f.int("id"), tuple(_op_result(r) for r in f.list("results", MAX_BATCH_OPS)))
+        results = f.array("results", MAX_BATCH_OPS)
+        return Response(f.integer("id"), tuple(_op_result(r) for r in results))
     if kind == "reserve":
-        items = f.list("reservations", MAX_RESERVATIONS_PER_FRAME)
+        items = f.array("reservations", MAX_RESERVATIONS_PER_FRAME)
         return Reserve(tuple(_reservation(r) for r in items))
     if kind == "cancel":
-        return Cancel(f.id("attempt_id"), f.int("epoch", 1), f.str("reason", max_len=64))
+        return Cancel(f.id("attempt_id"), f.integer("epoch", 1), f.text("reason", max_len=64))
     if kind == "heartbeat_ack":
         return HeartbeatAck()
     if kind == "welcome":
         return Welcome(
             session_id=f.id("session_id"),
-            session_ttl_ms=f.int("session_ttl_ms", 1),
-            heartbeat_ms=f.int("heartbeat_ms", 1),
-            kill_grace_ms=f.int("kill_grace_ms"),
-            server_time_ms=f.int("server_time_ms"),
-            max_batch_ops=f.int("max_batch_ops", 1, required=False) or MAX_BATCH_OPS,
+            session_ttl_ms=f.integer("session_ttl_ms", 1),
+            heartbeat_ms=f.integer("heartbeat_ms", 1),
+            kill_grace_ms=f.integer("kill_grace_ms"),
+            server_time_ms=f.integer("server_time_ms"),
+            max_batch_ops=f.integer("max_batch_ops", 1, required=False) or MAX_BATCH_OPS,
         )
     if kind == "error":
         return ErrorFrame(
-            _enum(ErrorCode, f.str("code", max_len=MAX_CODE_LEN)),
-            f.str("message", max_len=4096), f.bool("retryable"), f.bool("fatal", True),
+            _enum(ErrorCode, f.text("code", max_len=MAX_CODE_LEN)),
+            f.text("message", max_len=4096), f.flag("retryable"), f.flag("fatal", True),
         )
     raise ProtocolError(ErrorCode.UNKNOWN_FRAME_TYPE, f"frame type {kind!r} is not known")

@@ -77,7 +77,9 @@ def check_value(value: Any, *, what: str = "value", allow_null: bool = False) ->
                 )
         elif isinstance(item, float):
             if not math.isfinite(item):
-                raise ValueRejected(ErrorCode.NUMBER_OUT_OF_RANGE, f"{what} has a non-finite number")
+                raise ValueRejected(
+                    ErrorCode.NUMBER_OUT_OF_RANGE, f"{what} has a non-finite number"
+                )
         else:
             raise ValueRejected(
                 ErrorCode.INVALID_JSON, f"{what} holds a {type(item).__name__}, not JSON"
