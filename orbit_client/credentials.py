@@ -85,9 +85,26 @@ def load_credentials(path: str | os.PathLike[str]) -> Credentials:
 
 
 def write_credentials(path: str | os.PathLike[str], creds: Credentials) -> None:
-    """Write the file with mode 0600 (created that way, so the secret is never world-readable)."""
+    """Write the file with mode 0600, replacing any file at ``path`` atomically.
+
+    The secret goes into a fresh file created 0600 next to the target, which is then renamed
+    over it: an existing file's looser mode is never inherited and readers never see half a
+    file. Raises CredentialsFileError when the file cannot be written.
+    """
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(creds.to_json() + b"\n")
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(creds.to_json() + b"\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, p)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise CredentialsFileError(
+            f"credentials file {p} cannot be written: {exc.strerror}"
+        ) from None

@@ -1,0 +1,233 @@
+"""The HTTP API as data: one function per endpoint builds a ``Call``; ``decode`` reads the answer.
+
+Pure (no sockets, no clock), so the sync and async clients share every rule and tests can
+check requests and answers without a server. A Call is sent by a transport, whose answer
+(status and body bytes) goes to ``decode``, which returns the JSON value or raises
+OrbitApiError.
+
+Exact numbers: answers are parsed with orjson, which keeps integers exact within signed 64-bit
+(the wire limit) but reads other numbers as floats. Calls that answer a Task therefore also
+attach ``result_json``: the result's text exactly as the server sent it (None without a
+result), see rawjson.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.ids import is_id
+from orbit_wire.jsonvalue import check_value
+from orbit_wire.limits import MAX_SUBMIT_BATCH
+from orbit_wire.model import Role
+
+from .errors import OrbitApiError, code_for_status
+from .rawjson import member_text
+
+MAX_WAIT_MS = 60_000  # the server's bound on one long poll
+REVIEW_ACTIONS = ("retry", "succeed", "fail")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request. ``wait_ms`` is how long the server may hold it (added to the read timeout);
+    ``task_answer`` asks ``decode`` to attach ``result_json`` to the answered Task."""
+
+    method: str
+    path: str
+    params: Mapping[str, str] | None = None
+    body: bytes | None = None
+    expected: tuple[int, ...] = (200,)
+    wait_ms: int = 0
+    task_answer: bool = False
+
+
+def health() -> Call:
+    return Call("GET", "/healthz")
+
+
+def create_queue(name: str | None = None) -> Call:
+    body: dict[str, Any] = {} if name is None else {"name": name}
+    return Call("POST", "/v1/queues", body=_dumps(body), expected=(201,))
+
+
+def queue_stats(queue_id: str) -> Call:
+    return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/stats")
+
+
+def create_credential(role: str, queues: Sequence[str], name: str | None = None) -> Call:
+    try:
+        role = Role(role).value
+    except ValueError:
+        raise _local(f"role must be one of {', '.join(r.value for r in Role)}") from None
+    body: dict[str, Any] = {"role": role, "queues": [_id(q, "queue") for q in queues]}
+    if name is not None:
+        body["name"] = name
+    return Call("POST", "/v1/credentials", body=_dumps(body), expected=(201,))
+
+
+def revoke_credential(credential_id: str) -> Call:
+    return Call("DELETE", f"/v1/credentials/{_id(credential_id, 'credential')}")
+
+
+def submit(queue_id: str, spec: Mapping[str, Any]) -> Call:
+    body = _dumps(_checked_spec(spec))
+    return Call(
+        "POST",
+        f"/v1/queues/{_id(queue_id, 'queue')}/tasks",
+        body=body,
+        expected=(200, 201),
+        task_answer=True,
+    )
+
+
+def submit_batch(queue_id: str, specs: Sequence[Mapping[str, Any]]) -> Call:
+    if not 1 <= len(specs) <= MAX_SUBMIT_BATCH:
+        raise _local(f"a batch holds 1 to {MAX_SUBMIT_BATCH} task specs, not {len(specs)}")
+    tasks = []
+    for index, spec in enumerate(specs):
+        try:
+            tasks.append(_checked_spec(spec))
+        except OrbitApiError as exc:
+            raise OrbitApiError(exc.code, f"tasks[{index}]: {exc.message}") from None
+    return Call(
+        "POST",
+        f"/v1/queues/{_id(queue_id, 'queue')}/tasks/batch",
+        body=_dumps({"tasks": tasks}),
+        expected=(200, 201),
+    )
+
+
+def get_task(task_id: str, wait_ms: int | None = None) -> Call:
+    path = f"/v1/tasks/{_id(task_id, 'task')}"
+    if wait_ms is None:
+        return Call("GET", path, task_answer=True)
+    if not 0 <= wait_ms <= MAX_WAIT_MS:
+        raise _local(f"wait_ms must be 0 to {MAX_WAIT_MS}, not {wait_ms}")
+    return Call("GET", path, params={"wait_ms": str(wait_ms)}, wait_ms=wait_ms, task_answer=True)
+
+
+def cancel(task_id: str, reason: str | None = None) -> Call:
+    body: dict[str, Any] = {} if reason is None else {"reason": reason}
+    return Call(
+        "POST", f"/v1/tasks/{_id(task_id, 'task')}/cancel", body=_dumps(body), task_answer=True
+    )
+
+
+def attempts(task_id: str) -> Call:
+    return Call("GET", f"/v1/tasks/{_id(task_id, 'task')}/attempts")
+
+
+def audit(task_id: str) -> Call:
+    return Call("GET", f"/v1/tasks/{_id(task_id, 'task')}/audit")
+
+
+def review(
+    task_id: str, action: str, result: Any = None, reason: str | None = None
+) -> Call:
+    """``result`` is only meaningful with ``succeed``; pass an ``orjson.Fragment`` to send
+    exact JSON text."""
+    if action not in REVIEW_ACTIONS:
+        raise _local(f"review action must be one of {', '.join(REVIEW_ACTIONS)}, not {action!r}")
+    body: dict[str, Any] = {"action": action}
+    if result is not None:
+        if action != "succeed":
+            raise _local("a result may only be given with the 'succeed' action")
+        body["result"] = _checked_value(result, "result")
+    if reason is not None:
+        body["reason"] = reason
+    return Call(
+        "POST", f"/v1/tasks/{_id(task_id, 'task')}/review", body=_dumps(body), task_answer=True
+    )
+
+
+def decode(call: Call, status: int, body: bytes) -> dict[str, Any]:
+    """The JSON object answering ``call``, or OrbitApiError with the server's code and status.
+
+    Every endpoint answers an object; anything else is reported as INTERNAL."""
+    if status not in call.expected:
+        raise _error_from_answer(status, body)
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise OrbitApiError(
+            ErrorCode.INTERNAL, f"the server answered {status} without a JSON object",
+            status=status, retryable=False,
+        )
+    if call.task_answer:
+        raw = member_text(body, "result")
+        value["result_json"] = None if raw is None or raw == b"null" else raw.decode()
+    return value
+
+
+def tasks_of(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The task list of a batch answer."""
+    tasks = answer.get("tasks")
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+        raise OrbitApiError(ErrorCode.INTERNAL, "the batch answer has no task list")
+    return tasks
+
+
+def _error_from_answer(status: int, body: bytes) -> OrbitApiError:
+    fallback = code_for_status(status)
+    try:
+        error = orjson.loads(body)["error"]
+        code, message = error["code"], error["message"]
+        retryable = error.get("retryable")
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return OrbitApiError(fallback, f"the server answered HTTP {status}", status=status)
+    if not isinstance(message, str):
+        message = str(message)
+    if not isinstance(retryable, bool):
+        retryable = None
+    try:
+        known = ErrorCode(code)
+    except ValueError:
+        # A code this client does not know yet: keep it readable, classify by status.
+        return OrbitApiError(fallback, f"{code}: {message}", status=status, retryable=retryable)
+    return OrbitApiError(known, message, status=status, retryable=retryable)
+
+
+def _checked_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(spec, Mapping):
+        raise _local("a task spec must be a JSON object")
+    if "payload" not in spec:
+        raise _local("a task spec needs a 'payload'")
+    out = dict(spec)
+    out["payload"] = _checked_value(spec["payload"], "payload")
+    return out
+
+
+def _checked_value(value: Any, what: str) -> Any:
+    # orjson would quietly write NaN as null; check the value rules before encoding.
+    if isinstance(value, orjson.Fragment):
+        return value
+    try:
+        check_value(value, what=what)
+    except OrbitError as exc:
+        raise OrbitApiError(exc.code, exc.message) from None
+    return value
+
+
+def _dumps(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:
+        raise OrbitApiError(ErrorCode.INVALID_JSON, f"request cannot be encoded: {exc}") from None
+
+
+def _id(value: str, what: str) -> str:
+    # IDs go into URL paths: checking them here also keeps '/' and '..' out of the path.
+    if not is_id(value):
+        raise _local(f"{what} id must be a 32-character lowercase hex ID, not {value!r}")
+    return value
+
+
+def _local(message: str) -> OrbitApiError:
+    return OrbitApiError(ErrorCode.BAD_REQUEST, message)

@@ -1,0 +1,288 @@
+"""Producer and operator clients for the Orbit HTTP API (docs/http-api.md).
+
+``OrbitClient`` (blocking) and ``AsyncOrbitClient`` (asyncio) have the same methods; both send
+the Calls of calls.py over one keep-alive httpx connection pool and raise OrbitApiError for
+every failure (ServerUnreachable when no answer came). Close them (or use ``with`` /
+``async with``) to release the connections.
+
+No call is retried automatically: a request that got no answer may still have been applied
+(a submit without an ``operation_key`` could then create a second task). Retry on
+``exc.retryable`` yourself; give submits an operation key to make that safe.
+
+The bearer secret is held in the Authorization header only; it never appears in a repr, an
+error message or a log line written by this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from orbit_wire.model import TaskState
+
+from . import calls
+from .credentials import Credentials, load_credentials, write_credentials
+from .errors import OrbitApiError, ServerUnreachable
+
+# Reading the task again after NEEDS_REVIEW or a terminal state is pointless.
+_SETTLED = frozenset(
+    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.NEEDS_REVIEW}
+)
+# The long poll is held by the server; leave headroom before the client gives up reading.
+_WAIT_SLACK_S = 10.0
+_MAX_WAIT_ROUNDS = 100_000  # hard bound on long-poll rounds whatever the clock does
+
+CredentialsArg = Credentials | str | os.PathLike[str] | None
+
+
+def is_settled(task: Mapping[str, Any]) -> bool:
+    """True once the task is terminal or waits for an operator (NEEDS_REVIEW)."""
+    return task.get("state") in _SETTLED
+
+
+class _Base:
+    """Configuration shared by both clients: where to connect and with which credential."""
+
+    def __init__(self, url: str | None, credentials: CredentialsArg, timeout: float):
+        creds = (
+            load_credentials(credentials)
+            if isinstance(credentials, str | os.PathLike)
+            else credentials
+        )
+        base = url or (creds.url if creds is not None else None)
+        if not base:
+            raise OrbitApiError("BAD_REQUEST", "no server URL: pass url or a credentials file")
+        if not base.startswith(("http://", "https://")):
+            raise OrbitApiError("BAD_REQUEST", f"server URL must be http(s)://, not {base!r}")
+        if timeout <= 0:
+            raise OrbitApiError("BAD_REQUEST", "timeout must be positive")
+        self.url = base.rstrip("/")
+        self.credentials = creds
+        self._timeout = timeout
+        self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if creds is not None:
+            self._headers["Authorization"] = f"Bearer {creds.bearer}"
+
+    def __repr__(self) -> str:
+        who = self.credentials.credential_id if self.credentials is not None else None
+        return f"{type(self).__name__}(url={self.url!r}, credential_id={who!r})"
+
+    def _request_args(self, call: calls.Call) -> dict[str, Any]:
+        read = self._timeout + (call.wait_ms / 1000 + _WAIT_SLACK_S if call.wait_ms else 0.0)
+        return {
+            "method": call.method,
+            "url": call.path,
+            "params": call.params,
+            "content": call.body,
+            "timeout": httpx.Timeout(self._timeout, read=read),
+        }
+
+    def _new_credentials(self, answer: Mapping[str, Any]) -> Credentials:
+        return Credentials(
+            url=self.url,
+            credential_id=answer["credential_id"],
+            secret=answer["secret"],
+            role=answer["role"],
+            queues=tuple(answer.get("queues") or ()),
+        )
+
+
+def _unreachable(url: str, exc: httpx.HTTPError) -> ServerUnreachable:
+    # The class name says what went wrong; httpx messages may echo the URL, never headers.
+    return ServerUnreachable(f"no answer from {url}: {type(exc).__name__}")
+
+
+class OrbitClient(_Base):
+    """Blocking client. ``credentials`` is a Credentials, a credentials file path, or None
+    (only ``health`` works without one); ``url`` overrides the credentials' URL."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        credentials: CredentialsArg = None,
+        *,
+        timeout: float = 30.0,
+        verify: bool | str = True,
+    ):
+        super().__init__(url, credentials, timeout)
+        self._http = httpx.Client(base_url=self.url, headers=self._headers, verify=verify)
+
+    def __enter__(self) -> OrbitClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, call: calls.Call) -> dict[str, Any]:
+        try:
+            response = self._http.request(**self._request_args(call))
+        except httpx.HTTPError as exc:
+            raise _unreachable(self.url, exc) from None
+        return calls.decode(call, response.status_code, response.content)
+
+    def health(self) -> dict[str, Any]:
+        return self._send(calls.health())
+
+    def create_queue(self, name: str | None = None) -> dict[str, Any]:
+        return self._send(calls.create_queue(name))
+
+    def queue_stats(self, queue_id: str) -> dict[str, Any]:
+        return self._send(calls.queue_stats(queue_id))
+
+    def create_credential(
+        self,
+        role: str,
+        queues: Sequence[str] = (),
+        name: str | None = None,
+        *,
+        path: str | os.PathLike[str] | None = None,
+    ) -> Credentials:
+        """Create a credential; with ``path`` also write its credentials file (mode 0600)."""
+        creds = self._new_credentials(self._send(calls.create_credential(role, queues, name)))
+        if path is not None:
+            write_credentials(path, creds)
+        return creds
+
+    def revoke_credential(self, credential_id: str) -> dict[str, Any]:
+        return self._send(calls.revoke_credential(credential_id))
+
+    def submit(self, queue_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        return self._send(calls.submit(queue_id, spec))
+
+    def submit_batch(
+        self, queue_id: str, specs: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        return calls.tasks_of(self._send(calls.submit_batch(queue_id, specs)))
+
+    def get_task(self, task_id: str, wait_ms: int | None = None) -> dict[str, Any]:
+        """The task now, or (with ``wait_ms`` ≤ 60000) once settled or when the wait ends."""
+        return self._send(calls.get_task(task_id, wait_ms))
+
+    def wait(self, task_id: str, timeout: float) -> dict[str, Any]:
+        """Long-poll until the task is settled or ``timeout`` seconds passed; return it."""
+        deadline = time.monotonic() + timeout
+        task = self.get_task(task_id)
+        for _ in range(_MAX_WAIT_ROUNDS):
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if is_settled(task) or left_ms <= 0:
+                break
+            task = self.get_task(task_id, wait_ms=min(left_ms, calls.MAX_WAIT_MS))
+        return task
+
+    def cancel(self, task_id: str, reason: str | None = None) -> dict[str, Any]:
+        return self._send(calls.cancel(task_id, reason))
+
+    def attempts(self, task_id: str) -> dict[str, Any]:
+        return self._send(calls.attempts(task_id))
+
+    def audit(self, task_id: str) -> dict[str, Any]:
+        return self._send(calls.audit(task_id))
+
+    def review(
+        self, task_id: str, action: str, result: Any = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        return self._send(calls.review(task_id, action, result, reason))
+
+
+class AsyncOrbitClient(_Base):
+    """The same API as OrbitClient for asyncio code; every method is a coroutine."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        credentials: CredentialsArg = None,
+        *,
+        timeout: float = 30.0,
+        verify: bool | str = True,
+    ):
+        super().__init__(url, credentials, timeout)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, verify=verify)
+
+    async def __aenter__(self) -> AsyncOrbitClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: calls.Call) -> dict[str, Any]:
+        try:
+            response = await self._http.request(**self._request_args(call))
+        except httpx.HTTPError as exc:
+            raise _unreachable(self.url, exc) from None
+        return calls.decode(call, response.status_code, response.content)
+
+    async def health(self) -> dict[str, Any]:
+        return await self._send(calls.health())
+
+    async def create_queue(self, name: str | None = None) -> dict[str, Any]:
+        return await self._send(calls.create_queue(name))
+
+    async def queue_stats(self, queue_id: str) -> dict[str, Any]:
+        return await self._send(calls.queue_stats(queue_id))
+
+    async def create_credential(
+        self,
+        role: str,
+        queues: Sequence[str] = (),
+        name: str | None = None,
+        *,
+        path: str | os.PathLike[str] | None = None,
+    ) -> Credentials:
+        """Create a credential; with ``path`` also write its credentials file (mode 0600)."""
+        answer = await self._send(calls.create_credential(role, queues, name))
+        creds = self._new_credentials(answer)
+        if path is not None:
+            write_credentials(path, creds)
+        return creds
+
+    async def revoke_credential(self, credential_id: str) -> dict[str, Any]:
+        return await self._send(calls.revoke_credential(credential_id))
+
+    async def submit(self, queue_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._send(calls.submit(queue_id, spec))
+
+    async def submit_batch(
+        self, queue_id: str, specs: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        return calls.tasks_of(await self._send(calls.submit_batch(queue_id, specs)))
+
+    async def get_task(self, task_id: str, wait_ms: int | None = None) -> dict[str, Any]:
+        """The task now, or (with ``wait_ms`` ≤ 60000) once settled or when the wait ends."""
+        return await self._send(calls.get_task(task_id, wait_ms))
+
+    async def wait(self, task_id: str, timeout: float) -> dict[str, Any]:
+        """Long-poll until the task is settled or ``timeout`` seconds passed; return it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        task = await self.get_task(task_id)
+        for _ in range(_MAX_WAIT_ROUNDS):
+            left_ms = int((deadline - loop.time()) * 1000)
+            if is_settled(task) or left_ms <= 0:
+                break
+            task = await self.get_task(task_id, wait_ms=min(left_ms, calls.MAX_WAIT_MS))
+        return task
+
+    async def cancel(self, task_id: str, reason: str | None = None) -> dict[str, Any]:
+        return await self._send(calls.cancel(task_id, reason))
+
+    async def attempts(self, task_id: str) -> dict[str, Any]:
+        return await self._send(calls.attempts(task_id))
+
+    async def audit(self, task_id: str) -> dict[str, Any]:
+        return await self._send(calls.audit(task_id))
+
+    async def review(
+        self, task_id: str, action: str, result: Any = None, reason: str | None = None
+    ) -> dict[str, Any]:
+        return await self._send(calls.review(task_id, action, result, reason))

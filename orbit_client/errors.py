@@ -1,0 +1,62 @@
+"""Errors the client raises: every failure of an API call is an OrbitApiError.
+
+    OrbitError (orbit_wire.errors)
+    └── OrbitApiError        the server answered with an error, or the request was refused locally
+        └── ServerUnreachable  no answer at all (connect failure, reset, timeout): UNAVAILABLE,
+                               retryable. The request may still have been applied.
+"""
+
+from __future__ import annotations
+
+from orbit_wire.errors import ErrorCode, OrbitError
+
+# What an error answer without a readable body means, by HTTP status.
+_CODE_BY_STATUS: dict[int, ErrorCode] = {
+    400: ErrorCode.BAD_REQUEST,
+    401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.PERMISSION_DENIED,
+    404: ErrorCode.NOT_FOUND,
+    409: ErrorCode.CONFLICT,
+    413: ErrorCode.PAYLOAD_TOO_LARGE,
+    502: ErrorCode.UNAVAILABLE,
+    503: ErrorCode.UNAVAILABLE,
+    504: ErrorCode.UNAVAILABLE,
+}
+
+# Messages are printed on one line by the CLI; a misbehaving peer must not flood it.
+_MAX_MESSAGE = 500
+
+
+class OrbitApiError(OrbitError):
+    """An API call failed. ``code`` is stable (ErrorCode); ``status`` is the HTTP status, or
+    None when the request never got an answer or was refused before it was sent."""
+
+    def __init__(
+        self,
+        code: ErrorCode | str,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool | None = None,
+    ):
+        super().__init__(code, message[:_MAX_MESSAGE], retryable=retryable)
+        self.status = status
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code.value}, status={self.status}: {self.message})"
+
+
+class ServerUnreachable(OrbitApiError):
+    """No answer from the server. Never proof that a request was not applied."""
+
+    def __init__(self, message: str):
+        super().__init__(ErrorCode.UNAVAILABLE, message, status=None, retryable=True)
+
+
+def code_for_status(status: int) -> ErrorCode:
+    """The error code an answer with ``status`` and no usable error body stands for."""
+    if status in _CODE_BY_STATUS:
+        return _CODE_BY_STATUS[status]
+    if status >= 500:
+        return ErrorCode.INTERNAL
+    return ErrorCode.BAD_REQUEST
