@@ -1,0 +1,79 @@
+"""Credentials: hashing, bearer parsing, principals and role/scope checks.
+
+Secrets are 256-bit random hex (orbit_wire.ids.new_secret), so one SHA-256 is a sound
+hash; comparisons use ``hmac.compare_digest``. A bearer token is
+``<credential_id>.<secret>``. Nothing here touches the database: the service loads the
+credential row and calls these helpers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from orbit_wire.errors import AuthError, ErrorCode
+from orbit_wire.ids import is_id
+from orbit_wire.model import Role
+
+MAX_SECRET_LEN = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A verified credential. ``queues`` is empty for admins, who are unscoped."""
+
+    credential_id: str
+    role: Role
+    queues: frozenset[str]
+
+    @property
+    def actor(self) -> str:
+        """How audit rows name this principal when it acts as a producer."""
+        return f"producer:{self.credential_id}"
+
+    @property
+    def operator(self) -> str:
+        return f"operator:{self.credential_id}"
+
+    def may_use_queue(self, queue_id: str) -> bool:
+        return self.role is Role.ADMIN or queue_id in self.queues
+
+
+def hash_secret(secret: str) -> str:
+    """Hex SHA-256 of a secret; what the database stores."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def secret_matches(secret: str, stored_hash: str) -> bool:
+    return hmac.compare_digest(hash_secret(secret), stored_hash)
+
+
+def parse_bearer(bearer: str) -> tuple[str, str]:
+    """Split ``<credential_id>.<secret>``; raise AuthError(UNAUTHENTICATED) on any other form."""
+    cid, sep, secret = bearer.partition(".")
+    if not sep or not is_id(cid) or not secret or len(secret) > MAX_SECRET_LEN:
+        raise AuthError(ErrorCode.UNAUTHENTICATED, "malformed bearer token")
+    return cid, secret
+
+
+def unauthenticated() -> AuthError:
+    # One message for every failure so a caller cannot probe which part was wrong.
+    return AuthError(ErrorCode.UNAUTHENTICATED, "invalid or revoked credential")
+
+
+def require_role(p: Principal, roles: Iterable[Role]) -> None:
+    allowed = frozenset(roles)
+    if p.role not in allowed:
+        names = ", ".join(sorted(r.value for r in allowed))
+        raise AuthError(
+            ErrorCode.PERMISSION_DENIED, f"role {p.role.value} may not do this (needs {names})"
+        )
+
+
+def require_queue(p: Principal, queue_id: str) -> None:
+    if not p.may_use_queue(queue_id):
+        raise AuthError(
+            ErrorCode.PERMISSION_DENIED, f"credential has no access to queue {queue_id}"
+        )

@@ -1,0 +1,82 @@
+"""Server configuration: one frozen dataclass with the defaults of docs/server-design.
+
+``ServerConfig.from_env`` reads ORBIT_DB, ORBIT_HOST and ORBIT_PORT; explicit keyword
+arguments (the CLI's options) win over the environment. Nothing here touches the disk: the
+SQLite directory is created by ``orbit_server.store.db.create_engine_for``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from orbit_wire.errors import ErrorCode, OrbitError
+
+
+def default_db_url(env: Mapping[str, str] | None = None) -> str:
+    """``sqlite:///${XDG_DATA_HOME:-~/.local/share}/orbit/orbit.db`` (directory not created)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_DATA_HOME") or str(Path("~/.local/share").expanduser())
+    return f"sqlite:///{Path(base) / 'orbit' / 'orbit.db'}"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    db_url: str = field(default_factory=default_db_url)
+    host: str = "127.0.0.1"
+    port: int = 8080
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # A worker connection silent for this long is closed; its reservations are released.
+    session_ttl_ms: int = 15_000
+    # Covers the worker's kill latency and clock-rate error after a lease expiry.
+    kill_grace_ms: int = 2_000
+    reaper_interval_ms: int = 100
+    # Verified bearer tokens are cached this long so other replicas' revocations apply.
+    auth_cache_ms: int = 5_000
+    # Rows the reaper handles per category in one pass (one transaction).
+    reap_batch: int = 1_000
+
+    def __post_init__(self) -> None:
+        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch"):
+            if getattr(self, name) <= 0:
+                raise OrbitError(ErrorCode.BAD_REQUEST, f"{name} must be positive")
+        if self.kill_grace_ms < 0 or self.auth_cache_ms < 0:
+            raise OrbitError(ErrorCode.BAD_REQUEST, "kill_grace_ms and auth_cache_ms must be >= 0")
+        if not 0 <= self.port <= 65535:
+            raise OrbitError(ErrorCode.BAD_REQUEST, f"port {self.port} is out of range")
+
+    @property
+    def heartbeat_ms(self) -> int:
+        """What `welcome` announces: min(TTL/3, 5000)."""
+        return max(1, min(self.session_ttl_ms // 3, 5_000))
+
+    @property
+    def reservation_ttl_ms(self) -> int:
+        """An unstarted reservation older than this is released by the reaper."""
+        return 2 * self.session_ttl_ms
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:
+        """Defaults, then ORBIT_DB/ORBIT_HOST/ORBIT_PORT, then ``overrides`` that are not None."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {"db_url": default_db_url(env)}
+        if env.get("ORBIT_DB"):
+            values["db_url"] = env["ORBIT_DB"]
+        if env.get("ORBIT_HOST"):
+            values["host"] = env["ORBIT_HOST"]
+        if env.get("ORBIT_PORT"):
+            try:
+                values["port"] = int(env["ORBIT_PORT"])
+            except ValueError:
+                raise OrbitError(ErrorCode.BAD_REQUEST, "ORBIT_PORT must be an integer") from None
+        known = {f.name for f in fields(cls)}
+        for key, value in overrides.items():
+            if key not in known:
+                raise TypeError(f"unknown ServerConfig field {key!r}")
+            if value is not None:
+                values[key] = value
+        return replace(cls(), **values)

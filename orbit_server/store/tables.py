@@ -1,0 +1,184 @@
+"""The schema as SQLAlchemy Core metadata. Portable SQL only (SQLite now, MySQL/MariaDB next).
+
+Instants are BigInteger wall-clock milliseconds; JSON travels as exact text (LONGTEXT on
+MySQL, since a payload may be 256 KiB). migrations/versions/0001_initial.py creates the same
+schema by hand; tests/integration/store/test_migrations.py checks they agree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+
+ID = 32  # orbit_wire.ids: 32 lowercase hex characters
+NAME = 128  # orbit_wire.limits.MAX_NAME_LEN
+CODE = 64  # orbit_wire.limits.MAX_CODE_LEN
+STATE = 16
+OPERATION_KEY = 255
+MSG_ID = 64
+
+# JSON text: TEXT on SQLite, LONGTEXT on MySQL/MariaDB (TEXT there stops at 64 KiB).
+JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
+AutoId = BigInteger().with_variant(Integer(), "sqlite")
+
+metadata = MetaData()
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("name", String(NAME), nullable=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+)
+
+credentials = Table(
+    "credentials",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("secret_hash", String(64), nullable=False),
+    Column("role", String(STATE), nullable=False),
+    Column("queues", Text, nullable=False),  # JSON list of queue IDs
+    Column("name", String(NAME), nullable=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("revoked_at_ms", BigInteger, nullable=True),
+)
+
+instances = Table(
+    "instances",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("secret_hash", String(64), nullable=False),
+    Column("credential_id", String(ID), nullable=False),
+    Column("queue_id", String(ID), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("last_seen_at_ms", BigInteger, nullable=False),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("queue_id", String(ID), nullable=False),
+    Column("state", String(STATE), nullable=False),
+    Column("handler", String(NAME), nullable=False),
+    Column("handler_version", String(NAME), nullable=False),
+    Column("payload_version", String(NAME), nullable=False),
+    Column("payload", JsonText, nullable=False),
+    Column("idempotency", String(STATE), nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("backoff_initial_ms", BigInteger, nullable=False),
+    Column("backoff_max_ms", BigInteger, nullable=False),
+    Column("backoff_multiplier", Float, nullable=False),
+    Column("backoff_jitter", Float, nullable=False),
+    Column("attempt_timeout_ms", BigInteger, nullable=False),
+    Column("lease_ttl_ms", BigInteger, nullable=False),
+    Column("deadline_at_ms", BigInteger, nullable=False),
+    Column("operation_key", String(OPERATION_KEY), nullable=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    Column("available_at_ms", BigInteger, nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("attempts_started", Integer, nullable=False),
+    Column("uncertain", Boolean, nullable=False),
+    Column("result", JsonText, nullable=True),
+    Column("failure_code", String(CODE), nullable=True),
+    Column("failure_details", JsonText, nullable=True),
+    Column("cancel_requested", Boolean, nullable=False),
+    Column("current_attempt_id", String(ID), nullable=True),
+    # Several NULL operation keys are allowed by the unique index on every supported engine.
+    UniqueConstraint("queue_id", "operation_key", name="uq_tasks_queue_operation_key"),
+    Index(
+        "ix_tasks_dispatch",
+        "queue_id", "state", "handler", "handler_version", "payload_version", "available_at_ms",
+    ),
+    Index("ix_tasks_state_deadline", "state", "deadline_at_ms"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("task_id", String(ID), nullable=False),
+    Column("queue_id", String(ID), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("attempt_number", Integer, nullable=False),
+    Column("state", String(STATE), nullable=False),
+    Column("instance_id", String(ID), nullable=False),
+    Column("child_pid", Integer, nullable=True),
+    Column("reserved_at_ms", BigInteger, nullable=False),
+    Column("started_at_ms", BigInteger, nullable=True),
+    Column("finished_at_ms", BigInteger, nullable=True),
+    Column("lease_expires_at_ms", BigInteger, nullable=True),
+    Column("attempt_deadline_at_ms", BigInteger, nullable=True),
+    Column("renewals", Integer, nullable=False),
+    Column("outcome", String(STATE), nullable=True),
+    Column("code", String(CODE), nullable=True),
+    Column("retryable", Boolean, nullable=True),
+    Column("details", JsonText, nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("signal", Integer, nullable=True),
+    Column("cpu_ms", BigInteger, nullable=True),
+    Column("peak_rss_bytes", BigInteger, nullable=True),
+    Column("kill_reason", String(CODE), nullable=True),
+    Column("decision", String(STATE), nullable=True),
+    Column("decision_rule", String(CODE), nullable=True),
+    Index("ix_attempts_task", "task_id"),
+    Index("ix_attempts_state_lease", "state", "lease_expires_at_ms"),
+    Index("ix_attempts_state_reserved", "state", "reserved_at_ms"),
+    Index("ix_attempts_instance_state", "instance_id", "state"),
+)
+
+evidence = Table(
+    "evidence",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("task_id", String(ID), nullable=False),
+    Column("attempt_id", String(ID), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("instance_id", String(ID), nullable=False),
+    Column("received_at_ms", BigInteger, nullable=False),
+    Column("outcome", String(STATE), nullable=False),
+    Column("code", String(CODE), nullable=True),
+    Column("reason", String(CODE), nullable=False),
+    Column("result", JsonText, nullable=True),
+    Column("details", JsonText, nullable=True),
+    Index("ix_evidence_task", "task_id"),
+)
+
+receipts = Table(
+    "receipts",
+    metadata,
+    Column("instance_id", String(ID), primary_key=True),
+    Column("msg_id", String(MSG_ID), primary_key=True),
+    Column("op", String(STATE), nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+)
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("task_id", String(ID), nullable=False),
+    Column("attempt_id", String(ID), nullable=True),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("actor", String(CODE + ID), nullable=False),
+    Column("kind", String(CODE), nullable=False),
+    Column("from_state", String(STATE), nullable=True),
+    Column("to_state", String(STATE), nullable=True),
+    Column("detail", Text, nullable=True),
+    Index("ix_audit_task_at", "task_id", "at_ms"),
+)
