@@ -215,7 +215,7 @@ def credentials_create(
 @click.argument("credential_id")
 @click.pass_context
 def credentials_revoke(ctx: click.Context, credential_id: str) -> None:
-    """Revoke a credential at once; its connections stop being served."""
+    """Revoke a credential; requests made with it are refused from now on."""
     _print_json(_client(ctx).revoke_credential(credential_id))
 
 
