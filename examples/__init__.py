@@ -1,0 +1,1 @@
+"""Runnable examples (``python -m examples.worker`` from the repository root)."""

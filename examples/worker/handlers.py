@@ -1,0 +1,40 @@
+"""Handlers of the example worker: a real text normalisation.
+
+``HANDLERS`` serves one capability, ``(<name>, v1, v1)``. The name is ``text.normalize``
+unless the environment variable ORBIT_EXAMPLE_HANDLER says otherwise: ``python -m
+examples.worker`` sets a fresh name per run, so its tasks can only be served by its own
+children (never by another worker on the same queue) and its children never pick up tasks
+left over from an earlier run. The supervisor's children inherit the variable, and this
+module is imported once per child, so every child serves the same name.
+
+Payload ``{"text": "  hello   orbit "}`` → result ``{"text": "HELLO ORBIT"}``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from orbit_child.api import Execution, Handler, WorkerFailure
+
+HANDLER_ENV = "ORBIT_EXAMPLE_HANDLER"
+DEFAULT_HANDLER = "text.normalize"
+VERSION = "v1"
+
+
+def normalize_text(text: str) -> str:
+    """Strip, collapse every run of whitespace to one space, uppercase."""
+    return " ".join(text.split()).upper()
+
+
+def normalize(execution: Execution) -> dict[str, Any]:
+    payload = execution.payload
+    if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
+        # A malformed payload will not get better on retry: fail explicitly, no retry.
+        raise WorkerFailure("OBJECT_REJECTED", {"reason": "payload must be {\"text\": string}"})
+    return {"text": normalize_text(payload["text"])}
+
+
+HANDLER_NAME = os.environ.get(HANDLER_ENV) or DEFAULT_HANDLER
+
+HANDLERS = [Handler(HANDLER_NAME, VERSION, VERSION, normalize)]
