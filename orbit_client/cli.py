@@ -112,7 +112,16 @@ _wait_option = click.option(
 )
 
 
-@click.group(cls=_OrbitGroup, context_settings={"help_option_names": ["-h", "--help"]})
+_EPILOG = (
+    "Exit codes: 0 ok, 1 the server answered with an error, 2 usage or input refused "
+    "before sending, 3 credentials file problem, 4 server unreachable. Errors are one line "
+    "on stderr: 'orbit: CODE: message'. See docs/cli.md."
+)
+
+
+@click.group(
+    cls=_OrbitGroup, epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.option("--url", envvar="ORBIT_URL", help="Server URL (default: the credentials' URL).")
 @click.option(
     "--credentials-file",
