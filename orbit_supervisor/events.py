@@ -1,0 +1,69 @@
+"""The local, read-only event stream of a Supervisor (SPEC §4).
+
+128 events are buffered; when nobody reads and the buffer is full, new events are dropped
+and counted (the runtime never waits for a reader). ``close()`` ends every iterator once the
+buffered events are read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+EVENT_BUFFER = 128
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorEvent:
+    """One notification: a type, the attempt it concerns and a stable classification.
+
+    It never holds results, payloads, details or secrets.
+    """
+
+    type: str
+    task_id: str | None = None
+    attempt_id: str | None = None
+    classification: str | None = None
+
+
+class EventStream:
+    """Bounded buffer with drop counting; ``publish`` never blocks and never raises."""
+
+    def __init__(self, capacity: int = EVENT_BUFFER) -> None:
+        self._buffer: deque[SupervisorEvent] = deque()
+        self._capacity = capacity
+        self._closed = False
+        self._wakeup: asyncio.Event | None = None
+        self.dropped = 0
+
+    def publish(self, event: SupervisorEvent) -> None:
+        if self._closed:
+            return
+        if len(self._buffer) >= self._capacity:
+            self.dropped += 1
+            return
+        self._buffer.append(event)
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def __aiter__(self) -> AsyncIterator[SupervisorEvent]:
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+        while True:
+            while self._buffer:
+                yield self._buffer.popleft()
+            if self._closed:
+                return
+            self._wakeup.clear()
+            await self._wakeup.wait()

@@ -1,0 +1,67 @@
+"""Validated supervisor options with the ranges of SPEC §4 (one place for every bound)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from orbit_wire.ids import is_id
+from orbit_wire.limits import MAX_CAPACITY
+
+WORKERS_RANGE = (1, MAX_CAPACITY)
+SHUTDOWN_TIMEOUT_RANGE = (0.001, 300.0)
+RECONNECT_MIN_DELAY_FLOOR = 0.01
+RECONNECT_MAX_DELAY_CEILING = 30.0
+
+
+class OptionError(ValueError):
+    """An option outside its allowed range; the message names the option and the range."""
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorOptions:
+    queue_id: str
+    workers: int = 4
+    shutdown_timeout: float = 30.0
+    reconnect_min_delay: float = 0.2
+    reconnect_max_delay: float = 5.0
+    max_tasks_per_child: int | None = None
+    max_memory_per_child: int | None = None
+
+    def __post_init__(self) -> None:
+        if not is_id(self.queue_id):
+            raise OptionError("queue must be a 32-character lowercase hex queue ID")
+        _int_in("workers", self.workers, *WORKERS_RANGE)
+        _float_in("shutdown_timeout", self.shutdown_timeout, *SHUTDOWN_TIMEOUT_RANGE)
+        _float_in("reconnect_min_delay", self.reconnect_min_delay, RECONNECT_MIN_DELAY_FLOOR,
+                  RECONNECT_MAX_DELAY_CEILING)
+        _float_in("reconnect_max_delay", self.reconnect_max_delay, self.reconnect_min_delay,
+                  RECONNECT_MAX_DELAY_CEILING)
+        if self.max_tasks_per_child is not None:
+            _int_in("max_tasks_per_child", self.max_tasks_per_child, 1, 2**31)
+        if self.max_memory_per_child is not None:
+            _int_in("max_memory_per_child", self.max_memory_per_child, 1 << 20, 2**50)
+
+
+def _int_in(name: str, value: object, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise OptionError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def _float_in(name: str, value: object, lo: float, hi: float) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or not lo <= float(value) <= hi:  # type: ignore[arg-type]
+        raise OptionError(f"{name} must be a number of seconds in [{lo:g}, {hi:g}], got {value!r}")
+
+
+_SIZE_RE = re.compile(r"\s*(\d+)\s*([KMGT]?)(i?B)?\s*", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Parse a byte size such as ``536870912``, ``512M``, ``512MiB`` or ``2G`` (powers of 1024)."""
+    match = _SIZE_RE.fullmatch(text)
+    if match is None:
+        raise OptionError(f"{text!r} is not a size (use bytes or a K/M/G/T suffix, e.g. 512M)")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]

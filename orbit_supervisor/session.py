@@ -1,0 +1,772 @@
+"""The supervisor's protocol session as a sans-I/O state machine (pure: no I/O, no clock).
+
+Everything that decides *when* a handler may run, when its lease is lost and what is sent
+to the server lives here; the driver (app.py + connection.py) only moves bytes, runs
+children and re-arms one timer. Each input method takes ``now`` (monotonic seconds) and
+returns the list of actions (actions.py) the driver must perform, in order:
+
+    start(now)                          first call: asks to connect
+    connected(now) / connect_failed()   outcome of a Connect action
+    frame_received(frame, now)          every decoded server frame
+    connection_lost(now, reason)        the socket closed (once per connection)
+    execution_finished(attempt, ...)    the child pool's outcome for an Execute action
+    set_replacing(n, now)               slots whose child is being replaced right now
+    request_stop(now, force=False)      drain (force: take the shutdown-timeout path now)
+    handle_timer(now)                   at or after ``next_timer()``
+
+Rules it keeps (SPEC §4, docs/protocol.md):
+
+- hello → welcome → one ``resume`` request with every started attempt → only then credit.
+- A handler runs (Execute) only after ``start`` answered ok, at most once per attempt.
+- One control request in flight; queued operations go out together in the next request
+  (≤ max_batch_ops); at most one renewal per attempt is ever queued.
+- Local lease expiry = send time of the granting request + lease_ms (lease.py); at expiry,
+  on a stale/expired renewal answer or on a ``cancel`` push the child is killed at once.
+- Credit = free slots - outstanding credit, free slots = capacity - executing - reserved
+  not yet running - results not yet confirmed - slots being replaced. Known attempts stay
+  <= 2 x capacity; reservations beyond that bound are dropped (the server releases them).
+- On reconnect: same identity, RESERVED attempts forgotten (the server released them),
+  pending start/renew/finish resent with their original msg_ids after the resume.
+
+Attempt phases (a transition outside ``_TRANSITIONS`` is a bug and raises):
+
+    RESERVED ──► STARTING ──► RUNNING ──► KILLING ──► REPORTING ──► (forgotten)
+                     └───────────┴────────────────────►┘
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Protocol
+
+from orbit_wire.errors import FATAL_CODES, RETRYABLE_CODES, ErrorCode
+from orbit_wire.frames import (
+    AttemptRef,
+    Cancel,
+    ClientFrame,
+    Credit,
+    DrainOp,
+    ErrorFrame,
+    FinishOp,
+    Heartbeat,
+    HeartbeatAck,
+    Hello,
+    Op,
+    OpResult,
+    RenewOp,
+    Report,
+    Request,
+    Reservation,
+    Reserve,
+    Response,
+    ResumeOp,
+    ServerFrame,
+    StartOp,
+    Welcome,
+)
+from orbit_wire.limits import MAX_BATCH_OPS
+from orbit_wire.model import Capability, Disposition, Outcome
+
+from .actions import (
+    Action,
+    CloseConnection,
+    Connect,
+    Emit,
+    Execute,
+    Finish,
+    Kill,
+    SendFrame,
+    SupervisorEvent,
+)
+from .errors import FatalSessionError, ShutdownTimeoutError
+from .lease import Lease
+
+HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
+DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
+
+
+class Phase(StrEnum):
+    RESERVED = "RESERVED"  # reservation held; start not queued yet (waiting for a free slot)
+    STARTING = "STARTING"  # start queued or in flight
+    RUNNING = "RUNNING"  # start confirmed; the handler executes in a child
+    KILLING = "KILLING"  # kill ordered; waiting for the pool's outcome
+    REPORTING = "REPORTING"  # outcome known; finish queued or in flight
+
+
+_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.RESERVED: frozenset({Phase.STARTING}),
+    Phase.STARTING: frozenset({Phase.RUNNING, Phase.REPORTING}),
+    Phase.RUNNING: frozenset({Phase.KILLING, Phase.REPORTING}),
+    Phase.KILLING: frozenset({Phase.REPORTING}),
+    Phase.REPORTING: frozenset(),
+}
+
+
+class Conn(StrEnum):
+    IDLE = "IDLE"  # start() not called yet
+    CONNECTING = "CONNECTING"  # a Connect action (with its backoff delay) is being performed
+    HELLO_SENT = "HELLO_SENT"
+    RESUMING = "RESUMING"  # resume request in flight; no credit yet
+    READY = "READY"
+    DONE = "DONE"
+
+
+# Reasons a child is killed (report.kill_reason); the finish code is LEASE_LOST for all.
+KILL_LEASE_LOST = "LEASE_LOST"
+KILL_ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT"
+KILL_TASK_CANCELLED = "TASK_CANCELLED"
+KILL_SHUTDOWN = "SHUTDOWN"
+
+
+class ExecutionOutcome(Protocol):
+    """What the child pool reports (pool.ChildOutcome satisfies this)."""
+
+    @property
+    def outcome(self) -> Outcome: ...
+    @property
+    def code(self) -> str | None: ...
+    @property
+    def retryable(self) -> bool: ...
+    @property
+    def result_json(self) -> str | None: ...
+    @property
+    def details_json(self) -> str | None: ...
+    @property
+    def report(self) -> Report: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    credential_id: str
+    credential_secret: str = field(repr=False)
+    instance_id: str
+    instance_secret: str = field(repr=False)
+    queue_id: str
+    capabilities: tuple[Capability, ...]
+    capacity: int
+    shutdown_timeout: float = 30.0
+    reconnect_min_delay: float = 0.2
+    reconnect_max_delay: float = 5.0
+
+
+@dataclass(slots=True)
+class Attempt:
+    reservation: Reservation
+    lease: Lease
+    phase: Phase = Phase.RESERVED
+    kill_reason: str | None = None
+    cancelled: bool = False
+
+    @property
+    def attempt_id(self) -> str:
+        return self.reservation.attempt_id
+
+    def move(self, to: Phase) -> None:
+        if to not in _TRANSITIONS[self.phase]:
+            raise AssertionError(f"attempt {self.attempt_id}: illegal {self.phase} -> {to}")
+        self.phase = to
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A queued or in-flight operation; ``sent_at`` is its FIRST send (kept on resends)."""
+
+    op: Op
+    sent_at: float | None = None
+
+
+@dataclass(slots=True)
+class _InFlight:
+    request_id: int
+    ops: list[_Pending]
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStats:
+    running: int
+    started: int
+    renewals_confirmed: int
+    reports_confirmed: int
+    evidence_confirmed: int
+    reconnects: int
+
+
+class Session:
+    """The state machine; see the module docstring for the calling contract."""
+
+    def __init__(self, config: SessionConfig, rng: Callable[[], float]) -> None:
+        self.config = config
+        self._rng = rng  # uniform [0, 1): backoff jitter
+        self.conn = Conn.IDLE
+        self.attempts: dict[str, Attempt] = {}
+        self._pending: dict[str, _Pending] = {}  # msg_id -> op, in queue order
+        self._inflight: _InFlight | None = None
+        self._next_request_id = 1
+        self._next_msg = 1
+        self.outstanding_credit = 0
+        self.replacing = 0
+        self._heartbeat = DEFAULT_SESSION_TTL / 3
+        self._session_ttl = DEFAULT_SESSION_TTL
+        self._max_batch = MAX_BATCH_OPS
+        self._last_sent = 0.0
+        self._last_received = 0.0
+        self._backoff_step = 0
+        self._welcomed_once = False
+        self.stop_deadline: float | None = None
+        self.drain_acked = False
+        self._drain_queued = False
+        # Counters for stats().
+        self.started = 0
+        self.renewals_confirmed = 0
+        self.reports_confirmed = 0
+        self.evidence_confirmed = 0
+        self.reconnects = 0
+        self.dropped_reservations = 0
+
+    # ------------------------------------------------------------------ inputs
+
+    def start(self, now: float) -> list[Action]:
+        """Begin: returns a Connect action. Call once."""
+        if self.conn is not Conn.IDLE:
+            raise AssertionError("Session.start called twice")
+        self.conn = Conn.CONNECTING
+        return [Connect(0.0)]
+
+    def connected(self, now: float) -> list[Action]:
+        """The socket is open: send hello and wait for welcome."""
+        if self.conn is not Conn.CONNECTING:
+            return []
+        self.conn = Conn.HELLO_SENT
+        self._last_received = now
+        cfg = self.config
+        hello = Hello(
+            credential_id=cfg.credential_id, credential_secret=cfg.credential_secret,
+            instance_id=cfg.instance_id, instance_secret=cfg.instance_secret,
+            queue_id=cfg.queue_id, capabilities=cfg.capabilities, capacity=cfg.capacity,
+        )
+        return [self._send(hello, now)]
+
+    def connect_failed(self, now: float, reason: str) -> list[Action]:
+        """The Connect action failed (refused, timed out, handshake rejected): back off."""
+        if self.conn is not Conn.CONNECTING:
+            return []
+        actions: list[Action] = [_event("connect_failed", classification=reason)]
+        return actions + self._disconnected(now)
+
+    def connection_lost(self, now: float, reason: str) -> list[Action]:
+        """The current connection ended (any side). Call once per connection."""
+        if self.conn not in (Conn.HELLO_SENT, Conn.RESUMING, Conn.READY):
+            return []
+        actions: list[Action] = [_event("disconnected", classification=reason)]
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            # In-flight operations go back to the front of the queue with their msg_ids; the
+            # resume and the drain are per connection and are not resent.
+            kept = {p.op.msg_id: p for p in inflight.ops if isinstance(p.op, StartOp | RenewOp
+                                                                      | FinishOp)}
+            self._pending = {**kept, **self._pending}
+        for pending in list(self._pending.values()):
+            if isinstance(pending.op, DrainOp):
+                del self._pending[pending.op.msg_id]
+        self._drain_queued = False
+        if self.stop_deadline is not None:
+            # The connection that could still send reservations is gone and the next one gets
+            # no credit: the drain is complete.
+            self.drain_acked = True
+        # The server releases every reservation of this instance that was not started. A start
+        # that was sent may have been applied: it stays and is resent after the resume.
+        for att in list(self.attempts.values()):
+            start_sent = att.phase is Phase.STARTING and self._start_was_sent(att.attempt_id)
+            if att.phase is Phase.RESERVED or (att.phase is Phase.STARTING and not start_sent):
+                self._drop_queued_ops(att.attempt_id)
+                del self.attempts[att.attempt_id]
+                actions.append(_event("reservation_released", att, "CONNECTION_LOST"))
+        self.outstanding_credit = 0
+        actions += self._disconnected(now)
+        self._check_done(now, actions)
+        return actions
+
+    def frame_received(self, frame: ServerFrame, now: float) -> list[Action]:
+        """One decoded frame from the server."""
+        if self.conn not in (Conn.HELLO_SENT, Conn.RESUMING, Conn.READY):
+            return []
+        self._last_received = now
+        actions: list[Action] = []
+        match frame:
+            case Welcome():
+                self._on_welcome(frame, now, actions)
+            case Response():
+                self._on_response(frame, now, actions)
+            case Reserve():
+                self._on_reserve(frame, now, actions)
+            case Cancel():
+                self._on_cancel(frame, now, actions)
+            case HeartbeatAck():
+                pass
+            case ErrorFrame():
+                self._on_error(frame, now, actions)
+                return actions
+        if not self._done:
+            self._progress(now, actions)
+        return actions
+
+    def execution_finished(self, attempt_id: str, result: ExecutionOutcome,
+                           now: float) -> list[Action]:
+        """The child pool returned the outcome of an Execute action."""
+        att = self.attempts.get(attempt_id)
+        if att is None or att.phase not in (Phase.RUNNING, Phase.KILLING) or self._done:
+            return []
+        actions: list[Action] = []
+        report = replace(
+            result.report,
+            renewals=att.lease.renewals,
+            kill_reason=result.report.kill_reason or att.kill_reason,
+        )
+        finish = FinishOp(
+            msg_id=self._msg_id(), attempt_id=attempt_id, epoch=att.reservation.epoch,
+            outcome=result.outcome, code=result.code, retryable=result.retryable,
+            result_json=result.result_json if result.outcome is Outcome.SUCCEEDED else None,
+            details_json=result.details_json if result.outcome is Outcome.FAILED else None,
+            report=report,
+        )
+        self._drop_queued_ops(attempt_id)
+        att.lease.lost = True  # nothing runs any more; no renewal is needed
+        att.move(Phase.REPORTING)
+        self._pending[finish.msg_id] = _Pending(finish)
+        label = result.outcome.value if result.code is None else f"{result.outcome}:{result.code}"
+        actions.append(_event("finished", att, label))
+        self._progress(now, actions)
+        return actions
+
+    def set_replacing(self, replacing: int, now: float) -> list[Action]:
+        """Slots whose child is being replaced; they are not offered as credit."""
+        self.replacing = max(0, replacing)
+        actions: list[Action] = []
+        if not self._done:
+            self._progress(now, actions)
+        return actions
+
+    def request_stop(self, now: float, *, force: bool = False) -> list[Action]:
+        """Drain (idempotent). ``force`` takes the shutdown-timeout path at once."""
+        if self._done:
+            return []
+        actions: list[Action] = []
+        if self.stop_deadline is None:
+            self.stop_deadline = now + self.config.shutdown_timeout
+            actions.append(_event("stopping", classification="FORCED" if force else "DRAIN"))
+            if self.conn is not Conn.READY:
+                # No credit was offered on this connection (or there is none): nothing can
+                # be reserved any more, so there is nothing to drain.
+                self.drain_acked = True
+        if force:
+            self._end_with_timeout(now, actions)
+            return actions
+        self._progress(now, actions)
+        return actions
+
+    def handle_timer(self, now: float) -> list[Action]:
+        """Call at (or after) ``next_timer()``; harmless to call early."""
+        actions: list[Action] = []
+        if self._done:
+            return actions
+        if self.stop_deadline is not None and now >= self.stop_deadline:
+            self._end_with_timeout(now, actions)
+            return actions
+        # Leases first: a dead or silent connection must never delay a kill.
+        for att in self.attempts.values():
+            if att.phase is not Phase.RUNNING:
+                continue
+            if att.lease.check(now):
+                reason = KILL_ATTEMPT_TIMEOUT if att.lease.capped else KILL_LEASE_LOST
+                self._kill(att, reason, actions)
+            elif att.lease.renewal_due(now):
+                renew = RenewOp(self._msg_id(), att.attempt_id, att.reservation.epoch)
+                att.lease.renewing = True
+                self._pending[renew.msg_id] = _Pending(renew)
+        if self.conn is Conn.HELLO_SENT and now >= self._last_received + HELLO_TIMEOUT:
+            actions.append(CloseConnection("WELCOME_TIMEOUT"))
+            return actions
+        if self.conn in (Conn.RESUMING, Conn.READY):
+            if now >= self._last_received + self._session_ttl:
+                actions.append(CloseConnection("SERVER_SILENT"))
+                return actions
+            if now >= self._last_sent + self._heartbeat:
+                actions.append(self._send(Heartbeat(), now))
+        self._progress(now, actions)
+        return actions
+
+    def next_timer(self) -> float | None:
+        """The earliest instant ``handle_timer`` has something to do, or None."""
+        if self._done:
+            return None
+        times: list[float] = []
+        if self.stop_deadline is not None:
+            times.append(self.stop_deadline)
+        if self.conn is Conn.HELLO_SENT:
+            times.append(self._last_received + HELLO_TIMEOUT)
+        if self.conn in (Conn.RESUMING, Conn.READY):
+            times.append(self._last_received + self._session_ttl)
+            times.append(self._last_sent + self._heartbeat)
+        for att in self.attempts.values():
+            if att.phase is Phase.RUNNING:
+                deadline = att.lease.deadline()
+                if deadline is not None:
+                    times.append(deadline)
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ queries
+
+    def stats(self) -> SessionStats:
+        return SessionStats(
+            running=self.executing, started=self.started,
+            renewals_confirmed=self.renewals_confirmed,
+            reports_confirmed=self.reports_confirmed,
+            evidence_confirmed=self.evidence_confirmed, reconnects=self.reconnects,
+        )
+
+    @property
+    def executing(self) -> int:
+        return self._count(Phase.RUNNING, Phase.KILLING)
+
+    @property
+    def unconfirmed(self) -> int:
+        """Started attempts whose final report the server has not confirmed."""
+        return self._count(Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
+
+    def free_slots(self) -> int:
+        busy = (self.executing + self._count(Phase.RESERVED, Phase.STARTING)
+                + self._count(Phase.REPORTING) + self.replacing)
+        return max(0, self.config.capacity - busy)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    # ------------------------------------------------------------------ frames
+
+    def _on_welcome(self, frame: Welcome, now: float, actions: list[Action]) -> None:
+        if self.conn is not Conn.HELLO_SENT:
+            self._fatal(ErrorCode.OUT_OF_ORDER, "a second welcome on one connection", actions)
+            return
+        self._heartbeat = frame.heartbeat_ms / 1000.0
+        self._session_ttl = frame.session_ttl_ms / 1000.0
+        self._max_batch = max(1, min(frame.max_batch_ops, MAX_BATCH_OPS))
+        self._backoff_step = 0
+        if self._welcomed_once:
+            self.reconnects += 1
+        self._welcomed_once = True
+        actions.append(_event("connected", classification=frame.session_id))
+        refs = tuple(
+            AttemptRef(att.attempt_id, att.reservation.epoch)
+            for att in self.attempts.values()
+            if att.phase in (Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
+        )
+        if not refs:
+            self.conn = Conn.READY
+            return
+        self.conn = Conn.RESUMING
+        resume = _Pending(ResumeOp(self._msg_id(), refs), sent_at=now)
+        self._send_request([resume], now, actions)
+
+    def _on_response(self, frame: Response, now: float, actions: list[Action]) -> None:
+        inflight = self._inflight
+        if inflight is None or frame.id != inflight.request_id:
+            self._fatal(ErrorCode.OUT_OF_ORDER, f"response {frame.id} answers no request",
+                        actions)
+            return
+        if len(frame.results) != len(inflight.ops):
+            self._fatal(ErrorCode.BAD_FRAME, "response has a different number of results",
+                        actions)
+            return
+        self._inflight = None
+        for pending, result in zip(inflight.ops, frame.results, strict=True):
+            sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
+            match pending.op:
+                case StartOp() as op:
+                    self._on_start_result(op, result, sent_at, now, actions)
+                case RenewOp() as op:
+                    self._on_renew_result(op, result, sent_at, now, actions)
+                case FinishOp() as op:
+                    self._on_finish_result(op, result, now, actions)
+                case ResumeOp():
+                    self._on_resume_result(result, sent_at, now, actions)
+                case DrainOp():
+                    self.drain_acked = True
+                    actions.append(_event("drain_acknowledged"))
+            if self._done:
+                return
+        if self.conn is Conn.RESUMING:
+            self.conn = Conn.READY
+
+    def _on_start_result(self, op: StartOp, result: OpResult, sent_at: float, now: float,
+                         actions: list[Action]) -> None:
+        att = self.attempts.get(op.attempt_id)
+        if att is None or att.phase is not Phase.STARTING:
+            return  # a duplicate confirmation only reconciles
+        if not result.ok:
+            if result.error_code in RETRYABLE_CODES:
+                self._pending[op.msg_id] = _Pending(op, sent_at)  # same msg_id, later
+                return
+            del self.attempts[op.attempt_id]
+            actions.append(_event("start_rejected", att, str(result.error_code)))
+            return
+        if att.lease.grant(sent_at, result.lease_ms or 0, now) and not att.cancelled:
+            att.move(Phase.RUNNING)
+            self.started += 1
+            actions.append(_event("started", att))
+            actions.append(Execute(att.reservation))
+            return
+        # Confirmed too late (the local lease already ran out) or cancelled meanwhile: the
+        # handler never runs, and the server hears so at once instead of at lease expiry.
+        reason = KILL_TASK_CANCELLED if att.cancelled else KILL_LEASE_LOST
+        att.lease.lost = True
+        att.kill_reason = reason
+        att.move(Phase.REPORTING)
+        finish = FinishOp(self._msg_id(), att.attempt_id, att.reservation.epoch,
+                          Outcome.UNKNOWN, code="LEASE_LOST",
+                          report=Report(kill_reason=reason, renewals=0))
+        self._pending[finish.msg_id] = _Pending(finish)
+        actions.append(_event("not_run", att, reason))
+
+    def _on_renew_result(self, op: RenewOp, result: OpResult, sent_at: float, now: float,
+                         actions: list[Action]) -> None:
+        att = self.attempts.get(op.attempt_id)
+        if att is None:
+            return
+        if att.phase is not Phase.RUNNING:
+            att.lease.renewing = False
+            return
+        if result.ok:
+            self.renewals_confirmed += 1
+            if not att.lease.renewal_confirmed(sent_at, result.lease_ms or 0, now):
+                self._kill(att, KILL_ATTEMPT_TIMEOUT if att.lease.capped else KILL_LEASE_LOST,
+                           actions)
+            return
+        if result.error_code in RETRYABLE_CODES:
+            att.lease.renewal_failed(now)
+            return
+        att.lease.renewing = False
+        att.lease.lost = True
+        self._kill(att, KILL_LEASE_LOST, actions)
+
+    def _on_finish_result(self, op: FinishOp, result: OpResult, now: float,
+                          actions: list[Action]) -> None:
+        att = self.attempts.get(op.attempt_id)
+        if att is None or att.phase is not Phase.REPORTING:
+            return
+        if not result.ok and result.error_code in RETRYABLE_CODES:
+            self._pending[op.msg_id] = _Pending(op)
+            return
+        del self.attempts[op.attempt_id]
+        if not result.ok:
+            actions.append(_event("report_rejected", att, str(result.error_code)))
+        elif result.disposition is Disposition.EVIDENCE_ONLY:
+            self.evidence_confirmed += 1
+            actions.append(_event("report_confirmed", att, Disposition.EVIDENCE_ONLY.value))
+        else:
+            self.reports_confirmed += 1
+            actions.append(_event("report_confirmed", att, Disposition.ACCEPTED.value))
+
+    def _on_resume_result(self, result: OpResult, sent_at: float, now: float,
+                          actions: list[Action]) -> None:
+        if not result.ok:
+            return  # nothing learnt; local leases still decide
+        for entry in result.attempts or ():
+            att = self.attempts.get(entry.attempt_id)
+            if att is None or att.phase is not Phase.RUNNING:
+                continue
+            if entry.status == "RUNNING" and entry.lease_ms is not None:
+                if not att.lease.grant(sent_at, entry.lease_ms, now):
+                    self._kill(att, KILL_LEASE_LOST, actions)
+            else:
+                att.lease.lost = True
+                self._kill(att, KILL_LEASE_LOST, actions)
+
+    def _on_reserve(self, frame: Reserve, now: float, actions: list[Action]) -> None:
+        for res in frame.reservations:
+            self.outstanding_credit = max(0, self.outstanding_credit - 1)
+            reason = None
+            if res.attempt_id in self.attempts:
+                reason = "DUPLICATE"
+            elif self.stop_deadline is not None and self.drain_acked:
+                reason = "AFTER_DRAIN"
+            elif len(self.attempts) >= 2 * self.config.capacity:
+                reason = "OVER_BOUND"
+            elif res.capability not in self.config.capabilities:
+                reason = "UNKNOWN_CAPABILITY"
+            if reason is not None:
+                if reason != "DUPLICATE":
+                    self.dropped_reservations += 1
+                actions.append(_event("reservation_dropped", None, reason, res))
+                continue
+            self.attempts[res.attempt_id] = Attempt(res, Lease(res.lease_ttl_ms))
+            actions.append(_event("reserved", None, None, res))
+
+    def _on_cancel(self, frame: Cancel, now: float, actions: list[Action]) -> None:
+        att = self.attempts.get(frame.attempt_id)
+        if att is None or att.reservation.epoch != frame.epoch:
+            return
+        actions.append(_event("cancel_received", att, frame.reason))
+        if att.phase is Phase.RUNNING:
+            att.lease.lost = True
+            self._kill(att, KILL_TASK_CANCELLED, actions)
+        elif att.phase is Phase.STARTING:
+            att.cancelled = True
+        elif att.phase is Phase.RESERVED:
+            del self.attempts[att.attempt_id]
+
+    def _on_error(self, frame: ErrorFrame, now: float, actions: list[Action]) -> None:
+        if frame.code in FATAL_CODES:
+            self._fatal(frame.code, frame.message, actions)
+        else:
+            actions.append(CloseConnection(str(frame.code)))
+
+    # ------------------------------------------------------------------ internals
+
+    @property
+    def _done(self) -> bool:
+        return self.conn is Conn.DONE
+
+    def _progress(self, now: float, actions: list[Action]) -> None:
+        """After any input: start what has a slot, send queued ops, offer credit, finish."""
+        self._start_reserved()
+        if (self.stop_deadline is not None and not self.drain_acked and not self._drain_queued
+                and self.conn is Conn.READY):
+            drain = DrainOp(self._msg_id())
+            self._drain_queued = True
+            self._pending[drain.msg_id] = _Pending(drain)
+        if self.conn is Conn.READY and self._inflight is None and self._pending:
+            batch = list(self._pending.values())[: self._max_batch]
+            for pending in batch:
+                del self._pending[pending.op.msg_id]
+            self._send_request(batch, now, actions)
+        self._grant_credit(now, actions)
+        self._check_done(now, actions)
+
+    def _start_reserved(self) -> None:
+        # A start goes out only when a child slot is free, so a confirmed lease never ticks
+        # while its handler waits for a child.
+        slots = self.config.capacity - self.executing - self._count(Phase.STARTING)
+        for att in self.attempts.values():
+            if slots <= 0:
+                return
+            if att.phase is Phase.RESERVED:
+                att.move(Phase.STARTING)
+                op = StartOp(self._msg_id(), att.attempt_id, att.reservation.epoch)
+                self._pending[op.msg_id] = _Pending(op)
+                slots -= 1
+
+    def _grant_credit(self, now: float, actions: list[Action]) -> None:
+        if self.conn is not Conn.READY or self.stop_deadline is not None:
+            return
+        grant = self.free_slots() - self.outstanding_credit
+        if grant > 0:
+            self.outstanding_credit += grant
+            actions.append(self._send(Credit(grant), now))
+
+    def _send_request(self, batch: list[_Pending], now: float, actions: list[Action]) -> None:
+        for pending in batch:
+            if pending.sent_at is None:
+                pending.sent_at = now
+                if isinstance(pending.op, RenewOp):
+                    att = self.attempts.get(pending.op.attempt_id)
+                    if att is not None:
+                        att.lease.renew_sent(now)
+        request = Request(self._next_request_id, tuple(p.op for p in batch))
+        self._next_request_id += 1
+        self._inflight = _InFlight(request.id, batch, now)
+        actions.append(self._send(request, now))
+
+    def _send(self, frame: ClientFrame, now: float) -> SendFrame:
+        self._last_sent = now
+        return SendFrame(frame)
+
+    def _kill(self, att: Attempt, reason: str, actions: list[Action]) -> None:
+        if att.phase is not Phase.RUNNING:
+            return
+        att.move(Phase.KILLING)
+        att.kill_reason = reason
+        self._drop_queued_ops(att.attempt_id)
+        att.lease.renewing = False
+        actions.append(Kill(att.attempt_id, reason))
+        actions.append(_event("killed", att, reason))
+
+    def _check_done(self, now: float, actions: list[Action]) -> None:
+        if (self.stop_deadline is None or not self.drain_acked or self.attempts
+                or self._pending or self._inflight is not None or self._done):
+            return
+        self.conn = Conn.DONE
+        actions.append(_event("drained"))
+        actions.append(Finish(None))
+
+    def _end_with_timeout(self, now: float, actions: list[Action]) -> None:
+        running, unconfirmed = self.executing, self.unconfirmed
+        for att in self.attempts.values():
+            self._kill(att, KILL_SHUTDOWN, actions)
+        self.conn = Conn.DONE
+        self._inflight = None
+        actions.append(_event("shutdown_timeout"))
+        actions.append(Finish(ShutdownTimeoutError(
+            f"shutdown timeout ({self.config.shutdown_timeout:g} s) ran out with {unconfirmed} "
+            f"unconfirmed result(s) and {running} running handler(s)",
+            unconfirmed=unconfirmed, running=running)))
+
+    def _fatal(self, code: ErrorCode, message: str, actions: list[Action]) -> None:
+        running, unconfirmed = self.executing, self.unconfirmed
+        for att in self.attempts.values():
+            self._kill(att, KILL_SHUTDOWN, actions)
+        self.conn = Conn.DONE
+        self._inflight = None
+        actions.append(_event("fatal", classification=str(code)))
+        actions.append(Finish(FatalSessionError(code, message, unconfirmed=unconfirmed,
+                                                running=running)))
+
+    def _disconnected(self, now: float) -> list[Action]:
+        if self._check_stopped_idle():
+            self.conn = Conn.DONE
+            return [_event("drained"), Finish(None)]
+        cfg = self.config
+        base = min(cfg.reconnect_max_delay, cfg.reconnect_min_delay * 2.0 ** self._backoff_step)
+        self._backoff_step = min(self._backoff_step + 1, 32)
+        delay = max(cfg.reconnect_min_delay, base * (0.5 + 0.5 * self._rng()))
+        self.conn = Conn.CONNECTING
+        return [Connect(delay)]
+
+    def _check_stopped_idle(self) -> bool:
+        return (self.stop_deadline is not None and not self.attempts and not self._pending
+                and self._inflight is None)
+
+    def _start_was_sent(self, attempt_id: str) -> bool:
+        for pending in self._pending.values():
+            if isinstance(pending.op, StartOp) and pending.op.attempt_id == attempt_id:
+                return pending.sent_at is not None
+        return True  # not queued any more: it is in flight (or was answered)
+
+    def _drop_queued_ops(self, attempt_id: str) -> None:
+        for msg_id, pending in list(self._pending.items()):
+            op = pending.op
+            if isinstance(op, StartOp | RenewOp) and op.attempt_id == attempt_id:
+                del self._pending[msg_id]
+
+    def _count(self, *phases: Phase) -> int:
+        return sum(1 for att in self.attempts.values() if att.phase in phases)
+
+    def _msg_id(self) -> str:
+        # Unique for the instance's lifetime: the instance ID itself is never reused.
+        msg_id = f"m{self._next_msg}"
+        self._next_msg += 1
+        return msg_id
+
+
+def _event(kind: str, att: Attempt | None = None, classification: str | None = None,
+           reservation: Reservation | None = None) -> Emit:
+    res = att.reservation if att is not None else reservation
+    return Emit(SupervisorEvent(
+        type=kind,
+        task_id=res.task_id if res is not None else None,
+        attempt_id=res.attempt_id if res is not None else None,
+        classification=classification,
+    ))
