@@ -1,0 +1,183 @@
+"""Composition of the Orbit server: config → engine → store thread → Service → adapters.
+
+``OrbitServer`` owns every long-lived part (store thread, dispatcher, reaper loop) and the
+Starlette app; ``serve(config)`` runs it under uvicorn until SIGTERM/SIGINT. Shutdown order:
+uvicorn stops accepting and closes connections, then the lifespan stops the reaper and the
+dispatcher and finally drains and closes the store thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+
+from orbit_wire.limits import MAX_FRAME_BYTES
+
+from .config import ServerConfig
+from .dispatcher import Dispatcher
+from .http_api import http_routes
+from .store.db import create_engine_for, migrate
+from .store_thread import StoreThread
+from .waiters import TaskWaiters
+from .ws_endpoint import ws_routes
+
+if TYPE_CHECKING:
+    from .service import Effects
+
+log = logging.getLogger("orbit.server")
+
+# The dispatcher also re-checks sessions that still hold credit this often, so tasks made
+# ready by another replica (or a missed hint) are dispatched without a local signal.
+DISPATCH_POLL_S = 0.5
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class OrbitServer:
+    """Every long-lived part of one server process. Build, then serve ``self.app`` (ASGI)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.clock = wall_clock_ms
+        self.store = StoreThread()
+        self.engine = create_engine_for(config.db_url)
+        self.service = _make_service(self.engine, config)
+        self.waiters = TaskWaiters()
+        self.dispatcher = Dispatcher(self.store, self.service)
+        self._reaper_wake = asyncio.Event()
+        self._next_due_ms: int | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.app = Starlette(routes=[*http_routes(self), *ws_routes(self)], lifespan=self._lifespan)
+
+    # -------------------------------------------------------------- effects of a transaction
+
+    def apply(self, effects: Effects) -> None:
+        """Act on what a transaction changed: wake long polls, dispatch, push cancels."""
+        if effects.terminal_tasks:
+            self.waiters.wake(effects.terminal_tasks)
+        if effects.ready_queues:
+            self.dispatcher.queues_ready(effects.ready_queues)
+        for instance_id, attempt_id, epoch in effects.cancels:
+            self.dispatcher.push_cancel(instance_id, attempt_id, epoch)
+        due = effects.next_due_ms
+        if due is not None and (self._next_due_ms is None or due < self._next_due_ms):
+            self._next_due_ms = due
+            self._reaper_wake.set()
+
+    # -------------------------------------------------------------- background loops
+
+    async def _reaper_loop(self) -> None:
+        """Run ``service.reap()`` every reaper interval, or earlier at the next known due time."""
+        interval_s = self.config.reaper_interval_ms / 1000
+        while True:
+            try:
+                if self.service is not None:
+                    effects = await self.store.call(self.service.reap)
+                    self.apply(effects)
+            except Exception:  # a failed pass (e.g. database locked) is retried next tick
+                log.exception("reaper pass failed")
+            due, self._next_due_ms = self._next_due_ms, None
+            delay = interval_s
+            if due is not None:
+                delay = min(delay, max(0.0, (due - wall_clock_ms()) / 1000))
+            self._reaper_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reaper_wake.wait(), delay)
+            if due is not None and due <= wall_clock_ms():
+                # Backoffs ending now make tasks dispatchable without any other signal.
+                self.dispatcher.poll_all()
+
+    async def _dispatch_poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(DISPATCH_POLL_S)
+            self.dispatcher.poll_all()
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        self.store.start()
+        self.dispatcher.start()
+        self._tasks = [
+            asyncio.create_task(self._reaper_loop(), name="orbit-reaper"),
+            asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
+        ]
+        log.info("orbit-server ready on %s:%s", self.config.host, self.config.port)
+        try:
+            yield
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.dispatcher.stop()
+            self.store.close()
+            self.engine.dispose()
+
+
+def _make_service(engine: Any, config: ServerConfig) -> Any:
+    try:
+        from .service import Service
+    except ImportError:  # the core's service module has not landed yet: health only
+        log.error("orbit_server.service is missing; only /healthz works")
+        return None
+    return Service(engine, config, wall_clock_ms, random.Random())
+
+
+def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> Any:
+    import uvicorn
+
+    cfg = server.config
+    return uvicorn.Config(
+        server.app,
+        host=cfg.host,
+        port=cfg.port,
+        loop="uvloop",
+        http="httptools",
+        ws="websockets-sansio",
+        # Frames between MAX_FRAME_BYTES and this size get a typed FRAME_TOO_LARGE error;
+        # larger ones are cut by the WebSocket layer itself (close 1009).
+        ws_max_size=MAX_FRAME_BYTES + 1024 * 1024,
+        ws_ping_interval=None,  # the protocol has its own heartbeat and session TTL
+        log_level=log_level,
+        access_log=False,
+        ssl_certfile=cfg.tls_cert,
+        ssl_keyfile=cfg.tls_key,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+
+
+def serve(config: ServerConfig, log_level: str = "warning") -> None:
+    """Migrate the database to head, then serve until SIGTERM/SIGINT (graceful, exit 0)."""
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        # uvicorn re-raises the captured signal after a graceful shutdown, which makes the
+        # process die "by SIGTERM"; a clean drain should end with status 0 instead.
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    migrate(config.db_url)
+    server = OrbitServer(config)
+    GracefulServer(uvicorn_config(server, log_level)).run()

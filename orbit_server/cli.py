@@ -1,0 +1,116 @@
+"""`orbit-server`: serve (the default), migrate, bootstrap-admin. Commands only parse and call."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orbit_wire.errors import OrbitError
+
+_DB_HELP = "Database URL (sqlite:///PATH or mysql://...); default: ORBIT_DB or the XDG data dir."
+
+
+def _config(**overrides: Any) -> Any:
+    """A ServerConfig with defaults (environment included) and the options that were given."""
+    from .config import ServerConfig
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return ServerConfig.from_env(**given)
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """The Orbit server: HTTP API and worker WebSocket endpoint on one port."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(serve)
+
+
+@main.command()
+@click.option("--db", "db_url", envvar="ORBIT_DB", help=_DB_HELP)
+@click.option("--host", envvar="ORBIT_HOST", help="Listen address (default 127.0.0.1).")
+@click.option("--port", envvar="ORBIT_PORT", type=click.IntRange(0, 65535), help="Default 8080.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
+@click.option("--session-ttl-ms", type=click.IntRange(100, 600_000),
+              help="Close a worker connection silent this long (default 15000).")
+@click.option("--kill-grace-ms", type=click.IntRange(0, 600_000),
+              help="Extra wait after a lease expiry before a retry may start (default 2000).")
+@click.option("--reaper-interval-ms", type=click.IntRange(1, 60_000),
+              help="Lease reaper period (default 100).")
+@click.option("--log-level", default="warning",
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(db_url: str | None = None, host: str | None = None, port: int | None = None,
+          tls_cert: str | None = None, tls_key: str | None = None,
+          session_ttl_ms: int | None = None, kill_grace_ms: int | None = None,
+          reaper_interval_ms: int | None = None, log_level: str = "warning") -> None:
+    """Migrate the database to the latest schema and serve until SIGTERM/SIGINT."""
+    from .app import serve as run
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = _config(db_url=db_url, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
+                     session_ttl_ms=session_ttl_ms, kill_grace_ms=kill_grace_ms,
+                     reaper_interval_ms=reaper_interval_ms)
+    run(config, log_level=log_level)
+
+
+@main.command()
+@click.option("--db", "db_url", envvar="ORBIT_DB", help=_DB_HELP)
+def migrate(db_url: str | None) -> None:
+    """Create or upgrade the database schema to the latest version."""
+    from .store.db import migrate as run
+
+    config = _config(db_url=db_url)
+    run(config.db_url)
+    click.echo("database is at the latest schema")
+
+
+@main.command("bootstrap-admin")
+@click.option("--db", "db_url", envvar="ORBIT_DB", help=_DB_HELP)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Credentials file to write (mode 0600).")
+@click.option("--url", default=None, help="Server URL written into the file "
+              "(default http://127.0.0.1:8080).")
+@click.option("--name", default=None, help="A label for the credential.")
+def bootstrap_admin(db_url: str | None, output: str, url: str | None, name: str | None) -> None:
+    """Create an admin credential directly in the database and write its credentials file.
+
+    Safe to run again: each run creates another admin credential.
+    """
+    from orbit_client.credentials import Credentials, write_credentials
+
+    from .service import Service
+    from .store.db import create_engine_for
+    from .store.db import migrate as run_migrate
+
+    config = _config(db_url=db_url)
+    run_migrate(config.db_url)
+    engine = create_engine_for(config.db_url)
+    try:
+        import random
+
+        from .app import wall_clock_ms
+
+        service = Service(engine, config, wall_clock_ms, random.Random())
+        made = service.bootstrap_admin(name)
+    except OrbitError as exc:
+        raise click.ClickException(f"{exc.code.value}: {exc.message}") from None
+    finally:
+        engine.dispose()
+    server_url = url or f"http://{config.host}:{config.port}"
+    write_credentials(Path(output), Credentials(
+        url=server_url.rstrip("/"), credential_id=made["credential_id"], secret=made["secret"],
+        role=str(made.get("role", "admin")), queues=tuple(made.get("queues", ())),
+    ))
+    click.echo(f"admin credential {made['credential_id']} written to {output}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

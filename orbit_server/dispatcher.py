@@ -1,0 +1,200 @@
+"""Credit-based dispatch: in-memory worker sessions, their credits, and dispatch passes.
+
+A session is one worker connection after a successful ``hello``. Credits are additive and
+spent one per reservation sent; outstanding credit above 2 x capacity is LIMIT_EXCEEDED.
+A dispatch pass claims, for each session that has credit and may have matching work, up to
+its credit with ONE ``service.reserve`` call (one transaction) and sends ONE ``reserve``
+frame for the batch. Sessions are served in a rotating order so no worker starves another.
+
+Passes are triggered by hints: a queue that got dispatchable tasks, new credit, the reaper's
+timer, and a slow poll (tasks made ready by another replica). Everything here runs on the
+event loop; ``reserve`` runs on the store thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from orbit_wire.errors import ErrorCode, ProtocolError
+from orbit_wire.frames import Cancel, Reserve, ServerFrame
+from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
+
+from .store_thread import StoreThread
+
+log = logging.getLogger("orbit.dispatch")
+
+
+class Session:
+    """Dispatch state of one connected worker instance.
+
+    ``send`` must not block (it queues the frame on the connection); ``close`` asks the
+    connection to close with a WebSocket close code. ``lock`` is held while a claim is made
+    and its frame queued, so a ``drain`` answer can wait for an in-flight claim.
+    """
+
+    def __init__(self, session_id: str, binding: Any, capacity: int,
+                 send: Callable[[ServerFrame], None], close: Callable[[int, str], None]) -> None:
+        self.session_id = session_id
+        self.binding = binding
+        self.capacity = capacity
+        self.send = send
+        self.close = close
+        self.credits = 0
+        self.draining = False
+        self.closed = False
+        self.lock = asyncio.Lock()
+        self.reserved_total = 0
+
+    @property
+    def instance_id(self) -> str:
+        return str(self.binding.instance_id)
+
+    @property
+    def queue_id(self) -> str:
+        return str(self.binding.queue_id)
+
+    @property
+    def wants_work(self) -> bool:
+        return self.credits > 0 and not self.draining and not self.closed
+
+
+class Dispatcher:
+    """Sessions by instance and queue, and the single task that runs dispatch passes."""
+
+    def __init__(self, store: StoreThread, service: Any) -> None:
+        self._store = store
+        self._service = service
+        self._by_instance: dict[str, Session] = {}
+        self._by_queue: dict[str, dict[str, Session]] = {}
+        self._dirty: dict[str, Session] = {}  # insertion-ordered set, keyed by session_id
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._rotation = 0
+
+    # -------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="orbit-dispatcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # -------------------------------------------------------------- sessions
+
+    def current(self, instance_id: str) -> Session | None:
+        return self._by_instance.get(instance_id)
+
+    def attach(self, session: Session) -> None:
+        """Register a session. The caller has already retired any older session of the
+        same instance (``detach`` + release), so there is none here."""
+        self._by_instance[session.instance_id] = session
+        self._by_queue.setdefault(session.queue_id, {})[session.session_id] = session
+
+    def detach(self, session: Session) -> bool:
+        """Forget a session; True when it was the instance's current session (then the
+        caller releases the instance's unstarted reservations)."""
+        session.closed = True
+        self._dirty.pop(session.session_id, None)
+        queue = self._by_queue.get(session.queue_id)
+        if queue is not None:
+            queue.pop(session.session_id, None)
+            if not queue:
+                del self._by_queue[session.queue_id]
+        if self._by_instance.get(session.instance_id) is session:
+            del self._by_instance[session.instance_id]
+            return True
+        return False
+
+    def sessions(self) -> list[Session]:
+        return list(self._by_instance.values())
+
+    # -------------------------------------------------------------- hints
+
+    def grant(self, session: Session, credits: int) -> None:
+        """Add credit; raise ProtocolError(LIMIT_EXCEEDED) above 2 x capacity."""
+        if session.credits + credits > 2 * session.capacity:
+            raise ProtocolError(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"outstanding credit would be {session.credits + credits}; "
+                f"at most {2 * session.capacity} (2 x capacity)",
+            )
+        session.credits += credits
+        if session.wants_work:
+            self._mark(session)
+
+    def stop_dispatching(self, session: Session) -> None:
+        """After a drain: no more reservations for this session."""
+        session.draining = True
+        self._dirty.pop(session.session_id, None)
+
+    def queues_ready(self, queue_ids: Iterable[str]) -> None:
+        for queue_id in queue_ids:
+            for session in self._by_queue.get(queue_id, {}).values():
+                if session.wants_work:
+                    self._mark(session)
+
+    def poll_all(self) -> None:
+        for session in self._by_instance.values():
+            if session.wants_work:
+                self._mark(session)
+
+    def push_cancel(self, instance_id: str, attempt_id: str, epoch: int) -> None:
+        """Tell the worker holding this attempt (if connected here) that its task was cancelled."""
+        session = self._by_instance.get(instance_id)
+        if session is not None and not session.closed:
+            session.send(Cancel(attempt_id, epoch, "TASK_CANCELLED"))
+
+    def _mark(self, session: Session) -> None:
+        self._dirty[session.session_id] = session
+        self._wake.set()
+
+    # -------------------------------------------------------------- passes
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            # Bounded: every round either empties the dirty set or re-marks only sessions
+            # that received a full batch, which spends their credit.
+            while self._dirty:
+                await self._round()
+
+    async def _round(self) -> None:
+        batch = list(self._dirty.values())
+        self._dirty.clear()
+        if len(batch) > 1:
+            start = self._rotation % len(batch)
+            batch = batch[start:] + batch[:start]
+            self._rotation += 1
+        for session in batch:
+            try:
+                await self._claim(session)
+            except Exception:  # a failing store must not end dispatching for everyone
+                log.exception("dispatch claim failed for session %s", session.session_id)
+
+    async def _claim(self, session: Session) -> None:
+        if not session.wants_work:
+            return
+        async with session.lock:
+            # Re-check under the lock: a drain or close may have come in meanwhile. From
+            # this check to the store submission there is no await, so a close that comes
+            # later submits its release after this reserve (the store thread is FIFO).
+            if not session.wants_work:
+                return
+            wanted = min(session.credits, MAX_RESERVATIONS_PER_FRAME)
+            reservations = await self._store.call(self._service.reserve, session.binding, wanted)
+            if not reservations:
+                return
+            session.credits -= len(reservations)
+            session.reserved_total += len(reservations)
+            session.send(Reserve(tuple(reservations)))
+        if len(reservations) == wanted and session.wants_work:
+            self._mark(session)  # a full batch: there may be more work for the rest

@@ -1,0 +1,356 @@
+"""Thin Starlette routes for docs/http-api.md: parse, authenticate, one Service call, encode.
+
+Every Service call runs on the store thread (one hop per transaction). Body sizes are checked
+before parsing (413 PAYLOAD_TOO_LARGE), bodies are parsed with orjson (400 INVALID_JSON /
+NESTING_TOO_DEEP / NUMBER_OUT_OF_RANGE), OrbitError maps to a status by code, and anything
+else is a 500 INTERNAL whose body never holds a traceback (the traceback is logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from orbit_wire.errors import AuthError, ErrorCode, OrbitError
+from orbit_wire.ids import is_id
+from orbit_wire.limits import INT64_MAX, INT64_MIN, MAX_SUBMIT_BATCH
+
+from .openapi import openapi_document
+
+if TYPE_CHECKING:
+    from .app import OrbitServer
+
+log = logging.getLogger("orbit.http")
+
+MAX_BODY_BYTES = 512 * 1024
+MAX_BATCH_BODY_BYTES = 16 * 1024 * 1024
+MAX_WAIT_MS = 60_000
+# A long poll re-reads the task at least this often even without a local wake-up, so a task
+# finished through another replica sharing the database is still seen.
+WAIT_SLICE_S = 1.0
+# Structural nesting a request body may have around its values (batch → tasks → spec).
+_BODY_EXTRA_DEPTH = 4
+_DONE_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "NEEDS_REVIEW"})
+
+_STATUS_BY_CODE: dict[ErrorCode, int] = {
+    ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.INSTANCE_CONFLICT: 409,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.STALE_EPOCH: 409,
+    ErrorCode.LEASE_EXPIRED: 409,
+    ErrorCode.MESSAGE_ID_REUSED: 409,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
+}
+
+# Integers too wide for 64 bits: orjson would silently turn them into floats.
+_LONG_INT = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<![\d.eE+\-])-?\d{19,}(?![.eE\d])')
+_LONG_DIGITS = re.compile(rb"\d{19,}")
+
+
+class JSONResponse(Response):
+    """orjson-encoded JSON; ``orjson.Fragment`` values (stored JSON text) pass through exactly."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def status_for(code: ErrorCode) -> int:
+    return _STATUS_BY_CODE.get(code, 400)
+
+
+def error_response(exc: OrbitError) -> JSONResponse:
+    return JSONResponse({"error": exc.to_dict()}, status_code=status_for(exc.code))
+
+
+def _bad(message: str, code: ErrorCode = ErrorCode.BAD_REQUEST) -> OrbitError:
+    return OrbitError(code, message)
+
+
+def parse_json_body(body: bytes) -> Any:
+    """Parse a request body; raise OrbitError with INVALID_JSON / NESTING_TOO_DEEP /
+    NUMBER_OUT_OF_RANGE. An empty body is an empty object."""
+    if not body.strip():
+        return {}
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "depth" in exc.msg or "recursion" in exc.msg:
+            raise _bad("request body is nested too deeply", ErrorCode.NESTING_TOO_DEEP) from None
+        if "infinity" in exc.msg:
+            raise _bad("request body has a number out of range",
+                       ErrorCode.NUMBER_OUT_OF_RANGE) from None
+        raise _bad(f"request body is not valid JSON: {exc.msg}", ErrorCode.INVALID_JSON) from None
+    if _LONG_DIGITS.search(body):
+        for match in _LONG_INT.finditer(body):
+            token = match.group()
+            if token[:1] != b'"' and not INT64_MIN <= int(token) <= INT64_MAX:
+                raise _bad("request body has an integer outside signed 64-bit",
+                           ErrorCode.NUMBER_OUT_OF_RANGE)
+    _check_depth(value)
+    return value
+
+
+def _check_depth(value: Any) -> None:
+    from orbit_wire.limits import MAX_VALUE_DEPTH
+
+    limit = MAX_VALUE_DEPTH + _BODY_EXTRA_DEPTH
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                raise _bad("request body is nested too deeply", ErrorCode.NESTING_TOO_DEEP)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children
+                         if isinstance(child, dict | list))
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """Read at most ``limit`` bytes; refuse larger bodies before reading them when possible."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise _bad("Content-Length is not a number")
+        if int(declared) > limit:
+            raise _bad(f"request body is {declared} bytes; at most {limit}",
+                       ErrorCode.PAYLOAD_TOO_LARGE)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _bad(f"request body is larger than {limit} bytes", ErrorCode.PAYLOAD_TOO_LARGE)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _obj(value: Any, what: str = "request body") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _bad(f"{what} must be a JSON object")
+    return value
+
+
+def _opt_str(body: dict[str, Any], key: str, max_len: int = 1024) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > max_len:
+        raise _bad(f"{key} must be a string of at most {max_len} characters")
+    return value
+
+
+def _path_id(request: Request, key: str) -> str:
+    value = request.path_params[key]
+    if not is_id(value):
+        raise _bad(f"{key} must be a 32-character lowercase hex ID")
+    return str(value)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _endpoint(fn: Handler) -> Handler:
+    """Map OrbitError to its status and anything else to a 500 without a traceback."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except OrbitError as exc:
+            return error_response(exc)
+        except Exception:
+            log.exception("unhandled error in %s %s", request.method, request.url.path)
+            return error_response(OrbitError(ErrorCode.INTERNAL, "internal server error"))
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+class HttpApi:
+    """The route handlers; each holds no state beyond the server it serves."""
+
+    def __init__(self, server: OrbitServer) -> None:
+        self.server = server
+        self.store = server.store
+        self.service = server.service
+        self._openapi = orjson.dumps(openapi_document())
+
+    async def _principal(self, request: Request) -> Any:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthError(ErrorCode.UNAUTHENTICATED, "missing Authorization: Bearer credential")
+        return await self.store.call(self.service.authenticate, token.strip())
+
+    # -------------------------------------------------------------- public
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def openapi(self, request: Request) -> Response:
+        return Response(self._openapi, media_type="application/json")
+
+    # -------------------------------------------------------------- admin
+
+    async def create_queue(self, request: Request) -> Response:
+        p = await self._principal(request)
+        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
+        name = _opt_str(body, "name", 256)
+        queue = await self.store.call(self.service.create_queue, p, name)
+        return JSONResponse(queue, status_code=201)
+
+    async def create_credential(self, request: Request) -> Response:
+        p = await self._principal(request)
+        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
+        role = body.get("role")
+        if not isinstance(role, str):
+            raise _bad("role must be one of admin, producer, worker")
+        queues = body.get("queues", [])
+        if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
+            raise _bad("queues must be a list of queue IDs")
+        made = await self.store.call(
+            self.service.create_credential, p, role, queues, _opt_str(body, "name", 256)
+        )
+        return JSONResponse(made, status_code=201)
+
+    async def revoke_credential(self, request: Request) -> Response:
+        credential_id = _path_id(request, "credential_id")
+        p = await self._principal(request)
+        return JSONResponse(
+            await self.store.call(self.service.revoke_credential, p, credential_id)
+        )
+
+    async def queue_stats(self, request: Request) -> Response:
+        queue_id = _path_id(request, "queue_id")
+        p = await self._principal(request)
+        return JSONResponse(await self.store.call(self.service.queue_stats, p, queue_id))
+
+    # -------------------------------------------------------------- producer
+
+    async def submit(self, request: Request) -> Response:
+        queue_id = _path_id(request, "queue_id")
+        p = await self._principal(request)
+        spec = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)), "TaskSpec")
+        made, effects = await self.store.call(self.service.submit, p, queue_id, [spec])
+        self.server.apply(effects)
+        task, created = made[0]
+        return JSONResponse(task, status_code=201 if created else 200)
+
+    async def submit_batch(self, request: Request) -> Response:
+        queue_id = _path_id(request, "queue_id")
+        p = await self._principal(request)
+        body = _obj(parse_json_body(await read_body(request, MAX_BATCH_BODY_BYTES)))
+        specs = body.get("tasks")
+        if not isinstance(specs, list) or not specs:
+            raise _bad("tasks must be a non-empty list of TaskSpec objects")
+        if len(specs) > MAX_SUBMIT_BATCH:
+            raise _bad(f"a batch holds at most {MAX_SUBMIT_BATCH} tasks")
+        made, effects = await self.store.call(self.service.submit, p, queue_id, specs)
+        self.server.apply(effects)
+        return JSONResponse({"tasks": [task for task, _created in made]}, status_code=201)
+
+    async def get_task(self, request: Request) -> Response:
+        task_id = _path_id(request, "task_id")
+        p = await self._principal(request)
+        wait_ms = _wait_ms(request)
+        if wait_ms == 0:
+            return JSONResponse(await self.store.call(self.service.get_task, p, task_id))
+        return JSONResponse(await self._wait_for_task(p, task_id, wait_ms))
+
+    async def _wait_for_task(self, p: Any, task_id: str, wait_ms: int) -> Any:
+        """Read the task until it is terminal or NEEDS_REVIEW, or ``wait_ms`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        waiters = self.server.waiters
+        event = waiters.register(task_id)  # before the read, so no wake-up is missed
+        try:
+            task = await self.store.call(self.service.get_task, p, task_id)
+            while task["state"] not in _DONE_STATES:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(remaining, WAIT_SLICE_S))
+                event.clear()
+                task = await self.store.call(self.service.get_task, p, task_id)
+            return task
+        finally:
+            waiters.unregister(task_id, event)
+
+    async def cancel_task(self, request: Request) -> Response:
+        task_id = _path_id(request, "task_id")
+        p = await self._principal(request)
+        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
+        task, effects = await self.store.call(
+            self.service.cancel_task, p, task_id, _opt_str(body, "reason")
+        )
+        self.server.apply(effects)
+        return JSONResponse(task)
+
+    async def list_attempts(self, request: Request) -> Response:
+        task_id = _path_id(request, "task_id")
+        p = await self._principal(request)
+        return JSONResponse(await self.store.call(self.service.list_attempts, p, task_id))
+
+    async def audit_trail(self, request: Request) -> Response:
+        task_id = _path_id(request, "task_id")
+        p = await self._principal(request)
+        return JSONResponse(await self.store.call(self.service.audit_trail, p, task_id))
+
+    async def review(self, request: Request) -> Response:
+        task_id = _path_id(request, "task_id")
+        p = await self._principal(request)
+        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
+        action = body.get("action")
+        if action not in ("retry", "succeed", "fail"):
+            raise _bad("action must be one of retry, succeed, fail")
+        task, effects = await self.store.call(
+            self.service.review, p, task_id, action, body.get("result"), _opt_str(body, "reason")
+        )
+        self.server.apply(effects)
+        return JSONResponse(task)
+
+
+def _wait_ms(request: Request) -> int:
+    raw = request.query_params.get("wait_ms")
+    if raw is None or raw == "":
+        return 0
+    if not raw.isdigit() or int(raw) > MAX_WAIT_MS:
+        raise _bad(f"wait_ms must be an integer in [0, {MAX_WAIT_MS}]")
+    return int(raw)
+
+
+def http_routes(server: OrbitServer) -> list[Route]:
+    """Every HTTP route (the OpenAPI document must list each one; a test checks it)."""
+    api = HttpApi(server)
+    e = _endpoint
+    return [
+        Route("/healthz", e(api.healthz), methods=["GET"]),
+        Route("/openapi.json", e(api.openapi), methods=["GET"]),
+        Route("/v1/queues", e(api.create_queue), methods=["POST"]),
+        Route("/v1/queues/{queue_id}/stats", e(api.queue_stats), methods=["GET"]),
+        Route("/v1/credentials", e(api.create_credential), methods=["POST"]),
+        Route("/v1/credentials/{credential_id}", e(api.revoke_credential), methods=["DELETE"]),
+        Route("/v1/queues/{queue_id}/tasks", e(api.submit), methods=["POST"]),
+        Route("/v1/queues/{queue_id}/tasks/batch", e(api.submit_batch), methods=["POST"]),
+        Route("/v1/tasks/{task_id}", e(api.get_task), methods=["GET"]),
+        Route("/v1/tasks/{task_id}/cancel", e(api.cancel_task), methods=["POST"]),
+        Route("/v1/tasks/{task_id}/attempts", e(api.list_attempts), methods=["GET"]),
+        Route("/v1/tasks/{task_id}/audit", e(api.audit_trail), methods=["GET"]),
+        Route("/v1/tasks/{task_id}/review", e(api.review), methods=["POST"]),
+    ]

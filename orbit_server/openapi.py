@@ -1,0 +1,231 @@
+"""The OpenAPI 3.1 document served at ``GET /openapi.json`` (docs/http-api.md, as data).
+
+A test checks that every route of the app appears here with its method, so the document
+cannot silently fall behind the routes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orbit_wire.errors import ErrorCode
+from orbit_wire.limits import MAX_SUBMIT_BATCH
+
+_ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+_MS = {"type": "integer", "minimum": 0}
+_STATES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED"]
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_NULLABLE_STR = {"type": ["string", "null"]}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    return out
+
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": _obj({"error": _obj({
+        "code": {"type": "string", "enum": [c.value for c in ErrorCode]},
+        "message": {"type": "string"},
+        "retryable": {"type": "boolean"},
+    }, ["code", "message", "retryable"])}, ["error"]),
+    "Capability": _obj({
+        "handler": {"type": "string"}, "handler_version": {"type": "string"},
+        "payload_version": {"type": "string"},
+    }, ["handler", "handler_version", "payload_version"]),
+    "Backoff": _obj({
+        "initial_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000},
+        "max_ms": {"type": "integer", "minimum": 0},
+        "multiplier": {"type": "number", "minimum": 1, "maximum": 10},
+        "jitter": {"type": "number", "minimum": 0, "maximum": 1},
+    }),
+    "TaskSpec": _obj({
+        "handler": {"type": "string"}, "handler_version": {"type": "string"},
+        "payload_version": {"type": "string"},
+        "payload": {"description": "any non-null JSON value, at most 256 KiB"},
+        "idempotency": {"type": "string", "enum": ["IDEMPOTENT", "NON_IDEMPOTENT"],
+                        "default": "NON_IDEMPOTENT"},
+        "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100, "default": 3},
+        "backoff": _ref("Backoff"),
+        "attempt_timeout_ms": {"type": "integer", "minimum": 100, "maximum": 86_400_000},
+        "deadline_ms": {"type": "integer", "minimum": 100, "maximum": 31 * 86_400_000},
+        "lease_ttl_ms": {"type": "integer", "minimum": 100, "maximum": 600_000},
+        "operation_key": {"type": "string"},
+    }, ["handler", "handler_version", "payload_version", "payload"]),
+    "Policy": _obj({
+        "idempotency": {"type": "string", "enum": ["IDEMPOTENT", "NON_IDEMPOTENT"]},
+        "max_attempts": {"type": "integer"}, "backoff": _ref("Backoff"),
+        "attempt_timeout_ms": _MS, "lease_ttl_ms": _MS,
+    }),
+    "Task": _obj({
+        "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
+        "capability": _ref("Capability"), "payload": {}, "policy": _ref("Policy"),
+        "operation_key": _NULLABLE_STR, "created_at_ms": _MS, "updated_at_ms": _MS,
+        "deadline_at_ms": _MS, "next_attempt_at_ms": _NULLABLE_INT,
+        "attempts": {"type": "integer", "description": "started attempts"},
+        "epoch": {"type": "integer"},
+        "result": {"description": "the handler's JSON exactly as produced, or null"},
+        "failure": {"oneOf": [{"type": "null"}, _obj({"code": {"type": "string"}, "details": {}})]},
+        "cancel_requested": {"type": "boolean"},
+    }, ["id", "queue_id", "state", "capability", "payload", "policy", "created_at_ms",
+        "updated_at_ms", "deadline_at_ms", "attempts", "epoch", "result", "failure",
+        "cancel_requested"]),
+    "Attempt": _obj({
+        "id": _ID, "task_id": _ID, "attempt_number": {"type": "integer"},
+        "epoch": {"type": "integer"},
+        "state": {"type": "string", "enum": ["RESERVED", "RUNNING", "RELEASED", "FINISHED"]},
+        "instance_id": _NULLABLE_STR, "child_pid": _NULLABLE_INT,
+        "reserved_at_ms": _NULLABLE_INT, "started_at_ms": _NULLABLE_INT,
+        "finished_at_ms": _NULLABLE_INT, "lease_expires_at_ms": _NULLABLE_INT,
+        "renewals": {"type": "integer"}, "outcome": _NULLABLE_STR, "code": _NULLABLE_STR,
+        "retryable": {"type": ["boolean", "null"]}, "details": {},
+        "exit_code": _NULLABLE_INT, "signal": _NULLABLE_INT, "cpu_ms": _NULLABLE_INT,
+        "peak_rss_bytes": _NULLABLE_INT, "kill_reason": _NULLABLE_STR,
+        "decision": _NULLABLE_STR, "decision_rule": _NULLABLE_STR,
+    }, ["id", "task_id", "attempt_number", "epoch", "state"]),
+    "Evidence": _obj({
+        "id": {"type": "string"}, "task_id": _ID, "attempt_id": _ID,
+        "epoch": {"type": "integer"}, "instance_id": _NULLABLE_STR,
+        "received_at_ms": _MS, "outcome": _NULLABLE_STR, "code": _NULLABLE_STR,
+        "reason": _NULLABLE_STR, "result": {}, "details": {},
+    }, ["id", "task_id", "attempt_id", "epoch", "received_at_ms"]),
+    "AuditEvent": _obj({
+        "id": {"type": ["string", "integer"]}, "task_id": _ID, "attempt_id": _NULLABLE_STR,
+        "at_ms": _MS, "actor": {"type": "string"}, "kind": {"type": "string"},
+        "from_state": _NULLABLE_STR, "to_state": _NULLABLE_STR, "detail": {},
+    }, ["id", "task_id", "at_ms", "actor", "kind"]),
+    "Queue": _obj({"id": _ID, "name": _NULLABLE_STR, "created_at_ms": _MS},
+                  ["id", "created_at_ms"]),
+    "QueueStats": _obj({
+        "queue_id": _ID,
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "running_attempts": {"type": "integer"}, "oldest_pending_age_ms": _NULLABLE_INT,
+    }, ["queue_id", "counts"]),
+    "CredentialRequest": _obj({
+        "role": {"type": "string", "enum": ["admin", "producer", "worker"]},
+        "queues": {"type": "array", "items": _ID}, "name": {"type": "string"},
+    }, ["role"]),
+    "Credential": _obj({
+        "credential_id": _ID, "secret": {"type": "string", "description": "shown once"},
+        "role": {"type": "string"}, "queues": {"type": "array", "items": _ID},
+        "name": _NULLABLE_STR,
+    }, ["credential_id", "secret", "role", "queues"]),
+    "Revoked": _obj({"credential_id": _ID, "revoked": {"type": "boolean"}},
+                    ["credential_id", "revoked"]),
+    "ReviewRequest": _obj({
+        "action": {"type": "string", "enum": ["retry", "succeed", "fail"]},
+        "result": {"description": "with succeed: the result to store"},
+        "reason": {"type": "string"},
+    }, ["action"]),
+    "CancelRequest": _obj({"reason": {"type": "string"}}),
+    "QueueRequest": _obj({"name": {"type": "string"}}),
+    "Batch": _obj({"tasks": {"type": "array", "items": _ref("TaskSpec"), "minItems": 1,
+                             "maxItems": MAX_SUBMIT_BATCH}}, ["tasks"]),
+    "TaskList": _obj({"tasks": {"type": "array", "items": _ref("Task")}}, ["tasks"]),
+    "AttemptHistory": _obj({
+        "attempts": {"type": "array", "items": _ref("Attempt")},
+        "evidence": {"type": "array", "items": _ref("Evidence")},
+    }, ["attempts", "evidence"]),
+    "AuditTrail": _obj({"events": {"type": "array", "items": _ref("AuditEvent")}}, ["events"]),
+    "Health": _obj({"status": {"type": "string"}}, ["status"]),
+}
+
+_ERRORS = {
+    "400": "bad request (BAD_REQUEST, INVALID_JSON, NESTING_TOO_DEEP, NUMBER_OUT_OF_RANGE)",
+    "401": "UNAUTHENTICATED", "403": "PERMISSION_DENIED", "404": "NOT_FOUND",
+    "409": "CONFLICT", "413": "PAYLOAD_TOO_LARGE", "503": "UNAVAILABLE (retryable)",
+    "500": "INTERNAL",
+}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _op(summary: str, ok: str, schema: str, *, body: str | None = None,
+        params: tuple[str, ...] | list[str] = (), auth: bool = True, status: str = "200",
+        extra: dict[str, Any] | None = None,
+        query: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    responses: dict[str, Any] = {status: _json(_ref(schema), ok)}
+    if extra:
+        responses.update(extra)
+    if auth:
+        responses.update({code: _json(_ref("Error"), text) for code, text in _ERRORS.items()})
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    parameters = [{"name": p, "in": "path", "required": True, "schema": _ID} for p in params]
+    parameters.extend(query or [])
+    if parameters:
+        op["parameters"] = parameters
+    if body:
+        op["requestBody"] = {"required": False,
+                             "content": {"application/json": {"schema": _ref(body)}}}
+    if not auth:
+        op["security"] = []
+    return op
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document (a fresh dict each call)."""
+    wait = {"name": "wait_ms", "in": "query", "required": False,
+            "schema": {"type": "integer", "minimum": 0, "maximum": 60000},
+            "description": "wait until the task is terminal or NEEDS_REVIEW, at most this long"}
+    paths: dict[str, Any] = {
+        "/healthz": {"get": _op("Health check", "server is up", "Health", auth=False)},
+        "/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {
+            "200": {"description": "OpenAPI 3.1 document",
+                    "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+        "/v1/queues": {"post": _op("Create a queue (admin)", "created", "Queue",
+                                   body="QueueRequest", status="201")},
+        "/v1/queues/{queue_id}/stats": {"get": _op("Queue statistics (admin, producer)",
+                                                   "statistics", "QueueStats",
+                                                   params=["queue_id"])},
+        "/v1/credentials": {"post": _op("Create a credential (admin); the secret is shown once",
+                                        "created", "Credential", body="CredentialRequest",
+                                        status="201")},
+        "/v1/credentials/{credential_id}": {"delete": _op("Revoke a credential (admin)",
+                                                          "revoked", "Revoked",
+                                                          params=["credential_id"])},
+        "/v1/queues/{queue_id}/tasks": {"post": _op(
+            "Submit a task (producer); 200 with the existing task when operation_key matched",
+            "created", "Task", body="TaskSpec", params=["queue_id"], status="201",
+            extra={"200": _json(_ref("Task"), "existing task with this operation_key")})},
+        "/v1/queues/{queue_id}/tasks/batch": {"post": _op(
+            "Submit up to 1000 tasks, all or nothing (producer)", "created", "TaskList",
+            body="Batch", params=["queue_id"], status="201")},
+        "/v1/tasks/{task_id}": {"get": _op("Read a task, optionally waiting for its end",
+                                           "the task", "Task", params=["task_id"],
+                                           query=[wait])},
+        "/v1/tasks/{task_id}/cancel": {"post": _op("Cancel a task (producer)", "the task",
+                                                   "Task", body="CancelRequest",
+                                                   params=["task_id"])},
+        "/v1/tasks/{task_id}/attempts": {"get": _op("Attempt history with evidence",
+                                                    "history", "AttemptHistory",
+                                                    params=["task_id"])},
+        "/v1/tasks/{task_id}/audit": {"get": _op("Audit trail", "events", "AuditTrail",
+                                                 params=["task_id"])},
+        "/v1/tasks/{task_id}/review": {"post": _op(
+            "Resolve a NEEDS_REVIEW task (retry, succeed, fail)", "the task", "Task",
+            body="ReviewRequest", params=["task_id"])},
+        "/v1/worker": {"get": {
+            "summary": "Worker WebSocket endpoint (docs/protocol.md); upgrade required",
+            "responses": {"101": {"description": "switching protocols"}}}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Orbit HTTP API", "version": "1",
+                 "description": "Durable tasks: queues, credentials, tasks, attempts, audit."},
+        "paths": paths,
+        "components": {
+            "schemas": _SCHEMAS,
+            "securitySchemes": {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "<credential_id>.<secret>"}},
+        },
+        "security": [{"bearer": []}],
+    }

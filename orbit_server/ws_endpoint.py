@@ -1,0 +1,315 @@
+"""The worker WebSocket endpoint (docs/protocol.md): decode a frame, call the Service, encode.
+
+One ``WorkerConnection`` per socket, with three tasks it owns: the reader (frames in, in
+order), the writer (frames out, in order, never blocking the rest of the server), and the
+watchdog (closes a connection silent for ``session_ttl_ms``). A bad frame gets a typed
+``error`` frame and closes *this* connection only; nothing a peer sends can end the server.
+
+Close codes (after a fatal ``error`` frame): see ``CLOSE_CODES``; 4008 is an expired session,
+4009 a connection replaced by a newer ``hello`` of the same instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket
+
+from orbit_wire.errors import ErrorCode, OrbitError, ProtocolError
+from orbit_wire.frames import (
+    Credit,
+    DrainOp,
+    ErrorFrame,
+    Heartbeat,
+    HeartbeatAck,
+    Hello,
+    OpResult,
+    Request,
+    Response,
+    ServerFrame,
+    Welcome,
+    decode_client_frame,
+    encode,
+)
+from orbit_wire.ids import new_id
+from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
+
+from .dispatcher import Session
+
+if TYPE_CHECKING:
+    from .app import OrbitServer
+
+log = logging.getLogger("orbit.ws")
+
+CLOSE_CODES: dict[ErrorCode, int] = {
+    ErrorCode.BAD_FRAME: 4001,
+    ErrorCode.UNKNOWN_FRAME_TYPE: 4001,
+    ErrorCode.FRAME_TOO_LARGE: 4002,
+    ErrorCode.OUT_OF_ORDER: 4003,
+    ErrorCode.CONCURRENT_REQUEST: 4003,
+    ErrorCode.LIMIT_EXCEEDED: 4004,
+    ErrorCode.UNSUPPORTED_PROTOCOL: 4005,
+    ErrorCode.UNAUTHENTICATED: 4006,
+    ErrorCode.PERMISSION_DENIED: 4006,
+    ErrorCode.INSTANCE_CONFLICT: 4007,
+    ErrorCode.UNAVAILABLE: 4010,
+    ErrorCode.INTERNAL: 4011,
+}
+CLOSE_SESSION_EXPIRED = 4008
+CLOSE_REPLACED = 4009
+# A peer that stops reading while we keep queueing frames is cut off past this many.
+MAX_QUEUED_FRAMES = 10_000
+# How long a closing connection may take to flush its last frames.
+FLUSH_TIMEOUT_S = 2.0
+
+
+class _Close:
+    """Writer-queue sentinel: close the socket with this code after the frames before it."""
+
+    __slots__ = ("code", "reason")
+
+    def __init__(self, code: int, reason: str) -> None:
+        self.code = code
+        self.reason = reason
+
+
+class WorkerConnection:
+    """One worker socket from accept to cleanup. ``run()`` returns when it is closed."""
+
+    def __init__(self, server: OrbitServer, websocket: WebSocket) -> None:
+        self.server = server
+        self.ws = websocket
+        self.config = server.config
+        self.session: Session | None = None
+        self.closing = False
+        self._out: asyncio.Queue[str | _Close] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._last_seen = self._loop.time()
+        self._in_flight = False
+        self._last_request_id: int | None = None
+        self._request_task: asyncio.Task[None] | None = None
+
+    # -------------------------------------------------------------- lifecycle
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        reader = asyncio.create_task(self._read_loop(), name="orbit-ws-reader")
+        writer = asyncio.create_task(self._write_loop(), name="orbit-ws-writer")
+        watchdog = asyncio.create_task(self._watch(), name="orbit-ws-watchdog")
+        try:
+            await asyncio.wait({reader, writer, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            if self.closing and not writer.done():
+                # Let the error frame and the close go out, within a bound.
+                with contextlib.suppress(TimeoutError, Exception):
+                    await asyncio.wait_for(asyncio.shield(writer), FLUSH_TIMEOUT_S)
+        finally:
+            for task in (reader, writer, watchdog, self._request_task):
+                if task is not None and not task.done():
+                    task.cancel()
+            for task in (reader, writer, watchdog, self._request_task):
+                if task is not None:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        """Release the instance's unstarted reservations if this was its current session."""
+        session, self.session = self.session, None
+        if session is None:
+            return
+        if self.server.dispatcher.detach(session):
+            try:
+                effects = await self.server.store.call(
+                    self.server.service.release_reservations, session.instance_id
+                )
+                self.server.apply(effects)
+            except Exception:
+                log.exception("releasing reservations of instance %s failed", session.instance_id)
+
+    # -------------------------------------------------------------- output
+
+    def send(self, frame: ServerFrame) -> None:
+        """Queue a frame; never blocks. Frames after a close request are dropped."""
+        if self.closing:
+            return
+        if self._out.qsize() >= MAX_QUEUED_FRAMES:
+            log.warning("worker connection is not reading; closing it")
+            self.close(CLOSE_CODES[ErrorCode.UNAVAILABLE], "peer is not reading")
+            return
+        self._out.put_nowait(encode(frame).decode())
+
+    def close(self, code: int, reason: str) -> None:
+        """Close after the frames already queued (idempotent)."""
+        if self.closing:
+            return
+        self.closing = True
+        self._out.put_nowait(_Close(code, reason))
+
+    def fatal(self, code: ErrorCode, message: str, *, retryable: bool = False) -> None:
+        """Send a fatal ``error`` frame and close this connection."""
+        self.send(ErrorFrame(code, message, retryable=retryable, fatal=True))
+        self.close(CLOSE_CODES.get(code, 4000), code.value)
+
+    async def _write_loop(self) -> None:
+        ws_send = self.ws.send
+        while True:
+            item = await self._out.get()
+            if isinstance(item, _Close):
+                with contextlib.suppress(Exception):
+                    await self.ws.close(item.code, item.reason)
+                return
+            await ws_send({"type": "websocket.send", "text": item})
+
+    async def _watch(self) -> None:
+        ttl = self.config.session_ttl_ms / 1000
+        while True:
+            remaining = self._last_seen + ttl - self._loop.time()
+            if remaining <= 0:
+                log.info("closing a worker connection silent for %s ms", self.config.session_ttl_ms)
+                self.close(CLOSE_SESSION_EXPIRED, "session expired")
+                return
+            await asyncio.sleep(remaining)
+
+    # -------------------------------------------------------------- input
+
+    async def _read_loop(self) -> None:
+        receive = self.ws.receive
+        while not self.closing:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            self._last_seen = self._loop.time()
+            text = message.get("text")
+            if text is None:
+                self.fatal(ErrorCode.BAD_FRAME, "binary frames are not accepted; send text")
+                return
+            try:
+                frame = decode_client_frame(text)
+            except ProtocolError as exc:
+                self.fatal(exc.code, exc.message)
+                return
+            try:
+                await self._handle(frame)
+            except ProtocolError as exc:
+                self.fatal(exc.code, exc.message)
+                return
+
+    async def _handle(self, frame: Any) -> None:
+        session = self.session
+        if session is None:
+            if not isinstance(frame, Hello):
+                raise ProtocolError(ErrorCode.OUT_OF_ORDER, "the first frame must be hello")
+            await self._hello(frame)
+            return
+        match frame:
+            case Heartbeat():
+                self.send(HeartbeatAck())
+            case Credit(credits=credits):
+                self.server.dispatcher.grant(session, credits)
+            case Request():
+                self._request(session, frame)
+            case Hello():
+                raise ProtocolError(ErrorCode.OUT_OF_ORDER, "hello was already received")
+
+    async def _hello(self, hello: Hello) -> None:
+        if hello.protocol != PROTOCOL_VERSION:
+            raise ProtocolError(
+                ErrorCode.UNSUPPORTED_PROTOCOL,
+                f"protocol {hello.protocol} is not supported; use {PROTOCOL_VERSION}",
+            )
+        server = self.server
+        try:
+            binding = await server.store.call(server.service.worker_hello, hello)
+        except OrbitError as exc:
+            self.fatal(exc.code, exc.message, retryable=exc.retryable)
+            return
+        except Exception:
+            log.exception("worker hello failed")
+            self.fatal(ErrorCode.UNAVAILABLE, "the server cannot accept workers right now",
+                       retryable=True)
+            return
+        if self.closing:
+            return
+        dispatcher = server.dispatcher
+        older = dispatcher.current(binding.instance_id)
+        if older is not None:
+            # The same instance reconnected: the older connection goes, and its unstarted
+            # reservations are released *before* this session can receive new ones.
+            older.close(CLOSE_REPLACED, "replaced by a newer connection of this instance")
+            dispatcher.detach(older)
+            try:
+                effects = await server.store.call(
+                    server.service.release_reservations, binding.instance_id
+                )
+                server.apply(effects)
+            except Exception:
+                log.exception("releasing reservations of a replaced connection failed")
+        if self.closing:
+            return
+        now_ms = server.clock()
+        session = Session(new_id(now_ms), binding, hello.capacity, self.send, self.close)
+        self.session = session
+        dispatcher.attach(session)
+        cfg = self.config
+        self.send(Welcome(
+            session_id=session.session_id,
+            session_ttl_ms=cfg.session_ttl_ms,
+            heartbeat_ms=cfg.heartbeat_ms,
+            kill_grace_ms=cfg.kill_grace_ms,
+            server_time_ms=now_ms,
+            max_batch_ops=MAX_BATCH_OPS,
+        ))
+
+    def _request(self, session: Session, request: Request) -> None:
+        if self._in_flight:
+            raise ProtocolError(ErrorCode.CONCURRENT_REQUEST,
+                                "a request is already in flight on this connection")
+        if self._last_request_id is not None and request.id <= self._last_request_id:
+            raise ProtocolError(ErrorCode.OUT_OF_ORDER,
+                                f"request id {request.id} was not greater than the previous "
+                                f"({self._last_request_id})")
+        self._last_request_id = request.id
+        self._in_flight = True
+        self._request_task = asyncio.create_task(self._process(session, request))
+
+    async def _process(self, session: Session, request: Request) -> None:
+        server = self.server
+        drain = any(isinstance(op, DrainOp) for op in request.ops)
+        try:
+            if drain:
+                server.dispatcher.stop_dispatching(session)
+            try:
+                results, effects = await server.store.call(
+                    server.service.apply_ops, session.binding, request.ops
+                )
+            except OrbitError as exc:
+                results = [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
+            except Exception:
+                log.exception("applying a worker request failed")
+                results = [
+                    OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE, "try again")
+                    for op in request.ops
+                ]
+            else:
+                server.apply(effects)
+            if drain:
+                # A claim already under way sends its reserve frame before this answer.
+                async with session.lock:
+                    pass
+            self.send(Response(request.id, tuple(results)))
+        finally:
+            self._in_flight = False
+
+
+def ws_routes(server: OrbitServer) -> list[WebSocketRoute]:
+    async def worker_endpoint(websocket: WebSocket) -> None:
+        try:
+            await WorkerConnection(server, websocket).run()
+        except Exception:  # one connection's failure must never reach the server
+            log.exception("worker connection failed")
+
+    return [WebSocketRoute("/v1/worker", worker_endpoint)]

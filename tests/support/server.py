@@ -1,0 +1,168 @@
+"""``ServerProcess``: a REAL ``orbit-server`` process on a SQLite file, for tests.
+
+    srv = ServerProcess(tmp_path, session_ttl_ms=1000, kill_grace_ms=200)
+    srv.start()                       # waits for /healthz (bounded), raises with the log tail
+    admin = srv.bootstrap_admin()     # runs `orbit-server bootstrap-admin`, returns Credentials
+    srv.kill(); srv.start()           # SIGKILL, restart on the same DB and port
+    srv.stop()                        # SIGTERM by PID, SIGKILL after a bound
+
+Every process is stopped by its PID; ``stop`` is safe to call twice. Use the ``server``
+fixture (tests/conftest.py) rather than building one by hand unless a test needs flags.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from orbit_client.credentials import Credentials, load_credentials
+
+ROOT = Path(__file__).resolve().parents[2]
+ORBIT_SERVER = ROOT / ".venv" / "bin" / "orbit-server"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_command() -> list[str]:
+    if ORBIT_SERVER.exists():
+        return [str(ORBIT_SERVER)]
+    return [sys.executable, "-m", "orbit_server.cli"]
+
+
+class ServerError(RuntimeError):
+    """The server process did not come up (the message holds the tail of its log)."""
+
+
+class ServerProcess:
+    """One ``orbit-server serve`` process bound to 127.0.0.1 on a free port."""
+
+    def __init__(self, workdir: Path, *, session_ttl_ms: int = 3000, kill_grace_ms: int = 200,
+                 reaper_interval_ms: int = 50, extra_args: tuple[str, ...] = (),
+                 port: int | None = None, db_url: str | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.db_url = db_url or f"sqlite:///{self.workdir / 'orbit.db'}"
+        self.port = port or free_port()
+        self.session_ttl_ms = session_ttl_ms
+        self.kill_grace_ms = kill_grace_ms
+        self.reaper_interval_ms = reaper_interval_ms
+        self.extra_args = extra_args
+        self.log_path = self.workdir / "orbit-server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    # -------------------------------------------------------------- addresses
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/worker"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    # -------------------------------------------------------------- lifecycle
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> ServerProcess:
+        """Start the process and wait until /healthz answers; raise ServerError otherwise."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise ServerError("server is already running")
+        cmd = [*server_command(), "serve", "--db", self.db_url, "--host", "127.0.0.1",
+               "--port", str(self.port), "--session-ttl-ms", str(self.session_ttl_ms),
+               "--kill-grace-ms", str(self.kill_grace_ms),
+               "--reaper-interval-ms", str(self.reaper_interval_ms), *self.extra_args]
+        log = self.log_path.open("ab")
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, cwd=self.workdir)
+        finally:
+            log.close()
+        self.starts += 1
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerError(
+                    f"orbit-server exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise ServerError(
+            f"orbit-server did not answer /healthz in {timeout_s} s:\n{self.log_tail()}"
+        )
+
+    def kill(self) -> None:
+        """SIGKILL the process (a crash), by its PID, and reap it."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def stop(self) -> int | None:
+        """SIGTERM by PID, wait (bounded), SIGKILL if needed. Returns the exit code."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=STOP_TIMEOUT_S)
+        return proc.returncode
+
+    def restart(self, *, crash: bool = True) -> ServerProcess:
+        """Stop (SIGKILL when ``crash``) and start again on the same database and port."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
+        return self.start()
+
+    # -------------------------------------------------------------- helpers
+
+    def bootstrap_admin(self, name: str = "test-admin") -> Credentials:
+        """Run ``orbit-server bootstrap-admin`` on this server's DB; return the credentials."""
+        path = self.workdir / f"admin-{time.monotonic_ns()}.json"
+        cmd = [*server_command(), "bootstrap-admin", "--db", self.db_url, "-o", str(path),
+               "--url", self.url, "--name", name]
+        done = subprocess.run(cmd, capture_output=True, timeout=60, cwd=self.workdir)
+        if done.returncode != 0:
+            raise ServerError(f"bootstrap-admin failed ({done.returncode}): "
+                              f"{done.stderr.decode(errors='replace')[-2000:]}")
+        return load_credentials(path)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return "(no log)"
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
