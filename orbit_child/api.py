@@ -1,0 +1,98 @@
+"""The handler API: what a handler module imports from Orbit (docs/handlers.md).
+
+A handler is a ``Handler(handler, handler_version, payload_version, fn)``; ``fn`` takes one
+``Execution`` and returns a non-null JSON value, or raises ``WorkerFailure`` for an explicit,
+known failure. Any other exception is an uncertain outcome (UNKNOWN/HANDLER_ERROR).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orbit_wire.limits import MAX_CODE_LEN
+from orbit_wire.model import Capability
+
+__all__ = ["Execution", "Handler", "HandlerFn", "RawJSON", "WorkerFailure"]
+
+_CODE_RE = re.compile(rf"[A-Z][A-Z0-9_]{{0,{MAX_CODE_LEN - 1}}}")
+
+HandlerFn = Callable[["Execution"], Any] | Callable[["Execution"], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """One capability and the function that serves it (sync ``def`` or ``async def``)."""
+
+    handler: str
+    handler_version: str
+    payload_version: str
+    fn: HandlerFn
+
+    @property
+    def capability(self) -> Capability:
+        return Capability(self.handler, self.handler_version, self.payload_version)
+
+
+class WorkerFailure(Exception):
+    """An explicit failure: the attempt is reported FAILED with ``code`` and ``details``.
+
+    ``code`` must match ``[A-Z][A-Z0-9_]{0,63}`` (e.g. OBJECT_REJECTED, TEMPORARY_REJECTION);
+    ``details`` is a JSON object (``{}`` when omitted); ``retryable`` asks the server to retry
+    if the task's policy allows. A code or details that break these rules turn the outcome
+    into UNKNOWN/HANDLER_ERROR, because the handler's intent can no longer be trusted.
+    """
+
+    def __init__(self, code: str, details: dict[str, Any] | None = None,
+                 retryable: bool = False) -> None:
+        super().__init__(code)
+        self.code = code
+        self.details = {} if details is None else details
+        self.retryable = retryable
+
+    @property
+    def code_is_valid(self) -> bool:
+        return isinstance(self.code, str) and _CODE_RE.fullmatch(self.code) is not None
+
+
+class RawJSON:
+    """A result given as exact JSON text, carried unchanged (e.g. ``1.000000000000000000001``).
+
+    The supervisor still validates the text against the result rules.
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str | bytes) -> None:
+        self.text = text.decode() if isinstance(text, bytes) else text
+
+
+@dataclass(slots=True)
+class Execution:
+    """What a handler knows about the attempt it runs. No secrets, no worker identity.
+
+    ``deadline_at_ms`` is the task's total deadline in wall-clock milliseconds (informational:
+    the supervisor enforces leases and kills the process regardless). ``epoch`` is the
+    fencing token to pass to resources that can refuse stale writers; ``task_id`` (not the
+    attempt ID) is the idempotency key for effects.
+    """
+
+    task_id: str
+    attempt_id: str
+    epoch: int
+    attempt_number: int
+    capability: Capability
+    payload: Any
+    deadline_at_ms: int
+    idempotency: str
+    _cancel_check: Callable[[], bool] = field(default=lambda: False, repr=False)
+
+    def cancelled(self) -> bool:
+        """True once the supervisor asked this attempt to stop.
+
+        Cooperation is a courtesy: the supervisor SIGKILLs the process when the lease is lost
+        whether or not the handler checked. A long loop may call this to stop early.
+        """
+        return self._cancel_check()

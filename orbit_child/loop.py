@@ -1,0 +1,220 @@
+"""The child's frame loop: one task at a time, frames over one stream socket.
+
+Frames (orbit_supervisor.framing), every one carrying ``g``, the child's generation:
+
+    parent → child   run {a, task_id, epoch, attempt_number, capability, payload,
+                          deadline_at_ms, idempotency}
+                     cancel {a}        cooperative stop request for the running attempt
+                     exit              leave the loop (recycling)
+    child → parent   ready {pid}
+                     done {a, outcome, code, retryable, result_json, details_json,
+                           cpu_ms, peak_rss_bytes}
+
+The loop never lets handler exception text out: tracebacks go to stderr (the worker's local
+log) only. Processes a handler started are killed when its attempt ends.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from orbit_supervisor.framing import FrameDecoder, FrameError, recv_frame, send_frame
+from orbit_supervisor.procutil import descendant_pids, kill_pid
+from orbit_wire.errors import ValueRejected
+from orbit_wire.model import Capability, Outcome, UnknownCode
+
+from .api import Execution, Handler, WorkerFailure
+from .results import encode_json_value
+
+__all__ = ["ChildLoop"]
+
+Triple = tuple[str, str, str]
+
+
+class ChildLoop:
+    """Serves run frames on ``sock`` until EOF or an exit frame, then ends the process."""
+
+    def __init__(self, sock: socket.socket, generation: int,
+                 handlers: Mapping[Triple, Handler]) -> None:
+        self._sock = sock
+        self._gen = generation
+        self._handlers = handlers
+        self._decoder = FrameDecoder()
+        self._pending: list[dict[str, Any]] = []
+        self._pid = os.getpid()
+        self._running: str | None = None
+        self._cancel_requested = False
+        self._runner: Any = None  # asyncio.Runner, made on the first async handler
+
+    def serve(self) -> NoReturn:
+        send_frame(self._sock, {"t": "ready", "g": self._gen, "pid": self._pid})
+        while True:
+            try:
+                frame = recv_frame(self._sock, self._decoder, self._pending)
+            except (OSError, FrameError) as exc:
+                _log(f"child {self._pid}: control stream broken: {exc}")
+                os._exit(3)
+            if frame is None:
+                os._exit(0)
+            if frame.get("g") != self._gen:
+                _log(f"child {self._pid}: ignored a frame for generation {frame.get('g')!r}")
+                continue
+            kind = frame.get("t")
+            if kind == "run":
+                self._serve_run(frame)
+            elif kind == "exit":
+                os._exit(0)
+            # A cancel for an attempt that already finished needs no answer.
+
+    # ----------------------------------------------------------------------------- one task
+
+    def _serve_run(self, frame: dict[str, Any]) -> None:
+        attempt_id = str(frame.get("a"))
+        self._running = attempt_id
+        self._cancel_requested = False
+        before = _cpu_seconds()
+        try:
+            answer = self._run(frame)
+        finally:
+            if os.getpid() != self._pid:
+                # A handler forked and its copy returned here; only the real child may answer.
+                os._exit(0)
+            self._running = None
+            _kill_descendants(self._pid)
+        answer.update(
+            t="done", g=self._gen, a=attempt_id,
+            cpu_ms=int((_cpu_seconds() - before) * 1000),
+            peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        )
+        send_frame(self._sock, answer)
+
+    def _run(self, frame: dict[str, Any]) -> dict[str, Any]:
+        try:
+            cap = frame["capability"]
+            triple: Triple = (str(cap[0]), str(cap[1]), str(cap[2]))
+            handler = self._handlers.get(triple)
+            if handler is None:
+                _log(f"attempt {frame.get('a')}: no handler registered for {'/'.join(triple)}")
+                return _unknown(UnknownCode.HANDLER_ERROR)
+            execution = Execution(
+                task_id=str(frame["task_id"]), attempt_id=str(frame["a"]),
+                epoch=int(frame["epoch"]), attempt_number=int(frame["attempt_number"]),
+                capability=Capability(*triple), payload=frame.get("payload"),
+                deadline_at_ms=int(frame["deadline_at_ms"]),
+                idempotency=str(frame["idempotency"]), _cancel_check=self._cancelled,
+            )
+        except (KeyError, IndexError, TypeError, ValueError):
+            _log(f"child {self._pid}: malformed run frame")
+            return _unknown(UnknownCode.HANDLER_ERROR)
+        try:
+            value = self._call(handler, execution)
+        except WorkerFailure as failure:
+            return _failure_answer(failure, execution.attempt_id)
+        except BaseException:
+            _log(f"attempt {execution.attempt_id}: handler {handler.capability} raised:\n"
+                 + traceback.format_exc())
+            return _unknown(UnknownCode.HANDLER_ERROR)
+        try:
+            text = encode_json_value(value)
+        except ValueRejected as exc:
+            _log(f"attempt {execution.attempt_id}: invalid result ({exc.code}): {exc.message}")
+            return _unknown(UnknownCode.INVALID_HANDLER_RESULT)
+        return {"outcome": Outcome.SUCCEEDED.value, "result_json": text}
+
+    def _call(self, handler: Handler, execution: Execution) -> Any:
+        value = handler.fn(execution)
+        if inspect.isawaitable(value):
+            if self._runner is None:
+                import asyncio  # only children that serve async handlers pay for a loop
+
+                self._runner = asyncio.Runner()
+            value = self._runner.run(_await(value))
+        return value
+
+    # ----------------------------------------------------------------------------- cancel
+
+    def _cancelled(self) -> bool:
+        """Non-blocking look at the socket for a cancel frame for the running attempt."""
+        if self._cancel_requested:
+            return True
+        try:
+            poller = select.poll()
+            poller.register(self._sock, select.POLLIN)
+            while poller.poll(0):
+                data = self._sock.recv(256 * 1024)
+                if not data:  # the parent is gone; it kills us anyway
+                    self._cancel_requested = True
+                    break
+                self._pending.extend(self._decoder.feed(data))
+        except (OSError, FrameError):
+            self._cancel_requested = True
+        for frame in self._pending:
+            if (frame.get("t") == "cancel" and frame.get("g") == self._gen
+                    and frame.get("a") == self._running):
+                self._cancel_requested = True
+        return self._cancel_requested
+
+
+async def _await(value: Any) -> Any:
+    return await value
+
+
+def _failure_answer(failure: WorkerFailure, attempt_id: str) -> dict[str, Any]:
+    if not failure.code_is_valid or not isinstance(failure.retryable, bool):
+        _log(f"attempt {attempt_id}: WorkerFailure with an invalid code or retryable flag")
+        return _unknown(UnknownCode.HANDLER_ERROR)
+    if not isinstance(failure.details, dict):
+        _log(f"attempt {attempt_id}: WorkerFailure details must be a JSON object")
+        return _unknown(UnknownCode.HANDLER_ERROR)
+    try:
+        details = encode_json_value(failure.details, what="details")
+    except ValueRejected as exc:
+        _log(f"attempt {attempt_id}: WorkerFailure details rejected ({exc.code}): {exc.message}")
+        return _unknown(UnknownCode.HANDLER_ERROR)
+    return {"outcome": Outcome.FAILED.value, "code": failure.code,
+            "retryable": failure.retryable, "details_json": details}
+
+
+def _unknown(code: UnknownCode) -> dict[str, Any]:
+    return {"outcome": Outcome.UNKNOWN.value, "code": code.value}
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _kill_descendants(pid: int) -> None:
+    """Kill what the attempt started and reap what we can without blocking.
+
+    The child is a subreaper, so even double-forked processes are still below it here.
+    """
+    for victim in descendant_pids(pid):
+        kill_pid(victim, signal.SIGKILL)
+    reap_zombies()
+
+
+def reap_zombies() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _log(message: str) -> None:
+    try:
+        sys.stderr.write(f"orbit-child: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,110 @@
+"""Loading and validating a ``MODULE:ATTR`` handler spec.
+
+``load_handlers`` runs in the template process only (the supervisor never imports handler
+code). Every rejection is a ``HandlerSpecError`` with a one-line message for the CLI.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.limits import MAX_CAPABILITIES, MAX_NAME_LEN
+
+from .api import Handler
+
+__all__ = ["HandlerSpecError", "load_handlers", "parse_spec", "validate_handlers"]
+
+_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_NAME_RE = re.compile(rf"[A-Za-z0-9._:/-]{{1,{MAX_NAME_LEN}}}")
+
+
+class HandlerSpecError(OrbitError):
+    """A bad MODULE:ATTR: malformed, not importable, or a handler list that breaks the rules.
+
+    The message is one line, fit for the CLI; it never holds a traceback.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.BAD_REQUEST, message)
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """Split ``MODULE:ATTR``; raise HandlerSpecError if it is not of that form."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not _MODULE_RE.fullmatch(module) or not _MODULE_RE.fullmatch(attr):
+        raise HandlerSpecError(
+            f"handler spec {spec!r} must look like MODULE:ATTR (e.g. app.tasks:handlers)"
+        )
+    return module, attr
+
+
+def load_handlers(spec: str) -> tuple[Handler, ...]:
+    """Import the module once, resolve the attribute and validate the handler list."""
+    module_name, attr = parse_spec(spec)
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise HandlerSpecError(
+            f"cannot import module {module_name!r}: {type(exc).__name__}: {_one_line(exc)}"
+        ) from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise HandlerSpecError(f"module {module_name!r} has no attribute {attr!r}") from None
+        except Exception as exc:  # a property that raises
+            raise HandlerSpecError(
+                f"reading {spec!r} failed: {type(exc).__name__}: {_one_line(exc)}"
+            ) from None
+    return validate_handlers(obj, spec)
+
+
+def validate_handlers(obj: Any, spec: str = "handlers") -> tuple[Handler, ...]:
+    """Accept a list/tuple of Handler or an object with a ``handlers`` list/tuple."""
+    items = obj
+    if not isinstance(items, list | tuple):
+        items = getattr(obj, "handlers", None)
+        if callable(items) and not isinstance(items, list | tuple):
+            items = None
+    if not isinstance(items, list | tuple):
+        raise HandlerSpecError(
+            f"{spec} is a {type(obj).__name__}; expected a list of Handler or an object "
+            "with a 'handlers' list"
+        )
+    if not items:
+        raise HandlerSpecError(f"{spec} holds no handlers")
+    if len(items) > MAX_CAPABILITIES:
+        raise HandlerSpecError(
+            f"{spec} holds {len(items)} handlers; at most {MAX_CAPABILITIES} capabilities"
+        )
+    seen: set[tuple[str, str, str]] = set()
+    for index, item in enumerate(items):
+        if not isinstance(item, Handler):
+            raise HandlerSpecError(
+                f"{spec}[{index}] is a {type(item).__name__}, not an orbit_child.Handler"
+            )
+        for field_name in ("handler", "handler_version", "payload_version"):
+            value = getattr(item, field_name)
+            if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+                raise HandlerSpecError(
+                    f"{spec}[{index}].{field_name} must be 1-{MAX_NAME_LEN} characters of "
+                    "[A-Za-z0-9._:/-]"
+                )
+        if not callable(item.fn):
+            raise HandlerSpecError(f"{spec}[{index}] ({item.capability}) has a non-callable fn")
+        triple = (item.handler, item.handler_version, item.payload_version)
+        if triple in seen:
+            raise HandlerSpecError(f"{spec} registers {item.capability} twice")
+        seen.add(triple)
+    return tuple(items)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] if text else "(no message)"

@@ -1,0 +1,284 @@
+"""The template process: imports the handler module once and forks children on request.
+
+Started by the supervisor's pool as
+``python -m orbit_child.template MODULE:ATTR --control-fd N --parent-pid P --sys-path JSON``.
+It is single-threaded with no event loop, so forking it is safe. Control messages are one
+orjson object per SOCK_SEQPACKET packet:
+
+    template → parent  caps {caps: [[handler, handler_version, payload_version], ...]}
+                       spec_error {message}                      (then exits with status 2)
+                       forked {g, pid}
+                       reaped {g, pid, exit_code | signal, cpu_ms, peak_rss_bytes}
+    parent → template  fork {g}  + one socket via SCM_RIGHTS   (the child's end)
+                       exit                                       (kill everything, leave)
+
+Safety net: the template is a child subreaper and asks for SIGTERM when the supervisor dies
+(even by SIGKILL); then, or when the control socket closes, it SIGKILLs every child's process
+group and every process re-parented to it, reaps them, and exits. Children get SIGKILL if
+the template itself dies. Processes re-parented to the template while it runs belong to
+children that already died (children are subreapers themselves), so they are killed at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from types import FrameType
+from typing import Any, NoReturn
+
+import orjson
+
+from orbit_supervisor.procutil import (
+    child_pids,
+    descendant_pids,
+    kill_pid,
+    killpg,
+    set_child_subreaper,
+    set_parent_death_signal,
+)
+
+from .api import Handler
+from .loop import ChildLoop
+from .registry import HandlerSpecError, load_handlers
+
+_SHUTDOWN_BUDGET_S = 3.0
+
+
+class Template:
+    def __init__(self, ctl: socket.socket, handlers: tuple[Handler, ...]) -> None:
+        self._ctl = ctl
+        self._handlers = {
+            (h.handler, h.handler_version, h.payload_version): h for h in handlers
+        }
+        self._children: dict[int, int] = {}  # pid -> generation
+        self._wake_r, self._wake_w = os.pipe()
+        self._pgrp = os.getpgrp()
+        self._pid = os.getpid()
+
+    # -------------------------------------------------------------------------------- loop
+
+    def serve(self) -> NoReturn:
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, _noop)
+        poller = select.poll()
+        poller.register(self._ctl, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:
+                continue
+            for fd, _mask in events:
+                if fd == self._wake_r:
+                    _drain(self._wake_r)
+                    self._reap()
+                else:
+                    self._on_control()
+
+    def _on_control(self) -> None:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self._ctl, 65536, 4)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.shutdown(0)
+        if not data:
+            self.shutdown(0)  # the supervisor closed its end: nothing may outlive it
+        try:
+            msg = orjson.loads(data)
+            kind = msg.get("t")
+        except (orjson.JSONDecodeError, AttributeError):
+            _log("template: ignored a malformed control message")
+            for fd in fds:
+                os.close(fd)
+            return
+        if kind == "fork" and len(fds) == 1:
+            self._fork(int(msg["g"]), fds[0])
+            return
+        for fd in fds:
+            os.close(fd)
+        if kind == "exit":
+            self.shutdown(0)
+        _log(f"template: ignored control message {kind!r}")
+
+    def _fork(self, generation: int, child_fd: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            self._become_child(generation, child_fd)
+        # Both sides call setpgid so the group exists before the parent learns the pid.
+        # OSError: the child already did it, or already died (then a reap report follows).
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        os.close(child_fd)
+        self._children[pid] = generation
+        if not self._send({"t": "forked", "g": generation, "pid": pid}):
+            self.shutdown(0)
+
+    def _become_child(self, generation: int, child_fd: int) -> NoReturn:
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.setpgid(0, 0)
+            set_parent_death_signal(signal.SIGKILL)
+            if os.getppid() != self._pid:
+                os._exit(1)  # the template died between fork and prctl
+            set_child_subreaper()
+            self._ctl.detach()  # its descriptor is closed below; the object must not reuse it
+            from orbit_supervisor.procutil import close_fds_except
+
+            close_fds_except({child_fd})
+            sock = socket.socket(fileno=child_fd)
+            sock.setblocking(True)
+            ChildLoop(sock, generation, self._handlers).serve()
+        except BaseException:
+            _log("child: failed to start:\n" + traceback.format_exc())
+            os._exit(70)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if not self._report_reap(pid, status, usage):
+                self.shutdown(0)
+        self._kill_orphans()
+
+    def _report_reap(self, pid: int, status: int, usage: Any) -> bool:
+        """Tell the parent a child is gone; False if the control socket is broken."""
+        generation = self._children.pop(pid, None)
+        if generation is None:
+            return True  # an orphan we killed, or one that exited on its own
+        report: dict[str, Any] = {
+            "t": "reaped", "g": generation, "pid": pid,
+            "cpu_ms": int((usage.ru_utime + usage.ru_stime) * 1000),
+            "peak_rss_bytes": usage.ru_maxrss * 1024,
+        }
+        if os.WIFSIGNALED(status):
+            report["signal"] = os.WTERMSIG(status)
+        else:
+            report["exit_code"] = os.waitstatus_to_exitcode(status)
+        return self._send(report)
+
+    def _kill_orphans(self) -> None:
+        """Kill processes re-parented to us: their child died, so their attempt is over."""
+        for pid in child_pids(self._pid):
+            if pid in self._children:
+                continue
+            try:
+                pgid = os.getpgid(pid)
+            except OSError:
+                continue
+            for victim in descendant_pids(pid):
+                kill_pid(victim)
+            if pgid not in (self._pgrp, self._pid) and pgid not in self._children:
+                killpg(pgid)
+            kill_pid(pid)
+
+    def _send(self, msg: dict[str, Any]) -> bool:
+        try:
+            self._ctl.send(orjson.dumps(msg))
+        except OSError:
+            return False
+        return True
+
+    # ---------------------------------------------------------------------------- shutdown
+
+    def shutdown(self, status: int) -> NoReturn:
+        """SIGKILL every child group and every descendant, reap for a bounded time, exit."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for pid in list(self._children):
+            killpg(pid)
+        deadline = time.monotonic() + _SHUTDOWN_BUDGET_S
+        while time.monotonic() < deadline:
+            for pid in descendant_pids(self._pid):
+                kill_pid(pid)
+            try:
+                while True:
+                    pid, status, usage = os.wait4(-1, os.WNOHANG)
+                    if pid == 0:
+                        break
+                    self._report_reap(pid, status, usage)  # best effort: the parent may be gone
+            except ChildProcessError:
+                break
+            if not child_pids(self._pid):
+                break
+            time.sleep(0.005)
+        os._exit(status)
+
+
+def _noop(_sig: int, _frame: FrameType | None) -> None:
+    """SIGCHLD only needs to wake the poll loop through the wakeup fd."""
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _log(message: str) -> None:
+    try:
+        sys.stderr.write(f"orbit-template: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    parser = argparse.ArgumentParser(prog="orbit_child.template")
+    parser.add_argument("spec")
+    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--sys-path", default="[]")
+    args = parser.parse_args(argv)
+
+    # Terminal Ctrl-C is the supervisor's to handle (it drains); the template must not die of it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_parent_death_signal(signal.SIGTERM)
+    set_child_subreaper()
+    ctl = socket.socket(fileno=args.control_fd)
+    ctl.setblocking(True)
+    template_holder: list[Template] = []
+
+    def on_parent_death(_sig: int, _frame: FrameType | None) -> None:
+        if template_holder:
+            template_holder[0].shutdown(0)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, on_parent_death)
+    if os.getppid() != args.parent_pid:
+        os._exit(0)  # the supervisor died before the death signal was armed
+
+    extra = [p for p in orjson.loads(args.sys_path) if isinstance(p, str)]
+    sys.path[:0] = [p for p in extra if p not in sys.path]
+    try:
+        handlers = load_handlers(args.spec)
+    except HandlerSpecError as exc:
+        ctl.send(orjson.dumps({"t": "spec_error", "message": exc.message}))
+        os._exit(2)
+    ctl.send(orjson.dumps({"t": "caps", "caps": [
+        [h.handler, h.handler_version, h.payload_version] for h in handlers
+    ]}))
+    template = Template(ctl, handlers)
+    template_holder.append(template)
+    template.serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,841 @@
+"""ChildPool: the supervisor's pool of handler processes (contract: briefs/pool-interface.md).
+
+Shape:
+
+    supervisor (this module, asyncio)
+      ├── control socket (SOCK_SEQPACKET) ── template (python -m orbit_child.template)
+      │                                        ├── child g=1  (own process group, subreaper)
+      │                                        ├── child g=2
+      └── one stream socket per child ─────────┘  ...
+
+The parent never imports handler code; the template does, once, and forks children on
+request. The parent creates each child's socketpair and hands one end to the template with
+SCM_RIGHTS. Every frame carries the child's generation; a frame with another generation is
+logged and ignored, and a result for an attempt that was already killed is dropped.
+
+``kill`` signals the child's process group synchronously (then known descendants that left
+it); the pending ``execute`` returns when the template reports the reap, so the outcome
+carries the exit status and the rusage figures. A fresh child replaces every dead one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import logging
+import os
+import re
+import socket
+import sys
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import psutil
+
+from orbit_child.registry import HandlerSpecError
+from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
+from orbit_wire.frames import Report
+from orbit_wire.jsonvalue import check_text
+from orbit_wire.limits import MAX_CODE_LEN
+from orbit_wire.model import Capability, Outcome, UnknownCode
+
+from . import procutil
+from .framing import FrameDecoder, FrameError, encode_frame
+
+__all__ = [
+    "ChildOutcome",
+    "ChildPool",
+    "ExecutionRequest",
+    "HandlerSpecError",
+    "PoolClosed",
+    "PoolStats",
+]
+
+_CODE_RE = re.compile(rf"[A-Z][A-Z0-9_]{{0,{MAX_CODE_LEN - 1}}}")
+_TEMPLATE_START_TIMEOUT_S = 60.0
+_CHILD_START_TIMEOUT_S = 30.0
+_GRACEFUL_EXIT_S = 2.0  # a recycled child that does not leave by then is killed
+_REAP_TIMEOUT_S = 5.0  # a kill whose reap is never reported still ends execute()
+_TEMPLATE_EXIT_S = 5.0
+_MAX_RESPAWN_DELAY_S = 5.0
+
+
+class PoolClosed(OrbitError):
+    """The pool was closed (or its template died) while a caller waited for a child."""
+
+    def __init__(self, message: str = "the child pool is closed") -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, message, retryable=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRequest:
+    attempt_id: str
+    task_id: str
+    epoch: int
+    attempt_number: int
+    capability: Capability
+    payload: Any  # parsed JSON value
+    deadline_at_ms: int  # task total deadline (wall ms), informational for the handler
+    idempotency: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    outcome: Outcome
+    code: str | None
+    retryable: bool
+    result_json: str | None  # exact JSON text, validated in the parent (SUCCEEDED only)
+    details_json: str | None  # JSON text, "{}" when empty (FAILED only)
+    report: Report
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    spawned: int
+    killed: dict[str, int]
+    recycled: int
+    crashed: int
+    replacing: int
+    idle: int
+    busy: int
+
+
+class _State(enum.Enum):
+    SPAWNING = "spawning"  # fork requested; waiting for the pid and the child's ready frame
+    IDLE = "idle"
+    BUSY = "busy"  # handed to an execute() call (running, or about to)
+    KILLING = "killing"  # signalled; waiting for the template's reap report
+    EXITING = "exiting"  # asked to leave (recycling); waiting for the reap report
+    CLOSED = "closed"
+
+
+_REPLACING = frozenset({_State.SPAWNING, _State.KILLING, _State.EXITING})
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One place in the pool; its child changes, identified by the generation."""
+
+    index: int
+    state: _State = _State.CLOSED
+    generation: int = 0
+    sock: socket.socket | None = None
+    decoder: FrameDecoder = field(default_factory=FrameDecoder)
+    pid: int | None = None
+    ready: bool = False
+    eof: bool = False
+    tasks: int = 0
+    attempt_id: str | None = None
+    future: asyncio.Future[ChildOutcome] | None = None
+    kill_reason: str | None = None
+    kill_code: str | None = None
+    tracked: dict[int, psutil.Process] = field(default_factory=dict)
+    watcher: asyncio.Task[None] | None = None
+    timer: asyncio.TimerHandle | None = None
+    startup_failures: int = 0
+    ready_event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ChildPool:
+    """A fixed number of child processes running handlers from one MODULE:ATTR spec."""
+
+    def __init__(self, handlers: str, size: int, *, max_tasks_per_child: int | None = None,
+                 max_memory_bytes: int | None = None, memory_check_interval: float = 0.05,
+                 logger: logging.Logger | None = None) -> None:
+        if size < 1:
+            raise ValueError("size must be at least 1")
+        if max_tasks_per_child is not None and max_tasks_per_child < 1:
+            raise ValueError("max_tasks_per_child must be at least 1")
+        if max_memory_bytes is not None and max_memory_bytes < 1:
+            raise ValueError("max_memory_bytes must be positive")
+        if memory_check_interval <= 0:
+            raise ValueError("memory_check_interval must be positive")
+        self._spec = handlers
+        self._size = size
+        self._max_tasks = max_tasks_per_child
+        self._max_memory = max_memory_bytes
+        self._interval = memory_check_interval
+        self._log = logger or logging.getLogger("orbit.pool")
+        self._slots = [_Slot(i) for i in range(size)]
+        self._by_gen: dict[int, _Slot] = {}
+        self._by_attempt: dict[str, _Slot] = {}
+        self._idle: deque[_Slot] = deque()
+        self._waiters: deque[asyncio.Future[_Slot]] = deque()
+        self._generations = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._ctl: socket.socket | None = None
+        self._ctl_out: deque[tuple[bytes, list[int]]] = deque()
+        self._caps: asyncio.Future[tuple[Capability, ...]] | None = None
+        self._started = False
+        self._closing = False
+        self._closed = False
+        self._spawned = 0
+        self._killed: dict[str, int] = {}
+        self._recycled = 0
+        self._crashed = 0
+
+    # ------------------------------------------------------------------------ public API
+
+    async def start(self) -> tuple[Capability, ...]:
+        """Start the template, validate the handler list, fork ``size`` children.
+
+        Raises HandlerSpecError on a bad spec. Await from the main thread's loop: the
+        template's parent-death signal follows the thread that spawned it.
+        """
+        if self._started:
+            raise RuntimeError("ChildPool.start() may be called once")
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        try:
+            caps = await self._start_template()
+            for slot in self._slots:
+                self._spawn(slot)
+            async with asyncio.timeout(_CHILD_START_TIMEOUT_S):
+                for slot in self._slots:
+                    await slot.ready_event.wait()
+        except BaseException:
+            await self.close()
+            raise
+        return caps
+
+    async def execute(self, request: ExecutionRequest) -> ChildOutcome:
+        """Run ``request`` on a ready child and return its outcome (see the module doc).
+
+        Raises PoolClosed if the pool closes while waiting for a child, and ValueRejected if
+        the request cannot be framed. Cancelling the call kills the child running it.
+        """
+        slot = await self._acquire()
+        loop = self._require_loop()
+        future: asyncio.Future[ChildOutcome] = loop.create_future()
+        slot.attempt_id = request.attempt_id
+        slot.future = future
+        slot.kill_reason = slot.kill_code = None
+        self._by_attempt[request.attempt_id] = slot
+        try:
+            data = encode_frame({
+                "t": "run", "g": slot.generation, "a": request.attempt_id,
+                "task_id": request.task_id, "epoch": request.epoch,
+                "attempt_number": request.attempt_number,
+                "capability": [request.capability.handler, request.capability.handler_version,
+                               request.capability.payload_version],
+                "payload": request.payload, "deadline_at_ms": request.deadline_at_ms,
+                "idempotency": str(request.idempotency),
+            })
+        except (FrameError, TypeError) as exc:
+            self._finish_attempt(slot)
+            self._release(slot)
+            raise ValueRejected(ErrorCode.PAYLOAD_TOO_LARGE, f"request cannot be framed: {exc}"
+                                ) from None
+        try:
+            assert slot.sock is not None
+            await loop.sock_sendall(slot.sock, data)
+        except OSError as exc:
+            # The child died under us; its reap report (or the EOF kill) ends the future.
+            self._log.warning("sending attempt %s to child %s failed: %s",
+                              request.attempt_id, slot.pid, exc)
+            self._on_child_eof(slot)
+        if self._max_memory is not None and not future.done():
+            slot.watcher = loop.create_task(self._watch_memory(slot, slot.generation,
+                                                               request.attempt_id))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if slot.attempt_id == request.attempt_id and slot.state is _State.BUSY:
+                self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
+            raise
+
+    def kill(self, attempt_id: str, reason: str, *, code: str = "LEASE_LOST") -> bool:
+        """SIGKILL the process group (then known descendants) of the child running
+        ``attempt_id``, synchronously. Its execute() returns UNKNOWN with ``code`` and
+        report.kill_reason = ``reason``. False if no child runs that attempt now."""
+        if not _CODE_RE.fullmatch(reason) or not _CODE_RE.fullmatch(code):
+            raise ValueError("kill reason and code must match [A-Z][A-Z0-9_]*")
+        slot = self._by_attempt.get(attempt_id)
+        if slot is None or slot.state is not _State.BUSY or slot.attempt_id != attempt_id:
+            return False
+        self._kill_slot(slot, reason, code)
+        return True
+
+    def cancel(self, attempt_id: str) -> bool:
+        """Ask the handler of ``attempt_id`` to stop (its Execution.cancelled() turns true).
+
+        Cooperative only; it never replaces kill(). False if no child runs that attempt.
+        """
+        slot = self._by_attempt.get(attempt_id)
+        if slot is None or slot.state is not _State.BUSY or slot.sock is None:
+            return False
+        try:
+            slot.sock.send(encode_frame({"t": "cancel", "g": slot.generation, "a": attempt_id}))
+        except OSError:
+            return False
+        return True
+
+    def stats(self) -> PoolStats:
+        counts = {state: 0 for state in _State}
+        for slot in self._slots:
+            counts[slot.state] += 1
+        return PoolStats(
+            spawned=self._spawned, killed=dict(self._killed), recycled=self._recycled,
+            crashed=self._crashed, replacing=sum(counts[s] for s in _REPLACING),
+            idle=counts[_State.IDLE], busy=counts[_State.BUSY],
+        )
+
+    @property
+    def replacing(self) -> int:
+        return sum(1 for slot in self._slots if slot.state in _REPLACING)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def template_pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def child_pids(self) -> dict[int, int]:
+        """Generation -> pid of every child the pool believes alive (for tests and tools)."""
+        return {s.generation: s.pid for s in self._slots if s.pid is not None
+                and s.state is not _State.CLOSED}
+
+    async def close(self, *, kill: bool = True) -> None:
+        """Kill all children and the template, reap them, close sockets. Idempotent.
+
+        With ``kill=False`` running executions are allowed to finish first (the caller
+        bounds that wait, e.g. with asyncio.timeout, and may call close() again).
+        """
+        if self._closed:
+            return
+        if not kill:
+            busy = [s.future for s in self._slots if s.future is not None and not s.future.done()]
+            if busy:
+                await asyncio.gather(*(asyncio.shield(f) for f in busy), return_exceptions=True)
+        if self._closed:
+            return
+        self._closing = True
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(PoolClosed())
+        self._waiters.clear()
+        for slot in self._slots:
+            if slot.state is _State.BUSY and slot.future is not None:
+                self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
+            elif slot.pid is not None:
+                procutil.killpg(slot.pid)
+        self._send_ctl({"t": "exit"})
+        if self._proc is not None:
+            try:
+                async with asyncio.timeout(_TEMPLATE_EXIT_S):
+                    await self._proc.wait()
+            except TimeoutError:
+                self._log.error("template %s did not exit; killing it", self._proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    self._proc.kill()
+                await self._proc.wait()
+        self._drain_ctl()  # the last reap reports
+        self._closed = True
+        for slot in self._slots:
+            self._retire(slot)
+            self._end_future(slot, None)
+            slot.state = _State.CLOSED
+        self._close_ctl()
+
+    # ---------------------------------------------------------------------------- template
+
+    async def _start_template(self) -> tuple[Capability, ...]:
+        loop = self._require_loop()
+        parent_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sys_path = [os.getcwd(), *[p for p in sys.path if p]]
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "orbit_child.template", self._spec,
+                "--control-fd", str(template_end.fileno()),
+                "--parent-pid", str(os.getpid()),
+                "--sys-path", orjson.dumps(sys_path).decode(),
+                stdin=asyncio.subprocess.DEVNULL, pass_fds=(template_end.fileno(),),
+            )
+        finally:
+            template_end.close()
+        parent_end.setblocking(False)
+        self._ctl = parent_end
+        self._caps = loop.create_future()
+        loop.add_reader(parent_end.fileno(), self._on_ctl_readable)
+        try:
+            async with asyncio.timeout(_TEMPLATE_START_TIMEOUT_S):
+                return await self._caps
+        except TimeoutError:
+            raise HandlerSpecError(
+                f"loading {self._spec!r} took longer than {_TEMPLATE_START_TIMEOUT_S:.0f} s"
+            ) from None
+
+    def _on_ctl_readable(self) -> None:
+        ctl = self._ctl
+        if ctl is None:
+            return
+        while True:
+            try:
+                data = ctl.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._on_template_lost()
+                return
+            try:
+                msg = orjson.loads(data)
+                self._on_ctl_message(msg)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+                self._log.error("malformed control message from the template ignored")
+
+    def _on_ctl_message(self, msg: dict[str, Any]) -> None:
+        kind = msg["t"]
+        if kind == "reaped":
+            self._on_reaped(msg)
+        elif kind == "forked":
+            slot = self._by_gen.get(int(msg["g"]))
+            if slot is None or slot.state is not _State.SPAWNING:
+                return
+            slot.pid = int(msg["pid"])
+            if slot.eof:
+                self._kill_slot(slot, None, None)
+            else:
+                self._maybe_ready(slot)
+        elif kind == "caps" and self._caps is not None and not self._caps.done():
+            caps = tuple(Capability(str(c[0]), str(c[1]), str(c[2])) for c in msg["caps"])
+            self._caps.set_result(caps)
+        elif kind == "spec_error" and self._caps is not None and not self._caps.done():
+            self._caps.set_exception(HandlerSpecError(str(msg["message"])))
+
+    def _on_template_lost(self) -> None:
+        self._close_ctl()
+        if self._caps is not None and not self._caps.done():
+            self._caps.set_exception(HandlerSpecError(
+                f"the handler template for {self._spec!r} exited before reporting its handlers"
+            ))
+        if self._closing:
+            return
+        # Children die with the template (PR_SET_PDEATHSIG); no replacement can be forked.
+        self._log.error("the handler template exited; the child pool is unusable")
+        self._closing = True
+        for slot in self._slots:
+            if slot.pid is not None:
+                procutil.killpg(slot.pid)
+            self._retire(slot)
+            self._end_future(slot, None, default_reason="TEMPLATE_LOST")
+            slot.state = _State.CLOSED
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(PoolClosed("the handler template exited"))
+        self._waiters.clear()
+
+    def _drain_ctl(self) -> None:
+        if self._ctl is not None:
+            self._on_ctl_readable()
+
+    def _close_ctl(self) -> None:
+        if self._ctl is None:
+            return
+        loop = self._loop
+        if loop is not None:
+            loop.remove_reader(self._ctl.fileno())
+            loop.remove_writer(self._ctl.fileno())
+        for _data, fds in self._ctl_out:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._ctl_out.clear()
+        self._ctl.close()
+        self._ctl = None
+
+    def _send_ctl(self, msg: dict[str, Any], fds: list[int] | None = None) -> None:
+        """Queue a control message; fds passed along are owned (closed) by this method."""
+        if self._ctl is None:
+            for fd in fds or ():
+                os.close(fd)
+            return
+        self._ctl_out.append((orjson.dumps(msg), fds or []))
+        self._flush_ctl()
+
+    def _flush_ctl(self) -> None:
+        ctl = self._ctl
+        if ctl is None:
+            return
+        while self._ctl_out:
+            data, fds = self._ctl_out[0]
+            try:
+                socket.send_fds(ctl, [data], fds) if fds else ctl.send(data)
+            except BlockingIOError:
+                self._require_loop().add_writer(ctl.fileno(), self._flush_ctl)
+                return
+            except OSError as exc:
+                self._log.error("control socket failed: %s", exc)
+                self._on_template_lost()
+                return
+            self._ctl_out.popleft()
+            for fd in fds:
+                os.close(fd)
+        self._require_loop().remove_writer(ctl.fileno())
+
+    # ------------------------------------------------------------------------------ slots
+
+    def _spawn(self, slot: _Slot) -> None:
+        if self._closing:
+            slot.state = _State.CLOSED
+            return
+        loop = self._require_loop()
+        generation = next(self._generations)
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        parent_end.setblocking(False)
+        slot.state = _State.SPAWNING
+        slot.generation = generation
+        slot.sock = parent_end
+        slot.decoder = FrameDecoder()
+        slot.pid = None
+        slot.ready = slot.eof = False
+        slot.tasks = 0
+        slot.tracked = {}
+        slot.kill_reason = slot.kill_code = None
+        self._by_gen[generation] = slot
+        loop.add_reader(parent_end.fileno(), self._on_child_readable, slot, generation)
+        self._spawned += 1
+        self._send_ctl({"t": "fork", "g": generation}, [child_end.detach()])
+
+    def _maybe_ready(self, slot: _Slot) -> None:
+        if slot.state is _State.SPAWNING and slot.ready and slot.pid is not None:
+            slot.startup_failures = 0
+            slot.ready_event.set()
+            self._release(slot)
+
+    def _release(self, slot: _Slot) -> None:
+        """Hand a ready slot to the oldest waiter, or park it as idle."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                slot.state = _State.BUSY
+                waiter.set_result(slot)
+                return
+        slot.state = _State.IDLE
+        self._idle.append(slot)
+
+    async def _acquire(self) -> _Slot:
+        while True:
+            if self._closing or not self._started:
+                raise PoolClosed()
+            while self._idle:
+                slot = self._idle.popleft()
+                if slot.state is _State.IDLE:  # stale entries for replaced children are skipped
+                    slot.state = _State.BUSY
+                    return slot
+            waiter: asyncio.Future[_Slot] = self._require_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                slot = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                    self._release(waiter.result())
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+                raise
+            if slot.state is _State.BUSY and slot.attempt_id is None:
+                return slot
+
+    def _on_child_readable(self, slot: _Slot, generation: int) -> None:
+        sock = slot.sock
+        if slot.generation != generation or sock is None:
+            return
+        while True:
+            try:
+                data = sock.recv(256 * 1024)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._on_child_eof(slot)
+                return
+            try:
+                frames = slot.decoder.feed(data)
+            except FrameError as exc:
+                self._log.error("child %s sent a broken frame (%s); killing it", slot.pid, exc)
+                self._kill_slot(slot, "PROTOCOL_ERROR", UnknownCode.HANDLER_CRASHED.value)
+                return
+            for frame in frames:
+                if slot.generation != generation:
+                    return
+                self._on_child_frame(slot, frame)
+
+    def _on_child_frame(self, slot: _Slot, frame: dict[str, Any]) -> None:
+        if frame.get("g") != slot.generation:
+            self._log.warning("ignored a frame for generation %r on the child of generation %d",
+                              frame.get("g"), slot.generation)
+            return
+        kind = frame.get("t")
+        if kind == "ready" and slot.state is _State.SPAWNING:
+            slot.ready = True
+            self._maybe_ready(slot)
+        elif kind == "done":
+            if slot.state is not _State.BUSY or frame.get("a") != slot.attempt_id:
+                self._log.info("dropped a result for attempt %r: no longer running on child %s",
+                               frame.get("a"), slot.pid)
+                return
+            try:
+                outcome = self._outcome_from(slot, frame)
+            except (KeyError, TypeError, ValueError) as exc:
+                self._log.error("child %s sent a malformed result (%s); killing it",
+                                slot.pid, exc)
+                self._kill_slot(slot, "PROTOCOL_ERROR", UnknownCode.HANDLER_CRASHED.value)
+                return
+            future = slot.future
+            self._finish_attempt(slot)
+            slot.tasks += 1
+            self._after_task(slot)
+            if future is not None and not future.done():
+                future.set_result(outcome)
+        else:
+            self._log.warning("ignored a %r frame from child %s", kind, slot.pid)
+
+    def _outcome_from(self, slot: _Slot, frame: dict[str, Any]) -> ChildOutcome:
+        report = Report(child_pid=slot.pid, cpu_ms=_opt_int(frame.get("cpu_ms")),
+                        peak_rss_bytes=_opt_int(frame.get("peak_rss_bytes")))
+        outcome = Outcome(frame["outcome"])
+        attempt = slot.attempt_id
+        if outcome is Outcome.SUCCEEDED:
+            text = frame["result_json"]
+            if not isinstance(text, str):
+                raise TypeError("result_json must be text")
+            try:
+                check_text(text, what="result")
+            except ValueRejected as exc:
+                self._log.warning("attempt %s: invalid handler result (%s): %s",
+                                  attempt, exc.code.value, exc.message)
+                return ChildOutcome(Outcome.UNKNOWN, UnknownCode.INVALID_HANDLER_RESULT.value,
+                                    False, None, None, report)
+            return ChildOutcome(Outcome.SUCCEEDED, None, False, text, None, report)
+        if outcome is Outcome.FAILED:
+            code, details, retryable = frame["code"], frame["details_json"], frame["retryable"]
+            valid = (isinstance(code, str) and _CODE_RE.fullmatch(code) is not None
+                     and isinstance(retryable, bool) and isinstance(details, str))
+            if valid:
+                try:
+                    valid = isinstance(check_text(details, what="details"), dict)
+                except ValueRejected:
+                    valid = False
+            if not valid:
+                self._log.warning("attempt %s: invalid WorkerFailure from the child", attempt)
+                return ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_ERROR.value, False,
+                                    None, None, report)
+            return ChildOutcome(Outcome.FAILED, code, retryable, None, details, report)
+        code = frame.get("code")
+        if code not in (UnknownCode.HANDLER_ERROR.value,
+                        UnknownCode.INVALID_HANDLER_RESULT.value):
+            code = UnknownCode.HANDLER_ERROR.value
+        return ChildOutcome(Outcome.UNKNOWN, code, False, None, None, report)
+
+    def _after_task(self, slot: _Slot) -> None:
+        """Recycle after max tasks or over the memory limit; otherwise the slot is ready."""
+        reason = None
+        if self._max_tasks is not None and slot.tasks >= self._max_tasks:
+            reason = "max tasks"
+        elif self._max_memory is not None and slot.pid is not None:
+            rss = self._tree_rss(slot)
+            if rss is not None and rss > self._max_memory:
+                reason = f"memory {rss} bytes over the limit"
+        if reason is None:
+            self._release(slot)
+            return
+        self._log.info("recycling child %s (%s)", slot.pid, reason)
+        slot.state = _State.EXITING
+        try:
+            assert slot.sock is not None
+            slot.sock.send(encode_frame({"t": "exit", "g": slot.generation}))
+        except OSError:
+            pass  # already gone: its reap report follows
+        slot.timer = self._require_loop().call_later(
+            _GRACEFUL_EXIT_S, self._force_exit, slot, slot.generation)
+
+    def _force_exit(self, slot: _Slot, generation: int) -> None:
+        if slot.generation == generation and slot.state is _State.EXITING and slot.pid:
+            self._log.warning("recycled child %s did not exit; killing it", slot.pid)
+            procutil.killpg(slot.pid)
+
+    def _on_child_eof(self, slot: _Slot) -> None:
+        """The child's socket closed: it died, or broke its end. Make sure it is dead."""
+        if slot.sock is not None and self._loop is not None:
+            self._loop.remove_reader(slot.sock.fileno())
+        if slot.eof:
+            return
+        slot.eof = True
+        if slot.state in (_State.KILLING, _State.EXITING, _State.CLOSED):
+            return
+        if slot.pid is None:
+            return  # killed as soon as the template tells us its pid
+        self._kill_slot(slot, None, None)
+
+    def _kill_slot(self, slot: _Slot, reason: str | None, code: str | None) -> None:
+        """Signal first, bookkeeping after: nothing may delay the SIGKILL."""
+        pid = slot.pid
+        if pid is not None:
+            procutil.killpg(pid)
+            for proc in list(slot.tracked.values()):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()  # psutil refuses if the pid was reused
+            for victim in procutil.descendant_pids(pid):
+                procutil.kill_pid(victim)
+        if reason is not None:
+            self._killed[reason] = self._killed.get(reason, 0) + 1
+        slot.kill_reason = reason
+        slot.kill_code = code
+        if slot.attempt_id is not None:
+            self._by_attempt.pop(slot.attempt_id, None)
+        self._stop_watcher(slot)
+        slot.state = _State.KILLING
+        if self._loop is not None and slot.timer is None:
+            slot.timer = self._loop.call_later(_REAP_TIMEOUT_S, self._reap_overdue, slot,
+                                               slot.generation)
+
+    def _reap_overdue(self, slot: _Slot, generation: int) -> None:
+        if slot.generation != generation or slot.state is not _State.KILLING:
+            return
+        self._log.error("no reap report for child %s; replacing it anyway", slot.pid)
+        slot.timer = None
+        self._by_gen.pop(generation, None)
+        self._end_future(slot, None)
+        self._retire(slot)
+        self._respawn(slot, early_death=False)
+
+    def _on_reaped(self, msg: dict[str, Any]) -> None:
+        generation = int(msg["g"])
+        slot = self._by_gen.pop(generation, None)
+        if slot is None or slot.generation != generation:
+            return
+        exit_code = _opt_int(msg.get("exit_code"))
+        sig = _opt_int(msg.get("signal"))
+        early_death = slot.state is _State.SPAWNING
+        if slot.state is _State.EXITING:
+            self._recycled += 1
+        elif slot.kill_reason is None and not self._closing:
+            self._crashed += 1
+            self._log.warning("child %s died (exit code %s, signal %s)", slot.pid, exit_code, sig)
+        report = Report(child_pid=slot.pid, exit_code=exit_code, signal=sig,
+                        cpu_ms=_opt_int(msg.get("cpu_ms")),
+                        peak_rss_bytes=_opt_int(msg.get("peak_rss_bytes")),
+                        kill_reason=slot.kill_reason)
+        self._end_future(slot, report)
+        self._retire(slot)
+        self._respawn(slot, early_death=early_death)
+
+    def _respawn(self, slot: _Slot, *, early_death: bool) -> None:
+        if self._closing:
+            slot.state = _State.CLOSED
+            return
+        if not early_death:
+            self._spawn(slot)
+            return
+        # A child that dies before it is ready would otherwise respawn in a tight loop.
+        slot.startup_failures += 1
+        delay = min(0.05 * 2 ** (slot.startup_failures - 1), _MAX_RESPAWN_DELAY_S)
+        slot.state = _State.SPAWNING
+        self._require_loop().call_later(delay, self._spawn_if_pending, slot)
+
+    def _spawn_if_pending(self, slot: _Slot) -> None:
+        if not self._closing and slot.sock is None:
+            self._spawn(slot)
+
+    def _end_future(self, slot: _Slot, report: Report | None, *,
+                    default_reason: str = "SHUTDOWN") -> None:
+        """Resolve a pending execute() for a child that is gone."""
+        future = slot.future
+        if future is not None and not future.done():
+            reason = slot.kill_reason or (None if report is not None else default_reason)
+            code = slot.kill_code or UnknownCode.HANDLER_CRASHED.value
+            if report is None:
+                report = Report(child_pid=slot.pid, kill_reason=reason)
+            future.set_result(ChildOutcome(Outcome.UNKNOWN, code, False, None, None, report))
+        self._finish_attempt(slot)
+
+    def _finish_attempt(self, slot: _Slot) -> None:
+        if slot.attempt_id is not None and self._by_attempt.get(slot.attempt_id) is slot:
+            del self._by_attempt[slot.attempt_id]
+        slot.attempt_id = None
+        slot.future = None
+        self._stop_watcher(slot)
+
+    def _retire(self, slot: _Slot) -> None:
+        """Forget the current child of ``slot``: reader, socket, timers."""
+        if slot.timer is not None:
+            slot.timer.cancel()
+            slot.timer = None
+        self._stop_watcher(slot)
+        if slot.sock is not None:
+            if self._loop is not None:
+                self._loop.remove_reader(slot.sock.fileno())
+            slot.sock.close()
+            slot.sock = None
+        self._by_gen.pop(slot.generation, None)
+        slot.pid = None
+        slot.tracked = {}
+
+    def _stop_watcher(self, slot: _Slot) -> None:
+        watcher = slot.watcher
+        slot.watcher = None
+        if watcher is not None and watcher is not _current_task():
+            watcher.cancel()
+
+    # ----------------------------------------------------------------------------- memory
+
+    async def _watch_memory(self, slot: _Slot, generation: int, attempt_id: str) -> None:
+        """Sample the child's tree RSS while ``attempt_id`` runs; kill it over the limit."""
+        limit = self._max_memory
+        assert limit is not None
+        while slot.generation == generation and slot.attempt_id == attempt_id \
+                and slot.state is _State.BUSY:
+            rss = self._tree_rss(slot)
+            if rss is not None and rss > limit:
+                self._log.warning("attempt %s: child %s uses %d bytes, over %d; killing it",
+                                  attempt_id, slot.pid, rss, limit)
+                slot.watcher = None
+                self._kill_slot(slot, "MEMORY_LIMIT", UnknownCode.HANDLER_CRASHED.value)
+                return
+            await asyncio.sleep(self._interval)
+
+    def _tree_rss(self, slot: _Slot) -> int | None:
+        """RSS of the child plus its descendants; refreshes ``slot.tracked``."""
+        if slot.pid is None:
+            return None
+        pids = [slot.pid, *procutil.descendant_pids(slot.pid)]
+        tracked: dict[int, psutil.Process] = {}
+        total = 0
+        for pid in pids:
+            proc = slot.tracked.get(pid)
+            try:
+                if proc is None:
+                    proc = psutil.Process(pid)
+                total += proc.memory_info().rss
+            except psutil.Error:
+                continue
+            if pid != slot.pid:
+                tracked[pid] = proc
+        slot.tracked = tracked
+        return total
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("ChildPool.start() was not awaited")
+        return self._loop
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+

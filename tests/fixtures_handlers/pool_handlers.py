@@ -1,0 +1,226 @@
+"""Handlers with every behaviour the child pool must survive (tests/integration/pool).
+
+Handlers that start processes write the pids they started, one per line, to
+``payload["pid_file"]`` so the test can check with psutil that they are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import time
+from decimal import Decimal
+from typing import Any
+
+from orbit_child import Execution, Handler, RawJSON, WorkerFailure
+
+SECRET_TEXT = "s3cr3t-should-never-leave-the-child"
+IMPORTED_IN = os.getpid()  # proves the module is imported once, in the template
+
+
+def _write_pids(execution: Execution, *pids: int) -> None:
+    path = execution.payload.get("pid_file") if isinstance(execution.payload, dict) else None
+    if path:
+        with open(path, "a") as fh:
+            fh.write("".join(f"{pid}\n" for pid in pids))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _spawn_grandchildren(execution: Execution) -> None:
+    """One grandchild in the child's process group, one double-forked into its own session."""
+    same_group = subprocess.Popen(["sleep", "1000"])
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                os.execvp("sleep", ["sleep", "1001"])
+            os.write(write_end, f"{grandchild}\n".encode())
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    os.close(write_end)
+    detached = int(os.read(read_end, 64).split()[0])
+    os.close(read_end)
+    _write_pids(execution, os.getpid(), same_group.pid, detached)
+
+
+def echo(execution: Execution) -> Any:
+    return {"payload": execution.payload, "attempt_id": execution.attempt_id,
+            "task_id": execution.task_id, "epoch": execution.epoch,
+            "attempt_number": execution.attempt_number,
+            "capability": str(execution.capability), "idempotency": execution.idempotency,
+            "deadline_at_ms": execution.deadline_at_ms}
+
+
+async def async_echo(execution: Execution) -> Any:
+    await asyncio.sleep(0.01)
+    return {"async": True, "payload": execution.payload}
+
+
+def whoami(execution: Execution) -> Any:
+    return {"pid": os.getpid(), "imported_in": IMPORTED_IN}
+
+
+def sleep(execution: Execution) -> Any:
+    time.sleep(float(execution.payload.get("seconds", 0.1)))
+    return {"slept": execution.payload.get("seconds", 0.1)}
+
+
+def fail(execution: Execution) -> Any:
+    kind = execution.payload.get("kind")
+    if kind == "rejected":
+        raise WorkerFailure("OBJECT_REJECTED", details={"field": "name", "n": 1})
+    if kind == "temporary":
+        raise WorkerFailure("TEMPORARY_REJECTION", retryable=True)
+    if kind == "bad_code":
+        raise WorkerFailure("not a code")
+    if kind == "bad_details":
+        raise WorkerFailure("OBJECT_REJECTED", details={"x": float("nan")})
+    if kind == "list_details":
+        raise WorkerFailure("OBJECT_REJECTED", details=[1, 2])  # type: ignore[arg-type]
+    if kind == "value_error":
+        raise ValueError(f"database password is {SECRET_TEXT}")
+    if kind == "system_exit":
+        raise SystemExit(4)
+    raise RuntimeError("unknown kind")
+
+
+def bad_result(execution: Execution) -> Any:
+    kind = execution.payload.get("kind")
+    values: dict[str, Any] = {
+        "nan": {"x": float("nan")},
+        "inf": [float("inf")],
+        "int64_overflow": {"n": 2**63},
+        "huge_int": 2**64,
+        "none": None,
+        "too_big": {"blob": "x" * (256 * 1024)},
+        "too_deep": _nest(40),
+        "not_json": {"s": {1, 2}},
+        "raw_exact": RawJSON('{"f":1.000000000000000000001,"i":9223372036854775807}'),
+        "raw_big_int": RawJSON('{"i":12345678901234567890}'),
+        "raw_invalid": RawJSON('{"a":'),
+        "decimal": {"d": Decimal("1.000000000000000000001")},
+        "ok_max_int": {"i": 2**63 - 1, "neg": -(2**63)},
+    }
+    return values[kind]
+
+
+def _nest(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def crash(execution: Execution) -> Any:
+    kind = execution.payload.get("kind")
+    if kind == "segfault":
+        ctypes.string_at(0)
+    if kind == "exit3":
+        os._exit(3)
+    if kind == "close_socket":
+        # A handler that closes every descriptor breaks its own channel to the supervisor.
+        os.closerange(3, 4096)
+        time.sleep(30)
+    if kind == "garbage":
+        for fd in range(3, 64):
+            try:
+                os.write(fd, b"\x00\x00\x00\x05hello")
+            except OSError:
+                continue
+        time.sleep(30)
+    return {"crashed": False}
+
+
+def c_spin(execution: Execution) -> Any:
+    """Holds the GIL inside C code (catastrophic backtracking), after starting grandchildren."""
+    _spawn_grandchildren(execution)
+    re.match(r"(a*)*b", "a" * 40)
+    return {"finished": True}
+
+
+def ignores_sigterm(execution: Execution) -> Any:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _spawn_grandchildren(execution)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"finished": True}
+
+
+def blocked_read(execution: Execution) -> Any:
+    """Blocked in a syscall that never returns: a read on a pipe nobody writes."""
+    _spawn_grandchildren(execution)
+    read_end, _write_end = os.pipe()
+    os.read(read_end, 1)
+    return {"finished": True}
+
+
+def spawn_and_return(execution: Execution) -> Any:
+    """Leaves processes behind on a normal return: the attempt's end must kill them."""
+    _spawn_grandchildren(execution)
+    return {"spawned": True}
+
+
+def memory_hog(execution: Execution) -> Any:
+    size = int(execution.payload.get("mib", 300)) * 1024 * 1024
+    blob = bytearray(size)
+    for i in range(0, size, 4096):  # touch every page so it counts in RSS
+        blob[i] = 1
+    time.sleep(float(execution.payload.get("hold", 30)))
+    return {"held": len(blob)}
+
+
+def grow_then_return(execution: Execution) -> Any:
+    """Leaves the child's RSS high after the task (a leak), to test recycling between tasks."""
+    size = int(execution.payload.get("mib", 120)) * 1024 * 1024
+    blob = bytearray(size)
+    for i in range(0, size, 4096):
+        blob[i] = 1
+    _LEAK.append(blob)
+    return {"pid": os.getpid()}
+
+
+_LEAK: list[bytearray] = []
+
+
+def cooperative(execution: Execution) -> Any:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if execution.cancelled():
+            raise WorkerFailure("STOPPED_EARLY", retryable=True)
+        time.sleep(0.01)
+    return {"cancelled": False}
+
+
+def fork_and_return(execution: Execution) -> Any:
+    """The forked copy returns too; only the real child may answer."""
+    os.fork()
+    return {"pid": os.getpid()}
+
+
+handlers = [
+    Handler("echo", "1", "1", echo),
+    Handler("async_echo", "1", "1", async_echo),
+    Handler("whoami", "1", "1", whoami),
+    Handler("sleep", "1", "1", sleep),
+    Handler("fail", "1", "1", fail),
+    Handler("bad_result", "1", "1", bad_result),
+    Handler("crash", "1", "1", crash),
+    Handler("c_spin", "1", "1", c_spin),
+    Handler("ignores_sigterm", "1", "1", ignores_sigterm),
+    Handler("blocked_read", "1", "1", blocked_read),
+    Handler("spawn_and_return", "1", "1", spawn_and_return),
+    Handler("memory_hog", "1", "1", memory_hog),
+    Handler("grow_then_return", "1", "1", grow_then_return),
+    Handler("cooperative", "1", "1", cooperative),
+    Handler("fork_and_return", "1", "1", fork_and_return),
+]
