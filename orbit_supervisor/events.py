@@ -10,22 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+
+from .actions import SupervisorEvent
 
 EVENT_BUFFER = 128
 
-
-@dataclass(frozen=True, slots=True)
-class SupervisorEvent:
-    """One notification: a type, the attempt it concerns and a stable classification.
-
-    It never holds results, payloads, details or secrets.
-    """
-
-    type: str
-    task_id: str | None = None
-    attempt_id: str | None = None
-    classification: str | None = None
+__all__ = ["EVENT_BUFFER", "EventStream", "SupervisorEvent"]
 
 
 class EventStream:

@@ -1,0 +1,387 @@
+"""Supervisor: the session core, the child pool and the connection, composed in one loop.
+
+Every input (a frame, a child's outcome, the timer, stop()) is handed to the pure Session
+synchronously; the actions it returns are performed at once, in order (``_apply``), and the
+one timer is re-armed. Nothing awaits between a decision and its kill: ``pool.kill`` is
+called inside ``_apply``.
+
+Shutdown order (``_run``, top to bottom): the session says Finish → the timer stops →
+children are killed if the run failed (a clean drain has none left) → the connection is
+closed (gracefully after a drain, aborted otherwise) → connect/execution tasks are
+cancelled → the pool is closed → the event stream is closed → return or raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from orbit_client.credentials import Credentials, load_credentials
+from orbit_wire.frames import Report, Reservation, ServerFrame
+from orbit_wire.ids import new_id, new_secret
+from orbit_wire.model import Outcome, UnknownCode
+
+from .actions import (
+    Action,
+    CloseConnection,
+    Connect,
+    Emit,
+    Execute,
+    Finish,
+    Kill,
+    SendFrame,
+    SupervisorEvent,
+)
+from .connection import ConnectFailed, Connection, worker_url
+from .errors import SupervisorError, WorkerAlreadyRun
+from .events import EventStream
+from .options import SupervisorOptions
+from .pool import ChildOutcome, ChildPool, ExecutionRequest, PoolClosed, PoolStats
+from .session import Session, SessionConfig
+
+log = logging.getLogger("orbit.supervisor")
+
+_REPLACING_POLL = 0.02  # seconds between looks at the pool while a child is being replaced
+_EXECUTIONS_GRACE = 5.0  # after the pool is closed, executions end within this bound
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorStats:
+    """In-process counters (not a business success rate)."""
+
+    running: int
+    started: int
+    renewals_confirmed: int
+    reports_confirmed: int
+    evidence_confirmed: int
+    reconnects: int
+    dropped_events: int
+    children: PoolStats | None
+
+
+class Supervisor:
+    """Runs handlers from ``MODULE:ATTR`` in child processes for one queue.
+
+    ``await run()`` once; ``stop()`` drains; ``stats()`` and ``events()`` observe. The
+    identity (instance ID + secret) is made here, kept across reconnects, never shown.
+    """
+
+    def __init__(
+        self,
+        handlers: str,
+        queue_id: str,
+        credentials: Credentials | str | os.PathLike[str],
+        url: str | None = None,
+        workers: int = 4,
+        shutdown_timeout: float = 30.0,
+        reconnect_min_delay: float = 0.2,
+        reconnect_max_delay: float = 5.0,
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
+        *,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.options = SupervisorOptions(
+            queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
+            reconnect_min_delay=reconnect_min_delay, reconnect_max_delay=reconnect_max_delay,
+            max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
+        )
+        if not isinstance(credentials, Credentials):
+            credentials = load_credentials(credentials)
+        self._credentials = credentials
+        self.url = worker_url(url or credentials.url)
+        self.handlers = handlers
+        self.instance_id = new_id(int(time.time() * 1000))
+        self._instance_secret = new_secret()
+        self._log = logger or log
+        self._events = EventStream()
+        self._ran = False
+        self._session: Session | None = None
+        self._pool: ChildPool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: Connection | None = None
+        self._connect_task: asyncio.Task[None] | None = None
+        self._executions: dict[str, asyncio.Task[None]] = {}
+        self._killed_waiting: dict[str, str] = {}  # attempt -> reason, killed before a child
+        self._finished: asyncio.Future[SupervisorError | None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._replacing_seen = 0
+        self._replacing_poll: asyncio.TimerHandle | None = None
+        self._pending_stop: bool | None = None  # stop() before run() reached the loop
+        self._connect_attempts = 0
+
+    def __repr__(self) -> str:
+        return f"Supervisor(instance_id={self.instance_id!r}, url={self.url!r})"
+
+    # ------------------------------------------------------------------ public API
+
+    async def run(self) -> None:
+        """Run until drained (returns None) or failed (raises a SupervisorError).
+
+        HandlerSpecError (bad MODULE:ATTR) is raised before any connection is made.
+        """
+        if self._ran:
+            raise WorkerAlreadyRun("Supervisor.run() may be called once per instance")
+        self._ran = True
+        try:
+            await self._run()
+        finally:
+            self._events.close()
+
+    def stop(self, *, force: bool = False) -> None:
+        """Ask to drain (idempotent). ``force=True`` takes the shutdown-timeout path now.
+
+        Call from the loop's thread (or through ``loop.call_soon_threadsafe``).
+        """
+        if self._session is None or self._loop is None:
+            self._pending_stop = force or bool(self._pending_stop)
+            return
+        self._apply(self._session.request_stop(self._loop.time(), force=force))
+
+    def stats(self) -> SupervisorStats:
+        s = self._session.stats() if self._session is not None else None
+        return SupervisorStats(
+            running=s.running if s else 0, started=s.started if s else 0,
+            renewals_confirmed=s.renewals_confirmed if s else 0,
+            reports_confirmed=s.reports_confirmed if s else 0,
+            evidence_confirmed=s.evidence_confirmed if s else 0,
+            reconnects=s.reconnects if s else 0, dropped_events=self._events.dropped,
+            children=self._pool.stats() if self._pool is not None else None,
+        )
+
+    def events(self) -> AsyncIterator[SupervisorEvent]:
+        """The local event stream: 128 buffered, drops counted, ends when run() returns."""
+        return self._events.__aiter__()
+
+    # ------------------------------------------------------------------ the run
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        opts = self.options
+        pool = ChildPool(self.handlers, opts.workers,
+                         max_tasks_per_child=opts.max_tasks_per_child,
+                         max_memory_bytes=opts.max_memory_per_child, logger=self._log)
+        self._pool = pool
+        try:
+            capabilities = await pool.start()  # HandlerSpecError: before any connection
+            self._log.info("handlers ready: %s; %d children", ", ".join(map(str, capabilities)),
+                           opts.workers)
+            creds = self._credentials
+            self._session = Session(SessionConfig(
+                credential_id=creds.credential_id, credential_secret=creds.secret,
+                instance_id=self.instance_id, instance_secret=self._instance_secret,
+                queue_id=opts.queue_id, capabilities=capabilities, capacity=opts.workers,
+                shutdown_timeout=opts.shutdown_timeout,
+                reconnect_min_delay=opts.reconnect_min_delay,
+                reconnect_max_delay=opts.reconnect_max_delay,
+            ), random.random)
+            self._finished = loop.create_future()
+            self._apply(self._session.start(loop.time()))
+            if self._pending_stop is not None:
+                self.stop(force=self._pending_stop)
+            error = await self._finished
+            # --- shutdown, in this order ---
+            self._cancel_timers()
+            if error is not None:
+                await pool.close(kill=True)
+            if self._conn is not None:
+                if error is None:
+                    await self._conn.close()
+                else:
+                    self._conn.abort()
+            if self._connect_task is not None:
+                self._connect_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._connect_task
+            await self._end_executions()
+        finally:
+            self._cancel_timers()
+            await pool.close(kill=True)
+        if error is not None:
+            self._log.error("supervisor stopped: %s", error.message)
+            raise error
+        self._log.info("drained: started=%d confirmed=%d", self._session.started,
+                       self._session.reports_confirmed + self._session.evidence_confirmed)
+
+    async def _end_executions(self) -> None:
+        tasks = [t for t in self._executions.values() if not t.done()]
+        if not tasks:
+            return
+        _, still = await asyncio.wait(tasks, timeout=_EXECUTIONS_GRACE)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.wait(still, timeout=_EXECUTIONS_GRACE)
+
+    # ------------------------------------------------------------------ actions
+
+    def _apply(self, actions: list[Action]) -> None:
+        """Perform the session's actions in order, then re-arm the timer."""
+        session, loop = self._session, self._loop
+        assert session is not None and loop is not None
+        for action in actions:
+            match action:
+                case SendFrame(frame=frame):
+                    if self._conn is not None:
+                        self._conn.send(frame)
+                case Execute(reservation=res):
+                    task = loop.create_task(self._execute(res))
+                    self._executions[res.attempt_id] = task
+                case Kill(attempt_id=attempt_id, reason=reason, code=code):
+                    self._kill(attempt_id, reason, code)
+                case Emit(event=event):
+                    self._events.publish(event)
+                    self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
+                                    event.classification or "")
+                case Connect(delay=delay):
+                    self._connect_task = loop.create_task(self._connect(delay))
+                case CloseConnection(reason=reason):
+                    self._log.warning("dropping the connection: %s", reason)
+                    if self._conn is not None:
+                        self._conn.abort()
+                case Finish(error=error):
+                    if self._finished is not None and not self._finished.done():
+                        self._finished.set_result(error)
+        self._watch_replacing()
+        self._rearm()
+
+    def _kill(self, attempt_id: str, reason: str, code: str) -> None:
+        assert self._pool is not None
+        if self._pool.kill(attempt_id, reason, code=code):
+            self._log.warning("killed the child of attempt %s: %s", attempt_id, reason)
+            return
+        # No child runs it yet (still waiting for a free child) or it just finished: a
+        # waiting execution must never start, so it is cancelled before it gets a child.
+        task = self._executions.get(attempt_id)
+        if task is not None and not task.done():
+            self._killed_waiting[attempt_id] = reason
+            task.cancel()
+
+    def _rearm(self) -> None:
+        session, loop = self._session, self._loop
+        assert session is not None and loop is not None
+        when = session.next_timer()
+        if when == self._timer_at and self._timer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = when
+        if when is not None:
+            self._timer = loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        assert self._session is not None and self._loop is not None
+        self._apply(self._session.handle_timer(self._loop.time()))
+
+    def _watch_replacing(self) -> None:
+        """Tell the session how many slots are being replaced; look again while any are."""
+        pool, session, loop = self._pool, self._session, self._loop
+        if pool is None or session is None or loop is None or session.done:
+            return
+        replacing = pool.replacing
+        if replacing != self._replacing_seen:
+            self._replacing_seen = replacing
+            actions = session.set_replacing(replacing, loop.time())
+            if actions:
+                self._apply(actions)
+                return
+        if replacing and self._replacing_poll is None:
+            self._replacing_poll = loop.call_later(_REPLACING_POLL, self._replacing_tick)
+
+    def _replacing_tick(self) -> None:
+        self._replacing_poll = None
+        self._watch_replacing()
+        self._rearm()
+
+    def _cancel_timers(self) -> None:
+        for handle in (self._timer, self._replacing_poll):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._replacing_poll = None
+        self._timer_at = None
+
+    # ------------------------------------------------------------------ tasks
+
+    async def _connect(self, delay: float) -> None:
+        try:
+            await self._connect_and_read(delay)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must end the run, not hang it
+            self._log.exception("internal error in the connection task")
+            if self._finished is not None and not self._finished.done():
+                self._finished.set_result(SupervisorError(f"internal error: {exc!r}"))
+
+    async def _connect_and_read(self, delay: float) -> None:
+        session, loop = self._session, self._loop
+        assert session is not None and loop is not None
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._connect_attempts += 1
+        try:
+            conn = await Connection.open(self.url)
+        except ConnectFailed as exc:
+            self._log.warning("cannot reach %s (attempt %d): %s", self.url,
+                              self._connect_attempts, exc)
+            self._apply(session.connect_failed(loop.time(), exc.reason))
+            return
+        self._log.info("connected to %s", self.url)
+        self._conn = conn
+        self._apply(session.connected(loop.time()))
+        reason = await conn.run(self._on_frame)
+        if self._conn is conn:
+            self._conn = None
+        if not session.done:
+            self._log.warning("connection lost: %s", reason)
+        self._apply(session.connection_lost(loop.time(), reason))
+
+    def _on_frame(self, frame: ServerFrame) -> None:
+        assert self._session is not None and self._loop is not None
+        self._apply(self._session.frame_received(frame, self._loop.time()))
+
+    async def _execute(self, res: Reservation) -> None:
+        pool, session, loop = self._pool, self._session, self._loop
+        assert pool is not None and session is not None and loop is not None
+        request = ExecutionRequest(
+            attempt_id=res.attempt_id, task_id=res.task_id, epoch=res.epoch,
+            attempt_number=res.attempt_number, capability=res.capability, payload=res.payload,
+            deadline_at_ms=res.deadline_at_ms, idempotency=str(res.idempotency),
+        )
+        outcome: Any
+        try:
+            outcome = await pool.execute(request)
+        except asyncio.CancelledError:
+            reason = self._killed_waiting.pop(res.attempt_id, None)
+            if reason is None:
+                raise
+            outcome = _not_run(reason)
+        except PoolClosed:
+            outcome = _not_run("SHUTDOWN")
+        except Exception:  # never let one execution take the run down
+            self._log.exception("attempt %s could not be executed", res.attempt_id)
+            outcome = ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_CRASHED.value, False,
+                                   None, None, Report())
+        finally:
+            self._executions.pop(res.attempt_id, None)
+        if outcome.outcome is not Outcome.SUCCEEDED:
+            self._log.info("attempt %s ended %s/%s", res.attempt_id, outcome.outcome,
+                           outcome.code)
+        self._apply(session.execution_finished(res.attempt_id, outcome, loop.time()))
+
+
+def _not_run(reason: str) -> ChildOutcome:
+    """Outcome of an execution stopped before any child received it."""
+    return ChildOutcome(Outcome.UNKNOWN, UnknownCode.LEASE_LOST.value, False, None, None,
+                        Report(kill_reason=reason))

@@ -1,0 +1,188 @@
+"""``orbit-supervise [OPTIONS] MODULE:ATTR``: parse options, build a Supervisor, run it.
+
+Signals: SIGTERM or SIGINT drain; a second SIGINT takes the shutdown-timeout path at once.
+Errors found before connecting (credentials, handlers, options) print one line, no traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+import click
+import orjson
+
+from orbit_client.credentials import CredentialsFileError, load_credentials
+from orbit_wire.ids import is_id
+
+from .app import Supervisor
+from .errors import FatalSessionError, ShutdownTimeoutError, SupervisorError
+from .options import (
+    RECONNECT_MAX_DELAY_CEILING,
+    RECONNECT_MIN_DELAY_FLOOR,
+    SHUTDOWN_TIMEOUT_RANGE,
+    WORKERS_RANGE,
+    OptionError,
+    parse_size,
+)
+from .pool import HandlerSpecError
+
+EXIT_DRAINED = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_CREDENTIALS = 3
+EXIT_HANDLERS = 4
+EXIT_FATAL_SESSION = 5
+EXIT_SHUTDOWN_TIMEOUT = 6
+
+EPILOG = """\b
+Exit codes:
+  0  drained after SIGTERM/SIGINT: every result confirmed
+  1  internal error
+  2  usage: a bad option or value (the allowed range is printed)
+  3  credentials file missing, unreadable or malformed
+  4  handlers: MODULE:ATTR not importable or its handler list invalid
+  5  fatal session error: authentication, permission or protocol
+  6  shutdown timeout: children killed; unconfirmed and running counts printed
+\b
+Signals: SIGTERM or SIGINT drain; a second SIGINT stops at once (exit 6).
+An unreachable server is retried with backoff, logging each attempt.
+"""
+
+
+class _SizeType(click.ParamType[int]):
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except OptionError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": round(record.created, 3), "level": record.levelname,
+            "logger": record.name, "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(out).decode()
+
+
+def _setup_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def _fail(code: int, message: str) -> None:
+    click.echo(f"orbit-supervise: {message}", err=True)
+    sys.exit(code)
+
+
+@click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("handlers", metavar="MODULE:ATTR")
+@click.option("--url", envvar="ORBIT_URL", help="Server URL; default: the credentials file's.")
+@click.option("--credentials-file", envvar="ORBIT_CREDENTIALS_FILE", required=True,
+              type=click.Path(dir_okay=False), help="Worker credentials file (0600).")
+@click.option("--queue", "queue_id", envvar="ORBIT_QUEUE_ID",
+              help="Queue ID; default: the credentials file's only queue.")
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(*WORKERS_RANGE),
+              help="Child processes (handlers running at once).")
+@click.option("--shutdown-timeout", default=30.0, show_default=True,
+              type=click.FloatRange(*SHUTDOWN_TIMEOUT_RANGE),
+              help="Seconds for the whole wind-down, counted from the stop signal.")
+@click.option("--reconnect-min-delay", default=0.2, show_default=True,
+              type=click.FloatRange(RECONNECT_MIN_DELAY_FLOOR, RECONNECT_MAX_DELAY_CEILING),
+              help="Seconds; backoff start.")
+@click.option("--reconnect-max-delay", default=5.0, show_default=True,
+              type=click.FloatRange(RECONNECT_MIN_DELAY_FLOOR, RECONNECT_MAX_DELAY_CEILING),
+              help="Seconds; backoff cap (>= min).")
+@click.option("--max-tasks-per-child", type=click.IntRange(1, 2**31),
+              help="Recycle a child after this many tasks.")
+@click.option("--max-memory-per-child", type=_SizeType(),
+              help="Kill/recycle a child over this RSS (bytes, or 512M, 2G).")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+@click.option("--log-format", default="text", show_default=True,
+              type=click.Choice(["text", "json"]))
+def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | None,
+         workers: int, shutdown_timeout: float, reconnect_min_delay: float,
+         reconnect_max_delay: float, max_tasks_per_child: int | None,
+         max_memory_per_child: int | None, log_level: str, log_format: str) -> None:
+    """Run handlers from MODULE:ATTR in isolated child processes for one queue."""
+    _setup_logging(log_level, log_format)
+    try:
+        creds = load_credentials(credentials_file)
+    except CredentialsFileError as exc:
+        _fail(EXIT_CREDENTIALS, exc.message)
+    if queue_id is None:
+        if len(creds.queues) != 1:
+            _fail(EXIT_USAGE, "--queue is required: the credentials file lists "
+                              f"{len(creds.queues)} queues")
+        queue_id = creds.queues[0]
+    if not is_id(queue_id):
+        _fail(EXIT_USAGE, "--queue must be a 32-character lowercase hex queue ID")
+    if ":" not in handlers:
+        _fail(EXIT_USAGE, f"MODULE:ATTR expected, got {handlers!r}")
+    try:
+        sup = Supervisor(
+            handlers, queue_id, creds, url=url, workers=workers,
+            shutdown_timeout=shutdown_timeout, reconnect_min_delay=reconnect_min_delay,
+            reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=max_memory_per_child,
+        )
+    except (OptionError, ValueError) as exc:
+        _fail(EXIT_USAGE, str(exc))
+    sys.exit(asyncio.run(_run(sup)))
+
+
+async def _run(sup: Supervisor) -> int:
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_sigint() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        sup.stop(force=interrupts > 1)
+
+    loop.add_signal_handler(signal.SIGTERM, sup.stop)
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        await sup.run()
+    except HandlerSpecError as exc:
+        click.echo(f"orbit-supervise: handlers: {exc.message}", err=True)
+        return EXIT_HANDLERS
+    except FatalSessionError as exc:
+        click.echo(f"orbit-supervise: fatal session error: {exc.message} "
+                   f"(unconfirmed={exc.unconfirmed} running={exc.running})", err=True)
+        return EXIT_FATAL_SESSION
+    except ShutdownTimeoutError as exc:
+        click.echo(f"orbit-supervise: {exc.message} "
+                   f"(unconfirmed={exc.unconfirmed} running={exc.running})", err=True)
+        return EXIT_SHUTDOWN_TIMEOUT
+    except SupervisorError as exc:
+        click.echo(f"orbit-supervise: {exc.message}", err=True)
+        return EXIT_INTERNAL
+    stats = sup.stats()
+    click.echo(f"orbit-supervise: drained started={stats.started} "
+               f"confirmed={stats.reports_confirmed + stats.evidence_confirmed} "
+               f"running={stats.running}", err=True)
+    return EXIT_DRAINED
+
+
+if __name__ == "__main__":
+    main()

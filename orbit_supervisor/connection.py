@@ -1,0 +1,142 @@
+"""The WebSocket driver of the worker protocol: open, send frames in order, read frames.
+
+It decides nothing: every frame goes to the caller's ``on_frame`` and the session core
+decides what happens. ``send`` never waits (frames are queued to one writer task, so the
+order of sends is the order of calls); ``abort`` drops the connection at once, without the
+closing handshake, because the peer may be unreachable (a blackholed network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from orbit_wire.errors import ProtocolError
+from orbit_wire.frames import ClientFrame, ErrorFrame, ServerFrame, decode_server_frame, encode
+from orbit_wire.limits import MAX_FRAME_BYTES
+
+OPEN_TIMEOUT = 10.0  # seconds for TCP + TLS + WebSocket handshake
+CLOSE_TIMEOUT = 1.0  # a graceful close waits this long for the server's close frame
+
+log = logging.getLogger("orbit.supervisor.connection")
+
+
+def worker_url(base_url: str) -> str:
+    """``http://host:port[/prefix]`` → ``ws://host:port[/prefix]/v1/worker`` (https → wss)."""
+    parts = urlsplit(base_url)
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
+    if scheme is None or not parts.netloc:
+        raise ValueError(f"server URL must be http(s)://host:port, got {base_url!r}")
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1/worker"):
+        path += "/v1/worker"
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+class ConnectFailed(Exception):
+    """The server could not be reached or refused the WebSocket handshake (transient)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+class Connection:
+    """One open WebSocket. Use ``open``, then ``run(on_frame)`` until it returns."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self._ws = ws
+        self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._aborted = False
+
+    @classmethod
+    async def open(cls, url: str, *, timeout: float = OPEN_TIMEOUT) -> Connection:
+        """Connect; raises ConnectFailed (with a short reason) on any transient failure."""
+        try:
+            ws = await connect(
+                url, open_timeout=timeout, close_timeout=CLOSE_TIMEOUT,
+                ping_interval=None,  # the protocol has its own heartbeats
+                max_size=MAX_FRAME_BYTES + 1024, compression=None,
+                max_queue=64,
+            )
+        except TimeoutError as exc:
+            raise ConnectFailed("CONNECT_TIMEOUT", str(exc) or "timed out") from None
+        except InvalidURI as exc:
+            raise ValueError(str(exc)) from None
+        except InvalidHandshake as exc:
+            raise ConnectFailed("HANDSHAKE_REJECTED", str(exc)) from None
+        except OSError as exc:
+            raise ConnectFailed("UNREACHABLE", exc.strerror or str(exc)) from None
+        return cls(ws)
+
+    def send(self, frame: ClientFrame) -> None:
+        """Queue one frame; it is written after every frame queued before it."""
+        if not self._aborted:
+            self._outbox.put_nowait(encode(frame))
+
+    async def run(self, on_frame: Callable[[ServerFrame], None]) -> str:
+        """Read frames until the connection ends; returns a short reason code.
+
+        A frame that breaks the wire contract is passed on as a fatal ErrorFrame (the
+        server broke the protocol; the session ends the run).
+        """
+        writer = asyncio.create_task(self._write_loop())
+        try:
+            async for message in self._ws:
+                try:
+                    frame = decode_server_frame(message)
+                except ProtocolError as exc:
+                    on_frame(ErrorFrame(exc.code, f"server sent a bad frame: {exc.message}"))
+                    return "BAD_SERVER_FRAME"
+                on_frame(frame)
+            return "CLOSED_BY_SERVER"
+        except ConnectionClosed as exc:
+            return "ABORTED" if self._aborted else f"CLOSED_{exc.rcvd.code if exc.rcvd else 1006}"
+        except OSError:
+            return "NETWORK_ERROR"
+        finally:
+            self._outbox.put_nowait(None)
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+            self.abort()
+
+    async def close(self) -> None:
+        """Graceful close (bounded by CLOSE_TIMEOUT), after the queued frames are written."""
+        if self._aborted:
+            return
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                while not self._outbox.empty():
+                    await asyncio.sleep(0.005)
+                await self._ws.close()
+        self.abort()
+
+    def abort(self) -> None:
+        """Drop the TCP connection now (no closing handshake)."""
+        self._aborted = True
+        transport = self._ws.transport
+        if transport is not None and not transport.is_closing():
+            transport.abort()
+
+    async def _write_loop(self) -> None:
+        while True:
+            data = await self._outbox.get()
+            if data is None:
+                return
+            try:
+                await self._ws.send(data.decode())
+            except ConnectionClosed:
+                return
+            except OSError as exc:
+                log.debug("write failed: %s", exc)
+                return
+
+
+__all__ = ["ConnectFailed", "Connection", "worker_url"]
