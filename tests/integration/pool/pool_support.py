@@ -1,0 +1,102 @@
+"""Helpers for the pool tests: requests, a pool that is always closed, process checks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from orbit_supervisor.pool import ChildPool, ExecutionRequest
+from orbit_wire.model import Capability
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures_handlers"
+SPEC = "pool_handlers:handlers"
+
+_counter = iter(range(1, 1 << 30))
+
+
+def new_attempt_id() -> str:
+    return f"{os.getpid():08x}{next(_counter):024x}"
+
+
+def request(handler: str, payload: Any = None, *, attempt_id: str | None = None,
+            epoch: int = 3, attempt_number: int = 2) -> ExecutionRequest:
+    return ExecutionRequest(
+        attempt_id=attempt_id or new_attempt_id(), task_id="c" * 32, epoch=epoch,
+        attempt_number=attempt_number, capability=Capability(handler, "1", "1"),
+        payload={} if payload is None else payload, deadline_at_ms=1_900_000_000_000,
+        idempotency="IDEMPOTENT",
+    )
+
+
+@asynccontextmanager
+async def running_pool(size: int = 1, spec: str = SPEC, **kwargs: Any
+                       ) -> AsyncIterator[ChildPool]:
+    """A started pool; closed on exit, and its template checked gone (killed if not)."""
+    pool = ChildPool(spec, size, **kwargs)
+    await pool.start()
+    template = pool.template_pid
+    children = [p for p in pool.child_pids().values()]
+    try:
+        yield pool
+    finally:
+        await pool.close()
+        for pid in [template, *children]:
+            if pid is not None and alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def run(coro: Any, timeout: float = 60.0) -> Any:
+    async def bounded() -> Any:
+        async with asyncio.timeout(timeout):
+            return await coro
+    return asyncio.run(bounded())
+
+
+def alive(pid: int, proc: psutil.Process | None = None) -> bool:
+    """Running and not a zombie (a zombie holds no resources and runs no code)."""
+    try:
+        p = proc or psutil.Process(pid)
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def snapshot(pids: Iterable[int]) -> list[psutil.Process]:
+    """psutil handles, so later checks are safe against pid reuse."""
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def wait_all_gone(procs: list[psutil.Process], timeout: float) -> list[int]:
+    """Poll (bounded) until none of ``procs`` runs; returns the pids still running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p.pid for p in procs if alive(p.pid, p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)
+
+
+async def wait_for_pids(path: Path, count: int, timeout: float = 10.0) -> list[int]:
+    """Wait (bounded) until a handler wrote ``count`` pids to ``path``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            pids = [int(x) for x in path.read_text().split()]
+            if len(pids) >= count:
+                return pids
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"handler did not report {count} pids in {timeout} s")

@@ -1,0 +1,134 @@
+"""Handler outcomes through a real template and real children: results, failures, errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from pool_support import request, run, running_pool
+
+from orbit_supervisor.pool import ChildOutcome
+from orbit_wire.model import Outcome
+
+SECRET_TEXT = "s3cr3t-should-never-leave-the-child"
+
+
+async def _one(handler: str, payload: object = None, **pool_kwargs: object) -> ChildOutcome:
+    async with running_pool(1, **pool_kwargs) as pool:  # type: ignore[arg-type]
+        return await pool.execute(request(handler, payload))
+
+
+def test_sync_handler_sees_every_execution_field() -> None:
+    req = request("echo", {"text": "hello", "n": [1, 2.5, None]})
+    async def scenario() -> ChildOutcome:
+        async with running_pool(1) as pool:
+            return await pool.execute(req)
+    out = run(scenario())
+    assert out.outcome is Outcome.SUCCEEDED and out.code is None and not out.retryable
+    assert orjson.loads(out.result_json or "") == {
+        "payload": {"text": "hello", "n": [1, 2.5, None]}, "attempt_id": req.attempt_id,
+        "task_id": req.task_id, "epoch": 3, "attempt_number": 2, "capability": "echo@1/1",
+        "idempotency": "IDEMPOTENT", "deadline_at_ms": 1_900_000_000_000,
+    }
+    assert out.details_json is None
+    assert out.report.child_pid and out.report.cpu_ms is not None
+    assert out.report.peak_rss_bytes and out.report.peak_rss_bytes > 1_000_000
+
+
+def test_async_handler() -> None:
+    out = run(_one("async_echo", {"k": "v"}))
+    assert out.outcome is Outcome.SUCCEEDED
+    assert orjson.loads(out.result_json or "") == {"async": True, "payload": {"k": "v"}}
+
+
+def test_handler_module_is_imported_once_in_the_template() -> None:
+    async def scenario() -> tuple[list[dict[str, int]], int | None]:
+        async with running_pool(2) as pool:
+            outs = [await pool.execute(request("whoami")) for _ in range(4)]
+            return [orjson.loads(o.result_json or "") for o in outs], pool.template_pid
+    results, template_pid = run(scenario())
+    assert {r["imported_in"] for r in results} == {template_pid}
+    assert all(r["pid"] != template_pid for r in results)
+
+
+@pytest.mark.parametrize(
+    ("kind", "code", "retryable", "details"),
+    [
+        ("rejected", "OBJECT_REJECTED", False, {"field": "name", "n": 1}),
+        ("temporary", "TEMPORARY_REJECTION", True, {}),
+    ],
+)
+def test_worker_failure_is_an_explicit_failure(kind: str, code: str, retryable: bool,
+                                               details: dict[str, object]) -> None:
+    out = run(_one("fail", {"kind": kind}))
+    assert out.outcome is Outcome.FAILED
+    assert (out.code, out.retryable) == (code, retryable)
+    assert out.details_json is not None and orjson.loads(out.details_json) == details
+    assert out.result_json is None
+
+
+@pytest.mark.parametrize("kind", ["bad_code", "bad_details", "list_details", "value_error",
+                                  "system_exit"])
+def test_broken_failures_and_exceptions_are_handler_errors(kind: str) -> None:
+    out = run(_one("fail", {"kind": kind}))
+    assert (out.outcome, out.code, out.retryable) == (Outcome.UNKNOWN, "HANDLER_ERROR", False)
+    assert out.result_json is None and out.details_json is None
+    assert SECRET_TEXT not in repr(out) and "Traceback" not in repr(out)
+
+
+def test_handler_error_keeps_the_child_and_the_next_task_runs() -> None:
+    async def scenario() -> tuple[ChildOutcome, ChildOutcome, int]:
+        async with running_pool(1) as pool:
+            bad = await pool.execute(request("fail", {"kind": "value_error"}))
+            good = await pool.execute(request("echo", {"x": 1}))
+            return bad, good, pool.stats().crashed
+    bad, good, crashed = run(scenario())
+    assert bad.code == "HANDLER_ERROR" and good.outcome is Outcome.SUCCEEDED
+    assert bad.report.child_pid == good.report.child_pid and crashed == 0
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "int64_overflow", "huge_int", "none", "too_big",
+                                  "too_deep", "not_json", "raw_big_int", "raw_invalid"])
+def test_invalid_results_are_uncertain(kind: str) -> None:
+    out = run(_one("bad_result", {"kind": kind}))
+    assert (out.outcome, out.code) == (Outcome.UNKNOWN, "INVALID_HANDLER_RESULT")
+    assert out.result_json is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [
+        ("raw_exact", '{"f":1.000000000000000000001,"i":9223372036854775807}'),
+        ("decimal", '{"d":1.000000000000000000001}'),
+        ("ok_max_int", '{"i":9223372036854775807,"neg":-9223372036854775808}'),
+    ],
+)
+def test_exact_number_text_is_kept(kind: str, text: str) -> None:
+    out = run(_one("bad_result", {"kind": kind}))
+    assert out.outcome is Outcome.SUCCEEDED
+    assert out.result_json == text
+
+
+def test_a_forked_copy_of_the_child_cannot_answer() -> None:
+    async def scenario() -> tuple[ChildOutcome, ChildOutcome]:
+        async with running_pool(1) as pool:
+            first = await pool.execute(request("fork_and_return"))
+            second = await pool.execute(request("whoami"))
+            return first, second
+    first, second = run(scenario())
+    assert first.outcome is Outcome.SUCCEEDED
+    assert orjson.loads(first.result_json or "")["pid"] == first.report.child_pid
+    assert second.outcome is Outcome.SUCCEEDED
+
+
+def test_cooperative_cancel_reaches_the_handler() -> None:
+    async def scenario() -> ChildOutcome:
+        async with running_pool(1) as pool:
+            req = request("cooperative")
+            task = asyncio.create_task(pool.execute(req))
+            await asyncio.sleep(0.2)
+            assert pool.cancel(req.attempt_id)
+            return await task
+    out = run(scenario())
+    assert (out.outcome, out.code, out.retryable) == (Outcome.FAILED, "STOPPED_EARLY", True)
