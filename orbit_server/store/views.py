@@ -1,0 +1,121 @@
+"""Rows → the JSON views of docs/http-api.md (Task, Attempt, Evidence, AuditEvent, Queue).
+
+JSON text columns (payload, result, details) are returned as ``orjson.Fragment`` so the HTTP
+layer serialises them without re-parsing and the exact number text survives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from orbit_wire.model import TaskState
+
+
+def fragment(text: str | None) -> orjson.Fragment | None:
+    return None if text is None else orjson.Fragment(text)
+
+
+def task_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    state = row["state"]
+    failure = None
+    if row["failure_code"] is not None:
+        failure = {"code": row["failure_code"],
+                   "details": fragment(row["failure_details"] or "{}")}
+    return {
+        "id": row["id"],
+        "queue_id": row["queue_id"],
+        "state": str(state),
+        "capability": {
+            "handler": row["handler"],
+            "handler_version": row["handler_version"],
+            "payload_version": row["payload_version"],
+        },
+        "payload": fragment(row["payload"]),
+        "policy": {
+            "idempotency": str(row["idempotency"]),
+            "max_attempts": row["max_attempts"],
+            "backoff": {
+                "initial_ms": row["backoff_initial_ms"],
+                "max_ms": row["backoff_max_ms"],
+                "multiplier": row["backoff_multiplier"],
+                "jitter": row["backoff_jitter"],
+            },
+            "attempt_timeout_ms": row["attempt_timeout_ms"],
+            "lease_ttl_ms": row["lease_ttl_ms"],
+        },
+        "operation_key": row["operation_key"],
+        "created_at_ms": row["created_at_ms"],
+        "updated_at_ms": row["updated_at_ms"],
+        "deadline_at_ms": row["deadline_at_ms"],
+        "next_attempt_at_ms": row["available_at_ms"] if state == TaskState.PENDING else None,
+        "attempts": row["attempts_started"],
+        "epoch": row["epoch"],
+        "result": fragment(row["result"]),
+        "failure": failure,
+        "cancel_requested": bool(row["cancel_requested"]),
+    }
+
+
+def attempt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "task_id": row["task_id"],
+        "attempt_number": row["attempt_number"],
+        "epoch": row["epoch"],
+        "state": row["state"],
+        "instance_id": row["instance_id"],
+        "child_pid": row["child_pid"],
+        "reserved_at_ms": row["reserved_at_ms"],
+        "started_at_ms": row["started_at_ms"],
+        "finished_at_ms": row["finished_at_ms"],
+        "lease_expires_at_ms": row["lease_expires_at_ms"],
+        "renewals": row["renewals"],
+        "outcome": row["outcome"],
+        "code": row["code"],
+        "retryable": None if row["retryable"] is None else bool(row["retryable"]),
+        "details": fragment(row["details"]),
+        "exit_code": row["exit_code"],
+        "signal": row["signal"],
+        "cpu_ms": row["cpu_ms"],
+        "peak_rss_bytes": row["peak_rss_bytes"],
+        "kill_reason": row["kill_reason"],
+        "decision": row["decision"],
+        "decision_rule": row["decision_rule"],
+    }
+
+
+def evidence_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "task_id": row["task_id"],
+        "attempt_id": row["attempt_id"],
+        "epoch": row["epoch"],
+        "instance_id": row["instance_id"],
+        "received_at_ms": row["received_at_ms"],
+        "outcome": row["outcome"],
+        "code": row["code"],
+        "reason": row["reason"],
+        "result": fragment(row["result"]),
+        "details": fragment(row["details"]),
+    }
+
+
+def audit_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "task_id": row["task_id"],
+        "attempt_id": row["attempt_id"],
+        "at_ms": row["at_ms"],
+        "actor": row["actor"],
+        "kind": row["kind"],
+        "from_state": row["from_state"],
+        "to_state": row["to_state"],
+        "detail": fragment(row["detail"]),
+    }
+
+
+def queue_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {"id": row["id"], "name": row["name"], "created_at_ms": row["created_at_ms"]}
