@@ -25,6 +25,10 @@ OPEN_TIMEOUT = 10.0  # seconds for TCP + TLS + WebSocket handshake
 CLOSE_TIMEOUT = 1.0  # a graceful close waits this long for the server's close frame
 
 log = logging.getLogger("orbit.supervisor.connection")
+# websockets logs frame text at DEBUG; hello carries secrets, so that logger never goes below
+# INFO whatever the root level is.
+_WS_LOG = logging.getLogger("orbit.supervisor.websocket")
+_WS_LOG.setLevel(logging.INFO)
 
 
 def worker_url(base_url: str) -> str:
@@ -63,7 +67,7 @@ class Connection:
                 url, open_timeout=timeout, close_timeout=CLOSE_TIMEOUT,
                 ping_interval=None,  # the protocol has its own heartbeats
                 max_size=MAX_FRAME_BYTES + 1024, compression=None,
-                max_queue=64,
+                max_queue=64, logger=_WS_LOG,
             )
         except TimeoutError as exc:
             raise ConnectFailed("CONNECT_TIMEOUT", str(exc) or "timed out") from None

@@ -1,0 +1,131 @@
+"""Handlers for the supervisor's integration tests (capability triples ``(name, v1, v1)``).
+
+Handlers that start processes append the pids they started to ``payload["pid_file"]`` so a
+test can check with psutil that nothing survives; ``append`` appends one line per run to
+``payload["path"]`` so a test can count executions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import time
+from typing import Any
+
+from orbit_child import Execution, Handler, WorkerFailure
+
+
+def _write_pids(execution: Execution, *pids: int) -> None:
+    path = execution.payload.get("pid_file")
+    if path:
+        with open(path, "a") as fh:
+            fh.write("".join(f"{pid}\n" for pid in pids))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def _spawn_grandchildren(execution: Execution) -> None:
+    """One grandchild in the child's group, one double-forked into its own session."""
+    same_group = subprocess.Popen(["sleep", "1000"])
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                os.execvp("sleep", ["sleep", "1001"])
+            os.write(write_end, f"{grandchild}\n".encode())
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    os.close(write_end)
+    detached = int(os.read(read_end, 64).split()[0])
+    os.close(read_end)
+    _write_pids(execution, os.getpid(), same_group.pid, detached)
+
+
+def upper(execution: Execution) -> Any:
+    return {"text": str(execution.payload["text"]).upper()}
+
+
+def sleep(execution: Execution) -> Any:
+    time.sleep(float(execution.payload.get("seconds", 0.1)))
+    return {"slept": execution.payload.get("seconds", 0.1)}
+
+
+def append(execution: Execution) -> Any:
+    """One line per execution (attempt id), then an optional sleep: counts real runs."""
+    with open(execution.payload["path"], "a") as fh:
+        fh.write(f"{execution.task_id} {execution.attempt_id}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    time.sleep(float(execution.payload.get("seconds", 0)))
+    return {"ok": True}
+
+
+def c_spin(execution: Execution) -> Any:
+    """Holds the GIL in C (catastrophic regex backtracking), after starting grandchildren."""
+    _spawn_grandchildren(execution)
+    re.match(r"(a*)*b", "a" * 40)
+    return {"finished": True}
+
+
+def ignores_sigterm(execution: Execution) -> Any:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _spawn_grandchildren(execution)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"finished": True}
+
+
+def blocked_read(execution: Execution) -> Any:
+    """Blocked in a syscall that never returns: a read on a pipe nobody writes."""
+    _spawn_grandchildren(execution)
+    read_end, _write_end = os.pipe()
+    os.read(read_end, 1)
+    return {"finished": True}
+
+
+def crash(execution: Execution) -> Any:
+    kind = execution.payload.get("kind")
+    if kind == "segfault":
+        ctypes.string_at(0)
+    if kind == "exit3":
+        os._exit(3)
+    return {"crashed": False}
+
+
+def memory_hog(execution: Execution) -> Any:
+    size = int(execution.payload.get("mib", 300)) * 1024 * 1024
+    blob = bytearray(size)
+    for i in range(0, size, 4096):  # touch every page so it counts in RSS
+        blob[i] = 1
+    time.sleep(float(execution.payload.get("hold", 30)))
+    return {"held": len(blob)}
+
+
+def reject(execution: Execution) -> Any:
+    raise WorkerFailure("OBJECT_REJECTED", details={"why": "test"})
+
+
+HANDLERS = [
+    Handler("sup.upper", "v1", "v1", upper),
+    Handler("sup.sleep", "v1", "v1", sleep),
+    Handler("sup.append", "v1", "v1", append),
+    Handler("sup.c_spin", "v1", "v1", c_spin),
+    Handler("sup.ignores_sigterm", "v1", "v1", ignores_sigterm),
+    Handler("sup.blocked_read", "v1", "v1", blocked_read),
+    Handler("sup.crash", "v1", "v1", crash),
+    Handler("sup.memory_hog", "v1", "v1", memory_hog),
+    Handler("sup.reject", "v1", "v1", reject),
+]
+
+BROKEN_DUPLICATES = [
+    Handler("sup.upper", "v1", "v1", upper),
+    Handler("sup.upper", "v1", "v1", upper),
+]

@@ -1,0 +1,49 @@
+"""Fixtures for the supervisor's integration tests: a queue, a producer, worker credentials
+and a factory of real ``orbit-supervise`` processes (all stopped by PID at teardown)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from supervisor_support import SupervisorProcess, alive, worker_credentials_file
+from support.orbit_http import OrbitEnv
+
+
+@dataclass
+class SupEnv:
+    orbit: OrbitEnv
+    queue_id: str
+    producer: httpx.Client
+    credentials_file: Path
+    workdir: Path
+    start: Callable[..., SupervisorProcess]
+
+
+@pytest.fixture
+def sup_env(orbit: OrbitEnv, tmp_path: Path) -> Iterator[SupEnv]:
+    queue_id = orbit.queue()
+    producer = orbit.producer(queue_id)
+    creds = worker_credentials_file(orbit, queue_id, tmp_path / "worker.json")
+    started: list[SupervisorProcess] = []
+
+    def start(**kwargs: Any) -> SupervisorProcess:
+        kwargs.setdefault("workers", 2)
+        sup = SupervisorProcess(tmp_path, kwargs.pop("credentials_file", creds),
+                                kwargs.pop("queue_id", queue_id), **kwargs)
+        started.append(sup)
+        return sup.start()
+
+    try:
+        yield SupEnv(orbit, queue_id, producer, creds, tmp_path, start)
+    finally:
+        for sup in started:
+            sup.descendants()
+            sup.stop()
+        for sup in started:
+            leftover = alive(sorted(sup.descendants_seen))
+            assert not leftover, f"processes left behind: {leftover}"

@@ -1,0 +1,23 @@
+"""orbit-supervise against a real server: run, drain, exit codes, errors before connecting."""
+
+from __future__ import annotations
+
+import signal
+
+from conftest import SupEnv
+from supervisor_support import attempts, submit, wait_task
+
+
+def test_runs_tasks_and_drains_on_sigterm(sup_env: SupEnv) -> None:
+    sup = sup_env.start(workers=2)
+    ids = [submit(sup_env.producer, sup_env.queue_id, "upper", {"text": t})
+           for t in ("hello orbit", "reusable worker", "durable result")]
+    for task_id, want in zip(ids, ("HELLO ORBIT", "REUSABLE WORKER", "DURABLE RESULT"),
+                             strict=True):
+        task = wait_task(sup_env.producer, task_id)
+        assert task["state"] == "SUCCEEDED" and task["result"] == {"text": want}
+        (att,) = attempts(sup_env.producer, task_id)["attempts"]
+        assert att["outcome"] == "SUCCEEDED" and att["child_pid"]
+    sup.send(signal.SIGTERM)
+    assert sup.wait(20) == 0
+    assert "drained started=3 confirmed=3 running=0" in sup.log()
