@@ -207,6 +207,24 @@ def fork_and_return(execution: Execution) -> Any:
     return {"pid": os.getpid()}
 
 
+def forge(execution: Execution) -> Any:
+    """Writes well-formed frames with a wrong generation onto its own channel first."""
+    import orjson
+
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+        except OSError:
+            continue
+        for generation in (-1, 0, 10**9):
+            body = orjson.dumps({"t": "done", "g": generation, "a": execution.attempt_id,
+                                 "outcome": "SUCCEEDED", "result_json": '"forged"'})
+            os.write(int(name), len(body).to_bytes(4, "big") + body)
+    time.sleep(0.05)
+    return {"real": True}
+
+
 handlers = [
     Handler("echo", "1", "1", echo),
     Handler("async_echo", "1", "1", async_echo),
@@ -223,4 +241,5 @@ handlers = [
     Handler("grow_then_return", "1", "1", grow_then_return),
     Handler("cooperative", "1", "1", cooperative),
     Handler("fork_and_return", "1", "1", fork_and_return),
+    Handler("forge", "1", "1", forge),
 ]
