@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Benchmark a real `orbit-server` on a temporary SQLite file; write docs/benchmarks.md.
+
+    .venv/bin/python scripts/bench_server.py [--tasks 20000] [--latency-samples 300] [--no-write]
+
+Measures
+  (a) completions/s: batched HTTP submits (1000 per request) while one protocol worker grants
+      credit and starts and finishes its reservations in batched requests;
+  (b) submit → dispatch latency (p50/p99): one idle worker with credit, one task submitted at
+      a time, time from the submit request to the `reserve` frame;
+  (c) sequential submit-and-wait (p50/p99): submit one task, a worker starts and finishes it,
+      the producer's `GET /v1/tasks/{id}?wait_ms=` returns.
+The server section of docs/benchmarks.md (between the markers) is replaced; the rest of the
+file is kept. The server process is stopped by PID at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import itertools
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import websockets
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orbit_client.credentials import load_credentials  # noqa: E402
+from orbit_wire.frames import (  # noqa: E402
+    Credit,
+    FinishOp,
+    Hello,
+    Request,
+    Reservation,
+    Reserve,
+    Response,
+    StartOp,
+    decode_server_frame,
+    encode,
+)
+from orbit_wire.ids import new_id, new_secret  # noqa: E402
+from orbit_wire.model import Capability, Outcome  # noqa: E402
+
+BEGIN = "<!-- server-bench:begin -->"
+END = "<!-- server-bench:end -->"
+CAP = Capability("bench.noop", "v1", "v1")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    def __init__(self, workdir: Path) -> None:
+        self.db_url = f"sqlite:///{workdir / 'orbit.db'}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = ROOT / ".venv" / "bin" / "orbit-server"
+        log = (self.workdir / "server.log").open("wb")
+        self.proc = subprocess.Popen(
+            [str(exe), "serve", "--db", self.db_url, "--port", str(self.port),
+             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited: {(self.workdir / 'server.log').read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise SystemExit("server did not come up")
+
+    def admin_bearer(self) -> str:
+        out = self.workdir / "admin.json"
+        subprocess.run([str(ROOT / ".venv" / "bin" / "orbit-server"), "bootstrap-admin",
+                        "--db", self.db_url, "-o", str(out), "--url", self.url],
+                       check=True, capture_output=True, timeout=60)
+        return load_credentials(out).bearer
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def spec(i: int) -> dict[str, Any]:
+    return {"handler": CAP.handler, "handler_version": CAP.handler_version,
+            "payload_version": CAP.payload_version, "payload": {"i": i},
+            "idempotency": "IDEMPOTENT"}
+
+
+class BenchWorker:
+    """A protocol worker that starts and finishes everything it gets, in batched requests."""
+
+    def __init__(self, ws: Any, capacity: int) -> None:
+        self.ws = ws
+        self.capacity = capacity
+        self.ids = itertools.count(1)
+        self.msgs = itertools.count(1)
+        self.responses: asyncio.Queue[Response] = asyncio.Queue()
+        self.reserved: asyncio.Queue[tuple[float, Reservation]] = asyncio.Queue()
+        self.completed = 0
+        self.reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def connect(cls, url: str, cred: dict[str, Any], queue_id: str,
+                      capacity: int) -> BenchWorker:
+        ws = await websockets.connect(url.replace("http", "ws") + "/v1/worker",
+                                      max_size=None, ping_interval=None)
+        await ws.send(encode(Hello(cred["credential_id"], cred["secret"], new_id(0),
+                                   new_secret(), queue_id, (CAP,), capacity)).decode())
+        first = decode_server_frame(await ws.recv())
+        assert first.type == "welcome", first
+        return cls(ws, capacity)
+
+    async def _read(self) -> None:
+        async for data in self.ws:
+            frame = decode_server_frame(data)
+            now = time.perf_counter()
+            if isinstance(frame, Reserve):
+                for r in frame.reservations:
+                    self.reserved.put_nowait((now, r))
+            elif isinstance(frame, Response):
+                self.responses.put_nowait(frame)
+            elif frame.type == "error":
+                raise SystemExit(f"worker got an error frame: {frame}")
+
+    async def request(self, ops: list[Any]) -> Response:
+        await self.ws.send(encode(Request(next(self.ids), tuple(ops))).decode())
+        response = await self.responses.get()
+        bad = [r for r in response.results if not r.ok]
+        if bad:
+            raise SystemExit(f"op failed: {bad[0]}")
+        return response
+
+    async def credit(self, n: int) -> None:
+        await self.ws.send(encode(Credit(n)).decode())
+
+    async def run_batches(self, total: int) -> None:
+        """Grant credit, then start+finish whatever arrives, in batches, until ``total``."""
+        await self.credit(2 * self.capacity)
+        while self.completed < total:
+            _, first = await self.reserved.get()
+            batch = [first]
+            while not self.reserved.empty() and len(batch) < 128:
+                batch.append(self.reserved.get_nowait()[1])
+            await self.request([StartOp(f"s{next(self.msgs)}", r.attempt_id, r.epoch)
+                                for r in batch])
+            await self.request([FinishOp(f"f{next(self.msgs)}", r.attempt_id, r.epoch,
+                                         Outcome.SUCCEEDED, result_json='{"ok":true}')
+                                for r in batch])
+            self.completed += len(batch)
+            await self.credit(len(batch))
+
+    async def complete_one(self) -> float:
+        """Wait for one reservation, start and finish it in ONE request; return arrival time."""
+        arrived, r = await self.reserved.get()
+        await self.request([
+            StartOp(f"s{next(self.msgs)}", r.attempt_id, r.epoch),
+            FinishOp(f"f{next(self.msgs)}", r.attempt_id, r.epoch, Outcome.SUCCEEDED,
+                     result_json='{"ok":true}'),
+        ])
+        await self.credit(1)
+        return arrived
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self.reader.cancel()
+
+
+async def setup(url: str, admin: str) -> tuple[str, httpx.AsyncClient, dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {admin}"},
+                                 timeout=60) as a:
+        queue = (await a.post("/v1/queues", json={"name": "bench"})).json()["id"]
+        creds = "/v1/credentials"
+        prod = (await a.post(creds, json={"role": "producer", "queues": [queue]})).json()
+        work = (await a.post(creds, json={"role": "worker", "queues": [queue]})).json()
+    producer = httpx.AsyncClient(
+        base_url=url, timeout=60,
+        headers={"Authorization": f"Bearer {prod['credential_id']}.{prod['secret']}"},
+    )
+    return queue, producer, work
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def bench(url: str, admin: str, tasks: int, samples: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    # (a) throughput
+    queue, producer, work = await setup(url, admin)
+    worker = await BenchWorker.connect(url, work, queue, capacity=256)
+    t0 = time.perf_counter()
+    consume = asyncio.create_task(worker.run_batches(tasks))
+    for start in range(0, tasks, 1000):
+        body = orjson.dumps({"tasks": [spec(i) for i in range(start, min(tasks, start + 1000))]})
+        r = await producer.post(f"/v1/queues/{queue}/tasks/batch", content=body,
+                                headers={"content-type": "application/json"})
+        assert r.status_code == 201, r.text
+    submitted = time.perf_counter()
+    await asyncio.wait_for(consume, 600)
+    elapsed = time.perf_counter() - t0
+    out["throughput"] = {"tasks": tasks, "seconds": elapsed, "per_s": tasks / elapsed,
+                         "submit_per_s": tasks / (submitted - t0)}
+    await worker.close()
+    await producer.aclose()
+
+    # (b) submit -> dispatch latency and (c) submit-and-wait, on a fresh queue
+    queue, producer, work = await setup(url, admin)
+    worker = await BenchWorker.connect(url, work, queue, capacity=4)
+    await worker.credit(1)
+    dispatch: list[float] = []
+    waits: list[float] = []
+    body = orjson.dumps(spec(0))
+    headers = {"content-type": "application/json"}
+    for _ in range(samples):
+        sent = time.perf_counter()
+        r = await producer.post(f"/v1/queues/{queue}/tasks", content=body, headers=headers)
+        assert r.status_code == 201, r.text
+        arrived = await worker.complete_one()
+        dispatch.append(arrived - sent)
+    worker_task: asyncio.Task[None] | None = None
+
+    async def serve_forever() -> None:
+        while True:
+            await worker.complete_one()
+
+    worker_task = asyncio.create_task(serve_forever())
+    for _ in range(samples):
+        sent = time.perf_counter()
+        r = await producer.post(f"/v1/queues/{queue}/tasks", content=body, headers=headers)
+        task_id = r.json()["id"]
+        done = await producer.get(f"/v1/tasks/{task_id}", params={"wait_ms": 10000})
+        assert done.json()["state"] == "SUCCEEDED", done.text
+        waits.append(time.perf_counter() - sent)
+    worker_task.cancel()
+    await worker.close()
+    await producer.aclose()
+    out["dispatch_ms"] = {"p50": pct(dispatch, 0.5) * 1000, "p99": pct(dispatch, 0.99) * 1000,
+                          "mean": statistics.fmean(dispatch) * 1000, "n": len(dispatch)}
+    out["wait_ms"] = {"p50": pct(waits, 0.5) * 1000, "p99": pct(waits, 0.99) * 1000,
+                      "mean": statistics.fmean(waits) * 1000, "n": len(waits)}
+    return out
+
+
+def render(result: dict[str, Any]) -> str:
+    t, d, w = result["throughput"], result["dispatch_ms"], result["wait_ms"]
+    machine = (f"{os.cpu_count()} CPUs (nproc), Python {platform.python_version()}, "
+               f"{platform.system()} {platform.machine()}, "
+               f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}")
+    return "\n".join([
+        BEGIN,
+        "## Server (`scripts/bench_server.py`)",
+        "",
+        f"Machine: {machine}. One `orbit-server` process (uvicorn + uvloop + httptools) on a",
+        "temporary SQLite file (WAL, synchronous=FULL); the benchmark client runs on the same",
+        "machine and shares its CPUs.",
+        "",
+        "| measure | result | target |",
+        "| --- | --- | --- |",
+        f"| (a) completions/s: {t['tasks']} tasks, batch submit (1000/request) + one worker "
+        f"(capacity 256, batched start/finish) | **{t['per_s']:.0f}/s** "
+        f"({t['seconds']:.2f} s; submits alone {t['submit_per_s']:.0f}/s) | >= 3000/s |",
+        f"| (b) submit -> `reserve` frame at an idle worker (n={d['n']}) | "
+        f"p50 {d['p50']:.2f} ms, p99 {d['p99']:.2f} ms | |",
+        f"| (c) sequential submit, worker completes, `GET ?wait_ms` returns (n={w['n']}) | "
+        f"p50 **{w['p50']:.2f} ms**, p99 {w['p99']:.2f} ms | p50 <= 3 ms |",
+        "",
+        "Rerun: `.venv/bin/python scripts/bench_server.py`.",
+        END,
+    ])
+
+
+def write_section(section: str, path: Path) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=20000)
+    parser.add_argument("--latency-samples", type=int, default=300)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="orbit-bench-") as tmp:
+        server = Server(Path(tmp))
+        server.start()
+        try:
+            admin = server.admin_bearer()
+            import uvloop
+
+            result = uvloop.run(bench(server.url, admin, args.tasks, args.latency_samples))
+        finally:
+            server.stop()
+    section = render(result)
+    print(section)
+    if not args.no_write:
+        write_section(section, ROOT / "docs" / "benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()
