@@ -747,7 +747,8 @@ class ReviewAction(StrEnum):
 def review(task: TaskRec, action: ReviewAction, result_json: str | None,
            reason_json: str, now_ms: int) -> None:
     """Resolve NEEDS_REVIEW. ``retry``: PENDING now with one more attempt allowed (and time
-    for it), and the operator's retry acknowledges the earlier uncertainty; ``succeed``:
+    for it); the earlier uncertainty stays on record, so a non-idempotent task that fails
+    retryably later comes back to review instead of retrying on its own; ``succeed``:
     SUCCEEDED with ``result_json`` (already validated); ``fail``: FAILED/REVIEW_FAILED with
     ``reason_json`` as details. CONFLICT unless the task is NEEDS_REVIEW."""
     if action is ReviewAction.RETRY:
@@ -755,7 +756,6 @@ def review(task: TaskRec, action: ReviewAction, result_json: str | None,
         task.max_attempts = max(task.max_attempts, task.attempts_started + 1)
         task.deadline_at_ms = max(task.deadline_at_ms, now_ms + task.attempt_timeout_ms)
         task.available_at_ms = now_ms
-        task.uncertain = False
     elif action is ReviewAction.SUCCEED:
         if result_json is None:
             raise OrbitError(ErrorCode.BAD_REQUEST, "succeed needs a result")
