@@ -1,0 +1,67 @@
+"""MODULE:ATTR validation happens in the template; the parent gets one clear line."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+from pool_support import run
+
+from orbit_supervisor.pool import ChildPool, HandlerSpecError
+from orbit_wire.model import Capability
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_colon", "must look like MODULE:ATTR"),
+        ("pool_bad_specs:", "must look like MODULE:ATTR"),
+        ("missing_module_xyz:handlers", "cannot import module 'missing_module_xyz'"),
+        ("pool_import_error:handlers", "RuntimeError: configuration missing"),
+        ("pool_bad_specs:missing", "has no attribute 'missing'"),
+        ("pool_bad_specs:empty", "holds no handlers"),
+        ("pool_bad_specs:duplicates", "registers same@1/1 twice"),
+        ("pool_bad_specs:non_callable", "non-callable fn"),
+        ("pool_bad_specs:not_handlers", "is a str, not an orbit_child.Handler"),
+        ("pool_bad_specs:too_many", "at most 32 capabilities"),
+        ("pool_bad_specs:bad_name", "handler must be 1-128 characters"),
+        ("pool_bad_specs:number", "expected a list of Handler"),
+    ],
+)
+def test_bad_specs_are_rejected_with_one_clear_line(spec: str, message: str) -> None:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+
+    async def scenario() -> None:
+        await ChildPool(spec, 1).start()
+
+    with pytest.raises(HandlerSpecError) as info:
+        run(scenario())
+    assert message in info.value.message
+    assert "\n" not in info.value.message and "Traceback" not in info.value.message
+    assert info.value.code.value == "BAD_REQUEST"
+    leftover = [p for p in psutil.Process().children(recursive=True)
+                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+    assert leftover == []
+
+
+def test_a_registry_object_with_a_handlers_attribute() -> None:
+    async def scenario() -> tuple[Capability, ...]:
+        pool = ChildPool("pool_bad_specs:registry", 1)
+        try:
+            return await pool.start()
+        finally:
+            await pool.close()
+    assert run(scenario()) == (Capability("registry_ok", "2", "1"),
+                               Capability("registry_ok", "2", "2"))
+
+
+def test_start_reports_the_capabilities_in_order() -> None:
+    async def scenario() -> tuple[Capability, ...]:
+        pool = ChildPool("pool_handlers:handlers", 1)
+        try:
+            return await pool.start()
+        finally:
+            await pool.close()
+    caps = run(scenario())
+    assert caps[:3] == (Capability("echo", "1", "1"), Capability("async_echo", "1", "1"),
+                        Capability("whoami", "1", "1"))
+    assert len(caps) == len(set(caps)) == 16
