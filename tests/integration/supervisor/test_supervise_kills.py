@@ -1,0 +1,116 @@
+"""Hard kills with real processes: lease lost, crashes, memory limit, SIGKILL of the parent."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SupEnv
+from supervisor_support import alive, attempts, read_pids, submit, wait_for, wait_task
+
+KILL_BOUND_S = 2.0  # generous: lease lost -> every process of the attempt gone
+
+
+def _lost_attempt(sup_env: SupEnv, task_id: str) -> dict[str, Any]:
+    """The attempt is UNKNOWN; it says LEASE_LOST itself, or (when our report lost the race
+    with the server's own expiry by a few ms, the usual case since the local expiry is
+    earlier) it is LEASE_EXPIRED and our LEASE_LOST report is kept as evidence."""
+    wait_task(sup_env.producer, task_id)
+    history = wait_for(lambda: _settled(attempts(sup_env.producer, task_id)), 10,
+                       "attempt outcome and our report")
+    (att,) = history["attempts"]
+    assert att["outcome"] == "UNKNOWN", att
+    return dict(att)
+
+
+def _settled(history: dict[str, Any]) -> dict[str, Any] | None:
+    (att,) = history["attempts"]
+    if att["code"] == "LEASE_LOST":
+        assert att["kill_reason"] in ("ATTEMPT_TIMEOUT", "LEASE_LOST"), att
+        return history
+    if att["code"] == "LEASE_EXPIRED" and any(
+            e["code"] == "LEASE_LOST" for e in history["evidence"]):
+        return history
+    return None
+
+
+@pytest.mark.parametrize("handler", ["c_spin", "ignores_sigterm", "blocked_read"])
+def test_lease_lost_kills_child_and_grandchildren(sup_env: SupEnv, tmp_path: Path,
+                                                  handler: str) -> None:
+    sup = sup_env.start(workers=1)
+    pid_file = tmp_path / f"{handler}.pids"
+    task_id = submit(sup_env.producer, sup_env.queue_id, handler, {"pid_file": str(pid_file)},
+                     attempt_timeout_ms=500, lease_ttl_ms=2000, max_attempts=1)
+    pids = wait_for(lambda: len(read_pids(pid_file)) == 3 and read_pids(pid_file), 20,
+                    "the handler started its grandchildren")
+    seen = time.monotonic()
+    wait_for(lambda: not alive(pids), 0.5 + KILL_BOUND_S, f"{handler} processes gone")
+    elapsed = time.monotonic() - seen
+    att = _lost_attempt(sup_env, task_id)
+    task = wait_task(sup_env.producer, task_id)
+    assert task["state"] == "NEEDS_REVIEW"  # uncertain and non-idempotent: never retried
+    assert elapsed < 0.5 + KILL_BOUND_S
+    assert att["child_pid"] in (None, pids[0]) or att["code"] == "LEASE_EXPIRED"
+    # The slot got a fresh child: the next task runs.
+    nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "next"})
+    assert wait_task(sup_env.producer, nxt)["result"] == {"text": "NEXT"}
+    assert "killed the child of attempt" in sup.log()
+
+
+@pytest.mark.parametrize(("kind", "field", "value"),
+                         [("segfault", "signal", signal.SIGSEGV), ("exit3", "exit_code", 3)])
+def test_crash_is_handler_crashed_and_the_slot_serves_the_next_task(
+        sup_env: SupEnv, kind: str, field: str, value: int) -> None:
+    sup_env.start(workers=1)
+    task_id = submit(sup_env.producer, sup_env.queue_id, "crash", {"kind": kind},
+                     max_attempts=1)
+    task = wait_task(sup_env.producer, task_id)
+    assert task["state"] == "NEEDS_REVIEW"
+    (att,) = attempts(sup_env.producer, task_id)["attempts"]
+    assert (att["outcome"], att["code"]) == ("UNKNOWN", "HANDLER_CRASHED")
+    assert att[field] == value, att
+    nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "after crash"})
+    assert wait_task(sup_env.producer, nxt)["result"] == {"text": "AFTER CRASH"}
+
+
+def test_crash_loop_spends_attempts_and_ends(sup_env: SupEnv) -> None:
+    sup_env.start(workers=1)
+    task_id = submit(sup_env.producer, sup_env.queue_id, "crash", {"kind": "segfault"},
+                     idempotency="IDEMPOTENT", max_attempts=3,
+                     backoff={"initial_ms": 10, "max_ms": 20, "multiplier": 1.0, "jitter": 0})
+    task = wait_task(sup_env.producer, task_id, timeout_s=30)
+    assert task["state"] == "NEEDS_REVIEW"
+    history = attempts(sup_env.producer, task_id)["attempts"]
+    assert len(history) == 3
+    assert all(a["code"] == "HANDLER_CRASHED" for a in history)
+
+
+def test_memory_limit_kills_mid_task(sup_env: SupEnv) -> None:
+    sup_env.start(workers=1, extra=("--max-memory-per-child", "100M"))
+    task_id = submit(sup_env.producer, sup_env.queue_id, "memory_hog", {"mib": 200, "hold": 30},
+                     max_attempts=1, lease_ttl_ms=5000)
+    task = wait_task(sup_env.producer, task_id, timeout_s=30)
+    assert task["state"] == "NEEDS_REVIEW"
+    (att,) = attempts(sup_env.producer, task_id)["attempts"]
+    assert (att["outcome"], att["code"], att["kill_reason"]) == (
+        "UNKNOWN", "HANDLER_CRASHED", "MEMORY_LIMIT")
+    nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "small"})
+    assert wait_task(sup_env.producer, nxt)["result"] == {"text": "SMALL"}
+
+
+def test_sigkill_of_the_supervisor_leaves_nothing_alive(sup_env: SupEnv, tmp_path: Path) -> None:
+    sup = sup_env.start(workers=2)
+    files = [tmp_path / "a.pids", tmp_path / "b.pids"]
+    for handler, path in zip(("c_spin", "blocked_read"), files, strict=True):
+        submit(sup_env.producer, sup_env.queue_id, handler, {"pid_file": str(path)},
+               lease_ttl_ms=30000)
+    wait_for(lambda: all(len(read_pids(p)) == 3 for p in files), 20, "handlers running")
+    tree = sup.descendants()  # template, children, grandchildren in their groups
+    started = [pid for p in files for pid in read_pids(p)]
+    assert tree
+    sup.send(signal.SIGKILL)
+    sup.wait(10)
+    wait_for(lambda: not alive(tree + started), 5.0, "every descendant gone")

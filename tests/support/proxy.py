@@ -1,0 +1,132 @@
+"""A small TCP proxy on 127.0.0.1 that can cut or blackhole connections, for reconnect tests.
+
+    proxy = TcpProxy(target_port).start()     # proxy.port is where clients connect
+    proxy.cut()                               # abort every open connection (both sides)
+    proxy.blackhole(True)                     # bytes are swallowed both ways; sockets stay open
+    proxy.blackhole(False)
+    proxy.stop()                              # closes everything; the thread ends (bounded)
+
+It runs its own asyncio loop on a daemon thread so synchronous tests can drive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from concurrent.futures import Future
+
+_CHUNK = 65536
+_THREAD_JOIN_S = 5.0
+
+
+class TcpProxy:
+    def __init__(self, target_port: int, *, port: int = 0, host: str = "127.0.0.1") -> None:
+        self.target = (host, target_port)
+        self.host = host
+        self.port = port
+        self.connections_total = 0
+        self._blackholed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="tcp-proxy")
+        self._server: asyncio.base_events.Server | None = None
+        self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter | None]] = set()
+
+    # ------------------------------------------------------------ control (any thread)
+
+    def start(self) -> TcpProxy:
+        self._thread.start()
+        self._call(self._listen()).result(timeout=_THREAD_JOIN_S)
+        return self
+
+    def cut(self) -> int:
+        """Abort every open connection; returns how many were cut."""
+        return int(self._call(self._cut()).result(timeout=_THREAD_JOIN_S))
+
+    def blackhole(self, on: bool) -> None:
+        self._blackholed = on
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        with contextlib.suppress(Exception):
+            self._call(self._close()).result(timeout=_THREAD_JOIN_S)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=_THREAD_JOIN_S)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> TcpProxy:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ the loop's side
+
+    def _call(self, coro: object) -> Future[object]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+
+    async def _listen(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
+                      ) -> None:
+        self.connections_total += 1
+        if self._blackholed:
+            # A network outage: the client connects, nothing ever answers.
+            pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter | None] = (client_w, None)
+            self._pairs.add(pair)
+            with contextlib.suppress(Exception):
+                while await client_r.read(_CHUNK):
+                    pass
+            self._pairs.discard(pair)
+            client_w.transport.abort()
+            return
+        try:
+            server_r, server_w = await asyncio.open_connection(*self.target)
+        except OSError:
+            client_w.transport.abort()
+            return
+        pair = (client_w, server_w)
+        self._pairs.add(pair)
+        try:
+            await asyncio.gather(self._pump(client_r, server_w), self._pump(server_r, client_w))
+        finally:
+            self._pairs.discard(pair)
+            client_w.transport.abort()
+            server_w.transport.abort()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            while True:
+                data = await reader.read(_CHUNK)
+                if not data:
+                    if not self._blackholed:
+                        return
+                    await asyncio.sleep(3600)  # a blackhole never delivers the close either
+                if not self._blackholed:
+                    writer.write(data)
+                    await writer.drain()
+
+    async def _cut(self) -> int:
+        pairs = list(self._pairs)
+        for client_w, server_w in pairs:
+            client_w.transport.abort()
+            if server_w is not None:
+                server_w.transport.abort()
+        return len(pairs)
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self._cut()
+        for task in asyncio.all_tasks(self._loop):
+            if task is not asyncio.current_task():
+                task.cancel()
