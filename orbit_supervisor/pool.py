@@ -171,6 +171,8 @@ class ChildPool:
         self._ctl: socket.socket | None = None
         self._ctl_out: deque[tuple[bytes, list[int]]] = deque()
         self._caps: asyncio.Future[tuple[Capability, ...]] | None = None
+        self._capabilities: tuple[Capability, ...] | None = None
+        self._restart: asyncio.Task[None] | None = None
         self._started = False
         self._closing = False
         self._closed = False
@@ -193,6 +195,7 @@ class ChildPool:
         self._loop = asyncio.get_running_loop()
         try:
             caps = await self._start_template()
+            self._capabilities = caps
             for slot in self._slots:
                 self._spawn(slot)
             async with asyncio.timeout(_CHILD_START_TIMEOUT_S):
@@ -317,6 +320,11 @@ class ChildPool:
         if self._closed:
             return
         self._closing = True
+        if self._restart is not None and self._restart is not _current_task():
+            self._restart.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OrbitError):
+                await self._restart
+        self._restart = None
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_exception(PoolClosed())
@@ -417,21 +425,44 @@ class ChildPool:
             self._caps.set_exception(HandlerSpecError(
                 f"the handler template for {self._spec!r} exited before reporting its handlers"
             ))
-        if self._closing:
+        if self._closing or self._restart is not None or self._capabilities is None:
             return
-        # Children die with the template (PR_SET_PDEATHSIG); no replacement can be forked.
-        self._log.error("the handler template exited; the child pool is unusable")
-        self._closing = True
+        # Its children die with it (PR_SET_PDEATHSIG=SIGKILL); their attempts are uncertain.
+        self._log.error("the handler template exited; restarting it")
         for slot in self._slots:
             if slot.pid is not None:
                 procutil.killpg(slot.pid)
+                if slot.state is not _State.SPAWNING:
+                    self._crashed += 1
             self._retire(slot)
             self._end_future(slot, None, default_reason="TEMPLATE_LOST")
-            slot.state = _State.CLOSED
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_exception(PoolClosed("the handler template exited"))
-        self._waiters.clear()
+            slot.state = _State.SPAWNING
+        self._restart = self._require_loop().create_task(self._restart_template())
+
+    async def _restart_template(self) -> None:
+        """Start a new template (with backoff) and refill every slot; waiters keep waiting."""
+        old = self._proc
+        if old is not None:
+            await old.wait()
+        delay = 0.1
+        while not self._closing:
+            try:
+                caps = await self._start_template()
+            except HandlerSpecError as exc:
+                self._log.error("restarting the handler template failed: %s", exc.message)
+            else:
+                if caps != self._capabilities:
+                    self._log.error("the restarted template serves other capabilities; "
+                                    "the pool closes")
+                    self._restart = None
+                    await self.close()
+                    return
+                self._restart = None
+                for slot in self._slots:
+                    self._spawn(slot)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_RESPAWN_DELAY_S)
 
     def _drain_ctl(self) -> None:
         if self._ctl is not None:
@@ -487,6 +518,11 @@ class ChildPool:
         if self._closing:
             slot.state = _State.CLOSED
             return
+        if self._ctl is None or self._restart is not None:
+            slot.state = _State.SPAWNING  # the template restart refills every slot
+            return
+        if slot.sock is not None:
+            self._retire(slot)
         loop = self._require_loop()
         generation = next(self._generations)
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -225,6 +225,13 @@ def forge(execution: Execution) -> Any:
     return {"real": True}
 
 
+def kill_template(execution: Execution) -> Any:
+    """Kills the template (this child's parent); the pool must restart it."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(30)
+    return {"survived": True}
+
+
 handlers = [
     Handler("echo", "1", "1", echo),
     Handler("async_echo", "1", "1", async_echo),
@@ -242,4 +249,5 @@ handlers = [
     Handler("cooperative", "1", "1", cooperative),
     Handler("fork_and_return", "1", "1", fork_and_return),
     Handler("forge", "1", "1", forge),
+    Handler("kill_template", "1", "1", kill_template),
 ]

@@ -166,3 +166,18 @@ def test_close_kills_running_children() -> None:
     assert (out.outcome, out.code, out.report.kill_reason) == (
         Outcome.UNKNOWN, "LEASE_LOST", "SHUTDOWN")
     assert len(pids) == 2
+
+
+def test_a_lost_template_is_restarted_and_the_pool_keeps_serving() -> None:
+    async def scenario() -> tuple[ChildOutcome, ChildOutcome, int | None, int | None]:
+        async with running_pool(2) as pool:
+            first_template = pool.template_pid
+            lost = await pool.execute(request("kill_template"))
+            after = await pool.execute(request("whoami"))
+            return lost, after, first_template, pool.template_pid
+    lost, after, first, second = run(scenario())
+    assert (lost.outcome, lost.code, lost.report.kill_reason) == (
+        Outcome.UNKNOWN, "HANDLER_CRASHED", "TEMPLATE_LOST")
+    assert after.outcome is Outcome.SUCCEEDED
+    assert first != second
+    assert orjson.loads(after.result_json or "")["imported_in"] == second

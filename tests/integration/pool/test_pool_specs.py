@@ -64,4 +64,4 @@ def test_start_reports_the_capabilities_in_order() -> None:
     caps = run(scenario())
     assert caps[:3] == (Capability("echo", "1", "1"), Capability("async_echo", "1", "1"),
                         Capability("whoami", "1", "1"))
-    assert len(caps) == len(set(caps)) == 16
+    assert len(caps) == len(set(caps)) == 17
