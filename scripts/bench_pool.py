@@ -1,0 +1,151 @@
+"""Benchmark the supervisor's child pool with real processes.
+
+Measures the parent<->child round trip of a no-op task, the kill latency (kill() called ->
+the template's reap report ends execute()) and the replacement latency (kill() called -> a
+fresh child is ready), then prints the figures and writes the "Child pool" section of
+docs/benchmarks.md (other sections are kept).
+
+    .venv/bin/python scripts/bench_pool.py [--iterations 200] [--round-trips 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "fixtures_handlers"))  # for the template only
+
+from orbit_supervisor.pool import ChildPool, ExecutionRequest  # noqa: E402
+from orbit_wire.model import Capability  # noqa: E402
+
+SPEC = "pool_bench:handlers"
+SECTION = "## Child pool"
+KILL_TARGET_MS = 50.0
+REPLACE_TARGET_MS = 20.0
+
+_ids = iter(range(1, 1 << 40))
+
+
+def _request(handler: str) -> ExecutionRequest:
+    return ExecutionRequest(f"{next(_ids):032x}", "0" * 32, 1, 1, Capability(handler, "1", "1"),
+                            {"n": 1}, 0, "IDEMPOTENT")
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+async def _wait_idle(pool: ChildPool, count: int, limit_s: float = 5.0) -> None:
+    # Yield to the loop on every turn: the ready frame is handled as soon as it arrives.
+    deadline = time.perf_counter() + limit_s
+    while pool.stats().idle < count:
+        if time.perf_counter() > deadline:
+            raise RuntimeError("no fresh child within 5 s")
+        await asyncio.sleep(0)
+
+
+async def bench(iterations: int, round_trips: int) -> dict[str, float]:
+    pool = ChildPool(SPEC, 1)
+    t0 = time.perf_counter()
+    await pool.start()
+    start_ms = (time.perf_counter() - t0) * 1000
+    try:
+        for _ in range(50):  # warm up
+            await pool.execute(_request("noop"))
+        rtt: list[float] = []
+        for _ in range(round_trips):
+            t = time.perf_counter()
+            await pool.execute(_request("noop"))
+            rtt.append((time.perf_counter() - t) * 1e6)
+        kill_ms: list[float] = []
+        replace_ms: list[float] = []
+        for _ in range(iterations):
+            req = _request("sleep")
+            task = asyncio.create_task(pool.execute(req))
+            await asyncio.sleep(0.005)  # the child is inside the handler by now
+            t = time.perf_counter()
+            if not pool.kill(req.attempt_id, "LEASE_LOST"):
+                raise RuntimeError("the attempt was not running")
+            outcome = await task
+            kill_ms.append((time.perf_counter() - t) * 1000)
+            await _wait_idle(pool, 1)
+            replace_ms.append((time.perf_counter() - t) * 1000)
+            if outcome.report.kill_reason != "LEASE_LOST":
+                raise RuntimeError(f"unexpected outcome {outcome}")
+        stats = pool.stats()
+    finally:
+        await pool.close()
+    return {
+        "start_ms": start_ms,
+        "rtt_mean_us": statistics.fmean(rtt), "rtt_p50_us": _pct(rtt, 50),
+        "rtt_p99_us": _pct(rtt, 99),
+        "kill_p50_ms": _pct(kill_ms, 50), "kill_p99_ms": _pct(kill_ms, 99),
+        "kill_max_ms": max(kill_ms),
+        "replace_p50_ms": _pct(replace_ms, 50), "replace_p99_ms": _pct(replace_ms, 99),
+        "replace_max_ms": max(replace_ms),
+        "iterations": iterations, "round_trips": round_trips, "spawned": stats.spawned,
+    }
+
+
+def render(r: dict[str, float]) -> str:
+    ok_kill = "meets" if r["kill_p99_ms"] <= KILL_TARGET_MS else "MISSES"
+    ok_replace = "meets" if r["replace_p99_ms"] <= REPLACE_TARGET_MS else "MISSES"
+    return f"""{SECTION}
+
+Measured by `scripts/bench_pool.py` on {platform.machine()} Linux {platform.release()},
+Python {platform.python_version()}, {os.cpu_count()} CPUs (shared with other work), pool of
+one child, handler module `tests/fixtures_handlers/pool_bench.py` preloaded in the template.
+
+| figure | p50 | p99 | other |
+| --- | --- | --- | --- |
+| no-op task round trip (execute → outcome), {int(r["round_trips"])} tasks | {r["rtt_p50_us"]:.0f} µs | {r["rtt_p99_us"]:.0f} µs | mean {r["rtt_mean_us"]:.0f} µs |
+| kill latency (kill() → reap reported, execute returns), {int(r["iterations"])} kills | {r["kill_p50_ms"]:.2f} ms | {r["kill_p99_ms"]:.2f} ms | max {r["kill_max_ms"]:.2f} ms; target p99 ≤ {KILL_TARGET_MS:.0f} ms: {ok_kill} |
+| replacement latency (kill() → fresh child ready) | {r["replace_p50_ms"]:.2f} ms | {r["replace_p99_ms"]:.2f} ms | max {r["replace_max_ms"]:.2f} ms; target p99 ≤ {REPLACE_TARGET_MS:.0f} ms: {ok_replace} |
+| pool start (template import + first child ready) | {r["start_ms"]:.0f} ms | | |
+
+Kill latency is measured from the `kill()` call, which sends SIGKILL to the child's process
+group synchronously, to the template's `wait4` report arriving in the parent. The replacement
+is a `fork()` of the template (the module is already imported) plus the child's setup
+(process group, death signal, subreaper, closing inherited descriptors) and its ready frame.
+"""
+
+
+def write_section(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.strip() == SECTION), None)
+    if start is None:
+        new = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
+                   len(lines))
+        tail = "".join(lines[end:])
+        new = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
+    path.write_text(new)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=200)
+    parser.add_argument("--round-trips", type=int, default=2000)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    result = asyncio.run(bench(args.iterations, args.round_trips))
+    section = render(result)
+    print(section)
+    if not args.no_write:
+        write_section(ROOT / "docs" / "benchmarks.md", section)
+        print("wrote the Child pool section of docs/benchmarks.md")
+
+
+if __name__ == "__main__":
+    main()
