@@ -1,0 +1,82 @@
+"""Protocol-test helpers: a ``Lane`` is one queue with a producer and a worker credential."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from orbit_wire.model import Capability
+
+from .orbit_http import OrbitEnv, WorkerCredential, expect, task_spec
+from .protocol_client import ECHO, ProtocolClient
+
+# Fast retries for tests: no backoff.
+NO_BACKOFF = {"initial_ms": 0, "max_ms": 0, "multiplier": 1.0, "jitter": 0.0}
+
+
+@dataclass
+class Lane:
+    """One queue with a producer client and a worker credential, on a running server."""
+
+    env: OrbitEnv
+    queue: str
+    producer: httpx.Client
+    worker: WorkerCredential
+
+    @property
+    def ws_url(self) -> str:
+        return self.env.server.ws_url
+
+    def submit(self, **policy: Any) -> dict[str, Any]:
+        policy.setdefault("backoff", NO_BACKOFF)
+        return dict(expect(self.producer.post(f"/v1/queues/{self.queue}/tasks",
+                                              json=task_spec(**policy)), 201))
+
+    def task(self, task_id: str, wait_ms: int = 0) -> dict[str, Any]:
+        params = {"wait_ms": wait_ms} if wait_ms else {}
+        return dict(expect(self.producer.get(f"/v1/tasks/{task_id}", params=params), 200))
+
+    async def task_async(self, task_id: str, wait_ms: int = 0) -> dict[str, Any]:
+        return await asyncio.to_thread(self.task, task_id, wait_ms)
+
+    def task_raw(self, task_id: str) -> str:
+        return self.producer.get(f"/v1/tasks/{task_id}").text
+
+    def attempts(self, task_id: str) -> dict[str, Any]:
+        return dict(expect(self.producer.get(f"/v1/tasks/{task_id}/attempts"), 200))
+
+    def audit(self, task_id: str) -> list[dict[str, Any]]:
+        return list(expect(self.producer.get(f"/v1/tasks/{task_id}/audit"), 200)["events"])
+
+    def cancel(self, task_id: str) -> dict[str, Any]:
+        return dict(expect(self.producer.post(f"/v1/tasks/{task_id}/cancel"), 200))
+
+    def review(self, task_id: str, action: str, **body: Any) -> httpx.Response:
+        return self.producer.post(f"/v1/tasks/{task_id}/review", json={"action": action, **body})
+
+    async def connect(self, *, capacity: int = 4, credit: int = 0,
+                      capabilities: tuple[Capability, ...] = (ECHO,),
+                      instance: tuple[str, str] | None = None) -> ProtocolClient:
+        """A connected worker that said hello (and granted ``credit``)."""
+        iid, isecret = instance or (None, None)
+        wc = await ProtocolClient.connect(self.ws_url, instance_id=iid, instance_secret=isecret)
+        await wc.hello_as(self.worker, capacity=capacity, capabilities=capabilities)
+        if credit:
+            await wc.credit(credit)
+        return wc
+
+
+async def wait_for_state(lane: Lane, task_id: str, states: set[str],
+                         timeout_s: float = 10.0) -> dict[str, Any]:
+    """Poll (bounded) until the task is in one of ``states``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        task = await lane.task_async(task_id)
+        if task["state"] in states:
+            return task
+        assert loop.time() < deadline, f"task stayed {task['state']}, wanted {states}"
+        await asyncio.sleep(0.05)
