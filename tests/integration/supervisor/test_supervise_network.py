@@ -1,0 +1,88 @@
+"""Reconnects through a real TCP proxy: cut connections, a blackholed network, a server that
+is not there yet. At most one execution per attempt; a dead network never extends a lease."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import SupEnv
+from supervisor_support import alive, attempts, read_pids, submit, wait_for, wait_task
+from support.proxy import TcpProxy
+from support.server import free_port
+
+
+@pytest.fixture
+def proxy(sup_env: SupEnv) -> Iterator[TcpProxy]:
+    with TcpProxy(sup_env.orbit.server.port) as p:
+        yield p
+
+
+def test_at_most_once_per_attempt_under_connection_cuts(sup_env: SupEnv, proxy: TcpProxy,
+                                                        tmp_path: Path) -> None:
+    sup = sup_env.start(workers=3, url=proxy.url)
+    runs = tmp_path / "runs.txt"
+    ids = [submit(sup_env.producer, sup_env.queue_id, "append",
+                  {"path": str(runs), "seconds": 0.15}, idempotency="IDEMPOTENT",
+                  max_attempts=5, lease_ttl_ms=3000,
+                  backoff={"initial_ms": 10, "max_ms": 50, "multiplier": 2.0, "jitter": 0})
+           for _ in range(12)]
+    cuts = 0
+    for _ in range(12):  # bounded: about 2.5 s of cuts while tasks run
+        time.sleep(0.2)
+        cuts += proxy.cut()
+    assert cuts > 0
+    states = [wait_task(sup_env.producer, t, timeout_s=40)["state"] for t in ids]
+    assert states == ["SUCCEEDED"] * len(ids)
+    lines = runs.read_text().split("\n")
+    per_attempt = collections.Counter(line.split()[1] for line in lines if line)
+    assert per_attempt and max(per_attempt.values()) == 1, per_attempt  # never twice
+    for task_id in ids:
+        history = attempts(sup_env.producer, task_id)["attempts"]
+        started = {a["id"] for a in history if a["started_at_ms"]}
+        ran = {a for a in per_attempt if a in {h["id"] for h in history}}
+        assert ran <= started  # nothing ran without a confirmed start
+    assert "connection lost" in sup.log()
+
+
+def test_blackholed_network_kills_at_local_lease_expiry(sup_env: SupEnv, proxy: TcpProxy,
+                                                        tmp_path: Path) -> None:
+    sup = sup_env.start(workers=1, url=proxy.url)
+    pid_file = tmp_path / "spin.pids"
+    task_id = submit(sup_env.producer, sup_env.queue_id, "ignores_sigterm",
+                     {"pid_file": str(pid_file)}, lease_ttl_ms=1000, max_attempts=1)
+    pids = wait_for(lambda: len(read_pids(pid_file)) == 3 and read_pids(pid_file), 20,
+                    "handler running")
+    proxy.blackhole(True)
+    cut_at = time.monotonic()
+    # The last confirmed lease ends at most 1 s after the blackhole; killing takes < 2 s more.
+    wait_for(lambda: not alive(pids), 1.0 + 2.0, "processes killed while the network is dead")
+    assert time.monotonic() - cut_at < 3.0
+    task = wait_task(sup_env.producer, task_id, timeout_s=20)
+    assert task["state"] == "NEEDS_REVIEW"
+    # The supervisor notices the silent server by itself (session TTL 3 s) and reconnects.
+    sup.wait_log("dropping the connection: SERVER_SILENT", timeout_s=10)
+    proxy.blackhole(False)
+    (att,) = wait_for(lambda: _reported(sup_env, task_id), 20, "late report kept")["attempts"]
+    assert (att["outcome"], att["code"]) == ("UNKNOWN", "LEASE_EXPIRED")
+    nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "back"})
+    assert wait_task(sup_env.producer, nxt, timeout_s=20)["result"] == {"text": "BACK"}
+
+
+def _reported(sup_env: SupEnv, task_id: str) -> dict[str, object] | None:
+    history = attempts(sup_env.producer, task_id)
+    evidence = history["evidence"]
+    return history if any(e["code"] == "LEASE_LOST" for e in evidence) else None
+
+
+def test_unreachable_server_at_start_is_retried(sup_env: SupEnv) -> None:
+    port = free_port()
+    sup = sup_env.start(workers=1, url=f"http://127.0.0.1:{port}")
+    wait_for(lambda: sup.log().count("cannot reach") >= 2, 10, "two logged retries")
+    assert sup.proc is not None and sup.proc.poll() is None
+    with TcpProxy(sup_env.orbit.server.port, port=port):
+        task_id = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "late"})
+        assert wait_task(sup_env.producer, task_id, timeout_s=20)["result"] == {"text": "LATE"}
