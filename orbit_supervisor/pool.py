@@ -165,6 +165,7 @@ class ChildPool:
         self._by_attempt: dict[str, _Slot] = {}
         self._idle: deque[_Slot] = deque()
         self._waiters: deque[asyncio.Future[_Slot]] = deque()
+        self._idle_watchers: list[tuple[int, asyncio.Future[None]]] = []
         self._generations = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proc: asyncio.subprocess.Process | None = None
@@ -288,6 +289,19 @@ class ChildPool:
             idle=counts[_State.IDLE], busy=counts[_State.BUSY],
         )
 
+    async def wait_idle(self, count: int = 1) -> None:
+        """Return once at least ``count`` children are idle (e.g. replacements are ready)."""
+        if count > self._size:
+            raise ValueError(f"the pool has only {self._size} children")
+        if self.stats().idle >= count:
+            return
+        watcher: asyncio.Future[None] = self._require_loop().create_future()
+        self._idle_watchers.append((count, watcher))
+        try:
+            await watcher
+        finally:
+            self._idle_watchers = [w for w in self._idle_watchers if w[1] is not watcher]
+
     @property
     def replacing(self) -> int:
         return sum(1 for slot in self._slots if slot.state in _REPLACING)
@@ -329,6 +343,9 @@ class ChildPool:
             if not waiter.done():
                 waiter.set_exception(PoolClosed())
         self._waiters.clear()
+        for _count, watcher in self._idle_watchers:
+            if not watcher.done():
+                watcher.set_exception(PoolClosed())
         for slot in self._slots:
             if slot.state is _State.BUSY and slot.future is not None:
                 self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
@@ -557,6 +574,12 @@ class ChildPool:
                 return
         slot.state = _State.IDLE
         self._idle.append(slot)
+        if self._idle_watchers:
+            idle = sum(1 for s in self._slots if s.state is _State.IDLE)
+            for count, watcher in self._idle_watchers:
+                if count <= idle and not watcher.done():
+                    watcher.set_result(None)
+            self._idle_watchers = [w for w in self._idle_watchers if not w[1].done()]
 
     async def _acquire(self) -> _Slot:
         while True:

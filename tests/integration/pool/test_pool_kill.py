@@ -87,7 +87,10 @@ def test_kill_with_another_code_and_reason() -> None:
             task = asyncio.create_task(pool.execute(req))
             await asyncio.sleep(0.2)
             assert pool.kill(req.attempt_id, "TASK_CANCELLED", code="LEASE_LOST")
-            return await task
+            out = await task
+            await asyncio.wait_for(pool.wait_idle(1), 5)  # the replacement is ready
+            assert (pool.stats().idle, pool.replacing) == (1, 0)
+            return out
     out = run(scenario())
     assert (out.code, out.report.kill_reason) == ("LEASE_LOST", "TASK_CANCELLED")
 
