@@ -12,6 +12,7 @@ rolled back with a retryable UNAVAILABLE, so nothing partial is ever committed.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
 from ..domain import AttemptRec, Backoff, TaskRec
+from .prepared import Prepared
 from .tables import attempts, audit, evidence, receipts, tasks
 
 # Chunk IN (...) lists: portable and well under every engine's parameter limit.
@@ -48,6 +50,29 @@ _TASK_CAS = tasks.update().where(
 _ATTEMPT_CAS = attempts.update().where(
     and_(attempts.c.id == bindparam("_id"), attempts.c.state == bindparam("_state"))
 )
+_TASK_SNAP = operator.attrgetter(*TASK_MUTABLE)
+_ATTEMPT_SNAP = operator.attrgetter(*ATTEMPT_MUTABLE)
+_TASK_EPOCH_AT = TASK_MUTABLE.index("epoch")
+TASK_COLUMN_NAMES = tuple(c.name for c in tasks.c)
+ATTEMPT_COLUMN_NAMES = tuple(c.name for c in attempts.c)
+AUDIT_KEYS = ("task_id", "attempt_id", "at_ms", "actor", "kind", "from_state", "to_state",
+              "detail")
+INSERT_ATTEMPT = Prepared(attempts.insert(), ATTEMPT_COLUMNS)
+INSERT_AUDIT = Prepared(audit.insert(), AUDIT_KEYS)
+INSERT_EVIDENCE = Prepared(evidence.insert(), [c.name for c in evidence.c])
+INSERT_RECEIPT = Prepared(receipts.insert(), [c.name for c in receipts.c])
+INSERT_TASK = Prepared(tasks.insert(), TASK_COLUMN_NAMES)
+# One compiled CAS update per set of changed columns, made on first use.
+_cas_cache: dict[tuple[str, tuple[str, ...]], Prepared] = {}
+
+
+def _cas(what: str, changed: tuple[str, ...]) -> Prepared:
+    key = (what, changed)
+    prepared = _cas_cache.get(key)
+    if prepared is None:
+        stmt = _TASK_CAS if what == "task" else _ATTEMPT_CAS
+        prepared = _cas_cache[key] = Prepared(stmt, changed)
+    return prepared
 
 
 def task_rec(row: Mapping[Any, Any]) -> TaskRec:
@@ -122,7 +147,7 @@ class UnitOfWork:
             return existing
         rec = task_rec(row)
         self.tasks[rec.id] = rec
-        self._task_snap[rec.id] = tuple(getattr(rec, f) for f in TASK_MUTABLE)
+        self._task_snap[rec.id] = _TASK_SNAP(rec)
         return rec
 
     def adopt_attempt_row(self, row: Mapping[Any, Any]) -> AttemptRec:
@@ -131,22 +156,22 @@ class UnitOfWork:
             return existing
         rec = attempt_rec(row)
         self.attempts[rec.id] = rec
-        self._attempt_snap[rec.id] = tuple(getattr(rec, f) for f in ATTEMPT_MUTABLE)
+        self._attempt_snap[rec.id] = _ATTEMPT_SNAP(rec)
         return rec
 
     def load_tasks(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.tasks]
         for chunk in _chunks(wanted):
             stmt = select(tasks).where(tasks.c.id.in_(chunk)).with_for_update()
-            for row in self.conn.execute(stmt).mappings():
-                self.adopt_task_row(row)
+            for row in self.conn.execute(stmt):
+                self.adopt_task_row(dict(zip(TASK_COLUMN_NAMES, row, strict=True)))
 
     def load_attempts(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.attempts]
         for chunk in _chunks(wanted):
             stmt = select(attempts).where(attempts.c.id.in_(chunk)).with_for_update()
-            for row in self.conn.execute(stmt).mappings():
-                self.adopt_attempt_row(row)
+            for row in self.conn.execute(stmt):
+                self.adopt_attempt_row(dict(zip(ATTEMPT_COLUMN_NAMES, row, strict=True)))
 
     # ------------------------------------------------------------------ recording
 
@@ -167,41 +192,39 @@ class UnitOfWork:
 
     def flush(self) -> None:
         """Write everything; raise UNAVAILABLE (retryable) if a compare-and-set lost a race."""
+        conn = self.conn
         new_ids = {a.id for a in self.new_attempts}
         if self.new_attempts:
-            self.conn.execute(attempts.insert(), [attempt_row(a) for a in self.new_attempts])
-        self._flush_changed(self.tasks, self._task_snap, TASK_MUTABLE, _TASK_CAS, "task",
+            INSERT_ATTEMPT.run(conn, [attempt_row(a) for a in self.new_attempts])
+        self._flush_changed(self.tasks, self._task_snap, _TASK_SNAP, TASK_MUTABLE, "task",
                             skip=set())
-        self._flush_changed(self.attempts, self._attempt_snap, ATTEMPT_MUTABLE, _ATTEMPT_CAS,
+        self._flush_changed(self.attempts, self._attempt_snap, _ATTEMPT_SNAP, ATTEMPT_MUTABLE,
                             "attempt", skip=new_ids)
-        if self.evidence_rows:
-            self.conn.execute(evidence.insert(), self.evidence_rows)
-        if self.receipt_rows:
-            self.conn.execute(receipts.insert(), self.receipt_rows)
-        if self.audit_rows:
-            self.conn.execute(audit.insert(), self.audit_rows)
+        INSERT_EVIDENCE.run(conn, self.evidence_rows)
+        INSERT_RECEIPT.run(conn, self.receipt_rows)
+        INSERT_AUDIT.run(conn, self.audit_rows)
 
-    def _flush_changed(self, recs: Mapping[Any, Any], snaps: Mapping[str, tuple[Any, ...]],
-                       fields: Sequence[str], stmt: Any, what: str, skip: set[str]) -> None:
+    def _flush_changed(self, recs: Mapping[str, Any], snaps: Mapping[str, tuple[Any, ...]],
+                       snap: Any, fields: Sequence[str], what: str, skip: set[str]) -> None:
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for rec_id, rec in recs.items():
             if rec_id in skip:
                 continue
             before = snaps[rec_id]
-            changed = tuple(
-                f for f, old in zip(fields, before, strict=True) if getattr(rec, f) != old
-            )
-            if not changed:
+            after = snap(rec)
+            if after == before:
                 continue
+            changed = tuple(
+                f for f, old, new in zip(fields, before, after, strict=True) if new != old
+            )
             params = {f: getattr(rec, f) for f in changed}
             params["_id"] = rec_id
             params["_state"] = before[0]  # "state" is the first mutable field of both
             if what == "task":
-                params["_epoch"] = before[fields.index("epoch")]
+                params["_epoch"] = before[_TASK_EPOCH_AT]
             groups.setdefault(changed, []).append(params)
-        for group in groups.values():
-            result = self.conn.execute(stmt, group)
-            if result.rowcount != len(group):
+        for changed, group in groups.items():
+            if _cas(what, changed).run(self.conn, group) != len(group):
                 raise OrbitError(
                     ErrorCode.UNAVAILABLE,
                     f"a concurrent writer changed a {what}; the whole request was rolled back",
