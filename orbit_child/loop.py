@@ -1,6 +1,6 @@
 """The child's frame loop: one task at a time, frames over one stream socket.
 
-Frames (orbit_supervisor.framing), every one carrying ``g``, the child's generation:
+Frames (orbit_child.framing), every one carrying ``g``, the child's generation:
 
     parent → child   run {a, task_id, epoch, attempt_number, capability, payload,
                           deadline_at_ms, idempotency}
@@ -27,12 +27,12 @@ import traceback
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from orbit_supervisor.framing import FrameDecoder, FrameError, recv_frame, send_frame
-from orbit_supervisor.procutil import descendant_pids, kill_pid
 from orbit_wire.errors import ValueRejected
 from orbit_wire.model import Capability, Outcome, UnknownCode
 
 from .api import Execution, Handler, WorkerFailure
+from .framing import FrameDecoder, FrameError, recv_frame, send_frame
+from .procutil import descendant_pids, kill_pid
 from .results import encode_json_value
 
 __all__ = ["ChildLoop"]

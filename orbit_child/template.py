@@ -35,17 +35,17 @@ from typing import Any, NoReturn
 
 import orjson
 
-from orbit_supervisor.procutil import (
+from .api import Handler
+from .loop import ChildLoop
+from .procutil import (
     child_pids,
+    close_fds_except,
     descendant_pids,
     kill_pid,
     killpg,
     set_child_subreaper,
     set_parent_death_signal,
 )
-
-from .api import Handler
-from .loop import ChildLoop
 from .registry import HandlerSpecError, load_handlers
 
 _SHUTDOWN_BUDGET_S = 3.0
@@ -135,8 +135,6 @@ class Template:
                 os._exit(1)  # the template died between fork and prctl
             set_child_subreaper()
             self._ctl.detach()  # its descriptor is closed below; the object must not reuse it
-            from orbit_supervisor.procutil import close_fds_except
-
             close_fds_except({child_fd})
             sock = socket.socket(fileno=child_fd)
             sock.setblocking(True)

@@ -1,17 +1,18 @@
-"""Linux process helpers: prctl via ctypes, quiet signalling, and /proc child lists.
+"""Linux process helpers (prctl, killpg, /proc child lists) used by the pool.
 
-Used by the pool (parent), the template and the children. Nothing here blocks except the
-bounded /proc reads. Every signal helper returns False instead of raising when the target is
-already gone, because every caller races with processes that exit on their own.
+The implementation lives in ``orbit_child.procutil`` because the template and the children use
+it too, and they must import no supervisor code (see orbit_supervisor/framing.py).
 """
 
-from __future__ import annotations
-
-import contextlib
-import ctypes
-import ctypes.util
-import os
-import signal
+from orbit_child.procutil import (
+    child_pids,
+    close_fds_except,
+    descendant_pids,
+    kill_pid,
+    killpg,
+    set_child_subreaper,
+    set_parent_death_signal,
+)
 
 __all__ = [
     "child_pids",
@@ -22,98 +23,3 @@ __all__ = [
     "set_child_subreaper",
     "set_parent_death_signal",
 ]
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-# A process tree larger than this is not something a handler should build; the bound keeps a
-# fork bomb from turning a kill into an endless walk.
-_MAX_TREE = 4096
-
-_libc: ctypes.CDLL | None = None
-
-
-def _prctl(option: int, arg: int) -> None:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl({option}) failed: {os.strerror(err)}")
-
-
-def set_parent_death_signal(sig: int) -> None:
-    """Ask the kernel to send ``sig`` to this process when the thread that forked it dies."""
-    _prctl(_PR_SET_PDEATHSIG, int(sig))
-
-
-def set_child_subreaper() -> None:
-    """Make orphaned descendants re-parent to this process instead of init."""
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
-def killpg(pgid: int, sig: int = signal.SIGKILL) -> bool:
-    """Signal a whole process group; False if no such group (or not ours to signal)."""
-    if pgid <= 1:
-        raise ValueError(f"refusing to signal process group {pgid}")
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def kill_pid(pid: int, sig: int = signal.SIGKILL) -> bool:
-    """Signal one process; False if it is already gone."""
-    if pid <= 1:
-        raise ValueError(f"refusing to signal pid {pid}")
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def child_pids(pid: int) -> list[int]:
-    """Direct children of ``pid`` (all its threads), from /proc; [] if it is gone."""
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                out.extend(int(x) for x in fh.read().split())
-        except OSError:
-            continue
-    return out
-
-
-def descendant_pids(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (breadth first, at most a few thousand), not ``pid``."""
-    found: list[int] = []
-    seen = {pid}
-    frontier = [pid]
-    while frontier and len(found) < _MAX_TREE:
-        nxt: list[int] = []
-        for parent in frontier:
-            for child in child_pids(parent):
-                if child not in seen:
-                    seen.add(child)
-                    found.append(child)
-                    nxt.append(child)
-        frontier = nxt
-    return found
-
-
-def close_fds_except(keep: set[int]) -> None:
-    """Close every open descriptor of this process except stdio and ``keep``."""
-    keep = keep | {0, 1, 2}
-    try:
-        fds = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        fds = list(range(3, 1024))
-    for fd in fds:
-        if fd not in keep:
-            with contextlib.suppress(OSError):
-                os.close(fd)

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from decimal import Decimal
 from typing import Any
@@ -66,7 +67,9 @@ async def async_echo(execution: Execution) -> Any:
 
 
 def whoami(execution: Execution) -> Any:
-    return {"pid": os.getpid(), "imported_in": IMPORTED_IN}
+    loaded = sorted({name.split(".")[0] for name in sys.modules})
+    return {"pid": os.getpid(), "imported_in": IMPORTED_IN,
+            "loaded": [m for m in loaded if m in ("orbit_supervisor", "websockets", "psutil")]}
 
 
 def sleep(execution: Execution) -> Any:

@@ -50,6 +50,7 @@ def test_handler_module_is_imported_once_in_the_template() -> None:
     results, template_pid = run(scenario())
     assert {r["imported_in"] for r in results} == {template_pid}
     assert all(r["pid"] != template_pid for r in results)
+    assert all(r["loaded"] == [] for r in results)  # no supervisor code in handler processes
 
 
 @pytest.mark.parametrize(
