@@ -1,0 +1,263 @@
+"""A hypothesis state machine drives the pure Session against a small model server.
+
+The model server keeps the authoritative side (reservations, leases with absolute expiry
+measured when it *receives* a request, receipts by msg_id) and answers requests whenever
+the machine chooses, after any delay; connections drop at random moments. Invariants:
+
+- a handler runs only after its start was answered ok, and never twice;
+- an execution alive at ``now`` always holds an unexpired lease on the server (the local
+  expiry is never later than the server's, and the kill comes at the local expiry);
+- known attempts <= 2 x capacity; a credit grant never exceeds the free slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from supervisor_session_harness import FakeOutcome, make_session, reservation, welcome
+
+from orbit_supervisor.actions import Action, CloseConnection, Connect, Execute, Kill, SendFrame
+from orbit_supervisor.session import Conn
+from orbit_wire.errors import ErrorCode
+from orbit_wire.frames import (
+    Cancel,
+    Credit,
+    DrainOp,
+    FinishOp,
+    OpResult,
+    RenewOp,
+    Request,
+    Reserve,
+    Response,
+    ResumeEntry,
+    ResumeOp,
+    StartOp,
+)
+from orbit_wire.model import Disposition, Outcome, TaskState
+
+CAPACITY = 2
+
+
+@dataclass
+class ServerAttempt:
+    state: str = "RESERVED"  # RESERVED, RUNNING, DONE, RELEASED
+    expires: float = 0.0
+    epoch: int = 1
+
+
+@dataclass
+class Model:
+    attempts: dict[str, ServerAttempt] = field(default_factory=dict)
+    receipts: dict[str, OpResult] = field(default_factory=dict)
+    credit: int = 0
+
+
+class SessionMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.s = make_session(CAPACITY, shutdown_timeout=20.0)
+        self.now = 0.0
+        self.server = Model()
+        self.online = False  # a socket is open
+        self.inflight: Request | None = None
+        self.start_ok: set[str] = set()
+        self.executed: set[str] = set()
+        self.alive: set[str] = set()  # executing, not yet reported by the pool
+        self.killed: set[str] = set()
+        self.finished = False
+        self.pending_connect: float | None = None
+        self.apply(self.s.start(self.now))
+
+    # ------------------------------------------------------------ plumbing
+
+    def apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            match action:
+                case SendFrame(frame=frame):
+                    if not self.online:
+                        continue
+                    if isinstance(frame, Credit):
+                        self.server.credit += frame.credits
+                        assert self.s.outstanding_credit <= self.s.free_slots(), "over-credit"
+                    elif isinstance(frame, Request):
+                        assert self.inflight is None, "two requests in flight"
+                        self.inflight = frame
+                case Execute(reservation=res):
+                    assert res.attempt_id in self.start_ok, "ran before a confirmed start"
+                    assert res.attempt_id not in self.executed, "ran twice"
+                    self.executed.add(res.attempt_id)
+                    self.alive.add(res.attempt_id)
+                case Kill(attempt_id=attempt_id):
+                    self.killed.add(attempt_id)
+                case Connect(delay=delay):
+                    self.pending_connect = self.now + delay
+                case CloseConnection():
+                    self.drop()
+                case _:
+                    if type(action).__name__ == "Finish":
+                        self.finished = True
+
+    def drop(self) -> None:
+        if not self.online:
+            return
+        self.online = False
+        self.inflight = None
+        self.server.credit = 0
+        for att in self.server.attempts.values():
+            if att.state == "RESERVED":
+                att.state = "RELEASED"
+        self.apply(self.s.connection_lost(self.now, "CUT"))
+
+    def answer(self, op: Any) -> OpResult:
+        if op.msg_id in self.server.receipts:
+            return self.server.receipts[op.msg_id]
+        result = self._apply_op(op)
+        self.server.receipts[op.msg_id] = result
+        if isinstance(op, StartOp) and result.ok:
+            self.start_ok.add(op.attempt_id)  # recorded before the session sees the answer
+        return result
+
+    def _apply_op(self, op: Any) -> OpResult:
+        lease_ms = 300
+        match op:
+            case StartOp():
+                att = self.server.attempts[op.attempt_id]
+                if att.state != "RESERVED":
+                    return OpResult(op.msg_id, False, ErrorCode.CONFLICT)
+                att.state, att.expires = "RUNNING", self.now + lease_ms / 1000
+                return OpResult(op.msg_id, True, lease_ms=lease_ms)
+            case RenewOp():
+                att = self.server.attempts[op.attempt_id]
+                if att.state != "RUNNING" or self.now >= att.expires:
+                    return OpResult(op.msg_id, False, ErrorCode.LEASE_EXPIRED)
+                att.expires = self.now + lease_ms / 1000
+                return OpResult(op.msg_id, True, lease_ms=lease_ms)
+            case FinishOp():
+                att = self.server.attempts[op.attempt_id]
+                ok = att.state == "RUNNING" and self.now < att.expires
+                att.state = "DONE"
+                return OpResult(op.msg_id, True, disposition=Disposition.ACCEPTED if ok
+                                else Disposition.EVIDENCE_ONLY, task_state=TaskState.SUCCEEDED)
+            case ResumeOp():
+                entries = []
+                for ref in op.attempts:
+                    att = self.server.attempts[ref.attempt_id]
+                    if att.state == "RUNNING" and self.now < att.expires:
+                        entries.append(ResumeEntry(ref.attempt_id, "RUNNING",
+                                                   int((att.expires - self.now) * 1000)))
+                    else:
+                        entries.append(ResumeEntry(ref.attempt_id, "LOST", reason="EXPIRED"))
+                return OpResult(op.msg_id, True, attempts=tuple(entries))
+            case DrainOp():
+                return OpResult(op.msg_id, True)
+        raise AssertionError(op)
+
+    # ------------------------------------------------------------ rules
+
+    @precondition(lambda self: not self.finished)
+    @rule(dt=st.sampled_from([0.005, 0.05, 0.1, 0.2, 0.5]))
+    def advance(self, dt: float) -> None:
+        target = self.now + dt
+        for _ in range(1000):  # bounded: timers are at least microseconds apart
+            when = self.s.next_timer()
+            if self.pending_connect is not None and (when is None
+                                                     or self.pending_connect < when):
+                when = self.pending_connect
+            if when is None or when > target:
+                break
+            self.now = max(self.now, when)
+            if self.pending_connect is not None and self.pending_connect <= self.now:
+                self.pending_connect = None
+                self.online = True
+                self.apply(self.s.connected(self.now))
+                if self.online:
+                    self.apply(self.s.frame_received(welcome(300, 900), self.now))
+            self.apply(self.s.handle_timer(self.now))
+            if self.finished:
+                return
+        else:
+            raise AssertionError("a timer fires without progress (the driver would spin)")
+        self.now = target
+
+    @precondition(lambda self: not self.finished and self.inflight is not None)
+    @rule()
+    def server_answers(self) -> None:
+        request = self.inflight
+        assert request is not None
+        self.inflight = None
+        results = tuple(self.answer(op) for op in request.ops)
+        self.apply(self.s.frame_received(Response(request.id, results), self.now))
+
+    @precondition(lambda self: not self.finished and self.online and self.server.credit > 0)
+    @rule(n=st.integers(1, 3))
+    def server_reserves(self, n: int) -> None:
+        n = min(n, self.server.credit)
+        self.server.credit -= n
+        batch = []
+        for _ in range(n):
+            res = reservation(lease_ttl_ms=300)
+            self.server.attempts[res.attempt_id] = ServerAttempt()
+            batch.append(res)
+        self.apply(self.s.frame_received(Reserve(tuple(batch)), self.now))
+        assert len(self.s.attempts) <= 2 * CAPACITY
+
+    @precondition(lambda self: not self.finished and self.online)
+    @rule()
+    def cut(self) -> None:
+        self.drop()
+
+    @precondition(lambda self: not self.finished and bool(self.alive))
+    @rule(data=st.data())
+    def child_finishes(self, data: st.DataObject) -> None:
+        attempt_id = data.draw(st.sampled_from(sorted(self.alive)))
+        self.alive.discard(attempt_id)
+        outcome = (FakeOutcome(Outcome.UNKNOWN, "LEASE_LOST", result_json=None)
+                   if attempt_id in self.killed else FakeOutcome())
+        self.apply(self.s.execution_finished(attempt_id, outcome, self.now))
+
+    @precondition(lambda self: not self.finished and self.online and bool(self.alive))
+    @rule(data=st.data())
+    def cancel_push(self, data: st.DataObject) -> None:
+        attempt_id = data.draw(st.sampled_from(sorted(self.alive)))
+        self.apply(self.s.frame_received(Cancel(attempt_id, 1, "TASK_CANCELLED"), self.now))
+
+    @precondition(lambda self: not self.finished)
+    @rule(force=st.booleans())
+    def stop(self, force: bool) -> None:
+        self.apply(self.s.request_stop(self.now, force=force))
+
+    @rule(replacing=st.integers(0, CAPACITY))
+    def replacing(self, replacing: int) -> None:
+        self.apply(self.s.set_replacing(replacing, self.now))
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def running_only_under_a_server_lease(self) -> None:
+        for attempt_id in self.alive - self.killed:
+            server = self.server.attempts[attempt_id]
+            assert server.state == "RUNNING" and self.now < server.expires, (
+                f"{attempt_id} runs at {self.now} past the server's lease {server.expires}")
+            local = self.s.attempts[attempt_id].lease.expires_at
+            assert local is not None and local <= server.expires + 1e-9
+
+    @invariant()
+    def bounded_known_attempts(self) -> None:
+        assert len(self.s.attempts) <= 2 * CAPACITY
+        assert self.s.outstanding_credit <= CAPACITY
+
+    @invariant()
+    def done_means_done(self) -> None:
+        if self.finished:
+            assert self.s.conn is Conn.DONE and self.s.next_timer() is None
+
+
+TestSessionMachine = SessionMachine.TestCase
+TestSessionMachine.settings = settings(
+    max_examples=150, stateful_step_count=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
