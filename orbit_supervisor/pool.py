@@ -30,6 +30,7 @@ import re
 import socket
 import sys
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -382,6 +383,7 @@ class ChildPool:
                 "--parent-pid", str(os.getpid()),
                 "--sys-path", orjson.dumps(sys_path).decode(),
                 stdin=asyncio.subprocess.DEVNULL, pass_fds=(template_end.fileno(),),
+                env=handler_environment(os.environ),
             )
         finally:
             template_end.close()
@@ -886,6 +888,17 @@ class ChildPool:
         if self._loop is None:
             raise RuntimeError("ChildPool.start() was not awaited")
         return self._loop
+
+
+def handler_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The supervisor's environment minus Orbit's credential settings: handlers run with the
+    worker's environment but must not learn where its secret is (SPEC: no secrets, no
+    instance identity in handlers)."""
+    return {k: v for k, v in env.items()
+            if not (k.startswith("ORBIT_") and _SECRET_HINT.search(k))}
+
+
+_SECRET_HINT = re.compile(r"CREDENTIAL|SECRET|TOKEN|PASSWORD|KEY")
 
 
 def _opt_int(value: Any) -> int | None:

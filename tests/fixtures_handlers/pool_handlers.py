@@ -235,6 +235,10 @@ def kill_template(execution: Execution) -> Any:
     return {"survived": True}
 
 
+def environment(execution: Execution) -> Any:
+    return sorted(k for k in os.environ if k.startswith("ORBIT_"))
+
+
 handlers = [
     Handler("echo", "1", "1", echo),
     Handler("async_echo", "1", "1", async_echo),
@@ -253,4 +257,5 @@ handlers = [
     Handler("fork_and_return", "1", "1", fork_and_return),
     Handler("forge", "1", "1", forge),
     Handler("kill_template", "1", "1", kill_template),
+    Handler("environment", "1", "1", environment),
 ]

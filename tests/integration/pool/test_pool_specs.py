@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import orjson
 import psutil
 import pytest
-from pool_support import run
+from pool_support import request, run, running_pool
 
-from orbit_supervisor.pool import ChildPool, HandlerSpecError
-from orbit_wire.model import Capability
+from orbit_supervisor.pool import ChildOutcome, ChildPool, HandlerSpecError
+from orbit_wire.model import Capability, Outcome
 
 
 @pytest.mark.parametrize(
@@ -64,4 +68,32 @@ def test_start_reports_the_capabilities_in_order() -> None:
     caps = run(scenario())
     assert caps[:3] == (Capability("echo", "1", "1"), Capability("async_echo", "1", "1"),
                         Capability("whoami", "1", "1"))
-    assert len(caps) == len(set(caps)) == 17
+    assert len(caps) == len(set(caps)) == 18
+
+
+def test_a_module_in_the_current_folder_loads_like_python_m(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "orbit_cwd_handlers.py").write_text(
+        "from orbit_child import Handler\n"
+        "handlers = [Handler('cwd', '1', '1', lambda execution: {'here': True})]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+
+    async def scenario() -> ChildOutcome:
+        async with running_pool(1, spec="orbit_cwd_handlers:handlers") as pool:
+            return await pool.execute(request("cwd"))
+    out = run(scenario())
+    assert out.outcome is Outcome.SUCCEEDED and out.result_json == '{"here":true}'
+    assert "orbit_cwd_handlers" not in sys.modules  # the parent never imported it
+
+
+def test_handlers_do_not_see_where_the_credentials_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORBIT_CREDENTIALS_FILE", "/secret/place.json")
+    monkeypatch.setenv("ORBIT_URL", "http://127.0.0.1:1")
+
+    async def scenario() -> ChildOutcome:
+        async with running_pool(1) as pool:
+            return await pool.execute(request("environment"))
+    out = run(scenario())
+    assert out.outcome is Outcome.SUCCEEDED
+    assert orjson.loads(out.result_json or "") == ["ORBIT_URL"]
