@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from orbit_child.api import Execution, Handler, WorkerFailure
+from orbit_child import Execution, Handler, WorkerFailure
 
 HANDLER_ENV = "ORBIT_EXAMPLE_HANDLER"
 DEFAULT_HANDLER = "text.normalize"
