@@ -65,8 +65,9 @@ from .auth import (
     unauthenticated,
 )
 from .config import ServerConfig
-from .store.rows import UnitOfWork
-from .store.tables import attempts, audit, credentials, evidence, instances, queues, receipts, tasks
+from .store import queries
+from .store.rows import INSERT_AUDIT, INSERT_TASK, UnitOfWork
+from .store.tables import attempts, audit, credentials, evidence, instances, queues, tasks
 from .store.views import attempt_view, audit_view, evidence_view, queue_view, task_view
 
 __all__ = ["Effects", "Service", "WorkerBinding"]
@@ -262,9 +263,9 @@ class Service:
                         keyed[spec.operation_key] = row
                     out.append((task_view(row), True))
                 if new_rows:
-                    conn.execute(tasks.insert(), new_rows)
+                    INSERT_TASK.run(conn, new_rows)
                     actor = p.actor
-                    conn.execute(audit.insert(), [
+                    INSERT_AUDIT.run(conn, [
                         {"task_id": r["id"], "attempt_id": None, "at_ms": now, "actor": actor,
                          "kind": "task_submitted", "from_state": None,
                          "to_state": TaskState.PENDING.value, "detail": None}
@@ -488,8 +489,10 @@ class Service:
         now = self.clock()
         out: list[Reservation] = []
         with self._write() as conn:
-            stmt = _dispatch_query(b.queue_id, b.capabilities, now, n)
-            rows = conn.execute(stmt).mappings().all()
+            stmt, params = _dispatch_query(b.queue_id, b.capabilities, now, n)
+            result = conn.execute(stmt, params)
+            names = tuple(result.keys())
+            rows = [dict(zip(names, r, strict=True)) for r in result.all()]
             if not rows:
                 return []
             uow = UnitOfWork(conn, now)
@@ -686,16 +689,10 @@ class Service:
             if not self._wakeups_loaded:
                 self._load_wakeups(conn)
             expired = [uow.adopt_attempt_row(r) for r in conn.execute(
-                select(attempts).where(attempts.c.state == AttemptState.RUNNING.value,
-                                       attempts.c.lease_expires_at_ms <= now)
-                .order_by(attempts.c.lease_expires_at_ms).limit(limit).with_for_update()
-            ).mappings()]
+                queries.EXPIRED_LEASES, {"now": now, "n": limit}).mappings()]
             stale_before = now - cfg.reservation_ttl_ms
             stale = [uow.adopt_attempt_row(r) for r in conn.execute(
-                select(attempts).where(attempts.c.state == AttemptState.RESERVED.value,
-                                       attempts.c.reserved_at_ms <= stale_before)
-                .order_by(attempts.c.reserved_at_ms).limit(limit).with_for_update()
-            ).mappings()]
+                queries.STALE_RESERVATIONS, {"before": stale_before, "n": limit}).mappings()]
             uow.load_tasks([a.task_id for a in expired] + [a.task_id for a in stale])
             lease_ex = domain.Checked(Outcome.UNKNOWN, "LEASE_EXPIRED", False, None, None)
             for attempt in expired:
@@ -705,10 +702,7 @@ class Service:
                 self._after_close(uow, SERVER, task, attempt, before, lease_ex, result, effects)
             self._release_all(uow, stale, domain.Rule.RESERVATION_EXPIRED, SERVER, effects)
             overdue = [uow.adopt_task_row(r) for r in conn.execute(
-                select(tasks).where(tasks.c.state == TaskState.PENDING.value,
-                                    tasks.c.deadline_at_ms <= now)
-                .order_by(tasks.c.deadline_at_ms).limit(limit).with_for_update()
-            ).mappings()]
+                queries.OVERDUE_PENDING, {"now": now, "n": limit}).mappings()]
             # Tasks released just above are PENDING in memory only; include them too.
             overdue_ids = {t.id for t in overdue}
             overdue += [t for t in uow.tasks.values() if t.id not in overdue_ids
@@ -793,7 +787,8 @@ def _existing_by_key(conn: Connection, queue_id: str,
     return found
 
 
-def _dispatch_query(queue_id: str, caps: Iterable[Capability], now: int, n: int) -> Any:
+def _dispatch_query(queue_id: str, caps: Iterable[Capability], now: int,
+                    n: int) -> tuple[Any, dict[str, Any]]:
     """Oldest-available PENDING tasks of exactly these capabilities, within the deadline.
 
     One indexed range per capability (ix_tasks_dispatch): with several capabilities each
@@ -816,10 +811,15 @@ def _dispatch_query(queue_id: str, caps: Iterable[Capability], now: int, n: int)
 
     cap_list = list(caps)
     if len(cap_list) == 1:
-        return one(cap_list[0]).with_for_update()
+        cap = cap_list[0]
+        return queries.DISPATCH_ONE, {
+            "queue_id": queue_id, "handler": cap.handler,
+            "handler_version": cap.handler_version, "payload_version": cap.payload_version,
+            "now": now, "n": n,
+        }
     parts = [select(sub).select_from(sub) for sub in (one(c).subquery() for c in cap_list)]
     merged = union_all(*parts).subquery()
-    return select(merged).order_by(merged.c.available_at_ms).limit(n)
+    return select(merged).order_by(merged.c.available_at_ms).limit(n), {}
 
 
 def _load_receipts(conn: Connection, instance_id: str,
@@ -829,9 +829,8 @@ def _load_receipts(conn: Connection, instance_id: str,
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]
         for msg_id, op, answer in conn.execute(
-            select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).where(
-                receipts.c.instance_id == instance_id, receipts.c.msg_id.in_(chunk))
-        ):
+            queries.RECEIPTS_BY_MSG, {"instance_id": instance_id, "msg_ids": chunk}
+        ).all():
             out[msg_id] = (op, orjson.loads(answer))
     return out
 

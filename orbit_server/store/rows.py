@@ -17,13 +17,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, and_, bindparam, select
+from sqlalchemy import Connection, and_, bindparam
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
 from ..domain import AttemptRec, Backoff, TaskRec
 from .prepared import Prepared
+from .queries import ATTEMPTS_BY_ID, TASKS_BY_ID
 from .tables import attempts, audit, evidence, receipts, tasks
 
 # Chunk IN (...) lists: portable and well under every engine's parameter limit.
@@ -162,15 +163,13 @@ class UnitOfWork:
     def load_tasks(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.tasks]
         for chunk in _chunks(wanted):
-            stmt = select(tasks).where(tasks.c.id.in_(chunk)).with_for_update()
-            for row in self.conn.execute(stmt):
+            for row in self.conn.execute(TASKS_BY_ID, {"ids": list(chunk)}).all():
                 self.adopt_task_row(dict(zip(TASK_COLUMN_NAMES, row, strict=True)))
 
     def load_attempts(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.attempts]
         for chunk in _chunks(wanted):
-            stmt = select(attempts).where(attempts.c.id.in_(chunk)).with_for_update()
-            for row in self.conn.execute(stmt):
+            for row in self.conn.execute(ATTEMPTS_BY_ID, {"ids": list(chunk)}).all():
                 self.adopt_attempt_row(dict(zip(ATTEMPT_COLUMN_NAMES, row, strict=True)))
 
     # ------------------------------------------------------------------ recording

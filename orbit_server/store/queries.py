@@ -1,0 +1,74 @@
+"""Hot-path SELECTs built once (bound parameters, memoised cache keys), so a call only
+binds values. Every one of them is a range or point lookup on an index of tables.py;
+tests/integration/store/test_index_plans.py checks the plans."""
+
+from __future__ import annotations
+
+from sqlalchemy import Integer, bindparam, select
+
+from orbit_wire.model import AttemptState, TaskState
+
+from .tables import attempts, receipts, tasks
+
+TASKS_BY_ID = (
+    select(tasks).where(tasks.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
+)
+ATTEMPTS_BY_ID = (
+    select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
+    .with_for_update()
+)
+RECEIPTS_BY_MSG = select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).where(
+    receipts.c.instance_id == bindparam("instance_id"),
+    receipts.c.msg_id.in_(bindparam("msg_ids", expanding=True)),
+)
+
+
+def _dispatch_one() -> object:
+    return (
+        select(tasks)
+        .where(
+            tasks.c.queue_id == bindparam("queue_id"),
+            tasks.c.state == TaskState.PENDING.value,
+            tasks.c.handler == bindparam("handler"),
+            tasks.c.handler_version == bindparam("handler_version"),
+            tasks.c.payload_version == bindparam("payload_version"),
+            tasks.c.available_at_ms <= bindparam("now"),
+            tasks.c.deadline_at_ms > bindparam("now"),
+        )
+        .order_by(tasks.c.available_at_ms)
+        .limit(bindparam("n", type_=Integer))
+    )
+
+
+# The dispatch range: ix_tasks_dispatch gives (queue, state, capability) equality and
+# available_at order, so LIMIT n stops after n rows however many tasks have finished.
+DISPATCH_ONE = _dispatch_one()
+
+EXPIRED_LEASES = (
+    select(attempts)
+    .where(attempts.c.state == AttemptState.RUNNING.value,
+           attempts.c.lease_expires_at_ms <= bindparam("now"))
+    .order_by(attempts.c.lease_expires_at_ms)
+    .limit(bindparam("n", type_=Integer))
+    .with_for_update()
+)
+STALE_RESERVATIONS = (
+    select(attempts)
+    .where(attempts.c.state == AttemptState.RESERVED.value,
+           attempts.c.reserved_at_ms <= bindparam("before"))
+    .order_by(attempts.c.reserved_at_ms)
+    .limit(bindparam("n", type_=Integer))
+    .with_for_update()
+)
+OVERDUE_PENDING = (
+    select(tasks)
+    .where(tasks.c.state == TaskState.PENDING.value,
+           tasks.c.deadline_at_ms <= bindparam("now"))
+    .order_by(tasks.c.deadline_at_ms)
+    .limit(bindparam("n", type_=Integer))
+    .with_for_update()
+)
+TASK_BY_ID = select(tasks).where(tasks.c.id == bindparam("id"))
+ATTEMPTS_OF_TASK = select(attempts).where(attempts.c.task_id == bindparam("task_id")).order_by(
+    attempts.c.epoch
+)
