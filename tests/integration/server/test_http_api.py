@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import httpx
 from support.orbit_http import OrbitEnv, expect, expect_error, task_spec
@@ -172,7 +173,7 @@ def test_chunked_body_over_limit_is_refused(orbit: OrbitEnv) -> None:
     queue = orbit.queue()
     producer = orbit.producer(queue)
 
-    def chunks():  # no Content-Length: the limit is enforced while streaming
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit is enforced while streaming
         for _ in range(200):
             yield b" " * 4096
 
