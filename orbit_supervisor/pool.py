@@ -126,6 +126,8 @@ class _Slot:
     generation: int = 0
     sock: socket.socket | None = None
     decoder: FrameDecoder = field(default_factory=FrameDecoder)
+    outbuf: bytearray = field(default_factory=bytearray)
+    writing: bool = False  # a writer callback is registered for the socket
     pid: int | None = None
     ready: bool = False
     eof: bool = False
@@ -236,14 +238,7 @@ class ChildPool:
             self._release(slot)
             raise ValueRejected(ErrorCode.PAYLOAD_TOO_LARGE, f"request cannot be framed: {exc}"
                                 ) from None
-        try:
-            assert slot.sock is not None
-            await loop.sock_sendall(slot.sock, data)
-        except OSError as exc:
-            # The child died under us; its reap report (or the EOF kill) ends the future.
-            self._log.warning("sending attempt %s to child %s failed: %s",
-                              request.attempt_id, slot.pid, exc)
-            self._on_child_eof(slot)
+        self._send_child(slot, data)
         if self._max_memory is not None and not future.done():
             slot.watcher = loop.create_task(self._watch_memory(slot, slot.generation,
                                                                request.attempt_id))
@@ -258,12 +253,13 @@ class ChildPool:
         """SIGKILL the process group (then known descendants) of the child running
         ``attempt_id``, synchronously. Its execute() returns UNKNOWN with ``code`` and
         report.kill_reason = ``reason``. False if no child runs that attempt now."""
-        if not _CODE_RE.fullmatch(reason) or not _CODE_RE.fullmatch(code):
-            raise ValueError("kill reason and code must match [A-Z][A-Z0-9_]*")
         slot = self._by_attempt.get(attempt_id)
         if slot is None or slot.state is not _State.BUSY or slot.attempt_id != attempt_id:
             return False
-        self._kill_slot(slot, reason, code)
+        # Kill first: a malformed reason must never stop the signal (it goes on the wire, so
+        # it is replaced rather than passed on).
+        self._kill_slot(slot, reason if _CODE_RE.fullmatch(reason) else "KILLED",
+                        code if _CODE_RE.fullmatch(code) else UnknownCode.LEASE_LOST.value)
         return True
 
     def cancel(self, attempt_id: str) -> bool:
@@ -274,10 +270,8 @@ class ChildPool:
         slot = self._by_attempt.get(attempt_id)
         if slot is None or slot.state is not _State.BUSY or slot.sock is None:
             return False
-        try:
-            slot.sock.send(encode_frame({"t": "cancel", "g": slot.generation, "a": attempt_id}))
-        except OSError:
-            return False
+        self._send_child(slot, encode_frame({"t": "cancel", "g": slot.generation,
+                                             "a": attempt_id}))
         return True
 
     def stats(self) -> PoolStats:
@@ -711,11 +705,7 @@ class ChildPool:
             return
         self._log.info("recycling child %s (%s)", slot.pid, reason)
         slot.state = _State.EXITING
-        try:
-            assert slot.sock is not None
-            slot.sock.send(encode_frame({"t": "exit", "g": slot.generation}))
-        except OSError:
-            pass  # already gone: its reap report follows
+        self._send_child(slot, encode_frame({"t": "exit", "g": slot.generation}))
         slot.timer = self._require_loop().call_later(
             _GRACEFUL_EXIT_S, self._force_exit, slot, slot.generation)
 
@@ -723,6 +713,35 @@ class ChildPool:
         if slot.generation == generation and slot.state is _State.EXITING and slot.pid:
             self._log.warning("recycled child %s did not exit; killing it", slot.pid)
             procutil.killpg(slot.pid)
+
+    def _send_child(self, slot: _Slot, data: bytes) -> None:
+        """Queue bytes for the child; what the socket does not take now is written when it
+        becomes writable. A broken socket is handled like an EOF (the child is killed)."""
+        slot.outbuf += data
+        self._flush_child(slot, slot.generation)
+
+    def _flush_child(self, slot: _Slot, generation: int) -> None:
+        sock = slot.sock
+        if slot.generation != generation or sock is None:
+            return
+        loop = self._require_loop()
+        while slot.outbuf:
+            try:
+                sent = sock.send(slot.outbuf)
+            except BlockingIOError:
+                if not slot.writing:
+                    loop.add_writer(sock.fileno(), self._flush_child, slot, generation)
+                    slot.writing = True
+                return
+            except OSError as exc:
+                self._log.warning("writing to child %s failed: %s", slot.pid, exc)
+                slot.outbuf.clear()
+                self._on_child_eof(slot)
+                break
+            del slot.outbuf[:sent]
+        if slot.writing:
+            loop.remove_writer(sock.fileno())
+            slot.writing = False
 
     def _on_child_eof(self, slot: _Slot) -> None:
         """The child's socket closed: it died, or broke its end. Make sure it is dead."""
@@ -776,7 +795,7 @@ class ChildPool:
             return
         exit_code = _opt_int(msg.get("exit_code"))
         sig = _opt_int(msg.get("signal"))
-        early_death = slot.state is _State.SPAWNING
+        early_death = not slot.ready  # died before it ever served: back off
         if slot.state is _State.EXITING:
             self._recycled += 1
         elif slot.kill_reason is None and not self._closing:
@@ -835,8 +854,12 @@ class ChildPool:
         if slot.sock is not None:
             if self._loop is not None:
                 self._loop.remove_reader(slot.sock.fileno())
+                if slot.writing:
+                    self._loop.remove_writer(slot.sock.fileno())
             slot.sock.close()
             slot.sock = None
+        slot.outbuf.clear()
+        slot.writing = False
         self._by_gen.pop(slot.generation, None)
         slot.pid = None
         slot.tracked = {}

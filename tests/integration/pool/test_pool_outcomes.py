@@ -133,3 +133,10 @@ def test_cooperative_cancel_reaches_the_handler() -> None:
             return await task
     out = run(scenario())
     assert (out.outcome, out.code, out.retryable) == (Outcome.FAILED, "STOPPED_EARLY", True)
+
+
+def test_a_payload_larger_than_the_socket_buffer_arrives_whole() -> None:
+    payload = {"blob": "é" * (120 * 1024), "n": 1}  # ~240 KiB of JSON, written in pieces
+    out = run(_one("echo", payload))
+    assert out.outcome is Outcome.SUCCEEDED
+    assert orjson.loads(out.result_json or "")["payload"] == payload
