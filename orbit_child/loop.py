@@ -64,7 +64,7 @@ class ChildLoop:
                 _log(f"child {self._pid}: control stream broken: {exc}")
                 os._exit(3)
             if frame is None:
-                os._exit(0)
+                _exit(0)
             if frame.get("g") != self._gen:
                 _log(f"child {self._pid}: ignored a frame for generation {frame.get('g')!r}")
                 continue
@@ -72,7 +72,7 @@ class ChildLoop:
             if kind == "run":
                 self._serve_run(frame)
             elif kind == "exit":
-                os._exit(0)
+                _exit(0)
             # A cancel for an attempt that already finished needs no answer.
 
     # ----------------------------------------------------------------------------- one task
@@ -90,6 +90,7 @@ class ChildLoop:
                 os._exit(0)
             self._running = None
             _kill_descendants(self._pid)
+            _flush_stdio()  # the process may be killed or recycled before it would flush
         answer.update(
             t="done", g=self._gen, a=attempt_id,
             cpu_ms=int((_cpu_seconds() - before) * 1000),
@@ -202,6 +203,20 @@ def _kill_descendants(pid: int) -> None:
     for victim in descendant_pids(pid):
         kill_pid(victim, signal.SIGKILL)
     reap_zombies()
+
+
+def _flush_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            continue
+
+
+def _exit(status: int) -> NoReturn:
+    """Leave without running the template's atexit hooks or finalizers (they are not ours)."""
+    _flush_stdio()
+    os._exit(status)
 
 
 def reap_zombies() -> None:

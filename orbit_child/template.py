@@ -111,6 +111,7 @@ class Template:
         _log(f"template: ignored control message {kind!r}")
 
     def _fork(self, generation: int, child_fd: int) -> None:
+        _flush_stdio()  # or every child would print the template's buffered output again
         pid = os.fork()
         if pid == 0:
             self._become_child(generation, child_fd)
@@ -216,6 +217,12 @@ class Template:
                 break
             time.sleep(0.005)
         os._exit(status)
+
+
+def _flush_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
 
 
 def _noop(_sig: int, _frame: FrameType | None) -> None:

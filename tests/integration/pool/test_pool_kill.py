@@ -184,3 +184,18 @@ def test_a_lost_template_is_restarted_and_the_pool_keeps_serving() -> None:
     assert after.outcome is Outcome.SUCCEEDED
     assert first != second
     assert orjson.loads(after.result_json or "")["imported_in"] == second
+
+
+def test_graceful_close_lets_running_tasks_finish() -> None:
+    async def scenario() -> tuple[ChildOutcome, PoolStats, bool]:
+        async with running_pool(2) as pool:
+            task = asyncio.create_task(pool.execute(request("sleep", {"seconds": 0.3})))
+            await asyncio.sleep(0.05)
+            procs = snapshot([*pool.child_pids().values(), pool.template_pid or 0])
+            await pool.close(kill=False)
+            out = await task
+            gone = await asyncio.to_thread(wait_all_gone, procs, 2.0) == []
+            return out, pool.stats(), gone
+    out, stats, gone = run(scenario())
+    assert out.outcome is Outcome.SUCCEEDED and gone
+    assert stats.killed == {} and stats.crashed == 0
