@@ -3,15 +3,24 @@ orbit-server process) the README flow end to end."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
+from support.orbit_http import WorkerCredential
+from support.protocol_client import ECHO, ProtocolClient
+from support.server import ServerProcess
 
-from orbit_client import Credentials, write_credentials
+from orbit_client import Credentials, load_credentials, write_credentials
+from orbit_wire.ids import is_id
 
 ORBIT = Path(sys.executable).with_name("orbit")
 QID = "0123456789abcdef0123456789abcdef"
@@ -115,3 +124,194 @@ def test_usage_errors_exit_2(offline_creds: Path) -> None:
     assert result.returncode == 2
     result = run_orbit("credentials", "create", "--role", "root", "-o", "-", env=env)
     assert result.returncode == 2
+
+
+# ------------------------------------------------------------ against a real orbit-server
+
+ROOT = Path(__file__).resolve().parents[2]
+SUPERVISE = Path(sys.executable).with_name("orbit-supervise")
+STOP_BOUND_S = 30.0
+
+
+class Cli:
+    """`orbit` bound to one credentials file (ORBIT_CREDENTIALS_FILE, as the README does)."""
+
+    def __init__(self, creds_file: Path) -> None:
+        self.env = {"ORBIT_CREDENTIALS_FILE": str(creds_file)}
+
+    def ok(self, *args: str) -> str:
+        result = run_orbit(*args, env=self.env)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+        return result.stdout
+
+    def json(self, *args: str) -> Any:
+        return orjson.loads(self.ok(*args))
+
+    def fails(self, code: str, exit_code: int, *args: str) -> str:
+        result = run_orbit(*args, env=self.env)
+        assert result.returncode == exit_code, (result.returncode, result.stderr)
+        assert result.stdout == ""
+        return one_error_line(result, code)
+
+
+@pytest.fixture
+def admin_cli(server: ServerProcess, admin_credentials: Credentials, tmp_path: Path) -> Cli:
+    path = tmp_path / "admin.json"
+    write_credentials(path, admin_credentials)
+    return Cli(path)
+
+
+def submit_args(queue: str, payload: str, handler: str = "text.normalize") -> list[str]:
+    return ["tasks", "submit", "--queue", queue, "--handler", handler, "--handler-version",
+            "v1", "--payload-version", "v1", "--payload", payload]
+
+
+def make_lane(admin_cli: Cli, tmp_path: Path) -> tuple[str, Path, Path]:
+    """A queue plus producer and worker credentials files made with the CLI."""
+    queue = admin_cli.ok("queues", "create", "--name", "demo").strip()
+    assert is_id(queue)
+    files = []
+    for role in ("producer", "worker"):
+        path = tmp_path / f"{role}.json"
+        out = admin_cli.ok("credentials", "create", "--role", role, "--queue", queue,
+                           "-o", str(path))
+        creds = load_credentials(path)
+        assert out == creds.credential_id + "\n"  # the ID only, never the secret
+        assert creds.role == role and creds.queues == (queue,)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        files.append(path)
+    return queue, files[0], files[1]
+
+
+def test_readme_flow_with_a_real_supervisor(
+    server: ServerProcess, admin_cli: Cli, tmp_path: Path
+) -> None:
+    queue, producer_file, worker_file = make_lane(admin_cli, tmp_path)
+    producer = Cli(producer_file)
+    supervise = subprocess.Popen(
+        [str(SUPERVISE), "--credentials-file", str(worker_file), "--queue", queue,
+         "--workers", "2", "--shutdown-timeout", "10", "examples.worker.handlers:HANDLERS"],
+        cwd=ROOT, env={k: v for k, v in os.environ.items() if not k.startswith("ORBIT_")},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        task = producer.json(*submit_args(queue, '{"text": "  hello   orbit "}'),
+                             "--wait", "20")
+        assert task["state"] == "SUCCEEDED", task
+        assert task["result"] == {"text": "HELLO ORBIT"}
+        assert "result_json" not in task  # the CLI prints the server's shape
+    finally:
+        os.kill(supervise.pid, signal.SIGTERM)
+        try:
+            _, err = supervise.communicate(timeout=STOP_BOUND_S)
+        except subprocess.TimeoutExpired:
+            os.kill(supervise.pid, signal.SIGKILL)
+            supervise.wait(timeout=STOP_BOUND_S)
+            raise
+    assert supervise.returncode == 0, err.decode(errors="replace")[-2000:]
+
+    # The exact text the handler produced: orjson writes it compact.
+    shown = producer.ok("tasks", "get", task["id"])
+    assert '"result": {"text":"HELLO ORBIT"}' in shown
+    history = producer.json("tasks", "attempts", task["id"])
+    [attempt] = history["attempts"]
+    assert attempt["outcome"] == "SUCCEEDED" and attempt["decision"] == "SUCCEEDED"
+    assert attempt["child_pid"] and attempt["epoch"] == 1
+    assert history["evidence"] == []
+    events = producer.json("tasks", "audit", task["id"])["events"]
+    assert events[-1]["to_state"] == "SUCCEEDED"
+    stats = producer.json("queues", "stats", queue)
+    assert stats["counts"]["SUCCEEDED"] == 1
+
+
+def test_submit_get_cancel_and_json_output(admin_cli: Cli, tmp_path: Path) -> None:
+    queue, producer_file, _ = make_lane(admin_cli, tmp_path)
+    producer = Cli(producer_file)
+    payload_file = tmp_path / "payload.json"
+    payload_file.write_text('{"text": "from a file", "n": 1.10}')
+    task_id = producer.ok(*submit_args(queue, "@" + str(payload_file), "nobody.serves.this"),
+                          "--idempotent", "--max-attempts", "5",
+                          "--operation-key", "k-1").strip()
+    assert is_id(task_id)
+    again = producer.json(*submit_args(queue, "{}", "nobody.serves.this"),
+                          "--operation-key", "k-1", "--json")
+    assert again["id"] == task_id
+    task = producer.json("tasks", "get", task_id)
+    assert task["state"] == "PENDING"
+    assert task["policy"]["idempotency"] == "IDEMPOTENT"
+    assert task["policy"]["max_attempts"] == 5
+    assert task["payload"] == {"text": "from a file", "n": 1.1}
+    waited = producer.json("tasks", "get", task_id, "--wait", "0.3")
+    assert waited["state"] == "PENDING"
+    cancelled = producer.json("tasks", "cancel", task_id, "--reason", "test")
+    assert cancelled["state"] == "CANCELLED"
+    assert producer.json("tasks", "attempts", task_id) == {"attempts": [], "evidence": []}
+    producer.fails("CONFLICT", 1, "tasks", "review", task_id, "--retry")
+    producer.fails("NOT_FOUND", 1, "tasks", "get", "f" * 32)
+    queue_json = admin_cli.json("queues", "create", "--json")
+    assert is_id(queue_json["id"]) and "created_at_ms" in queue_json
+
+
+def test_credential_errors_have_codes(
+    server: ServerProcess, admin_cli: Cli, tmp_path: Path
+) -> None:
+    queue, producer_file, worker_file = make_lane(admin_cli, tmp_path)
+    producer = Cli(producer_file)
+    # Wrong role: producers cannot create queues, workers cannot use the HTTP API.
+    producer.fails("PERMISSION_DENIED", 1, "queues", "create")
+    Cli(worker_file).fails("PERMISSION_DENIED", 1, *submit_args(queue, "{}"))
+    # A wrong secret.
+    good = load_credentials(producer_file)
+    forged_file = tmp_path / "forged.json"
+    write_credentials(forged_file, Credentials(good.url, good.credential_id, "0" * 64,
+                                               good.role, good.queues))
+    line = Cli(forged_file).fails("UNAUTHENTICATED", 1, "queues", "stats", queue)
+    assert "0" * 64 not in line
+    # Revoked with the CLI: refused from then on.
+    revoked = admin_cli.json("credentials", "revoke", good.credential_id)
+    assert revoked == {"credential_id": good.credential_id, "revoked": True}
+    line = producer.fails("UNAUTHENTICATED", 1, "queues", "stats", queue)
+    assert good.secret not in line
+    # '-o -' is the one way to see a secret, and it is a complete credentials file.
+    out = admin_cli.ok("credentials", "create", "--role", "producer", "--queue", queue,
+                       "-o", "-")
+    shown = orjson.loads(out)
+    assert shown["url"] == server.url and shown["secret"] and shown["queues"] == [queue]
+    # --url overrides the credentials file's URL (here: to a dead port).
+    result = run_orbit("--url", closed_port_url(), "queues", "stats", queue, env=admin_cli.env)
+    assert result.returncode == 4
+
+
+async def _to_review(server: ServerProcess, worker_file: Path, count: int) -> None:
+    """A protocol worker takes ``count`` tasks and reports each as uncertain."""
+    creds = load_credentials(worker_file)
+    worker = WorkerCredential(creds.credential_id, creds.secret, creds.queues[0])
+    async with await ProtocolClient.connect(server.ws_url) as wc:
+        await wc.hello_as(worker, capacity=count, capabilities=(ECHO,))
+        await wc.credit(count)
+        for res in await wc.reservations(count):
+            assert (await wc.start(res)).ok
+            assert (await wc.finish(res, "UNKNOWN", code="HANDLER_ERROR")).ok
+
+
+def test_review_flow(server: ServerProcess, admin_cli: Cli, tmp_path: Path) -> None:
+    queue, producer_file, worker_file = make_lane(admin_cli, tmp_path)
+    producer = Cli(producer_file)
+    ids = [producer.ok(*submit_args(queue, f'{{"i": {i}}}', ECHO.handler)).strip()
+           for i in range(3)]
+    asyncio.run(_to_review(server, worker_file, 3))
+    for task_id in ids:
+        task = producer.json("tasks", "get", task_id, "--wait", "10")
+        assert task["state"] == "NEEDS_REVIEW", task
+    out = producer.ok("tasks", "review", ids[0], "--succeed", "--result", '{"v": 1.10}',
+                      "--reason", "checked by hand")
+    reviewed = orjson.loads(out)
+    assert reviewed["state"] == "SUCCEEDED"
+    # The server stores an operator's result as a parsed value (its number text is the
+    # server's encoding), unlike a handler's result, whose text is kept exactly.
+    assert reviewed["result"] == {"v": 1.1}
+    assert producer.json("tasks", "review", ids[1], "--fail")["state"] == "FAILED"
+    assert producer.json("tasks", "review", ids[2], "--retry")["state"] == "PENDING"
+    events = producer.json("tasks", "audit", ids[0])["events"]
+    assert any(e["actor"].startswith("operator:") for e in events), events
