@@ -12,7 +12,7 @@ orjson object per SOCK_SEQPACKET packet:
     parent → template  fork {g}  + one socket via SCM_RIGHTS   (the child's end)
                        exit                                       (kill everything, leave)
 
-Safety net: the template is a child subreaper and asks for SIGTERM when the supervisor dies
+Safety net: the template is a child subreaper and asks for SIGUSR1 when the supervisor dies
 (even by SIGKILL); then, or when the control socket closes, it SIGKILLs every child's process
 group and every process re-parented to it, reaps them, and exits. Children get SIGKILL if
 the template itself dies. Processes re-parented to the template while it runs belong to
@@ -49,6 +49,7 @@ from .procutil import (
 from .registry import HandlerSpecError, load_handlers
 
 _SHUTDOWN_BUDGET_S = 3.0
+_DEATH_SIGNAL = signal.SIGUSR1  # catchable, and used for nothing else
 
 
 class Template:
@@ -127,9 +128,13 @@ class Template:
     def _become_child(self, generation: int, child_fd: int) -> NoReturn:
         try:
             signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM):
+            for sig in (signal.SIGCHLD, _DEATH_SIGNAL):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            # The supervisor owns the child's lifetime (it drains on SIGTERM and kills with
+            # SIGKILL); a SIGTERM sent to the whole service must not cut running handlers.
+            # A Python-level handler, unlike SIG_IGN, is reset for programs a handler execs.
+            signal.signal(signal.SIGTERM, _noop)
             os.setpgid(0, 0)
             set_parent_death_signal(signal.SIGKILL)
             if os.getppid() != self._pid:
@@ -198,7 +203,7 @@ class Template:
 
     def shutdown(self, status: int) -> NoReturn:
         """SIGKILL every child group and every descendant, reap for a bounded time, exit."""
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(_DEATH_SIGNAL, signal.SIG_IGN)
         for pid in list(self._children):
             killpg(pid)
         deadline = time.monotonic() + _SHUTDOWN_BUDGET_S
@@ -253,12 +258,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     parser.add_argument("--sys-path", default="[]")
     args = parser.parse_args(argv)
 
-    # Terminal Ctrl-C is the supervisor's to handle (it drains); the template must not die of it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    set_parent_death_signal(signal.SIGTERM)
-    set_child_subreaper()
-    ctl = socket.socket(fileno=args.control_fd)
-    ctl.setblocking(True)
+    # Terminal Ctrl-C and a service-wide SIGTERM are the supervisor's to handle (it drains);
+    # the template only ends when told, when its control socket closes, or when the
+    # supervisor dies (the parent-death signal).
     template_holder: list[Template] = []
 
     def on_parent_death(_sig: int, _frame: FrameType | None) -> None:
@@ -266,7 +268,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
             template_holder[0].shutdown(0)
         os._exit(0)
 
-    signal.signal(signal.SIGTERM, on_parent_death)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(_DEATH_SIGNAL, on_parent_death)  # before arming it: no default-action window
+    set_parent_death_signal(_DEATH_SIGNAL)
+    set_child_subreaper()
+    ctl = socket.socket(fileno=args.control_fd)
+    ctl.setblocking(True)
     if os.getppid() != args.parent_pid:
         os._exit(0)  # the supervisor died before the death signal was armed
 

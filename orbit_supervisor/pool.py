@@ -761,6 +761,7 @@ class ChildPool:
         pid = slot.pid
         if pid is not None:
             procutil.killpg(pid)
+            procutil.kill_pid(pid)  # in case the handler moved the child to another group
             for proc in list(slot.tracked.values()):
                 with contextlib.suppress(psutil.Error):
                     proc.kill()  # psutil refuses if the pid was reused

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from pathlib import Path
@@ -199,3 +200,17 @@ def test_graceful_close_lets_running_tasks_finish() -> None:
     out, stats, gone = run(scenario())
     assert out.outcome is Outcome.SUCCEEDED and gone
     assert stats.killed == {} and stats.crashed == 0
+
+
+def test_a_service_wide_sigterm_does_not_cut_running_handlers() -> None:
+    # systemd's default KillMode sends SIGTERM to every process of the service; the
+    # supervisor drains, so the template and the children must keep going.
+    async def scenario() -> ChildOutcome:
+        async with running_pool(1) as pool:
+            task = asyncio.create_task(pool.execute(request("sleep", {"seconds": 0.4})))
+            await asyncio.sleep(0.1)
+            for pid in [pool.template_pid or 0, *pool.child_pids().values()]:
+                os.kill(pid, signal.SIGTERM)
+            return await task
+    out = run(scenario())
+    assert out.outcome is Outcome.SUCCEEDED
