@@ -83,13 +83,12 @@ class _Base:
         }
 
     def _new_credentials(self, answer: Mapping[str, Any]) -> Credentials:
-        return Credentials(
-            url=self.url,
-            credential_id=answer["credential_id"],
-            secret=answer["secret"],
-            role=answer["role"],
-            queues=tuple(answer.get("queues") or ()),
-        )
+        fields = (answer.get("credential_id"), answer.get("secret"), answer.get("role"))
+        queues = answer.get("queues") or []
+        if not all(isinstance(f, str) and f for f in fields) or not isinstance(queues, list):
+            raise OrbitApiError("INTERNAL", "the server's credential answer is incomplete")
+        cid, secret, role = (str(f) for f in fields)
+        return Credentials(self.url, cid, secret, role, tuple(str(q) for q in queues))
 
 
 def _unreachable(url: str, exc: httpx.HTTPError) -> ServerUnreachable:

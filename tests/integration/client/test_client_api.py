@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import stat
 import time
@@ -287,3 +288,17 @@ async def test_async_client_has_the_same_calls(setup: Setup) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         revoked = await admin.revoke_credential(creds.credential_id)
         assert revoked["revoked"] is True
+
+
+def test_secret_never_reaches_debug_logs(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        setup.producer.submit(setup.queue, spec())
+        with pytest.raises(OrbitApiError):
+            setup.producer.create_queue()
+        creds = setup.admin.create_credential("producer", [setup.queue])
+    assert caplog.records, "httpx/httpcore debug logging should have produced records"
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in (setup.producer_creds.secret, creds.secret, setup.env.admin.secret):
+        assert secret not in text
