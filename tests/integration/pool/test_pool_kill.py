@@ -214,3 +214,20 @@ def test_a_service_wide_sigterm_does_not_cut_running_handlers() -> None:
             return await task
     out = run(scenario())
     assert out.outcome is Outcome.SUCCEEDED
+
+
+def test_a_result_that_arrives_after_the_kill_is_dropped() -> None:
+    async def scenario() -> ChildOutcome:
+        async with running_pool(1) as pool:
+            req = request("echo")
+            task = asyncio.create_task(pool.execute(req))
+            for _ in range(3):
+                await asyncio.sleep(0)  # execute() has sent the run frame
+            # Block the loop: the child answers, but the parent has not read it yet.
+            time.sleep(0.3)
+            assert pool.kill(req.attempt_id, "LEASE_LOST")
+            return await task
+    out = run(scenario())
+    assert (out.outcome, out.code, out.report.kill_reason) == (
+        Outcome.UNKNOWN, "LEASE_LOST", "LEASE_LOST")
+    assert out.result_json is None
