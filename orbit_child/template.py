@@ -62,6 +62,9 @@ class Template:
         self._wake_r, self._wake_w = os.pipe()
         self._pgrp = os.getpgrp()
         self._pid = os.getpid()
+        # Processes the handler module started while it was imported are its own business
+        # (they are still killed when the template ends); only orphans of children are swept.
+        self._started_at_import = set(child_pids(self._pid))
 
     # -------------------------------------------------------------------------------- loop
 
@@ -163,6 +166,7 @@ class Template:
 
     def _report_reap(self, pid: int, status: int, usage: Any) -> bool:
         """Tell the parent a child is gone; False if the control socket is broken."""
+        self._started_at_import.discard(pid)  # its pid may be reused by an orphan later
         generation = self._children.pop(pid, None)
         if generation is None:
             return True  # an orphan we killed, or one that exited on its own
@@ -180,7 +184,7 @@ class Template:
     def _kill_orphans(self) -> None:
         """Kill processes re-parented to us: their child died, so their attempt is over."""
         for pid in child_pids(self._pid):
-            if pid in self._children:
+            if pid in self._children or pid in self._started_at_import:
                 continue
             try:
                 pgid = os.getpgid(pid)
