@@ -25,27 +25,22 @@ import contextlib
 import enum
 import itertools
 import logging
-import os
-import re
 import socket
-import sys
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import psutil
 
 from orbit_child.registry import HandlerSpecError
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.frames import Report
-from orbit_wire.jsonvalue import check_text
-from orbit_wire.limits import MAX_CODE_LEN
-from orbit_wire.model import Capability, Outcome, UnknownCode
+from orbit_wire.model import Capability, UnknownCode
 
 from . import procutil
 from .framing import FrameDecoder, FrameError, encode_frame
+from .outcomes import CODE_RE, ChildOutcome, MalformedFrame, outcome_from_done, uncertain
+from .template_link import TemplateLink
 
 __all__ = [
     "ChildOutcome",
@@ -56,7 +51,6 @@ __all__ = [
     "PoolStats",
 ]
 
-_CODE_RE = re.compile(rf"[A-Z][A-Z0-9_]{{0,{MAX_CODE_LEN - 1}}}")
 _TEMPLATE_START_TIMEOUT_S = 60.0
 _CHILD_START_TIMEOUT_S = 30.0
 _GRACEFUL_EXIT_S = 2.0  # a recycled child that does not leave by then is killed
@@ -82,16 +76,6 @@ class ExecutionRequest:
     payload: Any  # parsed JSON value
     deadline_at_ms: int  # task total deadline (wall ms), informational for the handler
     idempotency: str
-
-
-@dataclass(frozen=True, slots=True)
-class ChildOutcome:
-    outcome: Outcome
-    code: str | None
-    retryable: bool
-    result_json: str | None  # exact JSON text, validated in the parent (SUCCEEDED only)
-    details_json: str | None  # JSON text, "{}" when empty (FAILED only)
-    report: Report
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,10 +155,7 @@ class ChildPool:
         self._idle_watchers: list[tuple[int, asyncio.Future[None]]] = []
         self._generations = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._proc: asyncio.subprocess.Process | None = None
-        self._ctl: socket.socket | None = None
-        self._ctl_out: deque[tuple[bytes, list[int]]] = deque()
-        self._caps: asyncio.Future[tuple[Capability, ...]] | None = None
+        self._template: TemplateLink | None = None
         self._capabilities: tuple[Capability, ...] | None = None
         self._restart: asyncio.Task[None] | None = None
         self._started = False
@@ -258,8 +239,8 @@ class ChildPool:
             return False
         # Kill first: a malformed reason must never stop the signal (it goes on the wire, so
         # it is replaced rather than passed on).
-        self._kill_slot(slot, reason if _CODE_RE.fullmatch(reason) else "KILLED",
-                        code if _CODE_RE.fullmatch(code) else UnknownCode.LEASE_LOST.value)
+        self._kill_slot(slot, reason if CODE_RE.fullmatch(reason) else "KILLED",
+                        code if CODE_RE.fullmatch(code) else UnknownCode.LEASE_LOST.value)
         return True
 
     def cancel(self, attempt_id: str) -> bool:
@@ -307,7 +288,7 @@ class ChildPool:
 
     @property
     def template_pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+        return None if self._template is None else self._template.pid
 
     def child_pids(self) -> dict[int, int]:
         """Generation -> pid of every child the pool believes alive (for tests and tools)."""
@@ -346,98 +327,34 @@ class ChildPool:
                 self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
             elif slot.pid is not None:
                 procutil.killpg(slot.pid)
-        self._send_ctl({"t": "exit"})
-        if self._proc is not None:
-            try:
-                async with asyncio.timeout(_TEMPLATE_EXIT_S):
-                    await self._proc.wait()
-            except TimeoutError:
-                self._log.error("template %s did not exit; killing it", self._proc.pid)
-                with contextlib.suppress(ProcessLookupError):
-                    self._proc.kill()
-                await self._proc.wait()
-        self._drain_ctl()  # the last reap reports
+        if self._template is not None:
+            await self._template.stop(_TEMPLATE_EXIT_S)  # the last reap reports arrive too
         self._closed = True
         for slot in self._slots:
             self._retire(slot)
             self._end_future(slot, None)
             slot.state = _State.CLOSED
-        self._close_ctl()
 
     # ---------------------------------------------------------------------------- template
 
     async def _start_template(self) -> tuple[Capability, ...]:
-        loop = self._require_loop()
-        parent_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sys_path = [os.getcwd(), *[p for p in sys.path if p]]
-        try:
-            self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "orbit_child.template", self._spec,
-                "--control-fd", str(template_end.fileno()),
-                "--parent-pid", str(os.getpid()),
-                "--sys-path", orjson.dumps(sys_path).decode(),
-                stdin=asyncio.subprocess.DEVNULL, pass_fds=(template_end.fileno(),),
-                env=handler_environment(os.environ),
-            )
-        finally:
-            template_end.close()
-        parent_end.setblocking(False)
-        self._ctl = parent_end
-        self._caps = loop.create_future()
-        loop.add_reader(parent_end.fileno(), self._on_ctl_readable)
-        try:
-            async with asyncio.timeout(_TEMPLATE_START_TIMEOUT_S):
-                return await self._caps
-        except TimeoutError:
-            raise HandlerSpecError(
-                f"loading {self._spec!r} took longer than {_TEMPLATE_START_TIMEOUT_S:.0f} s"
-            ) from None
+        self._template = TemplateLink(
+            self._spec, on_forked=self._on_forked, on_reaped=self._on_reaped,
+            on_lost=self._on_template_lost, logger=self._log,
+            start_timeout=_TEMPLATE_START_TIMEOUT_S)
+        return await self._template.start()
 
-    def _on_ctl_readable(self) -> None:
-        ctl = self._ctl
-        if ctl is None:
+    def _on_forked(self, generation: int, pid: int) -> None:
+        slot = self._by_gen.get(generation)
+        if slot is None or slot.state is not _State.SPAWNING:
             return
-        while True:
-            try:
-                data = ctl.recv(65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._on_template_lost()
-                return
-            try:
-                msg = orjson.loads(data)
-                self._on_ctl_message(msg)
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-                self._log.error("malformed control message from the template ignored")
-
-    def _on_ctl_message(self, msg: dict[str, Any]) -> None:
-        kind = msg["t"]
-        if kind == "reaped":
-            self._on_reaped(msg)
-        elif kind == "forked":
-            slot = self._by_gen.get(int(msg["g"]))
-            if slot is None or slot.state is not _State.SPAWNING:
-                return
-            slot.pid = int(msg["pid"])
-            if slot.eof:
-                self._kill_slot(slot, None, None)
-            else:
-                self._maybe_ready(slot)
-        elif kind == "caps" and self._caps is not None and not self._caps.done():
-            caps = tuple(Capability(str(c[0]), str(c[1]), str(c[2])) for c in msg["caps"])
-            self._caps.set_result(caps)
-        elif kind == "spec_error" and self._caps is not None and not self._caps.done():
-            self._caps.set_exception(HandlerSpecError(str(msg["message"])))
+        slot.pid = pid
+        if slot.eof:
+            self._kill_slot(slot, None, None)
+        else:
+            self._maybe_ready(slot)
 
     def _on_template_lost(self) -> None:
-        self._close_ctl()
-        if self._caps is not None and not self._caps.done():
-            self._caps.set_exception(HandlerSpecError(
-                f"the handler template for {self._spec!r} exited before reporting its handlers"
-            ))
         if self._closing or self._restart is not None or self._capabilities is None:
             return
         # Its children die with it (PR_SET_PDEATHSIG=SIGKILL); their attempts are uncertain.
@@ -454,9 +371,9 @@ class ChildPool:
 
     async def _restart_template(self) -> None:
         """Start a new template (with backoff) and refill every slot; waiters keep waiting."""
-        old = self._proc
+        old = self._template
         if old is not None:
-            await old.wait()
+            await old.wait_exited()
         delay = 0.1
         while not self._closing:
             try:
@@ -477,61 +394,13 @@ class ChildPool:
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_RESPAWN_DELAY_S)
 
-    def _drain_ctl(self) -> None:
-        if self._ctl is not None:
-            self._on_ctl_readable()
-
-    def _close_ctl(self) -> None:
-        if self._ctl is None:
-            return
-        loop = self._loop
-        if loop is not None:
-            loop.remove_reader(self._ctl.fileno())
-            loop.remove_writer(self._ctl.fileno())
-        for _data, fds in self._ctl_out:
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._ctl_out.clear()
-        self._ctl.close()
-        self._ctl = None
-
-    def _send_ctl(self, msg: dict[str, Any], fds: list[int] | None = None) -> None:
-        """Queue a control message; fds passed along are owned (closed) by this method."""
-        if self._ctl is None:
-            for fd in fds or ():
-                os.close(fd)
-            return
-        self._ctl_out.append((orjson.dumps(msg), fds or []))
-        self._flush_ctl()
-
-    def _flush_ctl(self) -> None:
-        ctl = self._ctl
-        if ctl is None:
-            return
-        while self._ctl_out:
-            data, fds = self._ctl_out[0]
-            try:
-                socket.send_fds(ctl, [data], fds) if fds else ctl.send(data)
-            except BlockingIOError:
-                self._require_loop().add_writer(ctl.fileno(), self._flush_ctl)
-                return
-            except OSError as exc:
-                self._log.error("control socket failed: %s", exc)
-                self._on_template_lost()
-                return
-            self._ctl_out.popleft()
-            for fd in fds:
-                os.close(fd)
-        self._require_loop().remove_writer(ctl.fileno())
-
     # ------------------------------------------------------------------------------ slots
 
     def _spawn(self, slot: _Slot) -> None:
         if self._closing:
             slot.state = _State.CLOSED
             return
-        if self._ctl is None or self._restart is not None:
+        if self._template is None or not self._template.connected or self._restart is not None:
             slot.state = _State.SPAWNING  # the template restart refills every slot
             return
         if slot.sock is not None:
@@ -552,7 +421,7 @@ class ChildPool:
         self._by_gen[generation] = slot
         loop.add_reader(parent_end.fileno(), self._on_child_readable, slot, generation)
         self._spawned += 1
-        self._send_ctl({"t": "fork", "g": generation}, [child_end.detach()])
+        self._template.fork(generation, child_end.detach())
 
     def _maybe_ready(self, slot: _Slot) -> None:
         if slot.state is _State.SPAWNING and slot.ready and slot.pid is not None:
@@ -638,9 +507,11 @@ class ChildPool:
                 self._log.info("dropped a result for attempt %r: no longer running on child %s",
                                frame.get("a"), slot.pid)
                 return
+            report = Report(child_pid=slot.pid, cpu_ms=_opt_int(frame.get("cpu_ms")),
+                            peak_rss_bytes=_opt_int(frame.get("peak_rss_bytes")))
             try:
-                outcome = self._outcome_from(slot, frame)
-            except (KeyError, TypeError, ValueError) as exc:
+                outcome = outcome_from_done(frame, report, log=self._log)
+            except MalformedFrame as exc:
                 self._log.error("child %s sent a malformed result (%s); killing it",
                                 slot.pid, exc)
                 self._kill_slot(slot, "PROTOCOL_ERROR", UnknownCode.HANDLER_CRASHED.value)
@@ -653,43 +524,6 @@ class ChildPool:
                 future.set_result(outcome)
         else:
             self._log.warning("ignored a %r frame from child %s", kind, slot.pid)
-
-    def _outcome_from(self, slot: _Slot, frame: dict[str, Any]) -> ChildOutcome:
-        report = Report(child_pid=slot.pid, cpu_ms=_opt_int(frame.get("cpu_ms")),
-                        peak_rss_bytes=_opt_int(frame.get("peak_rss_bytes")))
-        outcome = Outcome(frame["outcome"])
-        attempt = slot.attempt_id
-        if outcome is Outcome.SUCCEEDED:
-            text = frame["result_json"]
-            if not isinstance(text, str):
-                raise TypeError("result_json must be text")
-            try:
-                check_text(text, what="result")
-            except ValueRejected as exc:
-                self._log.warning("attempt %s: invalid handler result (%s): %s",
-                                  attempt, exc.code.value, exc.message)
-                return ChildOutcome(Outcome.UNKNOWN, UnknownCode.INVALID_HANDLER_RESULT.value,
-                                    False, None, None, report)
-            return ChildOutcome(Outcome.SUCCEEDED, None, False, text, None, report)
-        if outcome is Outcome.FAILED:
-            code, details, retryable = frame["code"], frame["details_json"], frame["retryable"]
-            valid = (isinstance(code, str) and _CODE_RE.fullmatch(code) is not None
-                     and isinstance(retryable, bool) and isinstance(details, str))
-            if valid:
-                try:
-                    valid = isinstance(check_text(details, what="details"), dict)
-                except ValueRejected:
-                    valid = False
-            if not valid:
-                self._log.warning("attempt %s: invalid WorkerFailure from the child", attempt)
-                return ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_ERROR.value, False,
-                                    None, None, report)
-            return ChildOutcome(Outcome.FAILED, code, retryable, None, details, report)
-        code = frame.get("code")
-        if code not in (UnknownCode.HANDLER_ERROR.value,
-                        UnknownCode.INVALID_HANDLER_RESULT.value):
-            code = UnknownCode.HANDLER_ERROR.value
-        return ChildOutcome(Outcome.UNKNOWN, code, False, None, None, report)
 
     def _after_task(self, slot: _Slot) -> None:
         """Recycle after max tasks or over the memory limit; otherwise the slot is ready."""
@@ -836,7 +670,7 @@ class ChildPool:
             code = slot.kill_code or UnknownCode.HANDLER_CRASHED.value
             if report is None:
                 report = Report(child_pid=slot.pid, kill_reason=reason)
-            future.set_result(ChildOutcome(Outcome.UNKNOWN, code, False, None, None, report))
+            future.set_result(uncertain(code, report))
         self._finish_attempt(slot)
 
     def _finish_attempt(self, slot: _Slot) -> None:
@@ -912,17 +746,6 @@ class ChildPool:
         if self._loop is None:
             raise RuntimeError("ChildPool.start() was not awaited")
         return self._loop
-
-
-def handler_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The supervisor's environment minus Orbit's credential settings: handlers run with the
-    worker's environment but must not learn where its secret is (SPEC: no secrets, no
-    instance identity in handlers)."""
-    return {k: v for k, v in env.items()
-            if not (k.startswith("ORBIT_") and _SECRET_HINT.search(k))}
-
-
-_SECRET_HINT = re.compile(r"CREDENTIAL|SECRET|TOKEN|PASSWORD|KEY")
 
 
 def _opt_int(value: Any) -> int | None:

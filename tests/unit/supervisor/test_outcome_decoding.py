@@ -1,0 +1,67 @@
+"""The parent's re-check of a child's answer (orbit_supervisor.outcomes), without processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from orbit_supervisor.outcomes import MalformedFrame, outcome_from_done
+from orbit_wire.frames import Report
+from orbit_wire.model import Outcome
+
+REPORT = Report(child_pid=42, cpu_ms=1, peak_rss_bytes=1 << 20)
+
+
+def done(**fields: Any) -> dict[str, Any]:
+    return {"t": "done", "g": 1, "a": "a" * 32, **fields}
+
+
+def test_a_valid_result_keeps_its_exact_text() -> None:
+    text = '{"f":1.000000000000000000001,"big":9223372036854775807}'
+    out = outcome_from_done(done(outcome="SUCCEEDED", result_json=text), REPORT)
+    assert (out.outcome, out.code, out.result_json, out.report) == (
+        Outcome.SUCCEEDED, None, text, REPORT)
+
+
+@pytest.mark.parametrize("text", ["null", "12345678901234567890", '{"a":', "[NaN]",
+                                  "[" * 40 + "]" * 40, '"' + "x" * (256 * 1024) + '"'])
+def test_results_that_break_the_rules_are_invalid_handler_results(text: str) -> None:
+    out = outcome_from_done(done(outcome="SUCCEEDED", result_json=text), REPORT)
+    assert (out.outcome, out.code, out.result_json) == (
+        Outcome.UNKNOWN, "INVALID_HANDLER_RESULT", None)
+
+
+def test_a_valid_failure() -> None:
+    out = outcome_from_done(done(outcome="FAILED", code="OBJECT_REJECTED", retryable=True,
+                                 details_json='{"why":"x"}'), REPORT)
+    assert (out.outcome, out.code, out.retryable, out.details_json) == (
+        Outcome.FAILED, "OBJECT_REJECTED", True, '{"why":"x"}')
+
+
+@pytest.mark.parametrize("fields", [
+    {"code": "lower", "retryable": False, "details_json": "{}"},
+    {"code": "OK", "retryable": "yes", "details_json": "{}"},
+    {"code": "OK", "retryable": False, "details_json": "[1]"},
+    {"code": "OK", "retryable": False, "details_json": '{"n":1e999}'},
+    {"code": "OK", "retryable": False},
+])
+def test_failures_that_break_the_rules_are_handler_errors(fields: dict[str, Any]) -> None:
+    out = outcome_from_done(done(outcome="FAILED", **fields), REPORT)
+    assert (out.outcome, out.code, out.details_json) == (Outcome.UNKNOWN, "HANDLER_ERROR", None)
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ("HANDLER_ERROR", "HANDLER_ERROR"), ("INVALID_HANDLER_RESULT", "INVALID_HANDLER_RESULT"),
+    ("LEASE_LOST", "HANDLER_ERROR"), (None, "HANDLER_ERROR"),
+])
+def test_a_child_can_only_claim_its_own_unknown_codes(code: str | None, expected: str) -> None:
+    out = outcome_from_done(done(outcome="UNKNOWN", code=code), REPORT)
+    assert (out.outcome, out.code, out.retryable) == (Outcome.UNKNOWN, expected, False)
+
+
+@pytest.mark.parametrize("frame", [done(), done(outcome="MAYBE"),
+                                   done(outcome="SUCCEEDED", result_json={"not": "text"})])
+def test_garbage_frames_are_malformed(frame: dict[str, Any]) -> None:
+    with pytest.raises(MalformedFrame):
+        outcome_from_done(frame, REPORT)
