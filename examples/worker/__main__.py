@@ -9,6 +9,8 @@ Run from the repository root (``scripts/demo`` does all of this for you):
 
 - ORBIT_PRODUCER_CREDENTIALS_FILE: a producer credential of the queue (submits, reads).
 - ORBIT_CREDENTIALS_FILE: a worker credential of the queue (the supervisor's).
+  Two credentials because the roles are separate: a worker credential only speaks the worker
+  protocol, a producer one only the HTTP task API.
 - ORBIT_QUEUE_ID: the queue; default: the producer credential's only queue.
 - ORBIT_URL: the server; default: the URL in each credentials file.
 
@@ -72,7 +74,7 @@ async def run_example() -> list[str]:
 
     url = os.environ.get("ORBIT_URL") or None
     worker_file = _setting("ORBIT_CREDENTIALS_FILE")
-    producer = load_credentials(_setting("ORBIT_PRODUCER_CREDENTIALS_FILE", worker_file))
+    producer = load_credentials(_setting("ORBIT_PRODUCER_CREDENTIALS_FILE"))
     default_queue = producer.queues[0] if len(producer.queues) == 1 else None
     queue_id = _setting("ORBIT_QUEUE_ID", default_queue)
 
