@@ -315,3 +315,19 @@ def test_review_flow(server: ServerProcess, admin_cli: Cli, tmp_path: Path) -> N
     assert producer.json("tasks", "review", ids[2], "--retry")["state"] == "PENDING"
     events = producer.json("tasks", "audit", ids[0])["events"]
     assert any(e["actor"].startswith("operator:") for e in events), events
+
+
+def test_a_server_that_stops_answering_times_out_as_unreachable(
+    server: ServerProcess, admin_cli: Cli
+) -> None:
+    pid = server.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # the kernel still accepts connections; nobody answers
+    try:
+        result = run_orbit("--timeout", "0.5", "queues", "create", env=admin_cli.env,
+                           timeout=30)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert result.returncode == 4
+    assert "Timeout" in one_error_line(result, "UNAVAILABLE")
+    assert admin_cli.ok("health")  # and it serves again once resumed
