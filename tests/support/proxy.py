@@ -42,7 +42,9 @@ class TcpProxy:
 
     def cut(self) -> int:
         """Abort every open connection; returns how many were cut."""
-        return int(self._call(self._cut()).result(timeout=_THREAD_JOIN_S))
+        cut = self._call(self._cut()).result(timeout=_THREAD_JOIN_S)
+        assert isinstance(cut, int)
+        return cut
 
     def blackhole(self, on: bool) -> None:
         self._blackholed = on

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -116,8 +117,9 @@ def test_events_end_when_run_returns_and_a_reader_sees_them_live(
 
 
 def test_options_are_checked_at_construction(sup_env: SupEnv) -> None:
-    make = lambda **kw: Supervisor(HANDLERS, sup_env.queue_id,  # noqa: E731
-                                   sup_env.credentials_file, **kw)
+    def make(**kw: Any) -> Supervisor:
+        return Supervisor(HANDLERS, sup_env.queue_id, sup_env.credentials_file, **kw)
+
     with pytest.raises(OptionError, match=r"workers must be an integer in \[1, 256\]"):
         make(workers=0)
     with pytest.raises(OptionError, match="shutdown_timeout"):

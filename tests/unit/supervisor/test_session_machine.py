@@ -12,7 +12,7 @@ the machine chooses, after any delay; connections drop at random moments. Invari
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -70,6 +70,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.killed: set[str] = set()
         self.finished = False
         self.pending_connect: float | None = None
+        self.next_id = 0
         self.apply(self.s.start(self.now))
 
     # ------------------------------------------------------------ plumbing
@@ -199,7 +200,9 @@ class SessionMachine(RuleBasedStateMachine):
         self.server.credit -= n
         batch = []
         for _ in range(n):
-            res = reservation(lease_ttl_ms=300)
+            # Deterministic IDs, so hypothesis can replay and shrink a failure.
+            self.next_id += 1
+            res = replace(reservation(lease_ttl_ms=300), attempt_id=f"{self.next_id:032x}")
             self.server.attempts[res.attempt_id] = ServerAttempt()
             batch.append(res)
         self.apply(self.s.frame_received(Reserve(tuple(batch)), self.now))
@@ -258,6 +261,6 @@ class SessionMachine(RuleBasedStateMachine):
 
 TestSessionMachine = SessionMachine.TestCase
 TestSessionMachine.settings = settings(
-    max_examples=150, stateful_step_count=60, deadline=None,
+    max_examples=200, stateful_step_count=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
