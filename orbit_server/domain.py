@@ -744,18 +744,29 @@ class ReviewAction(StrEnum):
     FAIL = "fail"
 
 
+def retry_not_before(last_attempt: AttemptRec | None, kill_grace_ms: int) -> int:
+    """The earliest instant a new attempt may start after ``last_attempt``: a lease the
+    server let expire may still be running on a slow worker until expiry + kill grace."""
+    if (last_attempt is None or last_attempt.code != "LEASE_EXPIRED"
+            or last_attempt.lease_expires_at_ms is None):
+        return 0
+    return last_attempt.lease_expires_at_ms + kill_grace_ms
+
+
 def review(task: TaskRec, action: ReviewAction, result_json: str | None,
-           reason_json: str, now_ms: int) -> None:
-    """Resolve NEEDS_REVIEW. ``retry``: PENDING now with one more attempt allowed (and time
-    for it); the earlier uncertainty stays on record, so a non-idempotent task that fails
-    retryably later comes back to review instead of retrying on its own; ``succeed``:
+           reason_json: str, now_ms: int, not_before_ms: int = 0) -> None:
+    """Resolve NEEDS_REVIEW. ``retry``: PENDING at ``not_before_ms`` (see retry_not_before)
+    or now, with one more attempt allowed (and time for it); the earlier uncertainty stays
+    on record, so a non-idempotent task that fails retryably later comes back to review
+    instead of retrying on its own; ``succeed``:
     SUCCEEDED with ``result_json`` (already validated); ``fail``: FAILED/REVIEW_FAILED with
     ``reason_json`` as details. CONFLICT unless the task is NEEDS_REVIEW."""
     if action is ReviewAction.RETRY:
         task.state = next_task_state(task.state, TaskEvent.OPERATOR_RETRY)
+        available = max(now_ms, not_before_ms)
         task.max_attempts = max(task.max_attempts, task.attempts_started + 1)
-        task.deadline_at_ms = max(task.deadline_at_ms, now_ms + task.attempt_timeout_ms)
-        task.available_at_ms = now_ms
+        task.deadline_at_ms = max(task.deadline_at_ms, available + task.attempt_timeout_ms)
+        task.available_at_ms = available
     elif action is ReviewAction.SUCCEED:
         if result_json is None:
             raise OrbitError(ErrorCode.BAD_REQUEST, "succeed needs a result")

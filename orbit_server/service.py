@@ -368,15 +368,23 @@ class Service:
             uow = UnitOfWork(conn, now)
             task = uow.adopt_task_row(row)
             before = task.state
-            domain.review(task, act, result_json, reason_json, now)
+            last = conn.execute(queries.LAST_ATTEMPT_OF_TASK,
+                                {"task_id": task.id}).mappings().first()
+            not_before = domain.retry_not_before(
+                uow.adopt_attempt_row(last) if last is not None else None,
+                self.config.kill_grace_ms)
+            domain.review(task, act, result_json, reason_json, now, not_before)
             uow.audit(task.id, None, p.operator, "task_reviewed", before, task.state,
                       {"action": act.value, **({"reason": reason} if reason else {})})
             uow.flush()
             out = conn.execute(select(tasks).where(tasks.c.id == task_id)).mappings().one()
-        if task.state is TaskState.PENDING:
+        if task.state is not TaskState.PENDING:
+            effects.terminal_tasks.append(task.id)
+        elif task.available_at_ms <= now:
             effects.ready_queues.add(task.queue_id)
         else:
-            effects.terminal_tasks.append(task.id)
+            heapq.heappush(self._wakeups, (task.available_at_ms, task.queue_id))
+            effects.due(task.available_at_ms)
         return task_view(out), effects
 
     def queue_stats(self, p: Principal, queue_id: str) -> dict[str, Any]:

@@ -72,3 +72,7 @@ TASK_BY_ID = select(tasks).where(tasks.c.id == bindparam("id"))
 ATTEMPTS_OF_TASK = select(attempts).where(attempts.c.task_id == bindparam("task_id")).order_by(
     attempts.c.epoch
 )
+LAST_ATTEMPT_OF_TASK = (
+    select(attempts).where(attempts.c.task_id == bindparam("task_id"))
+    .order_by(attempts.c.epoch.desc()).limit(1)
+)

@@ -14,9 +14,9 @@ from sqlalchemy import Engine
 
 from orbit_server.auth import Principal
 from orbit_server.config import ServerConfig
-from orbit_server.service import Service, WorkerBinding
+from orbit_server.service import Effects, Service, WorkerBinding
 from orbit_server.store import create_engine_for, migrate
-from orbit_wire.frames import FinishOp, Hello, RenewOp, Report, StartOp
+from orbit_wire.frames import FinishOp, Hello, OpResult, RenewOp, Report, StartOp
 from orbit_wire.ids import new_id
 from orbit_wire.model import Capability, Outcome
 
@@ -69,19 +69,22 @@ class World:
         self._msg += 1
         return f"m{self._msg}"
 
-    def start(self, b: WorkerBinding, attempt_id: str, epoch: int, msg: str | None = None):
+    def start(self, b: WorkerBinding, attempt_id: str, epoch: int,
+              msg: str | None = None) -> OpResult:
         op = StartOp(msg or self.msg(), attempt_id, epoch, 4242)
         results, _ = self.service.apply_ops(b, [op])
         return results[0]
 
-    def renew(self, b: WorkerBinding, attempt_id: str, epoch: int, msg: str | None = None):
+    def renew(self, b: WorkerBinding, attempt_id: str, epoch: int,
+              msg: str | None = None) -> OpResult:
         results, _ = self.service.apply_ops(b, [RenewOp(msg or self.msg(), attempt_id, epoch)])
         return results[0]
 
     def finish(self, b: WorkerBinding, attempt_id: str, epoch: int, outcome: Outcome,
                code: str | None = None, retryable: bool = False, result: Any = None,
                result_json: str | None = None, details_json: str | None = None,
-               msg: str | None = None, report: Report | None = None):
+               msg: str | None = None,
+               report: Report | None = None) -> tuple[OpResult, Effects]:
         if result is not None:
             result_json = orjson.dumps(result).decode()
         op = FinishOp(msg or self.msg(), attempt_id, epoch, outcome, code, retryable,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import CAP, World, as_json
 
@@ -45,9 +47,9 @@ def test_secrets_are_stored_hashed(world: World) -> None:
 
 
 def test_roles_and_scopes(world: World) -> None:
-    with pytest.raises(AuthError) as exc:
+    with pytest.raises(AuthError) as denied:
         world.service.create_queue(world.producer, "nope")
-    assert exc.value.code is ErrorCode.PERMISSION_DENIED
+    assert denied.value.code is ErrorCode.PERMISSION_DENIED
     other = world.service.create_queue(world.admin, "other")
     with pytest.raises(AuthError):
         world.service.submit(world.producer, other["id"], [{}])
@@ -97,7 +99,8 @@ def test_submit_fills_defaults_and_view_matches_contract(world: World) -> None:
     ({"handler": "bad name"}, ErrorCode.BAD_REQUEST),
     ({"operation_key": ""}, ErrorCode.BAD_REQUEST),
 ])
-def test_bad_specs_are_rejected_with_typed_codes(world: World, spec: dict, code: ErrorCode) -> None:
+def test_bad_specs_are_rejected_with_typed_codes(world: World, spec: dict[str, Any],
+                                                code: ErrorCode) -> None:
     with pytest.raises((OrbitError, ValueRejected)) as exc:
         world.submit(**spec)
     assert exc.value.code is code

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import World, as_json
 
@@ -9,12 +11,16 @@ from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.model import Outcome
 
 
-def attempts_of(world: World, task_id: str) -> list[dict]:
-    return as_json(world.service.list_attempts(world.producer, task_id))["attempts"]
+def attempts_of(world: World, task_id: str) -> list[dict[str, Any]]:
+    view = as_json(world.service.list_attempts(world.producer, task_id))
+    out: list[dict[str, Any]] = view["attempts"]
+    return out
 
 
-def audit_of(world: World, task_id: str) -> list[dict]:
-    return as_json(world.service.audit_trail(world.producer, task_id))["events"]
+def audit_of(world: World, task_id: str) -> list[dict[str, Any]]:
+    view = as_json(world.service.audit_trail(world.producer, task_id))
+    out: list[dict[str, Any]] = view["events"]
+    return out
 
 
 # ------------------------------------------------------------------------ cancel
@@ -88,7 +94,7 @@ def test_cancel_terminal_is_conflict(world: World) -> None:
 # ------------------------------------------------------------------------ review
 
 
-def to_review(world: World, **spec) -> dict:
+def to_review(world: World, **spec: Any) -> dict[str, Any]:
     t = world.submit(**spec)
     b = world.hello()
     aid, ep = world.run_once(b)
@@ -246,3 +252,19 @@ def test_queue_stats(world: World) -> None:
     assert stats["running_attempts"] == 1 and stats["oldest_pending_age_ms"] == 0
     world.clock.advance(100)
     assert world.service.queue_stats(world.admin, world.queue_id)["oldest_pending_age_ms"] == 100
+
+
+def test_review_retry_after_lost_lease_waits_for_the_kill_grace(world: World) -> None:
+    t = world.submit(lease_ttl_ms=1_000)
+    b = world.hello()
+    world.run_once(b)
+    world.clock.advance(1_000)
+    world.service.reap()  # UNKNOWN/LEASE_EXPIRED, non-idempotent: review
+    assert world.task(t["id"])["state"] == "NEEDS_REVIEW"
+    view, effects = world.service.review(world.producer, t["id"], "retry", None, None)
+    assert view["next_attempt_at_ms"] == world.clock() + 2_000  # expiry + kill grace
+    assert not effects.ready_queues and effects.next_due_ms == world.clock() + 2_000
+    assert world.service.reserve(b, 1) == []
+    world.clock.advance(2_000)
+    assert world.service.reap().ready_queues == {world.queue_id}
+    assert world.service.reserve(b, 1)[0].task_id == t["id"]

@@ -3,6 +3,8 @@ receipts, evidence, release, resume — every row of SPEC §3 — on a real SQLi
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 from conftest import CAP, World, as_json
@@ -24,12 +26,16 @@ from orbit_wire.ids import new_id
 from orbit_wire.model import Capability, Outcome
 
 
-def attempts_of(world: World, task_id: str) -> list[dict]:
-    return as_json(world.service.list_attempts(world.producer, task_id))["attempts"]
+def attempts_of(world: World, task_id: str) -> list[dict[str, Any]]:
+    view = as_json(world.service.list_attempts(world.producer, task_id))
+    out: list[dict[str, Any]] = view["attempts"]
+    return out
 
 
-def evidence_of(world: World, task_id: str) -> list[dict]:
-    return as_json(world.service.list_attempts(world.producer, task_id))["evidence"]
+def evidence_of(world: World, task_id: str) -> list[dict[str, Any]]:
+    view = as_json(world.service.list_attempts(world.producer, task_id))
+    out: list[dict[str, Any]] = view["evidence"]
+    return out
 
 
 # ------------------------------------------------------------------------ hello
@@ -60,9 +66,9 @@ def test_hello_auth_role_scope_and_protocol(world: World) -> None:
         world.service.worker_hello(Hello(**{**base, "credential_id": prod["credential_id"],
                                             "credential_secret": prod["secret"]}))
     assert exc.value.code is ErrorCode.PERMISSION_DENIED
-    with pytest.raises(ProtocolError) as exc:
+    with pytest.raises(ProtocolError) as perr:
         world.service.worker_hello(Hello(**{**base, "protocol": 2}))
-    assert exc.value.code is ErrorCode.UNSUPPORTED_PROTOCOL
+    assert perr.value.code is ErrorCode.UNSUPPORTED_PROTOCOL
     world.service.revoke_credential(world.admin, world.worker_cred["credential_id"])
     with pytest.raises(AuthError):
         world.service.worker_hello(Hello(**base))
@@ -88,8 +94,8 @@ def test_reserve_only_exact_capability_and_encodes(world: World) -> None:
     assert world.service.reserve(b, 10) == []
     both = world.hello(caps=(Capability("other", "v1", "v1"),
                              Capability("text.normalize", "v2", "v1")))
-    got = {r.task_id for r in world.service.reserve(both, 10)}
-    assert got == {other["id"], wrong_version["id"]}
+    claimed = {r.task_id for r in world.service.reserve(both, 10)}
+    assert claimed == {other["id"], wrong_version["id"]}
 
 
 def test_reserve_claims_oldest_first_up_to_n(world: World) -> None:
@@ -356,6 +362,7 @@ def test_receipts_replay_the_answer_and_apply_once(world: World) -> None:
     first = world.start(b, r.attempt_id, r.epoch, msg="s1")
     world.clock.advance(10_000)
     again = world.start(b, r.attempt_id, r.epoch, msg="s1")
+    assert first.lease_ms is not None
     assert again.ok and again.lease_ms == first.lease_ms - 10_000  # never longer on replay
     res1, _ = world.finish(b, r.attempt_id, r.epoch, Outcome.UNKNOWN, code="HANDLER_ERROR",
                            msg="f1")
@@ -451,7 +458,7 @@ def test_resume_reports_running_or_lost(world: World) -> None:
     refs = (AttemptRef(r1.attempt_id, r1.epoch), AttemptRef(r2.attempt_id, r2.epoch),
             AttemptRef(r1.attempt_id, r1.epoch + 1), AttemptRef("e" * 32, 1))
     (out,), _ = world.service.apply_ops(b, [ResumeOp("r1", refs)])
-    assert out.ok
+    assert out.ok and out.attempts is not None
     statuses = [(e.status, e.lease_ms, e.reason) for e in out.attempts]
     assert statuses == [("RUNNING", 8_000, None), ("LOST", None, "LEASE_EXPIRED"),
                         ("LOST", None, "STALE_EPOCH"), ("LOST", None, "NOT_FOUND")]
