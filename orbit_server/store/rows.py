@@ -116,13 +116,12 @@ def attempt_rec(row: Mapping[Any, Any]) -> AttemptRec:
     return rec
 
 
-def _db_value(value: Any) -> Any:
-    # StrEnum values are str already; bools and ints pass through unchanged.
-    return value
+_ATTEMPT_ROW = operator.attrgetter(*ATTEMPT_COLUMNS)
 
 
 def attempt_row(rec: AttemptRec) -> dict[str, Any]:
-    return {name: _db_value(getattr(rec, name)) for name in ATTEMPT_COLUMNS}
+    # StrEnum values are str already, so records go to the driver as they are.
+    return dict(zip(ATTEMPT_COLUMNS, _ATTEMPT_ROW(rec), strict=True))
 
 
 class UnitOfWork:
