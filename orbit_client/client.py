@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ _SETTLED = frozenset(
 # The long poll is held by the server; leave headroom before the client gives up reading.
 _WAIT_SLACK_S = 10.0
 _MAX_WAIT_ROUNDS = 100_000  # hard bound on long-poll rounds whatever the clock does
+DEFAULT_MAX_CONNECTIONS = 32
 
 CredentialsArg = Credentials | str | os.PathLike[str] | None
 
@@ -91,6 +93,15 @@ class _Base:
         return Credentials(self.url, cid, secret, role, tuple(str(q) for q in queues))
 
 
+def _limits(max_connections: int) -> httpx.Limits:
+    if not 1 <= max_connections <= 1000:
+        raise OrbitApiError("BAD_REQUEST", "max_connections must be 1 to 1000")
+    # Keep every connection alive: closing idle ones only to reopen them costs a handshake.
+    return httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
+
+
 def _unreachable(url: str, exc: httpx.HTTPError) -> ServerUnreachable:
     # The class name says what went wrong; httpx messages may echo the URL, never headers.
     return ServerUnreachable(f"no answer from {url}: {type(exc).__name__}")
@@ -107,9 +118,16 @@ class OrbitClient(_Base):
         *,
         timeout: float = 30.0,
         verify: bool | str = True,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ):
         super().__init__(url, credentials, timeout)
-        self._http = httpx.Client(base_url=self.url, headers=self._headers, verify=verify)
+        self._http = httpx.Client(
+            base_url=self.url, headers=self._headers, verify=verify,
+            limits=_limits(max_connections),
+        )
+        # Threads sharing this client queue here, so httpx's pool timeout never fires for a
+        # request that merely waited its turn (that would look like an unreachable server).
+        self._slots = threading.BoundedSemaphore(max_connections)
 
     def __enter__(self) -> OrbitClient:
         return self
@@ -122,7 +140,8 @@ class OrbitClient(_Base):
 
     def _send(self, call: calls.Call) -> dict[str, Any]:
         try:
-            response = self._http.request(**self._request_args(call))
+            with self._slots:
+                response = self._http.request(**self._request_args(call))
         except httpx.HTTPError as exc:
             raise _unreachable(self.url, exc) from None
         return calls.decode(call, response.status_code, response.content)
@@ -201,9 +220,17 @@ class AsyncOrbitClient(_Base):
         *,
         timeout: float = 30.0,
         verify: bool | str = True,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ):
         super().__init__(url, credentials, timeout)
-        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, verify=verify)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=self._headers, verify=verify,
+            limits=_limits(max_connections),
+        )
+        # Requests beyond the pool size wait here, not in httpx's pool: there they would count
+        # against the pool timeout (a burst of 500 submits failed with PoolTimeout, which is
+        # not an unreachable server), and its wait list costs time on every hand-over.
+        self._slots = asyncio.Semaphore(max_connections)
 
     async def __aenter__(self) -> AsyncOrbitClient:
         return self
@@ -216,7 +243,8 @@ class AsyncOrbitClient(_Base):
 
     async def _send(self, call: calls.Call) -> dict[str, Any]:
         try:
-            response = await self._http.request(**self._request_args(call))
+            async with self._slots:
+                response = await self._http.request(**self._request_args(call))
         except httpx.HTTPError as exc:
             raise _unreachable(self.url, exc) from None
         return calls.decode(call, response.status_code, response.content)

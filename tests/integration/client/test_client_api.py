@@ -8,6 +8,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +303,21 @@ def test_secret_never_reaches_debug_logs(
     text = "\n".join(r.getMessage() for r in caplog.records)
     for secret in (setup.producer_creds.secret, creds.secret, setup.env.admin.secret):
         assert secret not in text
+
+
+async def test_a_burst_larger_than_the_pool_waits_its_turn(setup: Setup) -> None:
+    # 2 connections and a short timeout: requests must queue in the client, not time out
+    # in the connection pool and be reported as an unreachable server.
+    async with AsyncOrbitClient(credentials=setup.producer_file, timeout=0.3,
+                                max_connections=2) as p:
+        answers = await asyncio.gather(*(p.queue_stats(setup.queue) for _ in range(300)))
+    assert len(answers) == 300 and all(a["queue_id"] == setup.queue for a in answers)
+
+
+def test_threads_can_share_one_client(setup: Setup) -> None:
+    with (
+        OrbitClient(credentials=setup.producer_file, timeout=0.3, max_connections=2) as p,
+        ThreadPoolExecutor(16) as pool,
+    ):
+        answers = list(pool.map(lambda _: p.queue_stats(setup.queue), range(200)))
+    assert all(a["queue_id"] == setup.queue for a in answers)
