@@ -320,10 +320,13 @@ class Session:
         if att is None or att.phase not in (Phase.RUNNING, Phase.KILLING) or self._done:
             return []
         actions: list[Action] = []
+        # Our kill reason belongs on the report only if the outcome came from our kill (a
+        # result that won the race against the kill is reported as it is).
+        killed = result.outcome is Outcome.UNKNOWN and result.code == "LEASE_LOST"
         report = replace(
             result.report,
             renewals=att.lease.renewals,
-            kill_reason=result.report.kill_reason or att.kill_reason,
+            kill_reason=result.report.kill_reason or (att.kill_reason if killed else None),
         )
         finish = FinishOp(
             msg_id=self._msg_id(), attempt_id=attempt_id, epoch=att.reservation.epoch,

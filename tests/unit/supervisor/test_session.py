@@ -480,3 +480,13 @@ def test_connection_lost_during_drain_completes_the_drain() -> None:
     assert [op.op for op in req.ops] == ["finish"]
     (fin,) = finishes(s.frame_received(ok_for(req), 0.8))
     assert fin.error is None
+
+
+def test_a_result_that_beat_the_kill_is_reported_as_it_is() -> None:
+    s, _ = ready()
+    res = run_one(s, 0.0, lease_ms=1000)
+    assert kills(s.handle_timer(1.0))  # kill ordered, but the child had already answered
+    (req,) = requests(s.execution_finished(res.attempt_id, FakeOutcome(), 1.001))
+    (finish,) = req.ops
+    assert isinstance(finish, FinishOp)
+    assert finish.outcome is Outcome.SUCCEEDED and finish.report.kill_reason is None
