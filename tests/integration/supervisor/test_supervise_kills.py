@@ -114,3 +114,27 @@ def test_sigkill_of_the_supervisor_leaves_nothing_alive(sup_env: SupEnv, tmp_pat
     sup.send(signal.SIGKILL)
     sup.wait(10)
     wait_for(lambda: not alive(tree + started), 5.0, "every descendant gone")
+
+
+def test_cancel_push_kills_and_the_report_is_accepted(sup_env: SupEnv, tmp_path: Path) -> None:
+    sup_env.start(workers=1)
+    pid_file = tmp_path / "cancel.pids"
+    task_id = submit(sup_env.producer, sup_env.queue_id, "blocked_read",
+                     {"pid_file": str(pid_file)}, lease_ttl_ms=30000)
+    pids = wait_for(lambda: len(read_pids(pid_file)) == 3 and read_pids(pid_file), 20,
+                    "handler running")
+    t0 = time.monotonic()
+    task = sup_env.producer.post(f"/v1/tasks/{task_id}/cancel", json={"reason": "test"})
+    assert task.status_code == 200 and task.json()["state"] == "CANCELLED"
+    wait_for(lambda: not alive(pids), KILL_BOUND_S, "cancelled handler killed")
+    assert time.monotonic() - t0 < KILL_BOUND_S
+    # The lease was still valid, so our report decided the attempt (history kept).
+    history = wait_for(lambda: _with_code(attempts(sup_env.producer, task_id)), 10, "report")
+    (att,) = history["attempts"]
+    assert (att["outcome"], att["code"], att["kill_reason"]) == (
+        "UNKNOWN", "LEASE_LOST", "TASK_CANCELLED")
+    assert wait_task(sup_env.producer, task_id)["state"] == "CANCELLED"
+
+
+def _with_code(history: dict[str, Any]) -> dict[str, Any] | None:
+    return history if all(a["code"] for a in history["attempts"]) else None

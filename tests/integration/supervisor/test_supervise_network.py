@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from conftest import SupEnv
 from supervisor_support import alive, attempts, read_pids, submit, wait_for, wait_task
@@ -80,9 +81,14 @@ def _reported(sup_env: SupEnv, task_id: str) -> dict[str, object] | None:
 
 def test_unreachable_server_at_start_is_retried(sup_env: SupEnv) -> None:
     port = free_port()
-    sup = sup_env.start(workers=1, url=f"http://127.0.0.1:{port}")
+    sup = sup_env.start(workers=1, url=f"http://127.0.0.1:{port}",
+                        extra=("--log-format", "json"))
     wait_for(lambda: sup.log().count("cannot reach") >= 2, 10, "two logged retries")
     assert sup.proc is not None and sup.proc.poll() is None
+    records = [orjson.loads(line) for line in sup.log().splitlines() if line]
+    assert {"ts", "level", "logger", "message"} <= set(records[0])
+    retries = [r for r in records if "cannot reach" in r["message"]]
+    assert retries[0]["level"] == "WARNING" and "(attempt 1)" in retries[0]["message"]
     with TcpProxy(sup_env.orbit.server.port, port=port):
         task_id = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "late"})
         assert wait_task(sup_env.producer, task_id, timeout_s=20)["result"] == {"text": "LATE"}
