@@ -283,7 +283,10 @@ class Supervisor:
         self._timer = None
         self._timer_at = None
         assert self._session is not None and self._loop is not None
-        self._apply(self._session.handle_timer(self._loop.time()))
+        try:
+            self._apply(self._session.handle_timer(self._loop.time()))
+        except Exception as exc:
+            self._internal_error("the timer", exc)
 
     def _watch_replacing(self) -> None:
         """Tell the session how many slots are being replaced; look again while any are."""
@@ -302,8 +305,11 @@ class Supervisor:
 
     def _replacing_tick(self) -> None:
         self._replacing_poll = None
-        self._watch_replacing()
-        self._rearm()
+        try:
+            self._watch_replacing()
+            self._rearm()
+        except Exception as exc:
+            self._internal_error("the pool watch", exc)
 
     def _cancel_timers(self) -> None:
         for handle in (self._timer, self._replacing_poll):
@@ -314,15 +320,23 @@ class Supervisor:
 
     # ------------------------------------------------------------------ tasks
 
+    def _internal_error(self, where: str, exc: BaseException) -> None:
+        """A bug must end the run with an error, never hang it or leave children running."""
+        self._log.error("internal error in %s", where, exc_info=exc)
+        if self._finished is not None and not self._finished.done():
+            session = self._session
+            self._finished.set_result(SupervisorError(
+                f"internal error in {where}: {type(exc).__name__}",
+                unconfirmed=session.unconfirmed if session else 0,
+                running=session.executing if session else 0))
+
     async def _connect(self, delay: float) -> None:
         try:
             await self._connect_and_read(delay)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a bug must end the run, not hang it
-            self._log.exception("internal error in the connection task")
-            if self._finished is not None and not self._finished.done():
-                self._finished.set_result(SupervisorError(f"internal error: {exc!r}"))
+        except Exception as exc:
+            self._internal_error("the connection task", exc)
 
     async def _connect_and_read(self, delay: float) -> None:
         session, loop = self._session, self._loop
@@ -352,6 +366,14 @@ class Supervisor:
         self._apply(self._session.frame_received(frame, self._loop.time()))
 
     async def _execute(self, res: Reservation) -> None:
+        try:
+            await self._execute_and_report(res)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._internal_error(f"the execution of attempt {res.attempt_id}", exc)
+
+    async def _execute_and_report(self, res: Reservation) -> None:
         pool, session, loop = self._pool, self._session, self._loop
         assert pool is not None and session is not None and loop is not None
         request = ExecutionRequest(

@@ -177,6 +177,10 @@ async def _run(sup: Supervisor) -> int:
     except SupervisorError as exc:
         click.echo(f"orbit-supervise: {exc.message}", err=True)
         return EXIT_INTERNAL
+    except Exception:
+        logging.getLogger("orbit.supervisor").exception("internal error")
+        click.echo("orbit-supervise: internal error (see the log above)", err=True)
+        return EXIT_INTERNAL
     stats = sup.stats()
     click.echo(f"orbit-supervise: drained started={stats.started} "
                f"confirmed={stats.reports_confirmed + stats.evidence_confirmed} "

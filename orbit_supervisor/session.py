@@ -365,7 +365,7 @@ class Session:
                 # be reserved any more, so there is nothing to drain.
                 self.drain_acked = True
         if force:
-            self._end_with_timeout(now, actions)
+            self._end_with_timeout(now, actions, forced=True)
             return actions
         self._progress(now, actions)
         return actions
@@ -705,16 +705,19 @@ class Session:
         actions.append(_event("drained"))
         actions.append(Finish(None))
 
-    def _end_with_timeout(self, now: float, actions: list[Action]) -> None:
+    def _end_with_timeout(self, now: float, actions: list[Action], *,
+                          forced: bool = False) -> None:
         running, unconfirmed = self.executing, self.unconfirmed
+        why = ("forced stop" if forced
+               else f"shutdown timeout ({self.config.shutdown_timeout:g} s) ran out")
         for att in self.attempts.values():
             self._kill(att, KILL_SHUTDOWN, actions)
         self.conn = Conn.DONE
         self._inflight = None
         actions.append(_event("shutdown_timeout"))
         actions.append(Finish(ShutdownTimeoutError(
-            f"shutdown timeout ({self.config.shutdown_timeout:g} s) ran out with {unconfirmed} "
-            f"unconfirmed result(s) and {running} running handler(s)",
+            f"{why} with {unconfirmed} unconfirmed result(s) and {running} running "
+            f"handler(s)",
             unconfirmed=unconfirmed, running=running)))
 
     def _fatal(self, code: ErrorCode, message: str, actions: list[Action]) -> None:
