@@ -41,11 +41,14 @@ def test_at_most_once_per_attempt_under_connection_cuts(sup_env: SupEnv, proxy: 
     lines = runs.read_text().split("\n")
     per_attempt = collections.Counter(line.split()[1] for line in lines if line)
     assert per_attempt and max(per_attempt.values()) == 1, per_attempt  # never twice
+    instances = set()
     for task_id in ids:
         history = attempts(sup_env.producer, task_id)["attempts"]
         started = {a["id"] for a in history if a["started_at_ms"]}
         ran = {a for a in per_attempt if a in {h["id"] for h in history}}
         assert ran <= started  # nothing ran without a confirmed start
+        instances |= {a["instance_id"] for a in history}
+    assert len(instances) == 1  # one identity across every reconnect
     assert "connection lost" in sup.log()
 
 
