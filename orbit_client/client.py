@@ -102,9 +102,14 @@ def _limits(max_connections: int) -> httpx.Limits:
     )
 
 
-def _unreachable(url: str, exc: httpx.HTTPError) -> ServerUnreachable:
-    # The class name says what went wrong; httpx messages may echo the URL, never headers.
-    return ServerUnreachable(f"no answer from {url}: {type(exc).__name__}")
+def _transport_error(url: str, exc: httpx.HTTPError) -> OrbitApiError:
+    """No usable answer. The class name says what went wrong (httpx messages may hold the
+    URL, never headers). Connect, read and protocol failures mean the server did not answer;
+    anything else httpx raises (e.g. a redirect loop) is not the server being down."""
+    if isinstance(exc, httpx.TransportError):
+        return ServerUnreachable(f"no answer from {url}: {type(exc).__name__}")
+    return OrbitApiError("INTERNAL", f"request to {url} failed: {type(exc).__name__}",
+                         retryable=False)
 
 
 class OrbitClient(_Base):
@@ -143,7 +148,7 @@ class OrbitClient(_Base):
             with self._slots:
                 response = self._http.request(**self._request_args(call))
         except httpx.HTTPError as exc:
-            raise _unreachable(self.url, exc) from None
+            raise _transport_error(self.url, exc) from None
         return calls.decode(call, response.status_code, response.content)
 
     def health(self) -> dict[str, Any]:
@@ -246,7 +251,7 @@ class AsyncOrbitClient(_Base):
             async with self._slots:
                 response = await self._http.request(**self._request_args(call))
         except httpx.HTTPError as exc:
-            raise _unreachable(self.url, exc) from None
+            raise _transport_error(self.url, exc) from None
         return calls.decode(call, response.status_code, response.content)
 
     async def health(self) -> dict[str, Any]:
