@@ -711,8 +711,13 @@ class ChildPool:
         """Sample the child's tree RSS while ``attempt_id`` runs; kill it over the limit."""
         limit = self._max_memory
         assert limit is not None
-        while slot.generation == generation and slot.attempt_id == attempt_id \
-                and slot.state is _State.BUSY:
+        # The child was under the limit when the task started (checked between tasks), so
+        # the first look is one interval in.
+        while True:
+            await asyncio.sleep(self._interval)
+            if not (slot.generation == generation and slot.attempt_id == attempt_id
+                    and slot.state is _State.BUSY):
+                return
             rss = self._tree_rss(slot)
             if rss is not None and rss > limit:
                 self._log.warning("attempt %s: child %s uses %d bytes, over %d; killing it",
@@ -720,7 +725,6 @@ class ChildPool:
                 slot.watcher = None
                 self._kill_slot(slot, "MEMORY_LIMIT", UnknownCode.HANDLER_CRASHED.value)
                 return
-            await asyncio.sleep(self._interval)
 
     def _tree_rss(self, slot: _Slot) -> int | None:
         """RSS of the child plus its descendants; refreshes ``slot.tracked``."""

@@ -27,8 +27,8 @@ def test_memory_limit_kills_mid_task_and_the_slot_recovers() -> None:
 
 
 def test_memory_held_after_a_task_recycles_the_child() -> None:
-    # The in-task watcher samples once at the start (before the growth), then sleeps long:
-    # only the between-task check can see the leak.
+    # The in-task watcher's first look is one (long) interval in: only the between-task
+    # check can see the leak.
     async def scenario() -> tuple[ChildOutcome, ChildOutcome, PoolStats]:
         async with running_pool(1, max_memory_bytes=100 * MIB,
                                 memory_check_interval=30) as pool:

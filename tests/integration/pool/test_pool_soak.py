@@ -27,7 +27,7 @@ async def _one(pool: ChildPool, kind: str) -> tuple[str, ChildOutcome]:
         return kind, await pool.execute(request("whoami"))
     req = request("sleep", {"seconds": 30})
     task = asyncio.create_task(pool.execute(req))
-    for _ in range(500):  # bounded: wait until a child runs it, then kill it
+    for _ in range(3000):  # bounded: wait until a child runs it, then kill it
         if pool.kill(req.attempt_id, "LEASE_LOST"):
             break
         await asyncio.sleep(0.01)
