@@ -31,6 +31,7 @@ from orbit_wire.frames import (
     OpResult,
     RenewOp,
     Request,
+    Reservation,
     Reserve,
     Response,
     ResumeEntry,
@@ -71,6 +72,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.finished = False
         self.pending_connect: float | None = None
         self.next_id = 0
+        self.sent: list[Reservation] = []
         self.apply(self.s.start(self.now))
 
     # ------------------------------------------------------------ plumbing
@@ -193,6 +195,28 @@ class SessionMachine(RuleBasedStateMachine):
         results = tuple(self.answer(op) for op in request.ops)
         self.apply(self.s.frame_received(Response(request.id, results), self.now))
 
+    @precondition(lambda self: not self.finished and self.inflight is not None)
+    @rule(data=st.data())
+    def server_answers_some_unavailable(self, data: st.DataObject) -> None:
+        """Transient per-op errors are not stored as receipts; the op comes again later."""
+        request = self.inflight
+        assert request is not None
+        self.inflight = None
+        results = []
+        for op in request.ops:
+            if op.msg_id not in self.server.receipts and data.draw(st.booleans()):
+                results.append(OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE))
+            else:
+                results.append(self.answer(op))
+        self.apply(self.s.frame_received(Response(request.id, tuple(results)), self.now))
+
+    @precondition(lambda self: not self.finished and self.online and bool(self.sent))
+    @rule(data=st.data())
+    def server_repeats_a_reservation(self, data: st.DataObject) -> None:
+        """A duplicate delivery of an old reservation only reconciles."""
+        res = data.draw(st.sampled_from(self.sent))
+        self.apply(self.s.frame_received(Reserve((res,)), self.now))
+
     @precondition(lambda self: not self.finished and self.online and self.server.credit > 0)
     @rule(n=st.integers(1, 3))
     def server_reserves(self, n: int) -> None:
@@ -205,6 +229,7 @@ class SessionMachine(RuleBasedStateMachine):
             res = replace(reservation(lease_ttl_ms=300), attempt_id=f"{self.next_id:032x}")
             self.server.attempts[res.attempt_id] = ServerAttempt()
             batch.append(res)
+            self.sent.append(res)
         self.apply(self.s.frame_received(Reserve(tuple(batch)), self.now))
         assert len(self.s.attempts) <= 2 * CAPACITY
 
