@@ -10,8 +10,14 @@ from orbit_wire.model import AttemptState, TaskState
 
 from .tables import attempts, receipts, tasks
 
+# What a state change needs of a task: everything but the capability, the payload and the
+# big JSON outputs (a payload or result may be 256 KiB; finishing 100 tasks must not read them).
+_NOT_FOR_RULES = {"handler", "handler_version", "payload_version", "payload", "result",
+                  "failure_details", "operation_key", "created_at_ms"}
+TASK_REC_COLUMNS = [c for c in tasks.c if c.name not in _NOT_FOR_RULES]
 TASKS_BY_ID = (
-    select(tasks).where(tasks.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
+    select(*TASK_REC_COLUMNS).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
+    .with_for_update()
 )
 ATTEMPTS_BY_ID = (
     select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True)))

@@ -23,6 +23,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
 from ..domain import AttemptRec, Backoff, TaskRec
+from . import queries
 from .prepared import Prepared
 from .queries import ATTEMPTS_BY_ID, TASKS_BY_ID
 from .tables import attempts, audit, evidence, receipts, tasks
@@ -55,6 +56,7 @@ _TASK_SNAP = operator.attrgetter(*TASK_MUTABLE)
 _ATTEMPT_SNAP = operator.attrgetter(*ATTEMPT_MUTABLE)
 _TASK_EPOCH_AT = TASK_MUTABLE.index("epoch")
 TASK_COLUMN_NAMES = tuple(c.name for c in tasks.c)
+TASK_REC_COLUMN_NAMES = tuple(c.name for c in queries.TASK_REC_COLUMNS)
 ATTEMPT_COLUMN_NAMES = tuple(c.name for c in attempts.c)
 AUDIT_KEYS = ("task_id", "attempt_id", "at_ms", "actor", "kind", "from_state", "to_state",
               "detail")
@@ -76,12 +78,21 @@ def _cas(what: str, changed: tuple[str, ...]) -> Prepared:
     return prepared
 
 
+# Enum lookups by value through a dict: calling the enum class costs several times more.
+_TASK_STATE = {s.value: s for s in TaskState}
+_ATTEMPT_STATE = {s.value: s for s in AttemptState}
+_IDEMPOTENCY = {s.value: s for s in Idempotency}
+_OUTCOME = {s.value: s for s in Outcome}
+
+
 def task_rec(row: Mapping[Any, Any]) -> TaskRec:
+    """A record from a task row; ``result`` and ``failure_details`` may be absent (loads for
+    a state change skip the big JSON columns; no rule reads them, only writes)."""
     return TaskRec(
         id=row["id"],
         queue_id=row["queue_id"],
-        state=TaskState(row["state"]),
-        idempotency=Idempotency(row["idempotency"]),
+        state=_TASK_STATE[row["state"]],
+        idempotency=_IDEMPOTENCY[row["idempotency"]],
         max_attempts=row["max_attempts"],
         backoff=Backoff(row["backoff_initial_ms"], row["backoff_max_ms"],
                         row["backoff_multiplier"], row["backoff_jitter"]),
@@ -94,9 +105,9 @@ def task_rec(row: Mapping[Any, Any]) -> TaskRec:
         uncertain=bool(row["uncertain"]),
         cancel_requested=bool(row["cancel_requested"]),
         current_attempt_id=row["current_attempt_id"],
-        result=row["result"],
+        result=row.get("result"),
         failure_code=row["failure_code"],
-        failure_details=row["failure_details"],
+        failure_details=row.get("failure_details"),
         updated_at_ms=row["updated_at_ms"],
     )
 
@@ -104,13 +115,13 @@ def task_rec(row: Mapping[Any, Any]) -> TaskRec:
 def attempt_rec(row: Mapping[Any, Any]) -> AttemptRec:
     rec = AttemptRec(
         id=row["id"], task_id=row["task_id"], queue_id=row["queue_id"], epoch=row["epoch"],
-        attempt_number=row["attempt_number"], state=AttemptState(row["state"]),
+        attempt_number=row["attempt_number"], state=_ATTEMPT_STATE[row["state"]],
         instance_id=row["instance_id"], reserved_at_ms=row["reserved_at_ms"],
     )
     for name in ATTEMPT_MUTABLE[1:]:
         setattr(rec, name, row[name])
     if rec.outcome is not None:
-        rec.outcome = Outcome(rec.outcome)
+        rec.outcome = _OUTCOME[rec.outcome]
     if rec.retryable is not None:
         rec.retryable = bool(rec.retryable)
     return rec
@@ -163,7 +174,7 @@ class UnitOfWork:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.tasks]
         for chunk in _chunks(wanted):
             for row in self.conn.execute(TASKS_BY_ID, {"ids": list(chunk)}).all():
-                self.adopt_task_row(dict(zip(TASK_COLUMN_NAMES, row, strict=True)))
+                self.adopt_task_row(dict(zip(TASK_REC_COLUMN_NAMES, row, strict=True)))
 
     def load_attempts(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.attempts]
