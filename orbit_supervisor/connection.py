@@ -117,8 +117,7 @@ class Connection:
             return
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CLOSE_TIMEOUT):
-                while not self._outbox.empty():
-                    await asyncio.sleep(0.005)
+                await self._outbox.join()  # every queued frame written
                 await self._ws.close()
         self.abort()
 
@@ -132,15 +131,17 @@ class Connection:
     async def _write_loop(self) -> None:
         while True:
             data = await self._outbox.get()
-            if data is None:
-                return
             try:
+                if data is None:
+                    return
                 await self._ws.send(data.decode())
             except ConnectionClosed:
                 return
             except OSError as exc:
                 log.debug("write failed: %s", exc)
                 return
+            finally:
+                self._outbox.task_done()
 
 
 __all__ = ["ConnectFailed", "Connection", "worker_url"]

@@ -81,6 +81,13 @@ def test_revoked_credential_is_a_fatal_session_error(sup_env: SupEnv) -> None:
     assert "Traceback" not in log
 
 
+def test_queue_outside_the_credential_scope_is_fatal(sup_env: SupEnv) -> None:
+    other = sup_env.orbit.queue()
+    sup = sup_env.start(workers=1, queue_id=other)
+    assert sup.wait(20) == 5
+    assert "fatal session error: PERMISSION_DENIED" in sup.log()
+
+
 def _cli(*args: str, cwd: Path = FIXTURES) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(ORBIT_SUPERVISE), *args], capture_output=True, text=True,
                           timeout=60, cwd=cwd)
