@@ -109,6 +109,10 @@ def memory_hog(execution: Execution) -> Any:
     return {"held": len(blob)}
 
 
+def whoami(execution: Execution) -> Any:
+    return {"pid": os.getpid()}
+
+
 def reject(execution: Execution) -> Any:
     raise WorkerFailure("OBJECT_REJECTED", details={"why": "test"})
 
@@ -123,6 +127,7 @@ HANDLERS = [
     Handler("sup.crash", "v1", "v1", crash),
     Handler("sup.memory_hog", "v1", "v1", memory_hog),
     Handler("sup.reject", "v1", "v1", reject),
+    Handler("sup.whoami", "v1", "v1", whoami),
 ]
 
 BROKEN_DUPLICATES = [

@@ -138,3 +138,12 @@ def test_cancel_push_kills_and_the_report_is_accepted(sup_env: SupEnv, tmp_path:
 
 def _with_code(history: dict[str, Any]) -> dict[str, Any] | None:
     return history if all(a["code"] for a in history["attempts"]) else None
+
+
+def test_children_are_recycled_after_max_tasks(sup_env: SupEnv) -> None:
+    sup_env.start(workers=1, extra=("--max-tasks-per-child", "2"))
+    pids = []
+    for _ in range(4):  # one at a time, so the order of children is known
+        task_id = submit(sup_env.producer, sup_env.queue_id, "whoami", {})
+        pids.append(wait_task(sup_env.producer, task_id)["result"]["pid"])
+    assert pids[0] == pids[1] and pids[2] == pids[3] and pids[0] != pids[2], pids
