@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import orjson
 import pytest
-from pool_support import request, run, running_pool
+from pool_support import FIXTURES, request, run, running_pool
 
 from orbit_supervisor.pool import ChildOutcome
 from orbit_wire.model import Outcome
@@ -140,3 +144,38 @@ def test_a_payload_larger_than_the_socket_buffer_arrives_whole() -> None:
     out = run(_one("echo", payload))
     assert out.outcome is Outcome.SUCCEEDED
     assert orjson.loads(out.result_json or "")["payload"] == payload
+
+
+_PRINTING_PARENT = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+from pool_support import request
+from orbit_supervisor.pool import ChildPool
+
+async def main():
+    pool = ChildPool("pool_printing:handlers", 2, max_tasks_per_child=2)
+    await pool.start()
+    try:
+        for n in range(6):
+            out = await pool.execute(request("shout", {"n": n}))
+            assert out.outcome == "SUCCEEDED", out
+    finally:
+        await pool.close()
+
+asyncio.run(main())
+"""
+
+
+def test_handler_output_is_neither_lost_nor_duplicated() -> None:
+    here = str(Path(__file__).parent)
+    # Block-buffered stdout, as in production behind a pipe: that is where a fork copies
+    # unflushed output and a kill loses it.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", _PRINTING_PARENT, str(FIXTURES), here],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines.count("IMPORT-MARK") == 1
+    assert sorted(line for line in lines if line.startswith("TASK-MARK")) == [
+        f"TASK-MARK {n}" for n in range(6)]
