@@ -38,6 +38,7 @@ log = logging.getLogger("orbit.server")
 # The dispatcher also re-checks sessions that still hold credit this often, so tasks made
 # ready by another replica (or a missed hint) are dispatched without a local signal.
 DISPATCH_POLL_S = 0.5
+_NEVER = 2**63
 
 
 def wall_clock_ms() -> int:
@@ -57,6 +58,9 @@ class OrbitServer:
         self.dispatcher = Dispatcher(self.store, self.service)
         self._reaper_wake = asyncio.Event()
         self._next_due_ms: int | None = None
+        # Wall-clock ms of the reaper's next planned pass; "never" while a pass runs, so
+        # every due instant reported meanwhile is kept for the next sleep.
+        self._reaper_at_ms = _NEVER
         self._tasks: list[asyncio.Task[None]] = []
         self.app = Starlette(routes=[*http_routes(self), *ws_routes(self)], lifespan=self._lifespan)
 
@@ -71,15 +75,18 @@ class OrbitServer:
         for instance_id, attempt_id, epoch in effects.cancels:
             self.dispatcher.push_cancel(instance_id, attempt_id, epoch)
         due = effects.next_due_ms
-        if due is not None and (self._next_due_ms is None or due < self._next_due_ms):
-            self._next_due_ms = due
+        if due is not None and due < self._reaper_at_ms:
+            # Only an instant earlier than the reaper's next planned pass is worth a wake-up.
+            self._next_due_ms = due if self._next_due_ms is None else min(due, self._next_due_ms)
             self._reaper_wake.set()
 
     # -------------------------------------------------------------- background loops
 
     async def _reaper_loop(self) -> None:
-        """Run ``service.reap()`` every reaper interval, or earlier at the next known due time."""
-        interval_s = self.config.reaper_interval_ms / 1000
+        """Run ``service.reap()`` every reaper interval, or earlier at the next known due time
+        (lease expiries, deadlines and backoffs the service reported in ``next_due_ms``).
+        The reap's own effects make due retries dispatchable (``ready_queues``)."""
+        interval_ms = self.config.reaper_interval_ms
         while True:
             try:
                 if self.service is not None:
@@ -87,16 +94,22 @@ class OrbitServer:
                     self.apply(effects)
             except Exception:  # a failed pass (e.g. database locked) is retried next tick
                 log.exception("reaper pass failed")
-            due, self._next_due_ms = self._next_due_ms, None
-            delay = interval_s
-            if due is not None:
-                delay = min(delay, max(0.0, (due - wall_clock_ms()) / 1000))
-            self._reaper_wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._reaper_wake.wait(), delay)
-            if due is not None and due <= wall_clock_ms():
-                # Backoffs ending now make tasks dispatchable without any other signal.
-                self.dispatcher.poll_all()
+            planned = wall_clock_ms() + interval_ms
+            while True:  # sleep until the planned pass or an earlier due instant
+                target = planned
+                if self._next_due_ms is not None:
+                    target = min(target, self._next_due_ms)
+                self._reaper_at_ms = target
+                delay_ms = target - wall_clock_ms()
+                if delay_ms <= 0:
+                    break
+                self._reaper_wake.clear()
+                try:
+                    await asyncio.wait_for(self._reaper_wake.wait(), delay_ms / 1000)
+                except TimeoutError:
+                    break
+            self._next_due_ms = None
+            self._reaper_at_ms = _NEVER
 
     async def _dispatch_poll_loop(self) -> None:
         while True:

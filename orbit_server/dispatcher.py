@@ -48,6 +48,9 @@ class Session:
         self.closed = False
         self.lock = asyncio.Lock()
         self.reserved_total = 0
+        # True after a claim found less work than it asked for: new credit alone then does
+        # not trigger a claim (it would find nothing); a hint that work arrived does.
+        self.exhausted = False
 
     @property
     def instance_id(self) -> str:
@@ -127,7 +130,7 @@ class Dispatcher:
                 f"at most {2 * session.capacity} (2 x capacity)",
             )
         session.credits += credits
-        if session.wants_work:
+        if session.wants_work and not session.exhausted:
             self._mark(session)
 
     def stop_dispatching(self, session: Session) -> None:
@@ -153,6 +156,7 @@ class Dispatcher:
             session.send(Cancel(attempt_id, epoch, "TASK_CANCELLED"))
 
     def _mark(self, session: Session) -> None:
+        session.exhausted = False
         self._dirty[session.session_id] = session
         self._wake.set()
 
@@ -191,6 +195,8 @@ class Dispatcher:
                 return
             wanted = min(session.credits, MAX_RESERVATIONS_PER_FRAME)
             reservations = await self._store.call(self._service.reserve, session.binding, wanted)
+            if len(reservations) < wanted:
+                session.exhausted = True
             if not reservations:
                 return
             session.credits -= len(reservations)

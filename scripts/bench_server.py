@@ -53,6 +53,7 @@ from orbit_wire.frames import (  # noqa: E402
     encode,
 )
 from orbit_wire.ids import new_id, new_secret  # noqa: E402
+from orbit_wire.limits import MAX_BATCH_OPS  # noqa: E402
 from orbit_wire.model import Capability, Outcome  # noqa: E402
 
 BEGIN = "<!-- server-bench:begin -->"
@@ -67,7 +68,8 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, profile: Path | None = None) -> None:
+        self.profile = profile
         self.db_url = f"sqlite:///{workdir / 'orbit.db'}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -76,9 +78,13 @@ class Server:
 
     def start(self) -> None:
         exe = ROOT / ".venv" / "bin" / "orbit-server"
+        cmd = [str(exe)]
+        if self.profile is not None:  # cProfile the server; stats are written at SIGTERM
+            cmd = [sys.executable, "-m", "cProfile", "-o", str(self.profile),
+                   "-m", "orbit_server.cli"]
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
-            [str(exe), "serve", "--db", self.db_url, "--port", str(self.port),
+            [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
              "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 30
@@ -164,20 +170,30 @@ class BenchWorker:
         await self.ws.send(encode(Credit(n)).decode())
 
     async def run_batches(self, total: int) -> None:
-        """Grant credit, then start+finish whatever arrives, in batches, until ``total``."""
+        """Grant credit, then start and finish everything that arrives until ``total`` are
+        done. Requests are pipelined the way a busy worker sends them: one request carries
+        the finishes of the attempts started by the previous request plus the starts of the
+        reservations that arrived meanwhile (at most MAX_BATCH_OPS operations)."""
         await self.credit(2 * self.capacity)
+        started: list[Reservation] = []
         while self.completed < total:
-            _, first = await self.reserved.get()
-            batch = [first]
-            while not self.reserved.empty() and len(batch) < 128:
-                batch.append(self.reserved.get_nowait()[1])
-            await self.request([StartOp(f"s{next(self.msgs)}", r.attempt_id, r.epoch)
-                                for r in batch])
-            await self.request([FinishOp(f"f{next(self.msgs)}", r.attempt_id, r.epoch,
-                                         Outcome.SUCCEEDED, result_json='{"ok":true}')
-                                for r in batch])
-            self.completed += len(batch)
-            await self.credit(len(batch))
+            if not started and self.reserved.empty():
+                fresh = [(await self.reserved.get())[1]]
+            else:
+                fresh = []
+            room = MAX_BATCH_OPS - len(started) - len(fresh)
+            while room > 0 and not self.reserved.empty():
+                fresh.append(self.reserved.get_nowait()[1])
+                room -= 1
+            ops: list[Any] = [
+                FinishOp(f"f{next(self.msgs)}", r.attempt_id, r.epoch, Outcome.SUCCEEDED,
+                         result_json='{"ok":true}') for r in started]
+            ops += [StartOp(f"s{next(self.msgs)}", r.attempt_id, r.epoch) for r in fresh]
+            await self.request(ops)
+            if started:
+                self.completed += len(started)
+                await self.credit(len(started))
+            started = fresh
 
     async def complete_one(self) -> float:
         """Wait for one reservation, start and finish it in ONE request; return arrival time."""
@@ -193,6 +209,36 @@ class BenchWorker:
     async def close(self) -> None:
         await self.ws.close()
         self.reader.cancel()
+
+
+class RawHttp:
+    """A minimal keep-alive HTTP/1.1 client for the latency measures: httpx alone costs about
+    half a millisecond per request, which would hide the server's own latency."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 bearer: str) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.auth = f"Authorization: Bearer {bearer}\r\n".encode()
+
+    @classmethod
+    async def open(cls, url: str, bearer: str) -> RawHttp:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer, bearer)
+
+    async def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, Any]:
+        head = (f"{method} {path} HTTP/1.1\r\nHost: bench\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n").encode()
+        self.writer.write(head + self.auth + b"\r\n" + body)
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
+        status = int(lines[0].split()[1])
+        length = next(int(line.split(b":")[1]) for line in lines
+                      if line.lower().startswith(b"content-length:"))
+        return status, orjson.loads(await self.reader.readexactly(length))
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 async def setup(url: str, admin: str) -> tuple[str, httpx.AsyncClient, dict[str, Any]]:
@@ -236,19 +282,21 @@ async def bench(url: str, admin: str, tasks: int, samples: int) -> dict[str, Any
 
     # (b) submit -> dispatch latency and (c) submit-and-wait, on a fresh queue
     queue, producer, work = await setup(url, admin)
+    bearer = producer.headers["Authorization"].removeprefix("Bearer ")
+    await producer.aclose()
+    raw = await RawHttp.open(url, bearer)
     worker = await BenchWorker.connect(url, work, queue, capacity=4)
     await worker.credit(1)
     dispatch: list[float] = []
     waits: list[float] = []
     body = orjson.dumps(spec(0))
-    headers = {"content-type": "application/json"}
+    submit_path = f"/v1/queues/{queue}/tasks"
     for _ in range(samples):
         sent = time.perf_counter()
-        r = await producer.post(f"/v1/queues/{queue}/tasks", content=body, headers=headers)
-        assert r.status_code == 201, r.text
+        status, _task = await raw.call("POST", submit_path, body)
+        assert status == 201, _task
         arrived = await worker.complete_one()
         dispatch.append(arrived - sent)
-    worker_task: asyncio.Task[None] | None = None
 
     async def serve_forever() -> None:
         while True:
@@ -257,14 +305,14 @@ async def bench(url: str, admin: str, tasks: int, samples: int) -> dict[str, Any
     worker_task = asyncio.create_task(serve_forever())
     for _ in range(samples):
         sent = time.perf_counter()
-        r = await producer.post(f"/v1/queues/{queue}/tasks", content=body, headers=headers)
-        task_id = r.json()["id"]
-        done = await producer.get(f"/v1/tasks/{task_id}", params={"wait_ms": 10000})
-        assert done.json()["state"] == "SUCCEEDED", done.text
+        status, task = await raw.call("POST", submit_path, body)
+        assert status == 201, task
+        status, done = await raw.call("GET", f"/v1/tasks/{task['id']}?wait_ms=10000")
+        assert done["state"] == "SUCCEEDED", done
         waits.append(time.perf_counter() - sent)
     worker_task.cancel()
     await worker.close()
-    await producer.aclose()
+    raw.close()
     out["dispatch_ms"] = {"p50": pct(dispatch, 0.5) * 1000, "p99": pct(dispatch, 0.99) * 1000,
                           "mean": statistics.fmean(dispatch) * 1000, "n": len(dispatch)}
     out["wait_ms"] = {"p50": pct(waits, 0.5) * 1000, "p99": pct(waits, 0.99) * 1000,
@@ -316,9 +364,11 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20000)
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--profile", type=Path, help="cProfile the server into this file "
+                        "(figures are then not written to docs/benchmarks.md)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="orbit-bench-") as tmp:
-        server = Server(Path(tmp))
+        server = Server(Path(tmp), args.profile)
         server.start()
         try:
             admin = server.admin_bearer()
@@ -329,7 +379,7 @@ def main() -> None:
             server.stop()
     section = render(result)
     print(section)
-    if not args.no_write:
+    if not args.no_write and args.profile is None:
         write_section(section, ROOT / "docs" / "benchmarks.md")
 
 
