@@ -4,7 +4,9 @@ tests/integration/store/test_index_plans.py checks the plans."""
 
 from __future__ import annotations
 
-from sqlalchemy import Integer, bindparam, select
+from typing import Any
+
+from sqlalchemy import Integer, Select, bindparam, select
 
 from orbit_wire.model import AttemptState, TaskState
 
@@ -29,7 +31,7 @@ RECEIPTS_BY_MSG = select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).wh
 )
 
 
-def _dispatch_one() -> object:
+def _dispatch_one() -> Select[Any]:
     return (
         select(tasks)
         .where(
