@@ -3,25 +3,19 @@ and a factory of real ``orbit-supervise`` processes (all stopped by PID at teard
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from supervisor_support import SupervisorProcess, alive, wait_for, worker_credentials_file
+from supervisor_support import (
+    SupEnv,
+    SupervisorProcess,
+    alive,
+    wait_for,
+    worker_credentials_file,
+)
 from support.orbit_http import OrbitEnv
-
-
-@dataclass
-class SupEnv:
-    orbit: OrbitEnv
-    queue_id: str
-    producer: httpx.Client
-    credentials_file: Path
-    workdir: Path
-    start: Callable[..., SupervisorProcess]
 
 
 @pytest.fixture

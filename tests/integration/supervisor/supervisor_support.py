@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,13 @@ class SupervisorProcess:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+
+@dataclass
+class SupEnv:
+    orbit: OrbitEnv
+    queue_id: str
+    producer: httpx.Client
+    credentials_file: Path
+    workdir: Path
+    start: Callable[..., SupervisorProcess]

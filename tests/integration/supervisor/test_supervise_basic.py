@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from conftest import SupEnv
-from supervisor_support import attempts, submit, wait_task
+from supervisor_support import SupEnv, attempts, submit, wait_task
 
 
 def test_runs_tasks_and_drains_on_sigterm(sup_env: SupEnv) -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SupEnv
-from supervisor_support import alive, attempts, read_pids, submit, wait_for, wait_task
+from supervisor_support import SupEnv, alive, attempts, read_pids, submit, wait_for, wait_task
 
 KILL_BOUND_S = 2.0  # generous: lease lost -> every process of the attempt gone
 

@@ -7,10 +7,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import SupEnv
 from supervisor_support import (
     FIXTURES,
     ORBIT_SUPERVISE,
+    SupEnv,
     alive,
     attempts,
     submit,

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import SupEnv
-from supervisor_support import alive, attempts, read_pids, submit, wait_for, wait_task
+from supervisor_support import SupEnv, alive, attempts, read_pids, submit, wait_for, wait_task
 from support.proxy import TcpProxy
 from support.server import free_port
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import SupEnv
-from supervisor_support import FIXTURES, HANDLERS, spec
+from supervisor_support import FIXTURES, HANDLERS, SupEnv, spec
 
 from orbit_supervisor import (
     OptionError,
