@@ -36,8 +36,11 @@ def test_lost_compare_and_set_rolls_back_the_whole_transaction(world: World) -> 
 
 
 def test_two_services_on_one_file_never_reserve_a_task_twice(world: World) -> None:
-    specs: list[object] = [{"handler": CAP.handler, "handler_version": CAP.handler_version,
-              "payload_version": CAP.payload_version, "payload": i} for i in range(300)]
+    specs: list[object] = [
+        {"handler": CAP.handler, "handler_version": CAP.handler_version,
+         "payload_version": CAP.payload_version, "payload": i}
+        for i in range(300)
+    ]
     world.service.submit(world.producer, world.queue_id, specs)
     other_engine = create_engine_for(world.url)
     other = Service(other_engine, world.service.config, world.clock, random.Random(2))
