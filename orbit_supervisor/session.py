@@ -85,6 +85,7 @@ from .lease import Lease
 
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
+MAX_HEARTBEAT_MS = 5000  # SPEC §4: heartbeat every TTL/3, at most 5 s
 
 
 class Phase(StrEnum):
@@ -454,7 +455,7 @@ class Session:
         if self.conn is not Conn.HELLO_SENT:
             self._fatal(ErrorCode.OUT_OF_ORDER, "a second welcome on one connection", actions)
             return
-        self._heartbeat = frame.heartbeat_ms / 1000.0
+        self._heartbeat = min(frame.heartbeat_ms, MAX_HEARTBEAT_MS) / 1000.0
         self._session_ttl = frame.session_ttl_ms / 1000.0
         self._max_batch = max(1, min(frame.max_batch_ops, MAX_BATCH_OPS))
         self._backoff_step = 0
@@ -642,7 +643,9 @@ class Session:
             self._drain_queued = True
             self._pending[drain.msg_id] = _Pending(drain)
         if self.conn is Conn.READY and self._inflight is None and self._pending:
-            batch = list(self._pending.values())[: self._max_batch]
+            # Renewals first: when more is queued than one batch holds, leases must not wait.
+            queued = sorted(self._pending.values(), key=lambda p: not isinstance(p.op, RenewOp))
+            batch = queued[: self._max_batch]
             for pending in batch:
                 del self._pending[pending.op.msg_id]
             self._send_request(batch, now, actions)

@@ -490,3 +490,25 @@ def test_a_result_that_beat_the_kill_is_reported_as_it_is() -> None:
     (finish,) = req.ops
     assert isinstance(finish, FinishOp)
     assert finish.outcome is Outcome.SUCCEEDED and finish.report.kill_reason is None
+
+
+def test_renewals_go_first_when_more_is_queued_than_a_batch_holds() -> None:
+    s = make_session(capacity=3)
+    s.start(0.0)
+    s.connected(0.0)
+    s.frame_received(welcome(max_batch_ops=1), 0.0)
+    res = run_one(s, 0.0, lease_ms=3000)
+    others = (reservation(), reservation())
+    (req,) = requests(s.frame_received(Reserve(others[:1]), 0.9))  # start in flight
+    s.frame_received(Reserve(others[1:]), 0.95)  # a second start queued behind it
+    s.handle_timer(1.0)  # the renewal is due and queued after that start
+    (nxt,) = requests(s.frame_received(ok_for(req), 1.05))
+    assert isinstance(nxt.ops[0], RenewOp) and nxt.ops[0].attempt_id == res.attempt_id
+
+
+def test_heartbeat_is_at_most_five_seconds_apart() -> None:
+    s = make_session()
+    s.start(0.0)
+    s.connected(0.0)
+    s.frame_received(welcome(heartbeat_ms=20000, ttl_ms=60000), 0.0)
+    assert s.next_timer() == pytest.approx(5.0)
