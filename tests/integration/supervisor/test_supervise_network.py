@@ -94,3 +94,22 @@ def test_unreachable_server_at_start_is_retried(sup_env: SupEnv) -> None:
     with TcpProxy(sup_env.orbit.server.port, port=port):
         task_id = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "late"})
         assert wait_task(sup_env.producer, task_id, timeout_s=20)["result"] == {"text": "LATE"}
+
+
+def test_server_crash_and_restart_resumes_and_confirms(sup_env: SupEnv, tmp_path: Path) -> None:
+    sup = sup_env.start(workers=2)
+    runs = tmp_path / "runs.txt"
+    ids = [submit(sup_env.producer, sup_env.queue_id, "append",
+                  {"path": str(runs), "seconds": 1.5}, lease_ttl_ms=10000)
+           for _ in range(2)]
+    wait_for(lambda: runs.exists() and len(runs.read_text().split("\n")) >= 3, 20,
+             "both running")
+    sup_env.orbit.server.restart(crash=True)  # SIGKILL, same database and port
+    for task_id in ids:
+        assert wait_task(sup_env.producer, task_id, timeout_s=30)["state"] == "SUCCEEDED"
+    per_attempt = collections.Counter(line.split()[1] for line in runs.read_text().split("\n")
+                                      if line)
+    assert sorted(per_attempt.values()) == [1, 1]  # each ran once; resumed, not rerun
+    assert sup.proc is not None and sup.proc.poll() is None
+    log = sup.log()
+    assert "connection lost" in log and log.count("connected to") >= 2
