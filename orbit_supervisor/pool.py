@@ -127,6 +127,19 @@ class _Slot:
     ready_event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass(eq=False)
+class _Dying:
+    """A killed child whose reap report has not arrived yet; its slot already has a new
+    child (the replacement is forked while the old one dies, not after)."""
+
+    generation: int
+    pid: int
+    future: asyncio.Future[ChildOutcome] | None
+    kill_reason: str | None
+    kill_code: str | None
+    timer: asyncio.TimerHandle | None = None
+
+
 class ChildPool:
     """A fixed number of child processes running handlers from one MODULE:ATTR spec."""
 
@@ -149,6 +162,7 @@ class ChildPool:
         self._log = logger or logging.getLogger("orbit.pool")
         self._slots = [_Slot(i) for i in range(size)]
         self._by_gen: dict[int, _Slot] = {}
+        self._dying: dict[int, _Dying] = {}
         self._by_attempt: dict[str, _Slot] = {}
         self._idle: deque[_Slot] = deque()
         self._waiters: deque[asyncio.Future[_Slot]] = deque()
@@ -330,6 +344,8 @@ class ChildPool:
         if self._template is not None:
             await self._template.stop(_TEMPLATE_EXIT_S)  # the last reap reports arrive too
         self._closed = True
+        for dying in list(self._dying.values()):
+            self._settle_dying(dying, None)
         for slot in self._slots:
             self._retire(slot)
             self._end_future(slot, None)
@@ -359,6 +375,9 @@ class ChildPool:
             return
         # Its children die with it (PR_SET_PDEATHSIG=SIGKILL); their attempts are uncertain.
         self._log.error("the handler template exited; restarting it")
+        for dying in list(self._dying.values()):
+            dying.kill_reason = dying.kill_reason or "TEMPLATE_LOST"
+            self._settle_dying(dying, None)
         for slot in self._slots:
             if slot.pid is not None:
                 procutil.killpg(slot.pid)
@@ -400,7 +419,7 @@ class ChildPool:
         if self._closing:
             slot.state = _State.CLOSED
             return
-        if self._template is None or not self._template.connected or self._restart is not None:
+        if not self._can_spawn():
             slot.state = _State.SPAWNING  # the template restart refills every slot
             return
         if slot.sock is not None:
@@ -421,7 +440,9 @@ class ChildPool:
         self._by_gen[generation] = slot
         loop.add_reader(parent_end.fileno(), self._on_child_readable, slot, generation)
         self._spawned += 1
-        self._template.fork(generation, child_end.detach())
+        template = self._template
+        assert template is not None  # _can_spawn() checked it
+        template.fork(generation, child_end.detach())
 
     def _maybe_ready(self, slot: _Slot) -> None:
         if slot.state is _State.SPAWNING and slot.ready and slot.pid is not None:
@@ -470,9 +491,10 @@ class ChildPool:
 
     def _on_child_readable(self, slot: _Slot, generation: int) -> None:
         sock = slot.sock
-        if slot.generation != generation or sock is None:
+        if sock is None:
             return
-        while True:
+        # A frame may kill and replace this child: stop as soon as the slot moved on.
+        while slot.generation == generation and slot.sock is sock:
             try:
                 data = sock.recv(256 * 1024)
             except BlockingIOError:
@@ -608,10 +630,44 @@ class ChildPool:
         if slot.attempt_id is not None:
             self._by_attempt.pop(slot.attempt_id, None)
         self._stop_watcher(slot)
+        if pid is not None and slot.ready and self._can_spawn():
+            self._replace_now(slot, pid)
+            return
         slot.state = _State.KILLING
         if self._loop is not None and slot.timer is None:
             slot.timer = self._loop.call_later(_REAP_TIMEOUT_S, self._reap_overdue, slot,
                                                slot.generation)
+
+    def _replace_now(self, slot: _Slot, pid: int) -> None:
+        """Hand the killed child to a _Dying record and fork the slot's next child now."""
+        dying = _Dying(slot.generation, pid, slot.future, slot.kill_reason, slot.kill_code)
+        dying.timer = self._require_loop().call_later(_REAP_TIMEOUT_S, self._dying_overdue,
+                                                      dying)
+        self._dying[dying.generation] = dying
+        slot.future = None
+        slot.attempt_id = None
+        self._retire(slot)
+        self._spawn(slot)
+
+    def _settle_dying(self, dying: _Dying, report: Report | None) -> None:
+        self._dying.pop(dying.generation, None)
+        if dying.timer is not None:
+            dying.timer.cancel()
+        future = dying.future
+        if future is not None and not future.done():
+            if report is None:
+                report = Report(child_pid=dying.pid, kill_reason=dying.kill_reason or "SHUTDOWN")
+            future.set_result(uncertain(dying.kill_code or UnknownCode.HANDLER_CRASHED.value,
+                                        report))
+
+    def _dying_overdue(self, dying: _Dying) -> None:
+        self._log.error("no reap report for killed child %s", dying.pid)
+        dying.timer = None
+        self._settle_dying(dying, None)
+
+    def _can_spawn(self) -> bool:
+        return (not self._closing and self._restart is None and self._template is not None
+                and self._template.connected)
 
     def _reap_overdue(self, slot: _Slot, generation: int) -> None:
         if slot.generation != generation or slot.state is not _State.KILLING:
@@ -625,11 +681,23 @@ class ChildPool:
 
     def _on_reaped(self, msg: dict[str, Any]) -> None:
         generation = int(msg["g"])
+        exit_code = _opt_int(msg.get("exit_code"))
+        sig = _opt_int(msg.get("signal"))
+        dying = self._dying.get(generation)
+        if dying is not None:
+            if dying.kill_reason is None and not self._closing:
+                self._crashed += 1
+                self._log.warning("child %s died (exit code %s, signal %s)", dying.pid,
+                                  exit_code, sig)
+            self._settle_dying(dying, Report(
+                child_pid=dying.pid, exit_code=exit_code, signal=sig,
+                cpu_ms=_opt_int(msg.get("cpu_ms")),
+                peak_rss_bytes=_opt_int(msg.get("peak_rss_bytes")),
+                kill_reason=dying.kill_reason))
+            return
         slot = self._by_gen.pop(generation, None)
         if slot is None or slot.generation != generation:
             return
-        exit_code = _opt_int(msg.get("exit_code"))
-        sig = _opt_int(msg.get("signal"))
         early_death = not slot.ready  # died before it ever served: back off
         if slot.state is _State.EXITING:
             self._recycled += 1
