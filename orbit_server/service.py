@@ -644,9 +644,9 @@ class Service:
             })
             return {"ok": True, "disposition": Disposition.EVIDENCE_ONLY.value,
                     "task_state": task.state.value}
+        # The attempt's renewal count is the server's own (renewals it granted), not the
+        # worker's figure, which may include requests that never arrived.
         domain.apply_report_facts(attempt, report)
-        if r.renewals is not None:
-            attempt.renewals = max(attempt.renewals, r.renewals)
         self._after_close(uow, b.actor, task, attempt, before_task, checked, result, effects)
         return {"ok": True, "disposition": Disposition.ACCEPTED.value,
                 "task_state": task.state.value}
