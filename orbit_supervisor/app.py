@@ -14,12 +14,11 @@ cancelled → the pool is closed → the event stream is closed → return or ra
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +107,7 @@ class Supervisor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: Connection | None = None
         self._connect_task: asyncio.Task[None] | None = None
+        self._tasks: asyncio.TaskGroup | None = None
         self._executions: dict[str, asyncio.Task[None]] = {}
         self._killed_waiting: dict[str, str] = {}  # attempt -> reason, killed before a child
         self._finished: asyncio.Future[SupervisorError | None] | None = None
@@ -185,24 +185,26 @@ class Supervisor:
                 reconnect_max_delay=opts.reconnect_max_delay,
             ), random.random)
             self._finished = loop.create_future()
-            self._apply(self._session.start(loop.time()))
-            if self._pending_stop is not None:
-                self.stop(force=self._pending_stop)
-            error = await self._finished
-            # --- shutdown, in this order ---
-            self._cancel_timers()
-            if error is not None:
-                await pool.close(kill=True)
-            if self._conn is not None:
-                if error is None:
-                    await self._conn.close()
-                else:
-                    self._conn.abort()
-            if self._connect_task is not None:
-                self._connect_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._connect_task
-            await self._end_executions()
+            # Every task (connection, executions) is owned by this group; the shutdown below
+            # ends them all before the group exits.
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                self._apply(self._session.start(loop.time()))
+                if self._pending_stop is not None:
+                    self.stop(force=self._pending_stop)
+                error = await self._finished
+                # --- shutdown, in this order ---
+                self._cancel_timers()
+                if error is not None:
+                    await pool.close(kill=True)  # kill what still runs
+                if self._conn is not None:
+                    if error is None:
+                        await self._conn.close()  # drained: a clean close
+                    else:
+                        self._conn.abort()  # pending control requests are abandoned
+                if self._connect_task is not None:
+                    self._connect_task.cancel()
+                await self._end_executions()
         finally:
             self._cancel_timers()
             await pool.close(kill=True)
@@ -234,7 +236,7 @@ class Supervisor:
                     if self._conn is not None:
                         self._conn.send(frame)
                 case Execute(reservation=res):
-                    task = loop.create_task(self._execute(res))
+                    task = self._spawn(self._execute(res))
                     self._executions[res.attempt_id] = task
                 case Kill(attempt_id=attempt_id, reason=reason, code=code):
                     self._kill(attempt_id, reason, code)
@@ -243,7 +245,7 @@ class Supervisor:
                     self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
                                     event.classification or "")
                 case Connect(delay=delay):
-                    self._connect_task = loop.create_task(self._connect(delay))
+                    self._connect_task = self._spawn(self._connect(delay))
                 case CloseConnection(reason=reason):
                     self._log.warning("dropping the connection: %s", reason)
                     if self._conn is not None:
@@ -253,6 +255,10 @@ class Supervisor:
                         self._finished.set_result(error)
         self._watch_replacing()
         self._rearm()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        assert self._tasks is not None
+        return self._tasks.create_task(coro)
 
     def _kill(self, attempt_id: str, reason: str, code: str) -> None:
         assert self._pool is not None
