@@ -15,7 +15,11 @@ logged and ignored, and a result for an attempt that was already killed is dropp
 
 ``kill`` signals the child's process group synchronously (then known descendants that left
 it); the pending ``execute`` returns when the template reports the reap, so the outcome
-carries the exit status and the rusage figures. A fresh child replaces every dead one.
+carries the exit status and the rusage figures. The replacement is forked right after the
+signal, while the old child dies (a ``_Dying`` record waits for its reap report). Children
+that die on their own are replaced when their death is seen; one that dies before it was
+ever ready is respawned with backoff, so a broken environment cannot fork in a tight loop.
+The template module (template_link.py) and the answer checks (outcomes.py) live apart.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def alive(pid: int, proc: psutil.Process | None = None) -> bool:
     """Running and not a zombie (a zombie holds no resources and runs no code)."""
     try:
         p = proc or psutil.Process(pid)
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        return bool(p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
 

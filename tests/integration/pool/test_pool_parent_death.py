@@ -21,9 +21,9 @@ def test_sigkill_of_the_parent_leaves_nothing_alive(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, cwd=SCRIPT.parent)
     known: list[psutil.Process] = []
     try:
+        assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 30)
         assert ready, "the supervisor-like parent did not report its pids in 30 s"
-        assert proc.stdout is not None
         info = orjson.loads(proc.stdout.readline())
         tree_pids = [pid for pids in info["trees"].values() for pid in pids]
         known = snapshot([info["template"], *info["children"], *tree_pids])

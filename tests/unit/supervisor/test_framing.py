@@ -69,10 +69,14 @@ def test_blocking_helpers_over_a_real_socketpair() -> None:
     left, right = socket.socketpair()
     try:
         big = {"t": "run", "payload": "y" * (300 * 1024)}
-        sender = threading.Thread(target=lambda: [send_frame(left, big),
-                                                  send_frame(left, {"t": "exit"})])
+        def send_both() -> None:
+            send_frame(left, big)
+            send_frame(left, {"t": "exit"})
+
+        sender = threading.Thread(target=send_both)
         sender.start()
-        decoder, pending = FrameDecoder(), []
+        decoder = FrameDecoder()
+        pending: list[dict[str, object]] = []
         assert recv_frame(right, decoder, pending) == big
         assert recv_frame(right, decoder, pending) == {"t": "exit"}
         sender.join(timeout=5)
