@@ -118,3 +118,15 @@ def test_errors_before_connecting_have_distinct_exit_codes(sup_env: SupEnv,
     timeout = _cli("--credentials-file", creds, "--shutdown-timeout", "301", "m:x")
     assert timeout.returncode == 2
     assert "Exit codes" in _cli("--help").stdout
+
+
+def test_sigterm_while_the_server_is_unreachable_exits_at_once(sup_env: SupEnv) -> None:
+    from support.server import free_port
+
+    sup = sup_env.start(workers=1, url=f"http://127.0.0.1:{free_port()}")
+    sup.wait_log("cannot reach", timeout_s=20)
+    t0 = time.monotonic()
+    sup.send(signal.SIGTERM)
+    assert sup.wait(20) == 0  # nothing was reserved: nothing to drain
+    assert time.monotonic() - t0 < 5.0
+    assert "drained started=0 confirmed=0 running=0" in sup.log()
