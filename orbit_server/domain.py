@@ -390,9 +390,9 @@ def decide(
 ) -> Verdict:
     """The policy of SPEC §3 for an accepted attempt outcome; pure, changes nothing.
 
-    ``task.uncertain`` must already include this attempt if its outcome was UNKNOWN, and
-    ``task.attempts_started`` counts this attempt. ``not_before_ms`` is the earliest instant
-    a retry may be dispatched (a lost lease's expiry plus the kill grace).
+    ``task.uncertain`` is the history *before* this attempt and ``task.attempts_started``
+    counts this attempt. ``not_before_ms`` is the earliest instant a retry may be
+    dispatched (a lost lease's expiry plus the kill grace).
     """
     if outcome is Outcome.SUCCEEDED:
         return Verdict(Decision.SUCCEEDED, Rule.HANDLER_SUCCEEDED, TaskState.SUCCEEDED)
@@ -660,14 +660,11 @@ def _close(task: TaskRec, attempt: AttemptRec, report: Checked, now_ms: int, dra
         return FinishResult(cancelled=True)
     if task.state is not TaskState.RUNNING or task.current_attempt_id != attempt.id:
         raise IllegalTransition("task", task.state.value, "finish")
-    uncertain_before = task.uncertain
-    if report.outcome is Outcome.UNKNOWN:
-        task.uncertain = True
     verdict = decide(task, report.outcome, report.retryable, now_ms, draw, not_before_ms)
     new_task = next_task_state(task.state, _VERDICT_EVENT[verdict.task_state])
-    if new_task is not verdict.task_state:  # pragma: no cover - the tables agree by design
-        task.uncertain = uncertain_before
-        raise IllegalTransition("task", task.state.value, verdict.decision.value)
+    # Checks are done; from here on the records change.
+    if report.outcome is Outcome.UNKNOWN:
+        task.uncertain = True
     attempt.state = new_attempt
     _record(attempt, report, now_ms)
     attempt.decision = verdict.decision
