@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+import orjson
 from supervisor_support import SupEnv, attempts, submit, wait_task
 
 
@@ -19,4 +20,8 @@ def test_runs_tasks_and_drains_on_sigterm(sup_env: SupEnv) -> None:
         assert att["outcome"] == "SUCCEEDED" and att["child_pid"]
     sup.send(signal.SIGTERM)
     assert sup.wait(20) == 0
-    assert "drained started=3 confirmed=3 running=0" in sup.log()
+    log = sup.log()
+    assert "drained started=3 confirmed=3 running=0" in log
+    # Even at debug level the credential secret never reaches the log (hello carries it).
+    secret = orjson.loads(sup_env.credentials_file.read_bytes())["secret"]
+    assert "DEBUG" in log and secret not in log and secret[:12] not in log
