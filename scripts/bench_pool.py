@@ -96,6 +96,24 @@ async def bench(iterations: int, round_trips: int) -> dict[str, float]:
     }
 
 
+async def bench_wide(size: int, tasks: int) -> dict[str, float]:
+    """Start a wide pool, push no-op tasks through all children at once, close it."""
+    pool = ChildPool(SPEC, size)
+    t = time.perf_counter()
+    await pool.start()
+    start_ms = (time.perf_counter() - t) * 1000
+    try:
+        t = time.perf_counter()
+        await asyncio.gather(*(pool.execute(_request("noop")) for _ in range(tasks)))
+        per_s = tasks / (time.perf_counter() - t)
+    finally:
+        t = time.perf_counter()
+        await pool.close()
+        close_ms = (time.perf_counter() - t) * 1000
+    return {"wide_size": size, "wide_tasks": tasks, "wide_start_ms": start_ms,
+            "wide_per_s": per_s, "wide_close_ms": close_ms}
+
+
 def render(r: dict[str, float]) -> str:
     def verdict(value: float, target: float) -> str:
         return f"target p99 ≤ {target:.0f} ms: {'meets' if value <= target else 'MISSES'}"
@@ -111,13 +129,18 @@ def render(r: dict[str, float]) -> str:
          f"{r['replace_p50_ms']:.2f} ms", f"{r['replace_p99_ms']:.2f} ms",
          f"max {r['replace_max_ms']:.2f} ms; {verdict(r['replace_p99_ms'], REPLACE_TARGET_MS)}"),
         ("pool start (template import + first child ready)", f"{r['start_ms']:.0f} ms", "", ""),
+        (f"pool of {int(r['wide_size'])}: start / close", f"{r['wide_start_ms']:.0f} ms",
+         "", f"close (kill and reap all) {r['wide_close_ms']:.0f} ms"),
+        (f"pool of {int(r['wide_size'])}: {int(r['wide_tasks'])} concurrent no-op tasks",
+         f"{r['wide_per_s']:.0f} tasks/s", "", "parent is one asyncio thread"),
     ]
     table = "\n".join(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows)
     return f"""{SECTION}
 
 Measured by `scripts/bench_pool.py` on {platform.machine()} Linux {platform.release()},
-Python {platform.python_version()}, {os.cpu_count()} CPUs (shared with other work), pool of
-one child, handler module `tests/fixtures_handlers/pool_bench.py` preloaded in the template.
+Python {platform.python_version()}, {os.cpu_count()} CPUs (shared with other work); a pool
+of one child unless stated; handler module `tests/fixtures_handlers/pool_bench.py`
+preloaded in the template.
 
 | figure | p50 | p99 | other |
 | --- | --- | --- | --- |
@@ -149,9 +172,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--round-trips", type=int, default=2000)
+    parser.add_argument("--wide", type=int, default=64, help="children in the wide pool")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     result = asyncio.run(bench(args.iterations, args.round_trips))
+    result.update(asyncio.run(bench_wide(args.wide, 20 * args.wide)))
     section = render(result)
     print(section)
     if not args.no_write:
