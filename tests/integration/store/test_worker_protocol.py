@@ -49,6 +49,19 @@ def test_hello_binds_instance_and_rejects_conflicts(world: World) -> None:
     with pytest.raises(OrbitError) as exc:
         world.hello(iid, secret="another")
     assert exc.value.code is ErrorCode.INSTANCE_CONFLICT
+    with world.engine.connect() as conn:
+        stored = conn.exec_driver_sql("SELECT secret_hash FROM instances WHERE id = ?",
+                                      (iid,)).scalar_one()
+    assert "instance-secret" not in stored and len(stored) == 64
+
+
+def test_drain_is_answered_and_replayed(world: World) -> None:
+    b = world.hello()
+    (first,), _ = world.service.apply_ops(b, [DrainOp("d")])
+    (again,), _ = world.service.apply_ops(b, [DrainOp("d")])
+    assert first.ok and again == first
+    (reused,), _ = world.service.apply_ops(b, [StartOp("d", "a" * 32, 1)])
+    assert reused.error_code is ErrorCode.MESSAGE_ID_REUSED
 
 
 def test_hello_auth_role_scope_and_protocol(world: World) -> None:
