@@ -70,7 +70,11 @@ class ChildLoop:
                 continue
             kind = frame.get("t")
             if kind == "run":
-                self._serve_run(frame)
+                try:
+                    self._serve_run(frame)
+                except OSError as exc:  # the supervisor is gone; it kills us anyway
+                    _log(f"child {self._pid}: cannot answer: {exc}")
+                    _exit(3)
             elif kind == "exit":
                 _exit(0)
             # A cancel for an attempt that already finished needs no answer.
