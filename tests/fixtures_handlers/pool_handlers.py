@@ -239,6 +239,18 @@ def environment(execution: Execution) -> Any:
     return sorted(k for k in os.environ if k.startswith("ORBIT_"))
 
 
+def memory_hog_grandchild(execution: Execution) -> Any:
+    """The memory is held by a process the handler started, not by the child itself."""
+    mib = int(execution.payload.get("mib", 200))
+    code = (f"b = bytearray({mib} * 1024 * 1024)\n"
+            "for i in range(0, len(b), 4096): b[i] = 1\n"
+            "import time; time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    _write_pids(execution, os.getpid(), proc.pid)
+    proc.wait()
+    return {"held": mib}
+
+
 handlers = [
     Handler("echo", "1", "1", echo),
     Handler("async_echo", "1", "1", async_echo),
@@ -258,4 +270,5 @@ handlers = [
     Handler("forge", "1", "1", forge),
     Handler("kill_template", "1", "1", kill_template),
     Handler("environment", "1", "1", environment),
+    Handler("memory_hog_grandchild", "1", "1", memory_hog_grandchild),
 ]

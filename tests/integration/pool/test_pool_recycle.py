@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
-from pool_support import request, run, running_pool
+from pool_support import request, run, running_pool, snapshot, wait_all_gone
 
 from orbit_supervisor.pool import ChildOutcome, PoolStats
 from orbit_wire.model import Outcome
@@ -49,3 +51,17 @@ def test_children_are_recycled_after_max_tasks() -> None:
     pids, stats = run(scenario())
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
     assert stats.recycled == 2 and stats.spawned == 3 and stats.crashed == 0
+
+
+def test_memory_of_descendants_counts_toward_the_limit(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids"
+
+    async def scenario() -> tuple[ChildOutcome, list[int]]:
+        async with running_pool(1, max_memory_bytes=150 * MIB,
+                                memory_check_interval=0.02) as pool:
+            out = await pool.execute(request("memory_hog_grandchild",
+                                             {"mib": 250, "pid_file": str(pid_file)}))
+            return out, [int(x) for x in pid_file.read_text().split()]
+    out, pids = run(scenario())
+    assert (out.code, out.report.kill_reason) == ("HANDLER_CRASHED", "MEMORY_LIMIT")
+    assert wait_all_gone(snapshot(pids), 2.0) == []
