@@ -4,17 +4,19 @@ A session is one worker connection after a successful ``hello``. Credits are add
 spent one per reservation sent; outstanding credit above 2 x capacity is LIMIT_EXCEEDED.
 A dispatch pass claims, for each session that has credit and may have matching work, up to
 its credit with ONE ``service.reserve`` call (one transaction) and sends ONE ``reserve``
-frame for the batch. Sessions are served in a rotating order so no worker starves another.
+frame for the batch.
 
 Passes are triggered by hints: a queue that got dispatchable tasks, new credit, the reaper's
 timer, and a slow poll (tasks made ready by another replica). Everything here runs on the
-event loop; ``reserve`` runs on the store thread.
+event loop; ``reserve`` runs on the store thread. Within a pass the session served least
+recently claims first, so no worker starves another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -51,6 +53,7 @@ class Session:
         # True after a claim found less work than it asked for: new credit alone then does
         # not trigger a claim (it would find nothing); a hint that work arrived does.
         self.exhausted = False
+        self.served_seq = 0  # when this session last received reservations (dispatch order)
 
     @property
     def instance_id(self) -> str:
@@ -76,7 +79,7 @@ class Dispatcher:
         self._dirty: dict[str, Session] = {}  # insertion-ordered set, keyed by session_id
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._rotation = 0
+        self._served = itertools.count(1)
 
     # -------------------------------------------------------------- lifecycle
 
@@ -172,12 +175,9 @@ class Dispatcher:
                 await self._round()
 
     async def _round(self) -> None:
-        batch = list(self._dirty.values())
+        # Least recently served first: a session that just got work waits for the others.
+        batch = sorted(self._dirty.values(), key=lambda s: s.served_seq)
         self._dirty.clear()
-        if len(batch) > 1:
-            start = self._rotation % len(batch)
-            batch = batch[start:] + batch[:start]
-            self._rotation += 1
         for session in batch:
             try:
                 await self._claim(session)
@@ -200,6 +200,7 @@ class Dispatcher:
             if not reservations:
                 return
             session.credits -= len(reservations)
+            session.served_seq = next(self._served)
             session.reserved_total += len(reservations)
             session.send(Reserve(tuple(reservations)))
         if len(reservations) == wanted and session.wants_work:

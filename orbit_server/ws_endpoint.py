@@ -107,13 +107,16 @@ class WorkerConnection:
                 with contextlib.suppress(TimeoutError, Exception):
                     await asyncio.wait_for(asyncio.shield(writer), FLUSH_TIMEOUT_S)
         finally:
-            for task in (reader, writer, watchdog, self._request_task):
-                if task is not None and not task.done():
-                    task.cancel()
-            for task in (reader, writer, watchdog, self._request_task):
-                if task is not None:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+            for task in (reader, writer, watchdog):
+                task.cancel()
+            for task in (reader, writer, watchdog):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if self._request_task is not None:
+                # Not cancelled: its transaction may already be running on the store thread,
+                # and its effects (wake-ups, dispatch hints) must still be applied.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._request_task
             await self._cleanup()
 
     async def _cleanup(self) -> None:

@@ -63,16 +63,18 @@ class ServerProcess:
         self.log_path = self.workdir / "orbit-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.url_scheme = "http"  # "https" when extra_args hold --tls-cert/--tls-key
 
     # -------------------------------------------------------------- addresses
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.url_scheme}://127.0.0.1:{self.port}"
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/worker"
+        scheme = "wss" if self.url_scheme == "https" else "ws"
+        return f"{scheme}://127.0.0.1:{self.port}/v1/worker"
 
     @property
     def pid(self) -> int | None:
@@ -102,7 +104,9 @@ class ServerProcess:
                     f"orbit-server exited with {self.proc.returncode}:\n{self.log_tail()}"
                 )
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                # Tests talk to a self-signed TLS server by address; skip verification here.
+                if httpx.get(f"{self.url}/healthz", timeout=1.0,
+                             verify=False).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

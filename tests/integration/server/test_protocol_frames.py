@@ -328,3 +328,27 @@ async def test_credit_frame_spent_by_reserve_and_reset_per_connection(lane: Lane
     # A new connection starts with zero credit even though the old one had none left.
     async with await lane.connect(capacity=1) as wc2:
         assert await wc2.no_reservation(0.4)
+
+
+async def test_dispatch_is_shared_between_idle_sessions(lane: Lane) -> None:
+    async with await lane.connect(credit=8) as a, await lane.connect(credit=8) as b:
+        await a.heartbeat()
+        await b.heartbeat()
+        got = {a.instance_id: 0, b.instance_id: 0}
+        for _ in range(12):
+            lane.submit()
+            gets = {asyncio.create_task(wc.reserved.get()): wc for wc in (a, b)}
+            done, pending = await asyncio.wait(gets, timeout=10,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            assert len(done) == 1, "one task goes to exactly one session"
+            first = done.pop()
+            wc, r = gets[first], first.result()
+            got[wc.instance_id] += 1
+            assert (await wc.start(r)).ok
+            res = await wc.finish(r, "SUCCEEDED", result_json="1")
+            assert res.task_state == "SUCCEEDED"
+            await wc.credit(1)
+        assert sum(got.values()) == 12
+        assert min(got.values()) >= 4, got  # least recently served first: nobody starves
