@@ -162,3 +162,23 @@ async def test_bad_connections_never_disturb_a_working_one(lane: Lane) -> None:
         done = await good.finish(r, "SUCCEEDED", result_json='{"ok":true}')
         assert done.task_state == "SUCCEEDED"
     assert lane.task(task["id"])["state"] == "SUCCEEDED"
+
+
+async def test_sigterm_with_connected_workers_exits_cleanly(lane: Lane) -> None:
+    task = lane.submit()
+    wc = await lane.connect(credit=1)
+    try:
+        [r] = await wc.reservations(1)
+        assert (await wc.start(r)).ok
+        srv = lane.env.server
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        code = await asyncio.to_thread(srv.stop)
+        assert code == 0, srv.log_tail()
+        assert loop.time() - t0 < 9
+        assert await wc.wait_closed() is not None
+    finally:
+        await wc.close()
+    srv.start()
+    # The started attempt survived the restart with its lease; the task is still RUNNING.
+    assert lane.task(task["id"])["state"] == "RUNNING"
