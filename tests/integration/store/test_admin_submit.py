@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import CAP, World, as_json
+from store_support import CAP, World, as_json
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ValueRejected
 from orbit_wire.model import Role

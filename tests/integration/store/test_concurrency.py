@@ -7,8 +7,8 @@ import random
 import threading
 
 import pytest
-from conftest import CAP, World
 from sqlalchemy import update
+from store_support import CAP, World
 
 from orbit_server import domain
 from orbit_server.service import Service

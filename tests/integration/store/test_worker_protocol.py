@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import CAP, World, as_json
+from store_support import CAP, World, as_json
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
