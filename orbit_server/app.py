@@ -162,6 +162,8 @@ def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> Any:
         # larger ones are cut by the WebSocket layer itself (close 1009).
         ws_max_size=MAX_FRAME_BYTES + 1024 * 1024,
         ws_ping_interval=None,  # the protocol has its own heartbeat and session TTL
+        # Frames are small JSON; compressing each costs more CPU and latency than it saves.
+        ws_per_message_deflate=False,
         log_level=log_level,
         access_log=False,
         ssl_certfile=cfg.tls_cert,

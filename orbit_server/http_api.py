@@ -1,9 +1,10 @@
 """Thin Starlette routes for docs/http-api.md: parse, authenticate, one Service call, encode.
 
-Every Service call runs on the store thread (one hop per transaction). Body sizes are checked
-before parsing (413 PAYLOAD_TOO_LARGE), bodies are parsed with orjson (400 INVALID_JSON /
-NESTING_TOO_DEEP / NUMBER_OUT_OF_RANGE), OrbitError maps to a status by code, and anything
-else is a 500 INTERNAL whose body never holds a traceback (the traceback is logged).
+Every Service call runs on the store thread; a request authenticates and runs its operation in
+ONE hop (``HttpApi._as``). A missing credential is refused before the body is read. Body
+sizes are checked before parsing (413 PAYLOAD_TOO_LARGE), bodies are parsed with orjson (400
+INVALID_JSON / NESTING_TOO_DEEP / NUMBER_OUT_OF_RANGE), OrbitError maps to a status by code,
+and anything else is a 500 INTERNAL whose body never holds a traceback (it is logged).
 """
 
 from __future__ import annotations
@@ -190,12 +191,31 @@ class HttpApi:
         self.service = server.service
         self._openapi = orjson.dumps(openapi_document())
 
-    async def _principal(self, request: Request) -> Any:
+    def _bearer(self, request: Request) -> str:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthError(ErrorCode.UNAUTHENTICATED, "missing Authorization: Bearer credential")
-        return await self.store.call(self.service.authenticate, token.strip())
+        return token.strip()
+
+    async def _as(self, bearer: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Authenticate and run ``fn(principal, *args)`` in ONE hop to the store thread."""
+        authenticate = self.service.authenticate
+
+        def run() -> Any:
+            return fn(authenticate(bearer), *args)
+
+        return await self.store.call(run)
+
+    async def _as_with_principal(self, bearer: str, fn: Callable[..., Any],
+                                 *args: Any) -> tuple[Any, Any]:
+        authenticate = self.service.authenticate
+
+        def run() -> tuple[Any, Any]:
+            p = authenticate(bearer)
+            return p, fn(p, *args)
+
+        return await self.store.call(run)
 
     # -------------------------------------------------------------- public
 
@@ -208,14 +228,14 @@ class HttpApi:
     # -------------------------------------------------------------- admin
 
     async def create_queue(self, request: Request) -> Response:
-        p = await self._principal(request)
+        bearer = self._bearer(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
         name = _opt_str(body, "name", 256)
-        queue = await self.store.call(self.service.create_queue, p, name)
+        queue = await self._as(bearer, self.service.create_queue, name)
         return JSONResponse(queue, status_code=201)
 
     async def create_credential(self, request: Request) -> Response:
-        p = await self._principal(request)
+        bearer = self._bearer(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
         role = body.get("role")
         if not isinstance(role, str):
@@ -223,63 +243,61 @@ class HttpApi:
         queues = body.get("queues", [])
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
             raise _bad("queues must be a list of queue IDs")
-        made = await self.store.call(
-            self.service.create_credential, p, role, queues, _opt_str(body, "name", 256)
-        )
+        made = await self._as(bearer, self.service.create_credential, role, queues,
+                              _opt_str(body, "name", 256))
         return JSONResponse(made, status_code=201)
 
     async def revoke_credential(self, request: Request) -> Response:
         credential_id = _path_id(request, "credential_id")
-        p = await self._principal(request)
-        return JSONResponse(
-            await self.store.call(self.service.revoke_credential, p, credential_id)
-        )
+        bearer = self._bearer(request)
+        return JSONResponse(await self._as(bearer, self.service.revoke_credential,
+                                           credential_id))
 
     async def queue_stats(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        p = await self._principal(request)
-        return JSONResponse(await self.store.call(self.service.queue_stats, p, queue_id))
+        bearer = self._bearer(request)
+        return JSONResponse(await self._as(bearer, self.service.queue_stats, queue_id))
 
     # -------------------------------------------------------------- producer
 
     async def submit(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        p = await self._principal(request)
+        bearer = self._bearer(request)
         spec = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)), "TaskSpec")
-        made, effects = await self.store.call(self.service.submit, p, queue_id, [spec])
+        made, effects = await self._as(bearer, self.service.submit, queue_id, [spec])
         self.server.apply(effects)
         task, created = made[0]
         return JSONResponse(task, status_code=201 if created else 200)
 
     async def submit_batch(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        p = await self._principal(request)
+        bearer = self._bearer(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BATCH_BODY_BYTES)))
         specs = body.get("tasks")
         if not isinstance(specs, list) or not specs:
             raise _bad("tasks must be a non-empty list of TaskSpec objects")
         if len(specs) > MAX_SUBMIT_BATCH:
             raise _bad(f"a batch holds at most {MAX_SUBMIT_BATCH} tasks")
-        made, effects = await self.store.call(self.service.submit, p, queue_id, specs)
+        made, effects = await self._as(bearer, self.service.submit, queue_id, specs)
         self.server.apply(effects)
         return JSONResponse({"tasks": [task for task, _created in made]}, status_code=201)
 
     async def get_task(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        p = await self._principal(request)
+        bearer = self._bearer(request)
         wait_ms = _wait_ms(request)
         if wait_ms == 0:
-            return JSONResponse(await self.store.call(self.service.get_task, p, task_id))
-        return JSONResponse(await self._wait_for_task(p, task_id, wait_ms))
+            return JSONResponse(await self._as(bearer, self.service.get_task, task_id))
+        return JSONResponse(await self._wait_for_task(bearer, task_id, wait_ms))
 
-    async def _wait_for_task(self, p: Any, task_id: str, wait_ms: int) -> Any:
+    async def _wait_for_task(self, bearer: str, task_id: str, wait_ms: int) -> Any:
         """Read the task until it is terminal or NEEDS_REVIEW, or ``wait_ms`` has passed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
         waiters = self.server.waiters
         event = waiters.register(task_id)  # before the read, so no wake-up is missed
         try:
-            task = await self.store.call(self.service.get_task, p, task_id)
+            p, task = await self._as_with_principal(bearer, self.service.get_task, task_id)
             while task["state"] not in _DONE_STATES:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -294,34 +312,32 @@ class HttpApi:
 
     async def cancel_task(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        p = await self._principal(request)
+        bearer = self._bearer(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
-        task, effects = await self.store.call(
-            self.service.cancel_task, p, task_id, _opt_str(body, "reason")
-        )
+        task, effects = await self._as(bearer, self.service.cancel_task, task_id,
+                                       _opt_str(body, "reason"))
         self.server.apply(effects)
         return JSONResponse(task)
 
     async def list_attempts(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        p = await self._principal(request)
-        return JSONResponse(await self.store.call(self.service.list_attempts, p, task_id))
+        bearer = self._bearer(request)
+        return JSONResponse(await self._as(bearer, self.service.list_attempts, task_id))
 
     async def audit_trail(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        p = await self._principal(request)
-        return JSONResponse(await self.store.call(self.service.audit_trail, p, task_id))
+        bearer = self._bearer(request)
+        return JSONResponse(await self._as(bearer, self.service.audit_trail, task_id))
 
     async def review(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        p = await self._principal(request)
+        bearer = self._bearer(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
         action = body.get("action")
         if action not in ("retry", "succeed", "fail"):
             raise _bad("action must be one of retry, succeed, fail")
-        task, effects = await self.store.call(
-            self.service.review, p, task_id, action, body.get("result"), _opt_str(body, "reason")
-        )
+        task, effects = await self._as(bearer, self.service.review, task_id, action,
+                                       body.get("result"), _opt_str(body, "reason"))
         self.server.apply(effects)
         return JSONResponse(task)
 
