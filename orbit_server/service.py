@@ -545,8 +545,7 @@ class Service:
                     wanted.extend(ref.attempt_id for ref in op.attempts)
                 elif isinstance(op, (StartOp, RenewOp, FinishOp)) and op.msg_id not in stored:
                     wanted.append(op.attempt_id)
-            uow.load_attempts(wanted)
-            uow.load_tasks(a.task_id for a in uow.attempts.values())
+            uow.load_attempts_and_tasks(wanted)
             results = [self._apply_op(uow, b, op, stored, effects) for op in ops]
             uow.flush()
         return results, effects

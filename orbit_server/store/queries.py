@@ -21,6 +21,13 @@ TASKS_BY_ID = (
     select(*TASK_REC_COLUMNS).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
     .with_for_update()
 )
+# Attempts with their tasks in one statement: what a worker request needs to decide.
+ATTEMPTS_WITH_TASKS_BY_ID = (
+    select(*attempts.c, *TASK_REC_COLUMNS)
+    .join_from(attempts, tasks, tasks.c.id == attempts.c.task_id)
+    .where(attempts.c.id.in_(bindparam("ids", expanding=True)))
+    .with_for_update()
+)
 ATTEMPTS_BY_ID = (
     select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
     .with_for_update()

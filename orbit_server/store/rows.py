@@ -25,7 +25,7 @@ from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 from ..domain import AttemptRec, Backoff, TaskRec
 from . import queries
 from .prepared import Prepared
-from .queries import ATTEMPTS_BY_ID, TASKS_BY_ID
+from .queries import ATTEMPTS_BY_ID, ATTEMPTS_WITH_TASKS_BY_ID, TASKS_BY_ID
 from .tables import attempts, audit, evidence, receipts, tasks
 
 # Chunk IN (...) lists: portable and well under every engine's parameter limit.
@@ -175,6 +175,15 @@ class UnitOfWork:
         for chunk in _chunks(wanted):
             for row in self.conn.execute(TASKS_BY_ID, {"ids": list(chunk)}).all():
                 self.adopt_task_row(dict(zip(TASK_REC_COLUMN_NAMES, row, strict=True)))
+
+    def load_attempts_and_tasks(self, ids: Iterable[str]) -> None:
+        """Load attempts and their tasks with one joined SELECT."""
+        wanted = [i for i in dict.fromkeys(ids) if i not in self.attempts]
+        split = len(ATTEMPT_COLUMN_NAMES)
+        for chunk in _chunks(wanted):
+            for row in self.conn.execute(ATTEMPTS_WITH_TASKS_BY_ID, {"ids": list(chunk)}).all():
+                self.adopt_attempt_row(dict(zip(ATTEMPT_COLUMN_NAMES, row[:split], strict=True)))
+                self.adopt_task_row(dict(zip(TASK_REC_COLUMN_NAMES, row[split:], strict=True)))
 
     def load_attempts(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.attempts]

@@ -114,6 +114,9 @@ def test_lookups_use_keys_and_indexes(big_db: Engine) -> None:
     ids = [f"{i:032x}" for i in (5, 77, 199_999)]
     assert_indexed(plan(big_db, queries.TASKS_BY_ID, ids=ids), "sqlite_autoindex_tasks_1")
     assert_indexed(plan(big_db, queries.ATTEMPTS_BY_ID, ids=ids), "sqlite_autoindex_attempts_1")
+    joined = plan(big_db, queries.ATTEMPTS_WITH_TASKS_BY_ID, ids=ids)
+    assert_indexed(joined, "sqlite_autoindex_attempts_1")
+    assert_indexed(joined, "sqlite_autoindex_tasks_1")
     assert_indexed(plan(big_db, queries.RECEIPTS_BY_MSG, instance_id="b" * 32,
                         msg_ids=["m1", "m2"]), "sqlite_autoindex_receipts_1")
     assert_indexed(plan(big_db, queries.ATTEMPTS_OF_TASK, task_id=ids[0]), "ix_attempts_task")

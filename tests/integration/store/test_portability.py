@@ -40,6 +40,7 @@ def test_hot_statements_render_for_both_dialects() -> None:
             assert marker in sql
             assert not any(word in sql.upper() for word in SQLITE_ONLY), sql
         for stmt in (queries.DISPATCH_ONE, queries.TASKS_BY_ID, queries.ATTEMPTS_BY_ID,
+                     queries.ATTEMPTS_WITH_TASKS_BY_ID,
                      queries.RECEIPTS_BY_MSG, queries.EXPIRED_LEASES,
                      queries.STALE_RESERVATIONS, queries.OVERDUE_PENDING):
             sql = str(stmt.compile(dialect=dialect))
