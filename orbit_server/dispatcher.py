@@ -194,7 +194,9 @@ class Dispatcher:
             if not session.wants_work:
                 return
             wanted = min(session.credits, MAX_RESERVATIONS_PER_FRAME)
-            reservations = await self._store.call(self._service.reserve, session.binding, wanted)
+            reservations = await self._store.call_worker(
+                self._service.reserve, session.binding, wanted
+            )
             if len(reservations) < wanted:
                 session.exhausted = True
             if not reservations:

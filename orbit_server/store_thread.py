@@ -1,58 +1,124 @@
 """The one thread that runs every Service call.
 
 SQLite has a single writer, and every Service method is exactly one transaction, so the
-adapters hop to this thread once per transaction (never per statement). Calls run in the
-order they were submitted: an adapter that submits A before B on the event loop can rely on
-A's transaction committing before B's starts (the WebSocket adapter relies on this to release
-a closed connection's reservations after any reserve it had already asked for).
+adapters hop to this thread once per transaction (never per statement).
+
+Two lanes share the thread. The *worker* lane (dispatch claims, worker requests, releases)
+goes first: a worker waiting for a `start` or `finish` answer holds a handler slot, and a
+task's completion is what a producer's long poll waits for. The *normal* lane (HTTP calls,
+the reaper) is still served at least once every ``WORKER_STREAK`` worker calls, so it never
+starves. Within a lane calls run in submission order: an adapter that submits A before B in
+the same lane can rely on A's transaction committing before B's starts (the WebSocket adapter
+relies on this to release a closed connection's reservations after any reserve it had
+already asked for).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
+# Worker-lane calls served in a row before a waiting normal-lane call gets its turn.
+WORKER_STREAK = 4
+
+_Item = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+def _resolve(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if fut.cancelled():  # the caller went away; the transaction itself has already run
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
 
 class StoreThread:
-    """Runs callables one at a time, in submission order, on a dedicated thread.
+    """Runs callables one at a time on a dedicated thread.
 
-    Create it inside the running event loop (``start``), ``await call(fn, ...)`` from
-    coroutines, and ``close()`` once at shutdown after the last call returned.
+    ``start()`` inside the running event loop; ``await call(fn, ...)`` (normal lane) or
+    ``await call_worker(fn, ...)`` (worker lane) from coroutines; ``close()`` once at
+    shutdown: it lets queued calls finish and stops the thread.
     """
 
     def __init__(self) -> None:
-        self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread_id: int | None = None
+        self._cv = threading.Condition()
+        self._worker: deque[_Item] = deque()
+        self._normal: deque[_Item] = deque()
+        self._closing = False
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="orbit-store")
-        # Record the thread id so `on_store_thread` can assert the contract in debug checks.
-        self._executor.submit(self._remember_thread).result()
-
-    def _remember_thread(self) -> None:
-        self._thread_id = threading.get_ident()
+        self._thread = threading.Thread(target=self._run, name="orbit-store", daemon=True)
+        self._thread.start()
 
     def on_store_thread(self) -> bool:
-        return threading.get_ident() == self._thread_id
+        return threading.current_thread() is self._thread
 
     async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``fn(*args, **kwargs)`` on the store thread and return (or raise) its result."""
-        if self._executor is None or self._loop is None:
+        """Run ``fn(*args, **kwargs)`` on the store thread (normal lane); return or raise."""
+        return await self._submit(self._normal, fn, args, kwargs)
+
+    async def call_worker(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Like ``call``, in the worker lane (served first)."""
+        return await self._submit(self._worker, fn, args, kwargs)
+
+    async def _submit(self, lane: deque[_Item], fn: Callable[..., T], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> T:
+        if self._loop is None or self._thread is None:
             raise RuntimeError("StoreThread.start() was not called")
-        if kwargs:
-            return await self._loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
-        return await self._loop.run_in_executor(self._executor, fn, *args)
+        if self._closing:
+            raise RuntimeError("the store thread is closed")
+        fut: asyncio.Future[T] = self._loop.create_future()
+        call: Callable[..., T] = (lambda: fn(*args, **kwargs)) if kwargs else fn
+        with self._cv:
+            lane.append((fut, call, () if kwargs else args))
+            self._cv.notify()
+        return await fut
+
+    def _next(self, streak: int) -> tuple[_Item | None, int]:
+        with self._cv:
+            while not self._worker and not self._normal:
+                if self._closing:
+                    return None, streak
+                self._cv.wait()
+            if self._worker and (streak < WORKER_STREAK or not self._normal):
+                return self._worker.popleft(), streak + 1
+            return self._normal.popleft(), 0
+
+    def _run(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        streak = 0
+        while True:
+            item, streak = self._next(streak)
+            if item is None:
+                return
+            fut, fn, args = item
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the awaiting coroutine
+                outcome: tuple[bool, Any] = (False, exc)
+            else:
+                outcome = (True, result)
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, *outcome)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                return
 
     def close(self) -> None:
-        """Wait for queued calls to finish and stop the thread."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        """Let queued calls finish, then stop the thread (bounded by the queued work)."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None

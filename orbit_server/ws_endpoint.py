@@ -126,7 +126,7 @@ class WorkerConnection:
             return
         if self.server.dispatcher.detach(session):
             try:
-                effects = await self.server.store.call(
+                effects = await self.server.store.call_worker(
                     self.server.service.release_reservations, session.instance_id
                 )
                 self.server.apply(effects)
@@ -226,7 +226,7 @@ class WorkerConnection:
             )
         server = self.server
         try:
-            binding = await server.store.call(server.service.worker_hello, hello)
+            binding = await server.store.call_worker(server.service.worker_hello, hello)
         except OrbitError as exc:
             self.fatal(exc.code, exc.message, retryable=exc.retryable)
             return
@@ -245,7 +245,7 @@ class WorkerConnection:
             older.close(CLOSE_REPLACED, "replaced by a newer connection of this instance")
             dispatcher.detach(older)
             try:
-                effects = await server.store.call(
+                effects = await server.store.call_worker(
                     server.service.release_reservations, binding.instance_id
                 )
                 server.apply(effects)
@@ -286,7 +286,7 @@ class WorkerConnection:
             if drain:
                 server.dispatcher.stop_dispatching(session)
             try:
-                results, effects = await server.store.call(
+                results, effects = await server.store.call_worker(
                     server.service.apply_ops, session.binding, request.ops
                 )
             except OrbitError as exc:
