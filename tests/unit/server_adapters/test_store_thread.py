@@ -1,0 +1,85 @@
+"""The store thread: one thread, FIFO within a lane, worker lane first, never starving."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from orbit_server.store_thread import WORKER_STREAK, StoreThread
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_runs_on_one_dedicated_thread_in_order() -> None:
+    store = StoreThread()
+    store.start()
+    try:
+        seen: list[tuple[int, int]] = []
+
+        def record(i: int) -> int:
+            seen.append((i, threading.get_ident()))
+            return i * 2
+
+        results = await asyncio.gather(*(store.call(record, i) for i in range(50)))
+        assert results == [i * 2 for i in range(50)]
+        assert [i for i, _ in seen] == list(range(50))
+        assert len({t for _, t in seen}) == 1
+        assert seen[0][1] != threading.get_ident()
+        assert await store.call(store.on_store_thread)
+        assert not store.on_store_thread()
+    finally:
+        store.close()
+
+
+async def test_exceptions_reach_the_caller() -> None:
+    store = StoreThread()
+    store.start()
+    try:
+        def fail() -> None:
+            raise ValueError("boom")
+
+        with pytest.raises(ValueError, match="boom"):
+            await store.call(fail)
+        assert await store.call(lambda: 7) == 7  # the thread survives
+    finally:
+        store.close()
+
+
+async def test_worker_lane_first_but_normal_lane_not_starved() -> None:
+    store = StoreThread()
+    store.start()
+    try:
+        gate = threading.Event()
+        order: list[str] = []
+        blocker = asyncio.ensure_future(store.call(gate.wait, 10))
+        await asyncio.sleep(0.05)  # the thread is now busy with the blocker
+        normal = [asyncio.ensure_future(store.call(order.append, f"n{i}")) for i in range(2)]
+        worker = [asyncio.ensure_future(store.call_worker(order.append, f"w{i}"))
+                  for i in range(WORKER_STREAK + 2)]
+        gate.set()
+        await asyncio.gather(blocker, *normal, *worker)
+        # Worker calls first, but after WORKER_STREAK of them a normal call gets its turn.
+        expected = [f"w{i}" for i in range(WORKER_STREAK)] + ["n0"]
+        assert order[: WORKER_STREAK + 1] == expected
+        assert sorted(order) == sorted([f"n{i}" for i in range(2)] +
+                                       [f"w{i}" for i in range(WORKER_STREAK + 2)])
+        assert [x for x in order if x.startswith("w")] == [f"w{i}" for i in
+                                                           range(WORKER_STREAK + 2)]
+    finally:
+        store.close()
+
+
+async def test_a_cancelled_caller_does_not_break_the_thread() -> None:
+    store = StoreThread()
+    store.start()
+    try:
+        gate = threading.Event()
+        slow = asyncio.ensure_future(store.call(gate.wait, 10))
+        await asyncio.sleep(0.05)
+        slow.cancel()
+        gate.set()
+        assert await store.call(lambda: "still here") == "still here"
+    finally:
+        store.close()
