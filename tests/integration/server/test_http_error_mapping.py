@@ -3,12 +3,17 @@ exception → 500 INTERNAL without a traceback in the body, body limits before p
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.testclient import TestClient
+
+with warnings.catch_warnings():  # starlette suggests another httpx package; httpx works
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
 
 from orbit_server.http_api import (
     MAX_BODY_BYTES,
