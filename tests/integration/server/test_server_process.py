@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import ssl
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -102,3 +104,33 @@ def test_tls_serves_https(tmp_path: Path) -> None:
         assert got.json() == {"status": "ok"}
     finally:
         srv.stop()
+
+
+def test_plain_orbit_server_serves_with_environment_settings(tmp_path: Path) -> None:
+    from support.server import free_port
+
+    port = free_port()
+    env = {**os.environ, "ORBIT_DB": f"sqlite:///{tmp_path / 'env.db'}",
+           "ORBIT_PORT": str(port), "ORBIT_HOST": "127.0.0.1"}
+    proc = subprocess.Popen(server_command(), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        ok = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                ok = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                time.sleep(0.05)
+            if ok:
+                break
+        assert ok, "orbit-server without a subcommand did not serve"
+        assert (tmp_path / "env.db").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 0
