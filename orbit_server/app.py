@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.applications import Starlette
 
@@ -25,13 +25,11 @@ from orbit_wire.limits import MAX_FRAME_BYTES
 from .config import ServerConfig
 from .dispatcher import Dispatcher
 from .http_api import http_routes
+from .service import Effects, Service
 from .store.db import create_engine_for, migrate
 from .store_thread import StoreThread
 from .waiters import TaskWaiters
 from .ws_endpoint import ws_routes
-
-if TYPE_CHECKING:
-    from .service import Effects
 
 log = logging.getLogger("orbit.server")
 
@@ -53,7 +51,7 @@ class OrbitServer:
         self.clock = wall_clock_ms
         self.store = StoreThread()
         self.engine = create_engine_for(config.db_url)
-        self.service = _make_service(self.engine, config)
+        self.service = Service(self.engine, config, wall_clock_ms, random.Random())
         self.waiters = TaskWaiters()
         self.dispatcher = Dispatcher(self.store, self.service)
         self._reaper_wake = asyncio.Event()
@@ -89,9 +87,8 @@ class OrbitServer:
         interval_ms = self.config.reaper_interval_ms
         while True:
             try:
-                if self.service is not None:
-                    effects = await self.store.call(self.service.reap)
-                    self.apply(effects)
+                effects = await self.store.call(self.service.reap)
+                self.apply(effects)
             except Exception:  # a failed pass (e.g. database locked) is retried next tick
                 log.exception("reaper pass failed")
             planned = wall_clock_ms() + interval_ms
@@ -136,15 +133,6 @@ class OrbitServer:
             await self.dispatcher.stop()
             self.store.close()
             self.engine.dispose()
-
-
-def _make_service(engine: Any, config: ServerConfig) -> Any:
-    try:
-        from .service import Service
-    except ImportError:  # the core's service module has not landed yet: health only
-        log.error("orbit_server.service is missing; only /healthz works")
-        return None
-    return Service(engine, config, wall_clock_ms, random.Random())
 
 
 def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> Any:
