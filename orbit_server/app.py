@@ -24,7 +24,7 @@ from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
 from .dispatcher import Dispatcher
-from .http_api import http_routes
+from .http_api import http_exception_handlers, http_routes
 from .service import Effects, Service
 from .store.db import create_engine_for, migrate
 from .store_thread import StoreThread
@@ -60,7 +60,9 @@ class OrbitServer:
         # every due instant reported meanwhile is kept for the next sleep.
         self._reaper_at_ms = _NEVER
         self._tasks: list[asyncio.Task[None]] = []
-        self.app = Starlette(routes=[*http_routes(self), *ws_routes(self)], lifespan=self._lifespan)
+        self.app = Starlette(routes=[*http_routes(self), *ws_routes(self)],
+                             exception_handlers=http_exception_handlers(),
+                             lifespan=self._lifespan)
 
     # -------------------------------------------------------------- effects of a transaction
 

@@ -351,6 +351,24 @@ def _wait_ms(request: Request) -> int:
     return int(raw)
 
 
+async def _starlette_error(request: Request, exc: Exception) -> Response:
+    """Unknown paths and wrong methods answer in the API's error format too."""
+    status = getattr(exc, "status_code", 500)
+    if status == 404:
+        return error_response(OrbitError(ErrorCode.NOT_FOUND, f"no route {request.url.path}"))
+    if status == 405:
+        return JSONResponse({"error": OrbitError(
+            ErrorCode.BAD_REQUEST, f"method {request.method} is not allowed here").to_dict()},
+            status_code=405)
+    log.error("unhandled HTTP error %s on %s", status, request.url.path)
+    return error_response(OrbitError(ErrorCode.INTERNAL, "internal server error"))
+
+
+def http_exception_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """Starlette exception handlers that keep every error in ``{"error": {...}}`` form."""
+    return {404: _starlette_error, 405: _starlette_error}
+
+
 def http_routes(server: OrbitServer) -> list[Route]:
     """Every HTTP route (the OpenAPI document must list each one; a test checks it)."""
     api = HttpApi(server)

@@ -181,3 +181,11 @@ def test_chunked_body_over_limit_is_refused(orbit: OrbitEnv) -> None:
                              headers={"content-type": "application/json"})
     expect_error(response, 413, "PAYLOAD_TOO_LARGE")
     assert isinstance(response, httpx.Response)
+
+
+def test_unknown_routes_and_methods_answer_in_error_format(orbit: OrbitEnv) -> None:
+    client = orbit.client()
+    expect_error(client.get("/v2/nothing"), 404, "NOT_FOUND")
+    wrong = client.delete("/healthz")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["code"] == "BAD_REQUEST"
