@@ -278,3 +278,17 @@ async def test_review_succeed_and_fail(lane: Lane) -> None:
     assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "CONFLICT"
     bad_action = lane.review(b["id"], "explode")
     assert bad_action.status_code == 400
+
+
+async def test_long_poll_returns_when_the_worker_finishes(lane: Lane) -> None:
+    task = lane.submit()
+    async with await lane.connect(credit=1) as wc:
+        [r] = await wc.reservations(1)
+        assert (await wc.start(r)).ok
+        poll = asyncio.ensure_future(lane.task_async(task["id"], wait_ms=30_000))
+        await asyncio.sleep(0.2)  # the poll is waiting on a RUNNING task
+        assert not poll.done()
+        done = await wc.finish(r, "SUCCEEDED", result_json='{"n":1.000}')
+        assert done.task_state == "SUCCEEDED"
+        got = await asyncio.wait_for(poll, 20)
+    assert got["state"] == "SUCCEEDED" and got["result"] == {"n": 1.0}
