@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -161,6 +162,25 @@ def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> Any:
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
+
+
+def bootstrap_admin(config: ServerConfig, output: Path, server_url: str,
+                    name: str | None) -> str:
+    """Migrate, create an admin credential directly in the database, and write its
+    credentials file (mode 0600). Returns the credential ID; the secret is only in the file."""
+    from orbit_client.credentials import Credentials, write_credentials
+
+    migrate(config.db_url)
+    engine = create_engine_for(config.db_url)
+    try:
+        made = Service(engine, config, wall_clock_ms, random.Random()).bootstrap_admin(name)
+    finally:
+        engine.dispose()
+    write_credentials(output, Credentials(
+        url=server_url.rstrip("/"), credential_id=made["credential_id"], secret=made["secret"],
+        role=str(made.get("role", "admin")), queues=tuple(made.get("queues", ())),
+    ))
+    return str(made["credential_id"])
 
 
 def serve(config: ServerConfig, log_level: str = "warning") -> None:

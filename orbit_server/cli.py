@@ -19,7 +19,10 @@ def _config(**overrides: Any) -> Any:
     from .config import ServerConfig
 
     given = {k: v for k, v in overrides.items() if v is not None}
-    return ServerConfig.from_env(**given)
+    try:
+        return ServerConfig.from_env(**given)
+    except OrbitError as exc:
+        raise click.UsageError(exc.message) from None
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
@@ -84,32 +87,15 @@ def bootstrap_admin(db_url: str | None, output: str, url: str | None, name: str 
 
     Safe to run again: each run creates another admin credential.
     """
-    from orbit_client.credentials import Credentials, write_credentials
-
-    from .service import Service
-    from .store.db import create_engine_for
-    from .store.db import migrate as run_migrate
+    from .app import bootstrap_admin as run
 
     config = _config(db_url=db_url)
-    run_migrate(config.db_url)
-    engine = create_engine_for(config.db_url)
+    server_url = url or f"http://{config.host}:{config.port}"
     try:
-        import random
-
-        from .app import wall_clock_ms
-
-        service = Service(engine, config, wall_clock_ms, random.Random())
-        made = service.bootstrap_admin(name)
+        credential_id = run(config, Path(output), server_url, name)
     except OrbitError as exc:
         raise click.ClickException(f"{exc.code.value}: {exc.message}") from None
-    finally:
-        engine.dispose()
-    server_url = url or f"http://{config.host}:{config.port}"
-    write_credentials(Path(output), Credentials(
-        url=server_url.rstrip("/"), credential_id=made["credential_id"], secret=made["secret"],
-        role=str(made.get("role", "admin")), queues=tuple(made.get("queues", ())),
-    ))
-    click.echo(f"admin credential {made['credential_id']} written to {output}")
+    click.echo(f"admin credential {credential_id} written to {output}")
 
 
 if __name__ == "__main__":  # pragma: no cover
