@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,22 @@ import click
 from orbit_wire.errors import OrbitError
 
 _DB_HELP = "Database URL (sqlite:///PATH or mysql://...); default: ORBIT_DB or the XDG data dir."
+
+
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """Database and file errors become one line (no traceback, no URL with a password)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except OrbitError as exc:
+        raise click.ClickException(f"{exc.code.value}: {exc.message}") from None
+    except SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or type(exc).__name__).splitlines()[0]
+        raise click.ClickException(f"database error: {detail}") from None
+    except OSError as exc:
+        raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}") from None
 
 
 def _config(**overrides: Any) -> Any:
@@ -61,7 +79,8 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
     config = _config(db_url=db_url, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                      session_ttl_ms=session_ttl_ms, kill_grace_ms=kill_grace_ms,
                      reaper_interval_ms=reaper_interval_ms)
-    run(config, log_level=log_level)
+    with _one_line_errors():
+        run(config, log_level=log_level)
 
 
 @main.command()
@@ -71,7 +90,8 @@ def migrate(db_url: str | None) -> None:
     from .store.db import migrate as run
 
     config = _config(db_url=db_url)
-    run(config.db_url)
+    with _one_line_errors():
+        run(config.db_url)
     click.echo("database is at the latest schema")
 
 
@@ -91,10 +111,8 @@ def bootstrap_admin(db_url: str | None, output: str, url: str | None, name: str 
 
     config = _config(db_url=db_url)
     server_url = url or f"http://{config.host}:{config.port}"
-    try:
+    with _one_line_errors():
         credential_id = run(config, Path(output), server_url, name)
-    except OrbitError as exc:
-        raise click.ClickException(f"{exc.code.value}: {exc.message}") from None
     click.echo(f"admin credential {credential_id} written to {output}")
 
 

@@ -134,3 +134,12 @@ def test_plain_orbit_server_serves_with_environment_settings(tmp_path: Path) -> 
             proc.kill()
             proc.wait(timeout=10)
     assert proc.returncode == 0
+
+
+def test_database_errors_are_one_line(tmp_path: Path) -> None:
+    for url in ("foo://bar", "sqlite:////proc/orbit-nope/a.db"):
+        done = subprocess.run([*server_command(), "migrate", "--db", url],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, done
+        assert "Traceback" not in done.stderr
+        assert done.stderr.startswith("Error: database error:"), done.stderr
