@@ -142,4 +142,4 @@ def test_database_errors_are_one_line(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 1, done
         assert "Traceback" not in done.stderr
-        assert done.stderr.startswith("Error: database error:"), done.stderr
+        assert done.stderr.startswith("Error: ") and len(done.stderr.splitlines()) == 1, done
