@@ -41,7 +41,7 @@ async def test_retry_waits_for_lease_expiry_plus_kill_grace(
             waited = loop.time() - started_at
             assert r2.task_id == task["id"] and r2.epoch == r1.epoch + 1
         # The new attempt was not dispatched before lease expiry (300 ms) + kill grace (1 s).
-        assert waited >= 1.2, waited
+        assert waited >= 1.0, waited  # generous: the server-side check below is exact
         first, second = lane.attempts(task["id"])["attempts"]
         assert first["code"] == "LEASE_EXPIRED"
         assert second["reserved_at_ms"] >= first["lease_expires_at_ms"] + 1000
