@@ -27,7 +27,7 @@ from .config import ServerConfig
 from .dispatcher import Dispatcher
 from .http_api import http_exception_handlers, http_routes
 from .service import Effects, Service
-from .store.db import create_engine_for, migrate
+from .store.db import create_engine_for, is_sqlite, migrate
 from .store_thread import StoreThread
 from .waiters import TaskWaiters
 from .ws_endpoint import ws_routes
@@ -35,8 +35,10 @@ from .ws_endpoint import ws_routes
 log = logging.getLogger("orbit.server")
 
 # The dispatcher also re-checks sessions that still hold credit this often, so tasks made
-# ready by another replica (or a missed hint) are dispatched without a local signal.
+# ready by another replica (or a missed hint) are dispatched without a local signal. A SQLite
+# file has one server, which hints every change itself: there the poll is only a safety net.
 DISPATCH_POLL_S = 0.5
+DISPATCH_POLL_SQLITE_S = 2.0
 _NEVER = 2**63
 
 
@@ -112,8 +114,9 @@ class OrbitServer:
             self._reaper_at_ms = _NEVER
 
     async def _dispatch_poll_loop(self) -> None:
+        period = DISPATCH_POLL_SQLITE_S if is_sqlite(self.config.db_url) else DISPATCH_POLL_S
         while True:
-            await asyncio.sleep(DISPATCH_POLL_S)
+            await asyncio.sleep(period)
             self.dispatcher.poll_all()
 
     @contextlib.asynccontextmanager
