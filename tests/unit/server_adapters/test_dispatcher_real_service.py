@@ -1,0 +1,150 @@
+"""The dispatcher in process, on a real Service over a real SQLite file and the real store
+thread. The session's ``send`` collects frames (it stands in for the socket, the boundary)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from orbit_server.config import ServerConfig
+from orbit_server.dispatcher import Dispatcher, Session
+from orbit_server.service import Service
+from orbit_server.store.db import create_engine_for, migrate
+from orbit_server.store_thread import StoreThread
+from orbit_wire.errors import ProtocolError
+from orbit_wire.frames import Hello, Reserve, ServerFrame
+from orbit_wire.ids import new_id, new_secret
+from orbit_wire.model import Capability
+
+pytestmark = pytest.mark.asyncio
+CAP = Capability("d.test", "v1", "v1")
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class World:
+    service: Service
+    store: StoreThread
+    dispatcher: Dispatcher
+    principal: Any
+    queue: str
+    worker: dict[str, Any]
+
+    def session(self, capacity: int) -> tuple[Session, list[ServerFrame]]:
+        binding = self.service.worker_hello(Hello(
+            self.worker["credential_id"], self.worker["secret"], new_id(_now()), new_secret(),
+            self.queue, (CAP,), capacity))
+        frames: list[ServerFrame] = []
+        session = Session(new_id(_now()), binding, capacity, frames.append,
+                          lambda code, reason: None)
+        self.dispatcher.attach(session)
+        return session, frames
+
+    def submit(self, n: int) -> None:
+        spec = {"handler": CAP.handler, "handler_version": CAP.handler_version,
+                "payload_version": CAP.payload_version, "payload": {"n": 1}}
+        _made, effects = self.service.submit(self.principal, self.queue, [spec] * n)
+        self.dispatcher.queues_ready(effects.ready_queues)
+
+
+@pytest_asyncio.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    migrate(url)
+    engine = create_engine_for(url)
+    service = Service(engine, ServerConfig(db_url=url), _now, random.Random(7))
+    admin = service.bootstrap_admin(None)
+    principal = service.authenticate(f"{admin['credential_id']}.{admin['secret']}")
+    queue = service.create_queue(principal, None)["id"]
+    worker = service.create_credential(principal, "worker", [queue], None)
+    store = StoreThread()
+    store.start()
+    dispatcher = Dispatcher(store, service)
+    dispatcher.start()
+    try:
+        yield World(service, store, dispatcher, principal, queue, worker)
+    finally:
+        await dispatcher.stop()
+        store.close()
+        engine.dispose()
+
+
+def _reserved(frames: list[ServerFrame]) -> int:
+    return sum(len(f.reservations) for f in frames if isinstance(f, Reserve))
+
+
+async def _until(predicate: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_never_more_reservations_than_credit(world: World) -> None:
+    world.submit(10)
+    session, frames = world.session(capacity=4)
+    world.dispatcher.grant(session, 3)
+    await _until(lambda: _reserved(frames) == 3)
+    await asyncio.sleep(0.2)
+    assert _reserved(frames) == 3 and session.credits == 0
+    with pytest.raises(ProtocolError) as err:
+        world.dispatcher.grant(session, 9)  # above 2 x capacity
+    assert err.value.code == "LIMIT_EXCEEDED"
+    world.dispatcher.grant(session, 8)
+    await _until(lambda: _reserved(frames) == 10)
+    assert session.credits == 1  # only 7 tasks were left
+
+
+async def test_drain_waits_for_a_claim_in_flight_and_stops_dispatch(world: World) -> None:
+    session, frames = world.session(capacity=4)
+    gate = threading.Event()
+    blocker = asyncio.ensure_future(world.store.call_worker(gate.wait, 10))
+    await asyncio.sleep(0.05)
+    world.submit(3)  # runs on this thread; the store thread is held by the gate
+    world.dispatcher.grant(session, 2)
+    await asyncio.sleep(0.05)  # the claim is now queued behind the gate, holding the lock
+    assert session.lock.locked()
+    world.dispatcher.stop_dispatching(session)
+    waiter = asyncio.ensure_future(session.lock.acquire())
+    await asyncio.sleep(0.05)
+    assert not waiter.done()  # a drain answer would wait here for the in-flight claim
+    gate.set()
+    await asyncio.wait_for(waiter, 5)
+    session.lock.release()
+    await blocker
+    assert _reserved(frames) == 2  # the claim under way was sent before the drain answer
+    world.dispatcher.grant(session, 2)
+    world.dispatcher.poll_all()
+    await asyncio.sleep(0.3)
+    assert _reserved(frames) == 2  # nothing after the drain
+
+
+async def test_least_recently_served_session_claims_first(world: World) -> None:
+    a, a_frames = world.session(capacity=2)
+    b, b_frames = world.session(capacity=2)
+    world.dispatcher.grant(a, 4)  # each could take every task
+    world.dispatcher.grant(b, 4)
+    for i in range(4):
+        world.submit(1)
+        await _until(lambda i=i: _reserved(a_frames) + _reserved(b_frames) == i + 1)
+    assert (_reserved(a_frames), _reserved(b_frames)) == (2, 2)
+
+
+async def test_detach_reports_whether_the_session_was_current(world: World) -> None:
+    session, _ = world.session(capacity=1)
+    assert world.dispatcher.current(session.instance_id) is session
+    assert world.dispatcher.detach(session) is True
+    assert world.dispatcher.detach(session) is False
+    assert session.closed and not session.wants_work
