@@ -81,9 +81,12 @@ class ProtocolClient:
 
     @classmethod
     async def connect(cls, ws_url: str, *, instance_id: str | None = None,
-                      instance_secret: str | None = None) -> ProtocolClient:
+                      instance_secret: str | None = None,
+                      ssl: Any = None) -> ProtocolClient:
+        """Open the socket (``ssl``: an ``ssl.SSLContext`` for ``wss://``)."""
+        kwargs: dict[str, Any] = {} if ssl is None else {"ssl": ssl}
         ws = await websockets.connect(ws_url, max_size=None, ping_interval=None,
-                                      open_timeout=DEFAULT_TIMEOUT_S)
+                                      open_timeout=DEFAULT_TIMEOUT_S, **kwargs)
         return cls(ws, instance_id, instance_secret)
 
     async def __aenter__(self) -> ProtocolClient:

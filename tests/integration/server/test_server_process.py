@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.protocol_client import ProtocolClient
 from support.server import ServerProcess, server_command
 
 from orbit_client.credentials import load_credentials
@@ -102,6 +104,22 @@ def test_tls_serves_https(tmp_path: Path) -> None:
         trust = ssl.create_default_context(cafile=str(cert))
         got = httpx.get(f"https://127.0.0.1:{srv.port}/healthz", verify=trust, timeout=5)
         assert got.json() == {"status": "ok"}
+        # The worker endpoint is served over wss:// on the same port.
+        admin = srv.bootstrap_admin()
+        with httpx.Client(base_url=srv.url, verify=trust, timeout=10,
+                          headers={"Authorization": f"Bearer {admin.bearer}"}) as http:
+            queue = http.post("/v1/queues", json={}).json()["id"]
+            worker = http.post("/v1/credentials",
+                               json={"role": "worker", "queues": [queue]}).json()
+
+        async def hello_over_wss() -> int:
+            async with await ProtocolClient.connect(srv.ws_url, ssl=trust) as wc:
+                welcome = await wc.hello(worker["credential_id"], worker["secret"], queue)
+                await wc.heartbeat()
+                return welcome.session_ttl_ms
+
+        assert srv.ws_url.startswith("wss://")
+        assert asyncio.run(hello_over_wss()) == srv.session_ttl_ms
     finally:
         srv.stop()
 
