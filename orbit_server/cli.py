@@ -46,7 +46,10 @@ def _config(**overrides: Any) -> Any:
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.pass_context
 def main(ctx: click.Context) -> None:
-    """The Orbit server: HTTP API and worker WebSocket endpoint on one port."""
+    """The Orbit server: HTTP API and worker WebSocket endpoint on one port.
+
+    Without a command, `serve` runs (settings from ORBIT_DB, ORBIT_HOST, ORBIT_PORT).
+    """
     if ctx.invoked_subcommand is None:
         ctx.invoke(serve)
 
