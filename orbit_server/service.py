@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, Engine, func, select, union_all
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import IntegrityError
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
@@ -65,7 +65,8 @@ from .auth import (
     unauthenticated,
 )
 from .config import ServerConfig
-from .store import queries
+from .store import claims, queries
+from .store.retry import transactional
 from .store.rows import INSERT_AUDIT, INSERT_TASK, UnitOfWork
 from .store.tables import attempts, audit, credentials, evidence, instances, queues, tasks
 from .store.views import attempt_view, audit_view, evidence_view, queue_view, task_view
@@ -107,6 +108,7 @@ class Effects:
             self.next_due_ms = at_ms
 
 
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
 class Service:
     """The use cases; see docs/server-design.md for the contract with the adapters."""
 
@@ -497,10 +499,13 @@ class Service:
         now = self.clock()
         out: list[Reservation] = []
         with self._write() as conn:
-            stmt, params = _dispatch_query(b.queue_id, b.capabilities, now, n)
-            result = conn.execute(stmt, params)
-            names = tuple(result.keys())
-            rows = [dict(zip(names, r, strict=True)) for r in result.all()]
+            if len(b.capabilities) > 1 and conn.dialect.name != "sqlite":
+                rows = claims.lock_each(conn, b.queue_id, b.capabilities, now, n)
+            else:
+                stmt, params = _dispatch_query(b.queue_id, b.capabilities, now, n)
+                result = conn.execute(stmt, params)
+                names = tuple(result.keys())
+                rows = [dict(zip(names, r, strict=True)) for r in result.all()]
             if not rows:
                 return []
             uow = UnitOfWork(conn, now)
@@ -796,37 +801,20 @@ def _existing_by_key(conn: Connection, queue_id: str,
 
 def _dispatch_query(queue_id: str, caps: Iterable[Capability], now: int,
                     n: int) -> tuple[Any, dict[str, Any]]:
-    """Oldest-available PENDING tasks of exactly these capabilities, within the deadline.
-
-    One indexed range per capability (ix_tasks_dispatch): with several capabilities each
-    range is limited on its own and the union is ordered, so no range scans past ``n``."""
-    def one(cap: Capability) -> Any:
-        return (
-            select(tasks)
-            .where(
-                tasks.c.queue_id == queue_id,
-                tasks.c.state == TaskState.PENDING.value,
-                tasks.c.handler == cap.handler,
-                tasks.c.handler_version == cap.handler_version,
-                tasks.c.payload_version == cap.payload_version,
-                tasks.c.available_at_ms <= now,
-                tasks.c.deadline_at_ms > now,
-            )
-            .order_by(tasks.c.available_at_ms)
-            .limit(n)
-        )
-
+    """Oldest-available PENDING tasks of exactly these capabilities, within the deadline
+    (statements built once, see queries.dispatch_many)."""
     cap_list = list(caps)
+    params: dict[str, Any] = {"queue_id": queue_id, "now": now, "n": n}
     if len(cap_list) == 1:
         cap = cap_list[0]
-        return queries.DISPATCH_ONE, {
-            "queue_id": queue_id, "handler": cap.handler,
-            "handler_version": cap.handler_version, "payload_version": cap.payload_version,
-            "now": now, "n": n,
-        }
-    parts = [select(sub).select_from(sub) for sub in (one(c).subquery() for c in cap_list)]
-    merged = union_all(*parts).subquery()
-    return select(merged).order_by(merged.c.available_at_ms).limit(n), {}
+        params.update(handler=cap.handler, handler_version=cap.handler_version,
+                      payload_version=cap.payload_version)
+        return queries.DISPATCH_ONE, params
+    for i, cap in enumerate(cap_list):
+        params[f"handler_{i}"] = cap.handler
+        params[f"handler_version_{i}"] = cap.handler_version
+        params[f"payload_version_{i}"] = cap.payload_version
+    return queries.dispatch_many(len(cap_list)), params
 
 
 def _load_receipts(conn: Connection, instance_id: str,

@@ -4,9 +4,10 @@ tests/integration/store/test_index_plans.py checks the plans."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from sqlalchemy import Integer, Select, bindparam, select
+from sqlalchemy import Integer, Select, bindparam, select, union_all
 
 from orbit_wire.model import AttemptState, TaskState
 
@@ -52,6 +53,8 @@ def _dispatch_one() -> Select[Any]:
         )
         .order_by(tasks.c.available_at_ms)
         .limit(bindparam("n", type_=Integer))
+        # Shared databases: rows another server is claiming are skipped (SQLite ignores it).
+        .with_for_update(skip_locked=True)
     )
 
 
@@ -59,13 +62,44 @@ def _dispatch_one() -> Select[Any]:
 # available_at order, so LIMIT n stops after n rows however many tasks have finished.
 DISPATCH_ONE = _dispatch_one()
 
+
+@functools.cache
+def dispatch_many(count: int) -> Select[Any]:
+    """DISPATCH_ONE over ``count`` capabilities (bind ``handler_i``, ``handler_version_i``,
+    ``payload_version_i`` for i < count, plus ``queue_id``, ``now``, ``n``).
+
+    Each capability keeps its own limited index range and the union is ordered, so no range
+    scans past ``n``. Built once per count: constructing the union costs more than running it.
+    """
+    def one(i: int) -> Any:
+        return (
+            select(tasks)
+            .where(
+                tasks.c.queue_id == bindparam("queue_id"),
+                tasks.c.state == TaskState.PENDING.value,
+                tasks.c.handler == bindparam(f"handler_{i}"),
+                tasks.c.handler_version == bindparam(f"handler_version_{i}"),
+                tasks.c.payload_version == bindparam(f"payload_version_{i}"),
+                tasks.c.available_at_ms <= bindparam("now"),
+                tasks.c.deadline_at_ms > bindparam("now"),
+            )
+            .order_by(tasks.c.available_at_ms)
+            .limit(bindparam("n", type_=Integer))
+            .subquery()
+        )
+
+    parts = [select(sub).select_from(sub) for sub in (one(i) for i in range(count))]
+    merged = union_all(*parts).subquery()
+    return select(merged).order_by(merged.c.available_at_ms).limit(bindparam("n",
+                                                                             type_=Integer))
+
 EXPIRED_LEASES = (
     select(attempts)
     .where(attempts.c.state == AttemptState.RUNNING.value,
            attempts.c.lease_expires_at_ms <= bindparam("now"))
     .order_by(attempts.c.lease_expires_at_ms)
     .limit(bindparam("n", type_=Integer))
-    .with_for_update()
+    .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
 STALE_RESERVATIONS = (
     select(attempts)
@@ -73,7 +107,7 @@ STALE_RESERVATIONS = (
            attempts.c.reserved_at_ms <= bindparam("before"))
     .order_by(attempts.c.reserved_at_ms)
     .limit(bindparam("n", type_=Integer))
-    .with_for_update()
+    .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
 OVERDUE_PENDING = (
     select(tasks)
@@ -81,7 +115,7 @@ OVERDUE_PENDING = (
            tasks.c.deadline_at_ms <= bindparam("now"))
     .order_by(tasks.c.deadline_at_ms)
     .limit(bindparam("n", type_=Integer))
-    .with_for_update()
+    .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
 TASK_BY_ID = select(tasks).where(tasks.c.id == bindparam("id"))
 ATTEMPTS_OF_TASK = select(attempts).where(attempts.c.task_id == bindparam("task_id")).order_by(
