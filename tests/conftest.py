@@ -8,6 +8,12 @@
 ``server`` is a started ServerProcess (short session TTL, kill grace and reaper interval so
 tests are fast); ``server_factory(**kwargs)`` starts more with other flags. All are stopped
 by PID at teardown.
+
+Stores: ``orbit_store`` is "sqlite" or "mariadb". The store integration tests and the
+modules in ``BOTH_STORES`` run once per store (test IDs end in ``[sqlite]``/``[mariadb]``);
+everything else runs on SQLite only. ``db_url`` is a fresh, empty database of that store for
+the test: a SQLite file in tmp_path, or a migrated MariaDB database of the session's pool
+(tests/support/mariadb.py), which skips without ORBIT_TEST_MYSQL_URL and fails with CI=true.
 """
 
 from __future__ import annotations
@@ -17,17 +23,89 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.mariadb import MariaDBPool, must_run, unavailable_reason
 from support.orbit_http import OrbitEnv, http_client
 from support.server import ServerProcess
 
 from orbit_client.credentials import Credentials
 
+STORES = ("sqlite", "mariadb")
+# Server-process modules that also run on MariaDB: a representative subset (HTTP API, the
+# worker protocol's outcomes, leases and crashes); the whole store layer runs on both always.
+BOTH_STORES = {
+    "test_http_api.py", "test_protocol_outcomes.py", "test_leases_and_crash.py",
+}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "orbit_store" not in metafunc.fixturenames:
+        return
+    path = Path(str(metafunc.definition.fspath))
+    if path.parent.name == "store" or path.name in BOTH_STORES or path.parent.name == "mysql":
+        metafunc.parametrize("orbit_store", STORES, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def mariadb_pool() -> Iterator[MariaDBPool | None]:
+    reason = unavailable_reason()
+    pool = None if reason else MariaDBPool.from_env()
+    try:
+        yield pool
+    finally:
+        if pool is not None:
+            pool.close()
+
 
 @pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+def orbit_store(request: pytest.FixtureRequest) -> str:
+    """The store of this test: the parametrised one, else SQLite."""
+    store = str(getattr(request, "param", "sqlite"))
+    if store == "mariadb":
+        reason = unavailable_reason()
+        if reason is not None:
+            if must_run():
+                pytest.fail(f"CI=true and MariaDB tests cannot run: {reason}")
+            pytest.skip(reason)
+    return store
+
+
+@pytest.fixture
+def db_url_factory(orbit_store: str, tmp_path: Path,
+                   mariadb_pool: MariaDBPool | None) -> Iterator[Callable[[], str]]:
+    """Fresh empty databases of the test's store; MariaDB ones go back to the pool after."""
+    taken: list[str] = []
+
+    def make() -> str:
+        if orbit_store == "sqlite":
+            return f"sqlite:///{tmp_path / f'orbit{len(taken)}.db'}"
+        assert mariadb_pool is not None
+        url = mariadb_pool.acquire()
+        taken.append(url)
+        return url
+
+    try:
+        yield make
+    finally:
+        if mariadb_pool is not None:
+            for url in taken:
+                mariadb_pool.release(url)
+
+
+@pytest.fixture
+def db_url(db_url_factory: Callable[[], str]) -> str:
+    return db_url_factory()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path, orbit_store: str,
+                   db_url_factory: Callable[[], str]) -> Iterator[Callable[..., ServerProcess]]:
+    """Start servers; each gets a fresh database of the test's store unless ``db_url`` is
+    given (pass one server's ``db_url`` to another to run replicas on one database)."""
     started: list[ServerProcess] = []
 
     def make(**kwargs: object) -> ServerProcess:
+        if orbit_store != "sqlite" and "db_url" not in kwargs:
+            kwargs["db_url"] = db_url_factory()
         srv = ServerProcess(tmp_path / f"server{len(started)}", **kwargs)  # type: ignore[arg-type]
         started.append(srv)
         return srv.start()

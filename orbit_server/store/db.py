@@ -7,7 +7,15 @@ transaction handling is switched off and the ``begin`` event emits BEGIN itself)
 connection with the execution option ``orbit_read_only=True`` begins a plain deferred
 transaction instead.
 
-``migrate(url)`` brings any database to the head revision with Alembic, programmatically.
+MySQL/MariaDB URLs (``mysql://`` or ``mariadb://``) run on PyMySQL: the server's store calls
+are synchronous SQLAlchemy Core on a store thread (docs/deployment.md says why). Their
+connections use READ COMMITTED (queue claims lock only the rows they take, with SKIP LOCKED),
+utf8mb4, a short lock-wait timeout (a blocked transaction fails fast and is retried by
+``orbit_server.store.retry``), and are checked before use (``pool_pre_ping``), so a connection
+the database dropped is replaced instead of failing the next request.
+
+``migrate(url)`` brings any database to the head revision with Alembic, programmatically; on
+MySQL it holds a named lock so replicas starting together migrate one at a time.
 """
 
 from __future__ import annotations
@@ -19,32 +27,83 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 BUSY_TIMEOUT_MS = 10_000
+# MySQL: seconds a statement waits for a row lock before failing (then retried, bounded).
+LOCK_WAIT_TIMEOUT_S = 5
+# MySQL: seconds to connect, and to wait for one answer, before the connection counts as lost.
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 60
+MIGRATE_LOCK = "orbit_migrate"
+MIGRATE_LOCK_WAIT_S = 120
 
 
 def is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
-def create_engine_for(url: str, **kwargs: Any) -> Engine:
-    """A sync engine for ``url``; for a SQLite file its directory is created first."""
+def is_mysql(url: str | URL) -> bool:
+    return make_url(url).get_backend_name() in ("mysql", "mariadb")
+
+
+def normalize_url(url: str) -> URL:
+    """``mysql://`` and ``mariadb://`` (no driver named) mean PyMySQL, with utf8mb4."""
     parsed = make_url(url)
+    if parsed.get_backend_name() in ("mysql", "mariadb"):
+        if parsed.get_driver_name() in ("mysqldb", "mariadbconnector") and "+" not in (
+            parsed.drivername
+        ):
+            parsed = parsed.set(drivername=f"{parsed.get_backend_name()}+pymysql")
+        if "charset" not in parsed.query:
+            parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def create_engine_for(url: str, **kwargs: Any) -> Engine:
+    """A sync engine for ``url``; for a SQLite file its directory is created first.
+
+    Bound parameters never appear in error messages (they may hold payloads and hashes)."""
+    parsed = normalize_url(url)
+    kwargs.setdefault("hide_parameters", True)
     if parsed.get_backend_name() != "sqlite":
-        kwargs.setdefault("pool_pre_ping", True)
-        return create_engine(url, **kwargs)
+        return _create_mysql_engine(parsed, **kwargs)
     database = parsed.database
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     connect_args = dict(kwargs.pop("connect_args", {}))
     # One store thread uses each connection at a time, but not always the thread that made it.
     connect_args.setdefault("check_same_thread", False)
-    engine = create_engine(url, connect_args=connect_args, **kwargs)
+    engine = create_engine(parsed, connect_args=connect_args, **kwargs)
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
+
+
+def _create_mysql_engine(parsed: URL, **kwargs: Any) -> Engine:
+    connect_args = dict(kwargs.pop("connect_args", {}))
+    if parsed.get_driver_name() == "pymysql":
+        connect_args.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+        connect_args.setdefault("read_timeout", READ_TIMEOUT_S)
+        connect_args.setdefault("write_timeout", READ_TIMEOUT_S)
+    kwargs.setdefault("pool_pre_ping", True)
+    # A connection older than this is replaced (database-side idle timeouts, proxies).
+    kwargs.setdefault("pool_recycle", 1800)
+    kwargs.setdefault("isolation_level", "READ COMMITTED")
+    engine = create_engine(parsed, connect_args=connect_args, **kwargs)
+    event.listen(engine, "connect", _mysql_on_connect)
+    return engine
+
+
+def _mysql_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_S}")
+        # Strict mode: a value that does not fit is an error, never silently truncated.
+        cursor.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',STRICT_TRANS_TABLES')")
+    finally:
+        cursor.close()
 
 
 def _sqlite_on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -72,7 +131,8 @@ def alembic_config(url: str) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     # ConfigParser interpolation: a literal % in a password must be doubled.
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    rendered = normalize_url(url).render_as_string(hide_password=False)
+    cfg.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
     return cfg
 
 
@@ -81,13 +141,35 @@ def migrate(url: str, engine: Engine | None = None) -> None:
     own = engine is None
     eng = create_engine_for(url) if engine is None else engine
     try:
-        with eng.begin() as conn:
-            cfg = alembic_config(url)
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+        if is_mysql(url):
+            _migrate_mysql(url, eng)
+        else:
+            with eng.begin() as conn:
+                cfg = alembic_config(url)
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
     finally:
         if own:
             eng.dispose()
+
+
+def _migrate_mysql(url: str, engine: Engine) -> None:
+    # MySQL DDL commits implicitly, so the migration cannot be one transaction; a named lock
+    # (held by this connection) keeps replicas that start together from migrating at once.
+    with engine.connect() as conn:
+        got = conn.exec_driver_sql(
+            f"SELECT GET_LOCK('{MIGRATE_LOCK}', {MIGRATE_LOCK_WAIT_S})").scalar()
+        if got != 1:
+            raise RuntimeError("another server holds the migration lock; try again")
+        try:
+            conn.commit()
+            cfg = alembic_config(url)
+            cfg.attributes["connection"] = conn
+            with conn.begin():
+                command.upgrade(cfg, "head")
+        finally:
+            conn.exec_driver_sql(f"SELECT RELEASE_LOCK('{MIGRATE_LOCK}')")
+            conn.commit()
 
 
 def current_revision(engine: Engine) -> str | None:

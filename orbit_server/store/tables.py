@@ -1,4 +1,4 @@
-"""The schema as SQLAlchemy Core metadata. Portable SQL only (SQLite now, MySQL/MariaDB next).
+"""The schema as SQLAlchemy Core metadata. Portable SQL only (SQLite and MySQL/MariaDB).
 
 Instants are BigInteger wall-clock milliseconds; JSON travels as exact text (LONGTEXT on
 MySQL, since a payload may be 256 KiB). migrations/versions/0001_initial.py creates the same
@@ -6,6 +6,8 @@ schema by hand; tests/integration/store/test_migrations.py checks they agree.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -31,6 +33,12 @@ MSG_ID = 64
 
 # JSON text: TEXT on SQLite, LONGTEXT on MySQL/MariaDB (TEXT there stops at 64 KiB).
 JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+# Backoff factors: DOUBLE on MySQL/MariaDB, whose FLOAT is single precision (0.1 != 0.1).
+Ratio = Float().with_variant(mysql.DOUBLE(asdecimal=False), "mysql", "mariadb")
+# MySQL/MariaDB tables compare text byte for byte: the default collations are
+# case-insensitive, which would merge operation keys and capabilities that differ in case.
+# (migrations/versions/0002_mysql_binary_text.py converts tables made by 0001.)
+MYSQL_OPTIONS: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
 AutoId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -42,6 +50,7 @@ queues = Table(
     Column("id", String(ID), primary_key=True),
     Column("name", String(NAME), nullable=True),
     Column("created_at_ms", BigInteger, nullable=False),
+    **MYSQL_OPTIONS,
 )
 
 credentials = Table(
@@ -54,6 +63,7 @@ credentials = Table(
     Column("name", String(NAME), nullable=True),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("revoked_at_ms", BigInteger, nullable=True),
+    **MYSQL_OPTIONS,
 )
 
 instances = Table(
@@ -65,6 +75,7 @@ instances = Table(
     Column("queue_id", String(ID), nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("last_seen_at_ms", BigInteger, nullable=False),
+    **MYSQL_OPTIONS,
 )
 
 tasks = Table(
@@ -81,8 +92,8 @@ tasks = Table(
     Column("max_attempts", Integer, nullable=False),
     Column("backoff_initial_ms", BigInteger, nullable=False),
     Column("backoff_max_ms", BigInteger, nullable=False),
-    Column("backoff_multiplier", Float, nullable=False),
-    Column("backoff_jitter", Float, nullable=False),
+    Column("backoff_multiplier", Ratio, nullable=False),
+    Column("backoff_jitter", Ratio, nullable=False),
     Column("attempt_timeout_ms", BigInteger, nullable=False),
     Column("lease_ttl_ms", BigInteger, nullable=False),
     Column("deadline_at_ms", BigInteger, nullable=False),
@@ -105,6 +116,7 @@ tasks = Table(
         "queue_id", "state", "handler", "handler_version", "payload_version", "available_at_ms",
     ),
     Index("ix_tasks_state_deadline", "state", "deadline_at_ms"),
+    **MYSQL_OPTIONS,
 )
 
 attempts = Table(
@@ -139,6 +151,7 @@ attempts = Table(
     Index("ix_attempts_state_lease", "state", "lease_expires_at_ms"),
     Index("ix_attempts_state_reserved", "state", "reserved_at_ms"),
     Index("ix_attempts_instance_state", "instance_id", "state"),
+    **MYSQL_OPTIONS,
 )
 
 evidence = Table(
@@ -156,6 +169,7 @@ evidence = Table(
     Column("result", JsonText, nullable=True),
     Column("details", JsonText, nullable=True),
     Index("ix_evidence_task", "task_id"),
+    **MYSQL_OPTIONS,
 )
 
 receipts = Table(
@@ -166,6 +180,7 @@ receipts = Table(
     Column("op", String(STATE), nullable=False),
     Column("answer", Text, nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
+    **MYSQL_OPTIONS,
 )
 
 audit = Table(
@@ -181,4 +196,5 @@ audit = Table(
     Column("to_state", String(STATE), nullable=True),
     Column("detail", Text, nullable=True),
     Index("ix_audit_task_at", "task_id", "at_ms"),
+    **MYSQL_OPTIONS,
 )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from store_support import World, make_world
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    yield from make_world(tmp_path)
+def world(db_url: str) -> Iterator[World]:
+    """A migrated, seeded database of the test's store (runs on SQLite and MariaDB)."""
+    yield from make_world(db_url)

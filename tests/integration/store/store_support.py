@@ -1,4 +1,4 @@
-"""Helpers for the service tests on a real SQLite file (WAL, synchronous=FULL) with a
+"""Helpers for the service tests on a real database (a SQLite file, or MariaDB) with a
 hand-moved clock. A uniquely named module (not conftest) so the whole test tree imports it
 without clashing with other directories' conftest modules."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -104,10 +103,9 @@ class World:
         return self.service.get_task(self.producer, task_id)
 
 
-def make_world(tmp_path: Path) -> Iterator[World]:
-    """Migrate a fresh SQLite file, bootstrap an admin, a queue, a producer and a worker
-    credential; dispose of the engine afterwards (a generator for fixtures)."""
-    url = f"sqlite:///{tmp_path / 'orbit.db'}"
+def make_world(url: str) -> Iterator[World]:
+    """Migrate the (empty) database at ``url``, bootstrap an admin, a queue, a producer and a
+    worker credential; dispose of the engine afterwards (a generator for fixtures)."""
     migrate(url)
     engine = create_engine_for(url)
     clock = Clock()

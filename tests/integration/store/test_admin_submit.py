@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 from store_support import CAP, World, as_json
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ValueRejected
@@ -40,8 +41,9 @@ def test_revoked_credential_is_refused_at_once(world: World) -> None:
 def test_secrets_are_stored_hashed(world: World) -> None:
     made = world.service.create_credential(world.admin, "worker", [world.queue_id], "w2")
     with world.engine.connect() as conn:
-        stored = conn.exec_driver_sql(
-            "SELECT secret_hash FROM credentials WHERE id = ?", (made["credential_id"],)
+        stored = conn.execute(
+            text("SELECT secret_hash FROM credentials WHERE id = :id"),
+            {"id": made["credential_id"]},
         ).scalar_one()
     assert made["secret"] not in stored and len(stored) == 64
 

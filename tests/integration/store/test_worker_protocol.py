@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
+from sqlalchemy import text
 from store_support import CAP, World, as_json
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
@@ -50,8 +51,8 @@ def test_hello_binds_instance_and_rejects_conflicts(world: World) -> None:
         world.hello(iid, secret="another")
     assert exc.value.code is ErrorCode.INSTANCE_CONFLICT
     with world.engine.connect() as conn:
-        stored = conn.exec_driver_sql("SELECT secret_hash FROM instances WHERE id = ?",
-                                      (iid,)).scalar_one()
+        stored = conn.execute(text("SELECT secret_hash FROM instances WHERE id = :id"),
+                              {"id": iid}).scalar_one()
     assert "instance-secret" not in stored and len(stored) == 64
 
 
@@ -347,8 +348,8 @@ def test_evidence_never_clears_uncertainty(world: World) -> None:
     reasons = [e["reason"] for e in evidence_of(world, t["id"])]
     assert reasons == ["ATTEMPT_FINISHED", "ATTEMPT_FINISHED"]
     with world.engine.connect() as conn:
-        uncertain = conn.exec_driver_sql("SELECT uncertain FROM tasks WHERE id = ?",
-                                         (t["id"],)).scalar_one()
+        uncertain = conn.execute(text("SELECT uncertain FROM tasks WHERE id = :id"),
+                                 {"id": t["id"]}).scalar_one()
     assert uncertain == 1
     res, _ = world.finish(b, aid2, ep2, Outcome.SUCCEEDED, result={"ok": 3})
     assert res.disposition == "ACCEPTED"
@@ -444,7 +445,8 @@ def test_release_returns_unstarted_reservations_without_spending(world: World) -
     t = world.submit()
     started = world.submit()
     b = world.hello()
-    res = world.service.reserve(b, 2)
+    # Tasks submitted in the same millisecond come back in no fixed order on every engine.
+    res = sorted(world.service.reserve(b, 2), key=lambda r: r.task_id != t["id"])
     assert world.start(b, res[1].attempt_id, res[1].epoch).ok
     effects = world.service.release_reservations(b.instance_id)
     assert effects.ready_queues == {world.queue_id}
@@ -461,6 +463,7 @@ def test_release_returns_unstarted_reservations_without_spending(world: World) -
 
 def test_resume_reports_running_or_lost(world: World) -> None:
     world.submit(lease_ttl_ms=10_000)
+    world.clock.advance(1)  # FIFO by available_at; ties have no order on every engine
     world.submit(lease_ttl_ms=1_000)
     b = world.hello()
     (r1,) = world.service.reserve(b, 1)

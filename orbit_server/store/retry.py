@@ -1,0 +1,105 @@
+"""Bounded retry of transactions that lost to another writer, and typed database faults.
+
+Every public ``Service`` method is one transaction, so a method that failed before its commit
+can run again from the start. ``transactional`` wraps a class's public methods so that:
+
+* a deadlock (MySQL 1213), a lock-wait timeout (1205) or a lost compare-and-set
+  (``OrbitError(UNAVAILABLE, retryable=True)`` from ``store.rows``) runs the method again, at
+  most ``MAX_TRIES`` times in all, after a short jittered pause;
+* a connection lost *during a statement* runs it again once the pool has reconnected (the
+  database rolls back a transaction whose connection dies before COMMIT). A connection lost
+  *during COMMIT* is never retried: the commit may have happened, and the caller must decide
+  (workers resend with the same message ID, which receipts answer once);
+* every other operational fault (database unreachable, restarting, locked) becomes
+  ``OrbitError(UNAVAILABLE, retryable=True)``: HTTP 503 and the protocol's UNAVAILABLE, which
+  clients back off on. The message names the fault, never a parameter or a password.
+
+Programming errors (bad SQL, constraint violations nobody handles) are left alone: they are
+bugs, reported as INTERNAL by the adapters.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from orbit_wire.errors import ErrorCode, OrbitError
+
+__all__ = ["MAX_TRIES", "is_retryable_conflict", "transactional", "translate"]
+
+log = logging.getLogger("orbit.store")
+
+MAX_TRIES = 5
+# MySQL/MariaDB server error numbers that mean "rolled back, nothing kept: run it again".
+DEADLOCK = 1213
+LOCK_WAIT_TIMEOUT = 1205
+_CONFLICTS = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT})
+_PAUSE_S = (0.002, 0.02)
+
+C = TypeVar("C", bound=type)
+
+
+def _errno(exc: DBAPIError) -> int | None:
+    args = getattr(exc.orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def is_retryable_conflict(exc: BaseException) -> bool:
+    """True when the transaction was rolled back by a conflict and may simply run again."""
+    if isinstance(exc, OrbitError):
+        return exc.code is ErrorCode.UNAVAILABLE and exc.retryable
+    if isinstance(exc, DBAPIError):
+        if _errno(exc) in _CONFLICTS:
+            return True
+        # Lost mid-statement (not at COMMIT, whose statement is None): nothing was committed.
+        return exc.connection_invalidated and exc.statement is not None
+    return False
+
+
+def translate(exc: DBAPIError) -> OrbitError | None:
+    """The typed error a database fault becomes, or None for a programming error."""
+    if not isinstance(exc, (OperationalError, InterfaceError)) and not exc.connection_invalidated:
+        return None
+    errno = _errno(exc)
+    what = f"database error {errno}" if errno is not None else type(exc.orig).__name__
+    return OrbitError(ErrorCode.UNAVAILABLE, f"the database is unavailable ({what}); retry",
+                      retryable=True)
+
+
+def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        for attempt in range(1, MAX_TRIES + 1):
+            try:
+                return method(*args, **kwargs)
+            except (OrbitError, DBAPIError) as exc:
+                last = attempt == MAX_TRIES
+                if last or not is_retryable_conflict(exc):
+                    if isinstance(exc, DBAPIError):
+                        typed = translate(exc)
+                        if typed is not None:
+                            raise typed from exc
+                    raise
+                log.debug("%s: retrying after %s", method.__name__, type(exc).__name__)
+                time.sleep(random.uniform(*_PAUSE_S) * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    run.__orbit_transactional__ = True  # type: ignore[attr-defined]
+    return run
+
+
+def transactional(cls: C) -> C:
+    """Class decorator: wrap every public method defined on ``cls`` (see module docstring)."""
+    for name, value in list(vars(cls).items()):
+        if name.startswith("_") or not callable(value) or isinstance(value, type):
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            continue
+        setattr(cls, name, _retrying(value))
+    return cls
