@@ -41,7 +41,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "orbit_store" not in metafunc.fixturenames:
         return
     path = Path(str(metafunc.definition.fspath))
-    if path.parent.name == "store" or path.name in BOTH_STORES or path.parent.name == "mysql":
+    if path.parent.name == "store" or path.name in BOTH_STORES:
         metafunc.parametrize("orbit_store", STORES, indirect=True)
 
 
