@@ -25,7 +25,7 @@ ORBIT_SUPERVISE = ROOT / ".venv" / "bin" / "orbit-supervise"
 TERMINAL = {"SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED"}
 
 
-def _server_connection(db_url: str, port: int | None = None) -> pymysql.Connection:  # type: ignore[type-arg]
+def _server_connection(db_url: str, port: int | None = None) -> pymysql.Connection:
     url = make_url(db_url)
     return pymysql.connect(host=url.host or "127.0.0.1", port=port or url.port or 3306,
                            user=url.username or "root", password=url.password or "",
