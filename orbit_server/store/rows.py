@@ -23,7 +23,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
 from ..domain import AttemptRec, Backoff, TaskRec
-from . import queries
+from . import batched_cas, queries
 from .prepared import Prepared
 from .queries import ATTEMPTS_BY_ID, ATTEMPTS_WITH_TASKS_BY_ID, TASKS_BY_ID
 from .tables import attempts, audit, evidence, receipts, tasks
@@ -52,6 +52,9 @@ _TASK_CAS = tasks.update().where(
 _ATTEMPT_CAS = attempts.update().where(
     and_(attempts.c.id == bindparam("_id"), attempts.c.state == bindparam("_state"))
 )
+# The same compare-and-set conditions for store.batched_cas: column -> parameter.
+_CAS_TABLES = {"task": ("tasks", {"state": "_state", "epoch": "_epoch"}),
+               "attempt": ("attempts", {"state": "_state"})}
 _TASK_SNAP = operator.attrgetter(*TASK_MUTABLE)
 _ATTEMPT_SNAP = operator.attrgetter(*ATTEMPT_MUTABLE)
 _TASK_EPOCH_AT = TASK_MUTABLE.index("epoch")
@@ -242,7 +245,13 @@ class UnitOfWork:
                 params["_epoch"] = before[_TASK_EPOCH_AT]
             groups.setdefault(changed, []).append(params)
         for changed, group in groups.items():
-            if _cas(what, changed).run(self.conn, group) != len(group):
+            if batched_cas.worth_batching(self.conn, len(group)):  # MySQL: one round trip
+                table, conditions = _CAS_TABLES[what]
+                matched = batched_cas.cas_update_many(self.conn, table, changed, conditions,
+                                                      group)
+            else:
+                matched = _cas(what, changed).run(self.conn, group)
+            if matched != len(group):
                 raise OrbitError(
                     ErrorCode.UNAVAILABLE,
                     f"a concurrent writer changed a {what}; the whole request was rolled back",
