@@ -468,11 +468,13 @@ def main() -> None:
     result["load_before"] = load_before
     store = "sqlite"
     if args.db:
+        from sqlalchemy.engine import make_url
+
         from orbit_server.store.db import normalize_url
 
         url = normalize_url(args.db)
         store = url.get_backend_name()
-        result["db_shown"] = url.set(password=None).render_as_string()
+        result["db_shown"] = make_url(args.db).render_as_string()  # password hidden
         result["db_version"] = db_version(args.db)
     section = render(result, store)
     print(section)
