@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from orbit_wire.errors import ErrorCode, ProtocolError
@@ -134,6 +134,36 @@ class Dispatcher:
             )
         session.credits += credits
         if session.wants_work and not session.exhausted:
+            self._mark(session)
+
+    def check_credit(self, session: Session, credits: int) -> None:
+        """Raise ProtocolError(LIMIT_EXCEEDED) if ``credits`` more would pass 2 x capacity."""
+        if session.credits + credits > 2 * session.capacity:
+            raise ProtocolError(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"outstanding credit would be {session.credits + credits}; "
+                f"at most {2 * session.capacity} (2 x capacity)",
+            )
+
+    def request_claim_size(self, session: Session, credits: int) -> int:
+        """How many reservations a request carrying ``credits`` may claim in its own
+        transaction. The caller holds ``session.lock`` until ``book_request_claim``."""
+        if session.draining or session.closed:
+            return 0
+        return min(session.credits + credits, MAX_RESERVATIONS_PER_FRAME)
+
+    def book_request_claim(self, session: Session, credits: int, wanted: int,
+                           reservations: Sequence[Any]) -> None:
+        """Add a request's granted ``credits`` and spend what its transaction claimed (the
+        caller sends the ``reserve`` frame, still under ``session.lock``)."""
+        session.credits = min(session.credits + credits, 2 * session.capacity)
+        if reservations:
+            session.credits -= len(reservations)
+            session.served_seq = next(self._served)
+            session.reserved_total += len(reservations)
+        if len(reservations) < wanted:
+            session.exhausted = True  # the queue had less: only a work hint claims again
+        elif session.wants_work:
             self._mark(session)
 
     def stop_dispatching(self, session: Session) -> None:

@@ -497,37 +497,41 @@ class Service:
         if n == 0 or not b.capabilities:
             return []
         now = self.clock()
-        out: list[Reservation] = []
         with self._write() as conn:
-            if len(b.capabilities) > 1 and conn.dialect.name != "sqlite":
-                rows = claims.lock_each(conn, b.queue_id, b.capabilities, now, n)
-            else:
-                stmt, params = _dispatch_query(b.queue_id, b.capabilities, now, n)
-                result = conn.execute(stmt, params)
-                names = tuple(result.keys())
-                rows = [dict(zip(names, r, strict=True)) for r in result.all()]
-            if not rows:
-                return []
-            uow = UnitOfWork(conn, now)
-            actor = b.actor
-            for row in rows:
-                task = uow.adopt_task_row(row)
-                attempt = domain.reserve(task, new_id(now), b.instance_id, now)
-                uow.add_attempt(attempt)
-                uow.audit(task.id, attempt.id, actor, "attempt_reserved",
-                          TaskState.PENDING.value, task.state.value, None)
-                out.append(Reservation(
-                    attempt_id=attempt.id, task_id=task.id, epoch=attempt.epoch,
-                    attempt_number=attempt.attempt_number,
-                    capability=Capability(row["handler"], row["handler_version"],
-                                          row["payload_version"]),
-                    payload=orjson.Fragment(row["payload"]),
-                    idempotency=Idempotency(row["idempotency"]),
-                    lease_ttl_ms=task.lease_ttl_ms,
-                    attempt_timeout_ms=task.attempt_timeout_ms,
-                    deadline_at_ms=task.deadline_at_ms,
-                ))
-            uow.flush()
+            return self._reserve_in(conn, b, n, now)
+
+    def _reserve_in(self, conn: Connection, b: WorkerBinding, n: int,
+                    now: int) -> list[Reservation]:
+        out: list[Reservation] = []
+        if len(b.capabilities) > 1 and conn.dialect.name != "sqlite":
+            rows = claims.lock_each(conn, b.queue_id, b.capabilities, now, n)
+        else:
+            stmt, params = _dispatch_query(b.queue_id, b.capabilities, now, n)
+            result = conn.execute(stmt, params)
+            names = tuple(result.keys())
+            rows = [dict(zip(names, r, strict=True)) for r in result.all()]
+        if not rows:
+            return []
+        uow = UnitOfWork(conn, now)
+        actor = b.actor
+        for row in rows:
+            task = uow.adopt_task_row(row)
+            attempt = domain.reserve(task, new_id(now), b.instance_id, now)
+            uow.add_attempt(attempt)
+            uow.audit(task.id, attempt.id, actor, "attempt_reserved",
+                      TaskState.PENDING.value, task.state.value, None)
+            out.append(Reservation(
+                attempt_id=attempt.id, task_id=task.id, epoch=attempt.epoch,
+                attempt_number=attempt.attempt_number,
+                capability=Capability(row["handler"], row["handler_version"],
+                                      row["payload_version"]),
+                payload=orjson.Fragment(row["payload"]),
+                idempotency=Idempotency(row["idempotency"]),
+                lease_ttl_ms=task.lease_ttl_ms,
+                attempt_timeout_ms=task.attempt_timeout_ms,
+                deadline_at_ms=task.deadline_at_ms,
+            ))
+        uow.flush()
         return out
 
     def apply_ops(self, b: WorkerBinding, ops: Sequence[Op]) -> tuple[list[OpResult], Effects]:
@@ -538,8 +542,21 @@ class Service:
         answer must be fresh). A retransmitted msg_id gets its stored answer; start/renew
         answers are re-based on the stored lease expiry so a replay never lengthens a lease.
         """
+        results, effects, _ = self._apply_ops_then_reserve(b, ops, 0)
+        return results, effects
+
+    def apply_ops_and_reserve(self, b: WorkerBinding, ops: Sequence[Op], n: int
+                              ) -> tuple[list[OpResult], Effects, list[Reservation]]:
+        """``apply_ops``, then in the SAME transaction ``reserve(b, n)`` — only when every
+        ``finish`` among ``ops`` was answered ok (a request carrying credit, see
+        docs/protocol.md); otherwise no reservation is made. One commit instead of two."""
+        return self._apply_ops_then_reserve(b, ops, max(0, min(n, MAX_RESERVATIONS_PER_FRAME)))
+
+    def _apply_ops_then_reserve(self, b: WorkerBinding, ops: Sequence[Op], n: int
+                                ) -> tuple[list[OpResult], Effects, list[Reservation]]:
         now = self.clock()
         effects = Effects()
+        reservations: list[Reservation] = []
         with self._write() as conn:
             uow = UnitOfWork(conn, now)
             stored = _load_receipts(conn, b.instance_id,
@@ -553,7 +570,9 @@ class Service:
             uow.load_attempts_and_tasks(wanted)
             results = [self._apply_op(uow, b, op, stored, effects) for op in ops]
             uow.flush()
-        return results, effects
+            if n > 0 and b.capabilities and finishes_confirmed(ops, results):
+                reservations = self._reserve_in(conn, b, n, now)
+        return results, effects, reservations
 
     def _apply_op(self, uow: UnitOfWork, b: WorkerBinding, op: Op,
                   stored: dict[str, tuple[str, dict[str, Any]]], effects: Effects) -> OpResult:
@@ -815,6 +834,13 @@ def _dispatch_query(queue_id: str, caps: Iterable[Capability], now: int,
         params[f"handler_version_{i}"] = cap.handler_version
         params[f"payload_version_{i}"] = cap.payload_version
     return queries.dispatch_many(len(cap_list)), params
+
+
+def finishes_confirmed(ops: Sequence[Op], results: Sequence[OpResult]) -> bool:
+    """True when every ``finish`` among ``ops`` was answered ok: a request's credit counts
+    the slots those finishes free, so it is granted only then (docs/protocol.md)."""
+    return all(result.ok for op, result in zip(ops, results, strict=True)
+               if isinstance(op, FinishOp))
 
 
 def _load_receipts(conn: Connection, instance_id: str,

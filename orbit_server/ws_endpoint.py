@@ -29,6 +29,7 @@ from orbit_wire.frames import (
     Hello,
     OpResult,
     Request,
+    Reserve,
     Response,
     ServerFrame,
     Welcome,
@@ -39,6 +40,7 @@ from orbit_wire.ids import new_id
 from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
 from .dispatcher import Session
+from .service import finishes_confirmed
 
 if TYPE_CHECKING:
     from .app import OrbitServer
@@ -275,9 +277,35 @@ class WorkerConnection:
             raise ProtocolError(ErrorCode.OUT_OF_ORDER,
                                 f"request id {request.id} was not greater than the previous "
                                 f"({self._last_request_id})")
+        if request.credit:
+            self.server.dispatcher.check_credit(session, request.credit)
         self._last_request_id = request.id
         self._in_flight = True
         self._request_task = asyncio.create_task(self._process(session, request))
+
+    async def _apply_and_claim(self, session: Session, request: Request,
+                               credit: int) -> list[OpResult]:
+        """Apply the ops (and, with ``credit``, claim reservations in the same transaction);
+        answers for every op, never raises. The caller holds ``session.lock`` if credit."""
+        server = self.server
+        dispatcher = server.dispatcher
+        wanted = dispatcher.request_claim_size(session, credit) if credit else 0
+        try:
+            results, effects, reservations = await server.store.call_worker(
+                server.service.apply_ops_and_reserve, session.binding, request.ops, wanted
+            )
+        except OrbitError as exc:
+            return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
+        except Exception:
+            log.exception("applying a worker request failed")
+            return [OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE, "try again")
+                    for op in request.ops]
+        server.apply(effects)
+        if credit and finishes_confirmed(request.ops, results):
+            dispatcher.book_request_claim(session, credit, wanted, reservations)
+            if reservations:
+                session.send(Reserve(tuple(reservations)))
+        return list(results)
 
     async def _process(self, session: Session, request: Request) -> None:
         server = self.server
@@ -285,20 +313,13 @@ class WorkerConnection:
         try:
             if drain:
                 server.dispatcher.stop_dispatching(session)
-            try:
-                results, effects = await server.store.call_worker(
-                    server.service.apply_ops, session.binding, request.ops
-                )
-            except OrbitError as exc:
-                results = [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
-            except Exception:
-                log.exception("applying a worker request failed")
-                results = [
-                    OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE, "try again")
-                    for op in request.ops
-                ]
+            if request.credit and not drain:
+                # The claim rides in the request's own transaction; its reserve frame goes
+                # out before the response, so the worker can start it in its next request.
+                async with session.lock:
+                    results = await self._apply_and_claim(session, request, request.credit)
             else:
-                server.apply(effects)
+                results = await self._apply_and_claim(session, request, 0)
             if drain:
                 # A claim already under way sends its reserve frame before this answer.
                 async with session.lock:

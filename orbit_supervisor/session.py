@@ -86,6 +86,9 @@ from .lease import Lease
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
 MAX_HEARTBEAT_MS = 5000  # SPEC §4: heartbeat every TTL/3, at most 5 s
+# A request that would only start attempts may wait this long, at most, for the finish of a
+# short handler that is running right now, so both share one round trip (see _hold_starts).
+START_HOLD_MAX = 0.002
 
 
 class Phase(StrEnum):
@@ -159,6 +162,7 @@ class Attempt:
     phase: Phase = Phase.RESERVED
     kill_reason: str | None = None
     cancelled: bool = False
+    running_since: float | None = None  # when Execute was emitted
 
     @property
     def attempt_id(self) -> str:
@@ -183,6 +187,7 @@ class _InFlight:
     request_id: int
     ops: list[_Pending]
     sent_at: float
+    credit: int = 0  # granted by the server only if every finish in ``ops`` is answered ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +224,8 @@ class Session:
         self.stop_deadline: float | None = None
         self.drain_acked = False
         self._drain_queued = False
+        self._exec_ewma: float | None = None  # recent handler durations (Execute -> outcome)
+        self._hold_until: float | None = None
         # Counters for stats().
         self.started = 0
         self.renewals_confirmed = 0
@@ -324,6 +331,10 @@ class Session:
         # Our kill reason belongs on the report only if the outcome came from our kill (a
         # result that won the race against the kill is reported as it is).
         killed = result.outcome is Outcome.UNKNOWN and result.code == "LEASE_LOST"
+        if att.phase is Phase.RUNNING and att.running_since is not None:
+            took = max(0.0, now - att.running_since)
+            ewma = self._exec_ewma
+            self._exec_ewma = took if ewma is None else 0.8 * ewma + 0.2 * took
         report = replace(
             result.report,
             renewals=att.lease.renewals,
@@ -409,6 +420,8 @@ class Session:
         times: list[float] = []
         if self.stop_deadline is not None:
             times.append(self.stop_deadline)
+        if self._hold_until is not None:
+            times.append(self._hold_until)
         if self.conn is Conn.HELLO_SENT:
             times.append(self._last_received + HELLO_TIMEOUT)
         if self.conn in (Conn.RESUMING, Conn.READY):
@@ -486,6 +499,11 @@ class Session:
                         actions)
             return
         self._inflight = None
+        if inflight.credit and not all(
+                r.ok for p, r in zip(inflight.ops, frame.results, strict=True)
+                if isinstance(p.op, FinishOp)):
+            # The server grants a request's credit only with all its finishes confirmed.
+            self.outstanding_credit = max(0, self.outstanding_credit - inflight.credit)
         for pending, result in zip(inflight.ops, frame.results, strict=True):
             sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
             match pending.op:
@@ -519,6 +537,7 @@ class Session:
             return
         if att.lease.grant(sent_at, result.lease_ms or 0, now) and not att.cancelled:
             att.move(Phase.RUNNING)
+            att.running_since = now
             self.started += 1
             actions.append(_event("started", att))
             actions.append(Execute(att.reservation))
@@ -642,7 +661,8 @@ class Session:
             drain = DrainOp(self._msg_id())
             self._drain_queued = True
             self._pending[drain.msg_id] = _Pending(drain)
-        if self.conn is Conn.READY and self._inflight is None and self._pending:
+        if (self.conn is Conn.READY and self._inflight is None and self._pending
+                and not self._hold_starts(now)):
             # Renewals first: when more is queued than one batch holds, leases must not wait.
             queued = sorted(self._pending.values(), key=lambda p: not isinstance(p.op, RenewOp))
             batch = queued[: self._max_batch]
@@ -651,6 +671,27 @@ class Session:
             self._send_request(batch, now, actions)
         self._grant_credit(now, actions)
         self._check_done(now, actions)
+
+    def _hold_starts(self, now: float) -> bool:
+        """True to hold back a request that would only start attempts, because a handler
+        started less than twice its recent duration ago (and recent handlers took at most
+        START_HOLD_MAX / 2) is about to finish: its finish then rides in the same request,
+        one round trip instead of two. Bounded by START_HOLD_MAX; renewals, finishes,
+        resumes and drains are never held, and a held start has no lease ticking yet."""
+        self._hold_until = None
+        ewma = self._exec_ewma
+        if ewma is None or ewma > START_HOLD_MAX / 2 or self.stop_deadline is not None:
+            return False
+        if not all(isinstance(p.op, StartOp) for p in self._pending.values()):
+            return False
+        until = None
+        for att in self.attempts.values():
+            if att.phase is Phase.RUNNING and att.running_since is not None:
+                expected = att.running_since + min(2 * ewma, START_HOLD_MAX)
+                if now < expected:
+                    until = expected if until is None else max(until, expected)
+        self._hold_until = until
+        return until is not None
 
     def _start_reserved(self) -> None:
         # A start goes out only when a child slot is free, so a confirmed lease never ticks
@@ -681,10 +722,29 @@ class Session:
                     att = self.attempts.get(pending.op.attempt_id)
                     if att is not None:
                         att.lease.renew_sent(now)
-        request = Request(self._next_request_id, tuple(p.op for p in batch))
+        credit = self._request_credit(batch)
+        request = Request(self._next_request_id, tuple(p.op for p in batch), credit or None)
         self._next_request_id += 1
-        self._inflight = _InFlight(request.id, batch, now)
+        self._inflight = _InFlight(request.id, batch, now, credit)
         actions.append(self._send(request, now))
+
+    def _request_credit(self, batch: list[_Pending]) -> int:
+        """Credit to carry in a request: the slots free once its finishes are confirmed.
+
+        The server adds it only after every finish in the request was answered ok, and may
+        reserve in the same transaction, which saves the credit frame's round trip."""
+        if self.conn is not Conn.READY or self.stop_deadline is not None:
+            return 0
+        finishing = sum(1 for p in batch if isinstance(p.op, FinishOp)
+                        and (att := self.attempts.get(p.op.attempt_id)) is not None
+                        and att.phase is Phase.REPORTING)
+        if not finishing:
+            return 0
+        grant = min(self.free_slots() + finishing, self.config.capacity) - self.outstanding_credit
+        if grant <= 0:
+            return 0
+        self.outstanding_credit += grant
+        return grant
 
     def _send(self, frame: ClientFrame, now: float) -> SendFrame:
         self._last_sent = now

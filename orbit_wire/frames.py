@@ -137,10 +137,15 @@ Op = ResumeOp | StartOp | RenewOp | FinishOp | DrainOp
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A control request: a batch of operations, answered by one Response with the same id."""
+    """A control request: a batch of operations, answered by one Response with the same id.
+
+    ``credit`` (optional) grants that many more reservations once the ops are applied, and
+    only if every ``finish`` among them was answered ok; the server may then reserve in the
+    same pass and send the ``reserve`` frame before the response (saves a round trip)."""
 
     id: int
     ops: tuple[Op, ...]
+    credit: int | None = None
     type: str = field(default="request", init=False)
 
 
@@ -417,7 +422,9 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
         ops = f.array("ops", MAX_BATCH_OPS)
         if not ops:
             raise _bad("frame.ops must not be empty")
-        return Request(f.integer("id"), tuple(_op(op, i) for i, op in enumerate(ops)))
+        credit = f.integer("credit", 0, 2 * MAX_CAPACITY, required=False)
+        return Request(f.integer("id"), tuple(_op(op, i) for i, op in enumerate(ops)),
+                       credit or None)
     if kind == "credit":
         return Credit(f.integer("credits", 1, 2 * MAX_CAPACITY))
     if kind == "heartbeat":

@@ -202,7 +202,7 @@ def start_profilers(env: Env, sup: SuperviseProcess, run: str) -> list[subproces
     for who, pid in (("server", env.server.proc.pid), ("supervise", sup.proc.pid)):
         spies.append(subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid", str(pid), "--format",
-             "raw", "--rate", "500", "--output", f"{out_dir}/{run}-{who}.txt"],
+             "raw", "--rate", "250", "--nonblocking", "--output", f"{out_dir}/{run}-{who}.txt"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(0.5)  # attached before the run starts
     return spies
@@ -425,7 +425,8 @@ def main() -> None:
         if os.environ.get("BENCH_KEEP"):
             tmp = tempfile.mkdtemp(prefix="orbit-bench-keep-")
         workdir = Path(tmp)
-        server = Server(workdir)
+        profile = os.environ.get("BENCH_SERVER_PROFILE")  # cProfile output (development aid)
+        server = Server(workdir, Path(profile) if profile else None)
         server.start()
         try:
             env = Env(server, server.admin_bearer(), workdir)

@@ -263,12 +263,13 @@ def test_credit_is_free_slots_minus_outstanding_credit() -> None:
     assert credits(acts) == 3
     res = run_one(s, 0.0)  # one reservation spent one credit
     assert s.outstanding_credit == 2
+    # Replacing a child takes the slot: not offered, not even in the finish's request.
+    assert credits(s.set_replacing(1, 0.45)) == 0
     # Result unconfirmed: the slot is not offered while its report is unconfirmed.
     acts = s.execution_finished(res.attempt_id, FakeOutcome(), 0.5)
     assert credits(acts) == 0
     (req,) = requests(acts)
-    # Replacing a child takes the slot too.
-    assert credits(s.set_replacing(1, 0.55)) == 0
+    assert req.credit is None
     assert credits(s.frame_received(ok_for(req), 0.6)) == 0
     acts = s.set_replacing(0, 0.7)
     assert credits(acts) == 1
@@ -329,9 +330,12 @@ def test_reconnect_resumes_before_credit_and_resends_with_original_msg_ids() -> 
     assert [op.msg_id for op in resent.ops if isinstance(op, FinishOp)] == [finish.msg_id]
     assert s.reconnects == 1
     assert executes(acts) == []
-    # Both slots are taken (one running, one unconfirmed) until the finish is confirmed.
+    # Both slots are taken (one running, one unconfirmed) until the finish is confirmed; the
+    # resent finish's request offers its slot (granted once the finish is confirmed).
     assert credits(acts) == 0
-    assert credits(s.frame_received(ok_for(resent), 1.3)) == 1
+    assert resent.credit == 1
+    assert credits(s.frame_received(ok_for(resent), 1.3)) == 0
+    assert s.outstanding_credit == 1
 
 
 def test_resume_lost_attempt_is_killed() -> None:
