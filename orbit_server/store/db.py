@@ -29,6 +29,8 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
 
+from orbit_wire.errors import ErrorCode, OrbitError
+
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 BUSY_TIMEOUT_MS = 10_000
 # MySQL: seconds a statement waits for a row lock before failing (then retried, bounded).
@@ -160,7 +162,8 @@ def _migrate_mysql(url: str, engine: Engine) -> None:
         got = conn.exec_driver_sql(
             f"SELECT GET_LOCK('{MIGRATE_LOCK}', {MIGRATE_LOCK_WAIT_S})").scalar()
         if got != 1:
-            raise RuntimeError("another server holds the migration lock; try again")
+            raise OrbitError(ErrorCode.UNAVAILABLE, "another server holds the migration lock; "
+                             "try again", retryable=True)
         try:
             conn.commit()
             cfg = alembic_config(url)

@@ -3,12 +3,17 @@ revision 0001 is upgraded in place (binary collation, DOUBLE factors) with its r
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from mysql_support import query
 from sqlalchemy import text
+from support.server import server_command
 
 from orbit_server.store.db import alembic_config, create_engine_for, current_revision, migrate
 from orbit_server.store.tables import metadata
@@ -78,3 +83,28 @@ def test_upgrade_from_0001_in_place_keeps_rows(db_url: str) -> None:
                                "WHERE table_schema = DATABASE() AND table_name = 'tasks' AND "
                                "column_name LIKE 'backoff_%%'"))
     assert kinds["backoff_multiplier"] == "double" and kinds["backoff_jitter"] == "double"
+
+
+def test_replicas_migrating_at_once_take_turns(db_url: str) -> None:
+    """Two `orbit-server migrate` on one empty database at the same time: the named lock
+    makes one wait for the other; both succeed and the schema is at head once."""
+    _drop_all(db_url)
+    env = {**os.environ, "ORBIT_DB": db_url}
+    procs = [subprocess.Popen([*server_command(), "migrate"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for _ in range(2)]
+    try:
+        outputs = [p.communicate(timeout=120)[0].decode(errors="replace") for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    engine = create_engine_for(db_url)
+    try:
+        assert current_revision(engine) == "0002"
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    finally:
+        engine.dispose()
