@@ -290,7 +290,7 @@ class Service:
         require_role(p, _PRODUCERS)
         row = None
         if is_id(task_id):
-            row = conn.execute(select(tasks).where(tasks.c.id == task_id)).mappings().first()
+            row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
         if row is None:
             raise OrbitError(ErrorCode.NOT_FOUND, f"task {task_id} does not exist")
         require_queue(p, row["queue_id"])
