@@ -16,6 +16,7 @@ instead, so a CI run can never pass without having run them.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 
@@ -30,8 +31,9 @@ ENV = "ORBIT_TEST_MYSQL_URL"
 TABLES = [t.name for t in reversed(metadata.sorted_tables)]
 
 
+@functools.cache
 def unavailable_reason() -> str | None:
-    """Why the MariaDB variants cannot run here, or None when they can."""
+    """Why the MariaDB variants cannot run here, or None when they can (asked once)."""
     url = os.environ.get(ENV)
     if not url:
         return f"{ENV} is not set (.ci/run sets it when MariaDB answers on 127.0.0.1:3306)"
