@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -72,26 +73,42 @@ def translate(exc: DBAPIError) -> OrbitError | None:
                       retryable=True)
 
 
+# Only the outermost wrapped call of a thread retries: a public method calling another must
+# not multiply the tries, nor run again a transaction its callee already translated.
+_calls = threading.local()
+
+
 def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def run(*args: Any, **kwargs: Any) -> Any:
-        for attempt in range(1, MAX_TRIES + 1):
-            try:
-                return method(*args, **kwargs)
-            except (OrbitError, DBAPIError) as exc:
-                last = attempt == MAX_TRIES
-                if last or not is_retryable_conflict(exc):
-                    if isinstance(exc, DBAPIError):
-                        typed = translate(exc)
-                        if typed is not None:
-                            raise typed from exc
-                    raise
-                log.debug("%s: retrying after %s", method.__name__, type(exc).__name__)
-                time.sleep(random.uniform(*_PAUSE_S) * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        if getattr(_calls, "active", False):
+            return method(*args, **kwargs)
+        _calls.active = True
+        try:
+            return _with_retries(method, args, kwargs)
+        finally:
+            _calls.active = False
 
     run.__orbit_transactional__ = True  # type: ignore[attr-defined]
     return run
+
+
+def _with_retries(method: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+    for attempt in range(1, MAX_TRIES + 1):
+        try:
+            return method(*args, **kwargs)
+        except (OrbitError, DBAPIError) as exc:
+            last = attempt == MAX_TRIES
+            if last or not is_retryable_conflict(exc):
+                if isinstance(exc, DBAPIError):
+                    typed = translate(exc)
+                    if typed is not None:
+                        raise typed from exc
+                raise
+            log.debug("%s: retrying after %s", method.__name__, type(exc).__name__)
+            time.sleep(random.uniform(*_PAUSE_S) * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def transactional(cls: C) -> C:

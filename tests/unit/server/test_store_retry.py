@@ -96,3 +96,27 @@ def test_private_methods_are_not_wrapped() -> None:
     with pytest.raises(OperationalError):
         svc._private()
     assert svc.calls == 1
+
+
+@transactional
+class Nested:
+    def __init__(self) -> None:
+        self.inner_calls = 0
+
+    def outer(self) -> str:
+        return self.inner()
+
+    def inner(self) -> str:
+        self.inner_calls += 1
+        raise _mysql(1213)
+
+
+def test_nested_public_calls_retry_only_at_the_outermost() -> None:
+    svc = Nested()
+    with pytest.raises(OrbitError):
+        svc.outer()
+    assert svc.inner_calls == MAX_TRIES  # not MAX_TRIES squared
+    svc.inner_calls = 0
+    with pytest.raises(OrbitError):
+        svc.inner()  # the guard was reset: a later call retries again
+    assert svc.inner_calls == MAX_TRIES
