@@ -1,4 +1,5 @@
-"""``ServerProcess``: a REAL ``orbit-server`` process on a SQLite file, for tests.
+"""``ServerProcess``: a REAL ``orbit-server`` process on a SQLite file (or on ``db_url``, e.g.
+a MariaDB database from tests/support/mariadb.py), for tests.
 
     srv = ServerProcess(tmp_path, session_ttl_ms=1000, kill_grace_ms=200)
     srv.start()                       # waits for /healthz (bounded), raises with the log tail
