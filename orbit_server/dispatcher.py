@@ -24,6 +24,7 @@ from typing import Any
 from orbit_wire.errors import ErrorCode, ProtocolError
 from orbit_wire.frames import Cancel, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
+from orbit_wire.model import Capability
 
 from .store_thread import StoreThread
 
@@ -144,6 +145,18 @@ class Dispatcher:
                 f"outstanding credit would be {session.credits + credits}; "
                 f"at most {2 * session.capacity} (2 x capacity)",
             )
+
+    def idle_session(self, queue_id: str, capability: Capability) -> Session | None:
+        """A session of ``queue_id`` serving ``capability`` that waits with credit and is not
+        claiming right now (least recently served first), or None. A submit may claim for
+        it in its own transaction (under ``session.lock``, then ``book_request_claim``)."""
+        best: Session | None = None
+        for session in self._by_queue.get(queue_id, {}).values():
+            if (session.wants_work and not session.lock.locked()
+                    and capability in session.binding.capabilities
+                    and (best is None or session.served_seq < best.served_seq)):
+                best = session
+        return best
 
     def request_claim_size(self, session: Session, credits: int) -> int:
         """How many reservations a request carrying ``credits`` may claim in its own

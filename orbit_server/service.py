@@ -238,6 +238,22 @@ class Service:
                ) -> tuple[list[tuple[dict[str, Any], bool]], Effects]:
         """Create tasks, all or nothing. Returns (Task view, created) per spec, in order; a
         spec whose operation key already exists in the queue answers the existing task."""
+        made, effects, _ = self._submit(p, queue_id, specs, None, 0)
+        return made, effects
+
+    def submit_and_reserve(self, p: Principal, queue_id: str, specs: list[object],
+                           b: WorkerBinding, n: int
+                           ) -> tuple[list[tuple[dict[str, Any], bool]], Effects,
+                                      list[Reservation]]:
+        """``submit``, then in the SAME transaction ``reserve(b, n)`` for a worker of this
+        queue that is waiting with credit: the new task reaches it without a separate
+        dispatch transaction. ``effects.ready_queues`` is left empty when that worker took
+        every task this call created (no other session needs a hint for them)."""
+        return self._submit(p, queue_id, specs, b, max(0, min(n, MAX_RESERVATIONS_PER_FRAME)))
+
+    def _submit(self, p: Principal, queue_id: str, specs: list[object],
+                b: WorkerBinding | None, n: int
+                ) -> tuple[list[tuple[dict[str, Any], bool]], Effects, list[Reservation]]:
         require_role(p, _PRODUCERS)
         require_queue(p, queue_id)
         if not isinstance(specs, list) or not specs:
@@ -249,6 +265,7 @@ class Service:
         now = self.clock()
         out: list[tuple[dict[str, Any], bool]] = []
         new_rows: list[dict[str, Any]] = []
+        reservations: list[Reservation] = []
         try:
             with self._write() as conn:
                 if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
@@ -273,14 +290,17 @@ class Service:
                          "to_state": TaskState.PENDING.value, "detail": None}
                         for r in new_rows
                     ])
+                if new_rows and b is not None and n > 0 and b.queue_id == queue_id:
+                    reservations = self._reserve_in(conn, b, n, now)
         except IntegrityError:
             # Another replica inserted the same operation key first; a retry finds it.
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
                              retryable=True) from None
         effects = Effects()
-        if new_rows:
+        claimed = {r.task_id for r in reservations}
+        if any(row["id"] not in claimed for row in new_rows):
             effects.ready_queues.add(queue_id)
-        return out, effects
+        return out, effects, reservations
 
     def get_task(self, p: Principal, task_id: str) -> dict[str, Any]:
         with self._read() as conn:
