@@ -47,7 +47,9 @@ from .session import Session, SessionConfig
 
 log = logging.getLogger("orbit.supervisor")
 
-_REPLACING_POLL = 0.02  # seconds between looks at the pool while a child is being replaced
+# While a child is being replaced the pool says when the new one is ready; this slow look is
+# only a safety net (e.g. a replacement that never comes while the template restarts).
+_REPLACING_POLL = 0.5
 _EXECUTIONS_GRACE = 5.0  # after the pool is closed, executions end within this bound
 
 
@@ -169,7 +171,8 @@ class Supervisor:
         opts = self.options
         pool = ChildPool(self.handlers, opts.workers,
                          max_tasks_per_child=opts.max_tasks_per_child,
-                         max_memory_bytes=opts.max_memory_per_child, logger=self._log)
+                         max_memory_bytes=opts.max_memory_per_child, logger=self._log,
+                         on_child_ready=self._on_child_ready)
         self._pool = pool
         try:
             capabilities = await pool.start()  # HandlerSpecError: before any connection
@@ -308,6 +311,19 @@ class Supervisor:
                 return
         if replacing and self._replacing_poll is None:
             self._replacing_poll = loop.call_later(_REPLACING_POLL, self._replacing_tick)
+
+    def _on_child_ready(self) -> None:
+        """A replacement child is ready: offer its slot now rather than at the next look.
+        Deferred to its own callback, so the pool finishes its bookkeeping first."""
+        if self._loop is not None and self._session is not None and not self._session.done:
+            self._loop.call_soon(self._replacing_ready)
+
+    def _replacing_ready(self) -> None:
+        try:
+            self._watch_replacing()
+            self._rearm()
+        except Exception as exc:
+            self._internal_error("the pool watch", exc)
 
     def _replacing_tick(self) -> None:
         self._replacing_poll = None

@@ -31,6 +31,7 @@ import itertools
 import logging
 import socket
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +150,10 @@ class ChildPool:
 
     def __init__(self, handlers: str, size: int, *, max_tasks_per_child: int | None = None,
                  max_memory_bytes: int | None = None, memory_check_interval: float = 0.05,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None,
+                 on_child_ready: Callable[[], None] | None = None) -> None:
+        """``on_child_ready`` (optional) is called, on the loop, each time a fresh child
+        becomes ready (so ``replacing`` may have dropped); it must not raise or block."""
         if size < 1:
             raise ValueError("size must be at least 1")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
@@ -159,6 +163,7 @@ class ChildPool:
         if memory_check_interval <= 0:
             raise ValueError("memory_check_interval must be positive")
         self._spec = handlers
+        self._on_child_ready = on_child_ready
         self._size = size
         self._max_tasks = max_tasks_per_child
         self._max_memory = max_memory_bytes
@@ -453,6 +458,8 @@ class ChildPool:
             slot.startup_failures = 0
             slot.ready_event.set()
             self._release(slot)
+            if self._on_child_ready is not None:
+                self._on_child_ready()
 
     def _release(self, slot: _Slot) -> None:
         """Hand a ready slot to the oldest waiter, or park it as idle."""
