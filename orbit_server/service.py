@@ -768,14 +768,11 @@ class Service:
             uow.flush()
             full = len(expired) >= limit or len(stale) >= limit or len(overdue) >= limit
             effects.due(now if full else None)
-            effects.due(conn.scalar(select(func.min(attempts.c.lease_expires_at_ms)).where(
-                attempts.c.state == AttemptState.RUNNING.value)))
-            oldest_reserved = conn.scalar(select(func.min(attempts.c.reserved_at_ms)).where(
-                attempts.c.state == AttemptState.RESERVED.value))
+            effects.due(conn.scalar(queries.NEXT_LEASE_EXPIRY))
+            oldest_reserved = conn.scalar(queries.OLDEST_RESERVATION)
             if oldest_reserved is not None:
                 effects.due(oldest_reserved + cfg.reservation_ttl_ms)
-            effects.due(conn.scalar(select(func.min(tasks.c.deadline_at_ms)).where(
-                tasks.c.state == TaskState.PENDING.value)))
+            effects.due(conn.scalar(queries.NEXT_PENDING_DEADLINE))
         while self._wakeups and self._wakeups[0][0] <= now:
             effects.ready_queues.add(heapq.heappop(self._wakeups)[1])
         if self._wakeups:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Integer, Select, bindparam, select, union_all
+from sqlalchemy import Integer, Select, bindparam, func, select, union_all
 
 from orbit_wire.model import AttemptState, TaskState
 
@@ -125,3 +125,10 @@ LAST_ATTEMPT_OF_TASK = (
     select(attempts).where(attempts.c.task_id == bindparam("task_id"))
     .order_by(attempts.c.epoch.desc()).limit(1)
 )
+# The reaper's "when is something next due" look-ups (MIN over an indexed state range).
+NEXT_LEASE_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(
+    attempts.c.state == AttemptState.RUNNING.value)
+OLDEST_RESERVATION = select(func.min(attempts.c.reserved_at_ms)).where(
+    attempts.c.state == AttemptState.RESERVED.value)
+NEXT_PENDING_DEADLINE = select(func.min(tasks.c.deadline_at_ms)).where(
+    tasks.c.state == TaskState.PENDING.value)
