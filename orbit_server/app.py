@@ -72,7 +72,7 @@ class OrbitServer:
     def apply(self, effects: Effects) -> None:
         """Act on what a transaction changed: wake long polls, dispatch, push cancels."""
         if effects.terminal_tasks:
-            self.waiters.wake(effects.terminal_tasks)
+            self.waiters.wake(effects.terminal_tasks, effects.terminal_views)
         if effects.ready_queues:
             self.dispatcher.queues_ready(effects.ready_queues)
         for instance_id, attempt_id, epoch in effects.cancels:

@@ -99,6 +99,9 @@ class Effects:
     """What the adapters must do after a transaction."""
 
     terminal_tasks: list[str] = field(default_factory=list)  # wake long-poll waiters
+    # Task views read in the same transaction for waited-on terminal tasks (apply_ops with
+    # ``watched``): a woken long poll answers with it instead of reading the task again.
+    terminal_views: dict[str, dict[str, Any]] = field(default_factory=dict)
     ready_queues: set[str] = field(default_factory=set)  # run a dispatch pass
     cancels: list[tuple[str, str, int]] = field(default_factory=list)  # (instance, attempt, epoch)
     next_due_ms: int | None = None  # earliest future instant worth looking again
@@ -565,14 +568,21 @@ class Service:
         results, effects, _ = self._apply_ops_then_reserve(b, ops, 0)
         return results, effects
 
-    def apply_ops_and_reserve(self, b: WorkerBinding, ops: Sequence[Op], n: int
+    def apply_ops_and_reserve(self, b: WorkerBinding, ops: Sequence[Op], n: int,
+                              watched: Callable[[str], bool] | None = None
                               ) -> tuple[list[OpResult], Effects, list[Reservation]]:
         """``apply_ops``, then in the SAME transaction ``reserve(b, n)`` — only when every
         ``finish`` among ``ops`` was answered ok (a request carrying credit, see
-        docs/protocol.md); otherwise no reservation is made. One commit instead of two."""
-        return self._apply_ops_then_reserve(b, ops, max(0, min(n, MAX_RESERVATIONS_PER_FRAME)))
+        docs/protocol.md); otherwise no reservation is made. One commit instead of two.
 
-    def _apply_ops_then_reserve(self, b: WorkerBinding, ops: Sequence[Op], n: int
+        ``watched(task_id)`` (optional, called on this thread) says whether a long poll
+        waits on a task; the views of such tasks that became terminal are read in the same
+        transaction into ``effects.terminal_views``."""
+        return self._apply_ops_then_reserve(b, ops, max(0, min(n, MAX_RESERVATIONS_PER_FRAME)),
+                                            watched)
+
+    def _apply_ops_then_reserve(self, b: WorkerBinding, ops: Sequence[Op], n: int,
+                                watched: Callable[[str], bool] | None = None
                                 ) -> tuple[list[OpResult], Effects, list[Reservation]]:
         now = self.clock()
         effects = Effects()
@@ -590,6 +600,12 @@ class Service:
             uow.load_attempts_and_tasks(wanted)
             results = [self._apply_op(uow, b, op, stored, effects) for op in ops]
             uow.flush()
+            if watched is not None:
+                for task_id in effects.terminal_tasks:
+                    if watched(task_id):
+                        row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
+                        if row is not None:
+                            effects.terminal_views[task_id] = task_view(row)
             if n > 0 and b.capabilities and finishes_confirmed(ops, results):
                 reservations = self._reserve_in(conn, b, n, now)
         return results, effects, reservations

@@ -292,7 +292,8 @@ class WorkerConnection:
         wanted = dispatcher.request_claim_size(session, credit) if credit else 0
         try:
             results, effects, reservations = await server.store.call_worker(
-                server.service.apply_ops_and_reserve, session.binding, request.ops, wanted
+                server.service.apply_ops_and_reserve, session.binding, request.ops, wanted,
+                server.waiters.watching,
             )
         except OrbitError as exc:
             return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
