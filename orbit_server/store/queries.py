@@ -55,6 +55,10 @@ def _dispatch_one() -> Select[Any]:
         .limit(bindparam("n", type_=Integer))
         # Shared databases: rows another server is claiming are skipped (SQLite ignores it).
         .with_for_update(skip_locked=True)
+        # MariaDB may otherwise pick ix_tasks_state_deadline (all queues' PENDING rows, then
+        # a sort); the dispatch index gives the order and stops after n rows.
+        .with_hint(tasks, "FORCE INDEX (ix_tasks_dispatch)", dialect_name="mysql")
+        .with_hint(tasks, "FORCE INDEX (ix_tasks_dispatch)", dialect_name="mariadb")
     )
 
 
