@@ -40,7 +40,7 @@ BOTH_STORES = {
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "orbit_store" not in metafunc.fixturenames:
         return
-    path = Path(str(metafunc.definition.fspath))
+    path = metafunc.definition.path
     if path.parent.name == "store" or path.name in BOTH_STORES:
         metafunc.parametrize("orbit_store", STORES, indirect=True)
 
