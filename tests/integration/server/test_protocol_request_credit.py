@@ -21,7 +21,7 @@ pytestmark = pytest.mark.asyncio
 async def send_request(wc: ProtocolClient, *ops: Op, credit: int | None) -> Response:
     rid = next(wc._ids)
     await wc.send(Request(rid, ops, credit))
-    response = await asyncio.wait_for(wc.responses.get(), 10)
+    response: Response = await asyncio.wait_for(wc.responses.get(), 10)
     assert response.id == rid
     return response
 

@@ -22,7 +22,8 @@ def test_request_credit_round_trips_and_is_omitted_when_unset() -> None:
 
 def test_request_credit_zero_means_none_and_bounds_are_checked() -> None:
     frame = {"type": "request", "id": 1, "ops": [{"op": "drain", "msg_id": "m"}]}
-    assert decode_client_frame(orjson.dumps({**frame, "credit": 0})).credit is None
+    zero = decode_client_frame(orjson.dumps({**frame, "credit": 0}))
+    assert isinstance(zero, Request) and zero.credit is None
     for bad in (-1, 2 * MAX_CAPACITY + 1, "2", True):
         with pytest.raises(ProtocolError):
             decode_client_frame(orjson.dumps({**frame, "credit": bad}))
