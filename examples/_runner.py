@@ -28,21 +28,23 @@ class Settings:
     queue_id: str
 
 
-def setting(name: str, default: str | None = None) -> str:
-    value = os.environ.get(name) or default
-    if not value:
-        raise ExampleError(f"set {name} (see the example's --help)")
-    return value
-
-
-def read_settings() -> Settings:
+def read_settings(module: str) -> Settings:
     """ORBIT_URL (optional), ORBIT_CREDENTIALS_FILE (worker), ORBIT_PRODUCER_CREDENTIALS_FILE,
-    ORBIT_QUEUE_ID (default: the producer credential's only queue)."""
+    ORBIT_QUEUE_ID (default: the producer credential's only queue). ``module`` is the
+    example's ``python -m`` name, for the message that says what is missing."""
+
+    def setting(name: str, default: str | None = None) -> str:
+        value = os.environ.get(name) or default
+        if not value:
+            raise ExampleError(f"set {name} (see python -m {module} --help)")
+        return value
+
+    worker_file = setting("ORBIT_CREDENTIALS_FILE")
     producer = load_credentials(setting("ORBIT_PRODUCER_CREDENTIALS_FILE"))
     default_queue = producer.queues[0] if len(producer.queues) == 1 else None
     return Settings(
         url=os.environ.get("ORBIT_URL") or None,
-        worker_file=setting("ORBIT_CREDENTIALS_FILE"),
+        worker_file=worker_file,
         producer=producer,
         queue_id=setting("ORBIT_QUEUE_ID", default_queue),
     )

@@ -28,7 +28,7 @@ WORKERS = 2
 
 
 async def run_example() -> list[str]:
-    settings = read_settings()
+    settings = read_settings("examples.cpu_heavy")
     handler = f"example.primes.{secrets.token_hex(6)}"
     os.environ[HANDLER_ENV] = handler
     spec = {"handler": handler, "handler_version": "v1", "payload_version": "v1",

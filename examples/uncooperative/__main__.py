@@ -44,7 +44,7 @@ async def _gone(pid: int) -> bool:
 
 
 async def run_example() -> list[str]:
-    settings = read_settings()
+    settings = read_settings("examples.uncooperative")
     handler = f"example.uncooperative.{secrets.token_hex(6)}"
     os.environ[HANDLER_ENV] = handler
     with tempfile.TemporaryDirectory() as tmp:

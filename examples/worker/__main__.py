@@ -54,7 +54,7 @@ def _task_spec(handler: str, text: str) -> dict[str, Any]:
 
 async def run_example() -> list[str]:
     """Do the whole example and return the lines to print; raise ExampleError on failure."""
-    settings = read_settings()
+    settings = read_settings("examples.worker")
     handler = f"text.normalize.{secrets.token_hex(6)}"
     # The children inherit the environment: this is how they learn the fresh handler name.
     os.environ[HANDLER_ENV] = handler
