@@ -420,7 +420,8 @@ class Session:
         times: list[float] = []
         if self.stop_deadline is not None:
             times.append(self.stop_deadline)
-        if self._hold_until is not None:
+        if (self._hold_until is not None and self.conn is Conn.READY
+                and self._inflight is None):
             times.append(self._hold_until)
         if self.conn is Conn.HELLO_SENT:
             times.append(self._last_received + HELLO_TIMEOUT)
@@ -655,6 +656,7 @@ class Session:
 
     def _progress(self, now: float, actions: list[Action]) -> None:
         """After any input: start what has a slot, send queued ops, offer credit, finish."""
+        self._hold_until = None  # re-decided below, only while a request could go out
         self._start_reserved()
         if (self.stop_deadline is not None and not self.drain_acked and not self._drain_queued
                 and self.conn is Conn.READY):
@@ -672,7 +674,7 @@ class Session:
         self._grant_credit(now, actions)
         self._check_done(now, actions)
 
-    def _hold_starts(self, now: float) -> bool:
+    def _hold_starts(self, now: float) -> bool:  # sets _hold_until (None: no hold)
         """True to hold back a request that would only start attempts, because a handler
         started less than twice its recent duration ago (and recent handlers took at most
         START_HOLD_MAX / 2) is about to finish: its finish then rides in the same request,

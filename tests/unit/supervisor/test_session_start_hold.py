@@ -82,3 +82,16 @@ def test_a_finish_is_never_held() -> None:
     s.frame_received(ok_for(start), now)
     (fin,) = requests(s.execution_finished(a.attempt_id, FakeOutcome(), now + 0.0001))
     assert [type(op) for op in fin.ops] == [FinishOp]
+
+
+def test_a_hold_never_outlives_its_connection() -> None:
+    s, _, now = _two_slots_one_running(took=0.0002)
+    hold = s.next_timer()
+    assert hold is not None and hold <= now + START_HOLD_MAX
+    s.connection_lost(now + 0.0001, "CONNECTION_LOST")
+    # Not READY any more: the hold's instant must not keep firing the timer (no busy loop).
+    later = s.next_timer()
+    assert later is None or later > hold
+    s.handle_timer(hold + 0.01)
+    later = s.next_timer()
+    assert later is None or later > hold + 0.01
