@@ -16,6 +16,10 @@ Measures (all with --workers 2 unless stated)
   (6) the RSS of the orbit-supervise parent process (psutil, peak over runs 1 and 2).
 The "Supervisor" section of docs/benchmarks.md (between its markers) is replaced; the other
 sections are kept. Every process started here is stopped by PID, and every wait is bounded.
+
+Development aids (environment): BENCH_SUPERVISE_LOG=debug (the supervisor's log level),
+BENCH_KEEP=1 (keep the work directory with the logs), BENCH_SERVER_PROFILE=FILE (cProfile
+the server), BENCH_PYSPY=DIR (sample server and supervisor with py-spy, if installed).
 """
 
 from __future__ import annotations
