@@ -43,7 +43,7 @@ from .errors import SupervisorError, WorkerAlreadyRun
 from .events import EventStream
 from .options import SupervisorOptions
 from .pool import ChildOutcome, ChildPool, ExecutionRequest, PoolClosed, PoolStats
-from .session import Session, SessionConfig
+from .session import REPORT_MARGIN, Session, SessionConfig
 
 log = logging.getLogger("orbit.supervisor")
 
@@ -186,6 +186,7 @@ class Supervisor:
                 shutdown_timeout=opts.shutdown_timeout,
                 reconnect_min_delay=opts.reconnect_min_delay,
                 reconnect_max_delay=opts.reconnect_max_delay,
+                report_margin=REPORT_MARGIN,
             ), random.random)
             self._finished = loop.create_future()
             # Every task (connection, executions) is owned by this group; the shutdown below

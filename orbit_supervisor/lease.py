@@ -3,8 +3,11 @@
 Rules (SPEC §4, docs/protocol.md "Leases and fencing"):
 
 - A grant of ``lease_ms`` answering a request that was *sent* at ``sent_at`` expires locally
-  at ``sent_at + lease_ms``. The server measured from when it *received* the request, which
-  is later, so the local expiry is never later than the server's.
+  at ``sent_at + lease_ms - margin``. The server measured from when it *received* the
+  request, which is later, so the local expiry is never later than the server's. The margin
+  (at most a tenth of the task's lease TTL) moves the kill earlier still, so that the kill and its
+  report reach the server while the lease holds: the attempt then records UNKNOWN/LEASE_LOST
+  with the kill reason and the child's exit, rather than the server's bare LEASE_EXPIRED.
 - Every grant replaces the previous expiry, also when it is shorter: the server stores the
   new absolute expiry, so a shorter lease is adopted at once.
 - Once the local expiry has passed the lease is lost for good; a late confirmation never
@@ -28,6 +31,7 @@ class Lease:
     out, and ``check(now)`` from the timer; ``deadline()`` is when to call ``check`` next."""
 
     requested_ms: int  # the task's lease TTL: a grant shorter than this hit a timeout/deadline
+    margin: float = 0.0  # seconds before the granted expiry to kill (at most TTL / 10)
     expires_at: float | None = None
     renew_at: float | None = None
     last_renew_sent: float | None = None
@@ -43,7 +47,10 @@ class Lease:
         """
         if self.lost:
             return False
-        self.expires_at = sent_at + lease_ms / 1000.0
+        # The margin is capped by the task's TTL, not by this grant: grants shrink towards an
+        # attempt timeout, and the kill must still land before the server's expiry there.
+        margin = min(self.margin, self.requested_ms / 10_000.0)
+        self.expires_at = sent_at + lease_ms / 1000.0 - margin
         self.capped = lease_ms < self.requested_ms
         if now >= self.expires_at:
             self.lost = True

@@ -153,6 +153,12 @@ class SessionConfig:
     shutdown_timeout: float = 30.0
     reconnect_min_delay: float = 0.2
     reconnect_max_delay: float = 5.0
+    # Kill this long before a lease's granted expiry, so the kill's report arrives while the
+    # lease still holds (lease.py). The supervisor uses REPORT_MARGIN; 0 keeps exact times.
+    report_margin: float = 0.0
+
+
+REPORT_MARGIN = 0.050  # seconds: covers kill latency (p99 ~15 ms) plus one report round trip
 
 
 @dataclass(slots=True)
@@ -626,7 +632,8 @@ class Session:
                     self.dropped_reservations += 1
                 actions.append(_event("reservation_dropped", None, reason, res))
                 continue
-            self.attempts[res.attempt_id] = Attempt(res, Lease(res.lease_ttl_ms))
+            self.attempts[res.attempt_id] = Attempt(
+                res, Lease(res.lease_ttl_ms, margin=self.config.report_margin))
             actions.append(_event("reserved", None, None, res))
 
     def _on_cancel(self, frame: Cancel, now: float, actions: list[Action]) -> None:

@@ -68,3 +68,21 @@ def test_transient_renewal_failure_retries_after_the_gap() -> None:
     lease.renewal_failed(1.2)
     assert lease.renew_at == pytest.approx(1.2 + RENEW_MIN_GAP)
     assert lease.deadline() == pytest.approx(1.2 + RENEW_MIN_GAP)
+
+
+def test_the_report_margin_kills_earlier_and_is_capped_at_a_tenth() -> None:
+    lease = Lease(requested_ms=3000, margin=0.05)
+    assert lease.grant(sent_at=10.0, lease_ms=3000, now=10.1)
+    assert lease.expires_at == pytest.approx(12.95)
+    assert not lease.check(12.94)
+    assert lease.check(12.95)
+    short = Lease(requested_ms=200, margin=0.05)
+    assert short.grant(sent_at=0.0, lease_ms=200, now=0.0)
+    assert short.expires_at == pytest.approx(0.18)  # a tenth of the 200 ms TTL, not 50 ms
+    # Near an attempt timeout the grants shrink; the margin does not, so the kill still lands
+    # before the server's expiry. A grant shorter than the margin is already lost.
+    capped = Lease(requested_ms=3000, margin=0.05)
+    assert capped.grant(sent_at=1.0, lease_ms=100, now=1.0)
+    assert capped.expires_at == pytest.approx(1.05)
+    assert not capped.grant(sent_at=1.04, lease_ms=30, now=1.04)
+    assert capped.lost

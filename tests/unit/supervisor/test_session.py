@@ -175,6 +175,15 @@ def test_local_expiry_kills_and_reports_unknown_lease_lost() -> None:
     assert finish.report.kill_reason == "LEASE_LOST" and finish.result_json is None
 
 
+def test_report_margin_kills_before_the_granted_expiry() -> None:
+    # The supervisor kills 50 ms early, so its LEASE_LOST report lands while the lease holds.
+    s, _ = ready(report_margin=0.05)
+    res = run_one(s, 0.0, lease_ms=3000)
+    assert kills(s.handle_timer(2.94)) == []
+    (kill,) = kills(s.handle_timer(2.95))
+    assert kill.attempt_id == res.attempt_id and kill.reason == "LEASE_LOST"
+
+
 def test_capped_lease_expiry_is_an_attempt_timeout() -> None:
     s, _ = ready()
     res = run_one(s, 0.0, lease_ms=500, lease_ttl_ms=3000)
