@@ -9,11 +9,13 @@
 tests are fast); ``server_factory(**kwargs)`` starts more with other flags. All are stopped
 by PID at teardown.
 
-Stores: ``orbit_store`` is "sqlite" or "mariadb". The store integration tests and the
-modules in ``BOTH_STORES`` run once per store (test IDs end in ``[sqlite]``/``[mariadb]``);
-everything else runs on SQLite only. ``db_url`` is a fresh, empty database of that store for
-the test: a SQLite file in tmp_path, or a migrated MariaDB database of the session's pool
-(tests/support/mariadb.py), which skips without ORBIT_TEST_MYSQL_URL and fails with CI=true.
+Stores: ``orbit_store`` is "sqlite" or "mariadb". Every test under the folders in
+``BOTH_STORE_DIRS`` that uses a store (through ``server``, ``server_factory`` or ``db_url``)
+runs once per store (test IDs end in ``[sqlite]``/``[mariadb]``); the few tests that build a
+ServerProcess by hand, and the pool and unit tests, need no store choice. ``db_url`` is a
+fresh, empty database of that store for the test: a SQLite file in tmp_path, or a migrated
+MariaDB database of the session's pool (tests/support/mariadb.py), which skips without
+ORBIT_TEST_MYSQL_URL and fails with CI=true.
 """
 
 from __future__ import annotations
@@ -30,18 +32,15 @@ from support.server import ServerProcess
 from orbit_client.credentials import Credentials
 
 STORES = ("sqlite", "mariadb")
-# Server-process modules that also run on MariaDB: a representative subset (HTTP API, the
-# worker protocol's outcomes, leases and crashes); the whole store layer runs on both always.
-BOTH_STORES = {
-    "test_http_api.py", "test_protocol_outcomes.py", "test_leases_and_crash.py",
-}
+# Every store-dependent test runs on both stores (issue: one parametrised suite).
+BOTH_STORE_DIRS = {"store", "server", "supervisor", "client", "e2e"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "orbit_store" not in metafunc.fixturenames:
         return
     path = metafunc.definition.path
-    if path.parent.name == "store" or path.name in BOTH_STORES:
+    if path.parent.name in BOTH_STORE_DIRS:
         metafunc.parametrize("orbit_store", STORES, indirect=True)
 
 
