@@ -17,40 +17,12 @@ import time
 from decimal import Decimal
 from typing import Any
 
+from spawning import spawn_grandchildren, write_pids
+
 from orbit_child import Execution, Handler, RawJSON, WorkerFailure
 
 SECRET_TEXT = "s3cr3t-should-never-leave-the-child"
 IMPORTED_IN = os.getpid()  # proves the module is imported once, in the template
-
-
-def _write_pids(execution: Execution, *pids: int) -> None:
-    path = execution.payload.get("pid_file") if isinstance(execution.payload, dict) else None
-    if path:
-        with open(path, "a") as fh:
-            fh.write("".join(f"{pid}\n" for pid in pids))
-            fh.flush()
-            os.fsync(fh.fileno())
-
-
-def _spawn_grandchildren(execution: Execution) -> None:
-    """One grandchild in the child's process group, one double-forked into its own session."""
-    same_group = subprocess.Popen(["sleep", "1000"])
-    read_end, write_end = os.pipe()
-    middle = os.fork()
-    if middle == 0:
-        try:
-            os.setsid()
-            grandchild = os.fork()
-            if grandchild == 0:
-                os.execvp("sleep", ["sleep", "1001"])
-            os.write(write_end, f"{grandchild}\n".encode())
-        finally:
-            os._exit(0)
-    os.waitpid(middle, 0)
-    os.close(write_end)
-    detached = int(os.read(read_end, 64).split()[0])
-    os.close(read_end)
-    _write_pids(execution, os.getpid(), same_group.pid, detached)
 
 
 def echo(execution: Execution) -> Any:
@@ -145,14 +117,14 @@ def crash(execution: Execution) -> Any:
 
 def c_spin(execution: Execution) -> Any:
     """Holds the GIL inside C code (catastrophic backtracking), after starting grandchildren."""
-    _spawn_grandchildren(execution)
+    spawn_grandchildren(execution)
     re.match(r"(a*)*b", "a" * 40)
     return {"finished": True}
 
 
 def ignores_sigterm(execution: Execution) -> Any:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _spawn_grandchildren(execution)
+    spawn_grandchildren(execution)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         time.sleep(0.01)
@@ -161,7 +133,7 @@ def ignores_sigterm(execution: Execution) -> Any:
 
 def blocked_read(execution: Execution) -> Any:
     """Blocked in a syscall that never returns: a read on a pipe nobody writes."""
-    _spawn_grandchildren(execution)
+    spawn_grandchildren(execution)
     read_end, _write_end = os.pipe()
     os.read(read_end, 1)
     return {"finished": True}
@@ -169,7 +141,7 @@ def blocked_read(execution: Execution) -> Any:
 
 def spawn_and_return(execution: Execution) -> Any:
     """Leaves processes behind on a normal return: the attempt's end must kill them."""
-    _spawn_grandchildren(execution)
+    spawn_grandchildren(execution)
     return {"spawned": True}
 
 
@@ -246,7 +218,7 @@ def memory_hog_grandchild(execution: Execution) -> Any:
             "for i in range(0, len(b), 4096): b[i] = 1\n"
             "import time; time.sleep(30)\n")
     proc = subprocess.Popen([sys.executable, "-c", code])
-    _write_pids(execution, os.getpid(), proc.pid)
+    write_pids(execution, os.getpid(), proc.pid)
     proc.wait()
     return {"held": mib}
 

@@ -11,41 +11,12 @@ import ctypes
 import os
 import re
 import signal
-import subprocess
 import time
 from typing import Any
 
+from spawning import spawn_grandchildren
+
 from orbit_child import Execution, Handler, WorkerFailure
-
-
-def _write_pids(execution: Execution, *pids: int) -> None:
-    path = execution.payload.get("pid_file")
-    if path:
-        with open(path, "a") as fh:
-            fh.write("".join(f"{pid}\n" for pid in pids))
-            fh.flush()
-            os.fsync(fh.fileno())
-
-
-def _spawn_grandchildren(execution: Execution) -> None:
-    """One grandchild in the child's group, one double-forked into its own session."""
-    same_group = subprocess.Popen(["sleep", "1000"])
-    read_end, write_end = os.pipe()
-    middle = os.fork()
-    if middle == 0:
-        try:
-            os.setsid()
-            grandchild = os.fork()
-            if grandchild == 0:
-                os.execvp("sleep", ["sleep", "1001"])
-            os.write(write_end, f"{grandchild}\n".encode())
-        finally:
-            os._exit(0)
-    os.waitpid(middle, 0)
-    os.close(write_end)
-    detached = int(os.read(read_end, 64).split()[0])
-    os.close(read_end)
-    _write_pids(execution, os.getpid(), same_group.pid, detached)
 
 
 def upper(execution: Execution) -> Any:
@@ -69,14 +40,14 @@ def append(execution: Execution) -> Any:
 
 def c_spin(execution: Execution) -> Any:
     """Holds the GIL in C (catastrophic regex backtracking), after starting grandchildren."""
-    _spawn_grandchildren(execution)
+    spawn_grandchildren(execution)
     re.match(r"(a*)*b", "a" * 40)
     return {"finished": True}
 
 
 def ignores_sigterm(execution: Execution) -> Any:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _spawn_grandchildren(execution)
+    spawn_grandchildren(execution)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         time.sleep(0.01)
@@ -85,7 +56,7 @@ def ignores_sigterm(execution: Execution) -> Any:
 
 def blocked_read(execution: Execution) -> Any:
     """Blocked in a syscall that never returns: a read on a pipe nobody writes."""
-    _spawn_grandchildren(execution)
+    spawn_grandchildren(execution)
     read_end, _write_end = os.pipe()
     os.read(read_end, 1)
     return {"finished": True}

@@ -1,0 +1,42 @@
+"""Process helpers shared by the test handler modules: grandchildren that a kill must reach.
+
+Handlers that start processes write the pids they started, one per line, to
+``payload["pid_file"]`` so the test can check with psutil that they are gone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from orbit_child import Execution
+
+
+def write_pids(execution: Execution, *pids: int) -> None:
+    path = execution.payload.get("pid_file") if isinstance(execution.payload, dict) else None
+    if path:
+        with open(path, "a") as fh:
+            fh.write("".join(f"{pid}\n" for pid in pids))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def spawn_grandchildren(execution: Execution) -> None:
+    """One grandchild in the child's process group, one double-forked into its own session."""
+    same_group = subprocess.Popen(["sleep", "1000"])
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                os.execvp("sleep", ["sleep", "1001"])
+            os.write(write_end, f"{grandchild}\n".encode())
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+    os.close(write_end)
+    detached = int(os.read(read_end, 64).split()[0])
+    os.close(read_end)
+    write_pids(execution, os.getpid(), same_group.pid, detached)
