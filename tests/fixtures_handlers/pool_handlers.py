@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import time
 from decimal import Decimal
 from typing import Any
 
-from spawning import spawn_grandchildren, write_pids
+from spawning import blocked_read, c_spin, ignores_sigterm, spawn_grandchildren, write_pids
 
 from orbit_child import Execution, Handler, RawJSON, WorkerFailure
 
@@ -113,30 +112,6 @@ def crash(execution: Execution) -> Any:
                 continue
         time.sleep(30)
     return {"crashed": False}
-
-
-def c_spin(execution: Execution) -> Any:
-    """Holds the GIL inside C code (catastrophic backtracking), after starting grandchildren."""
-    spawn_grandchildren(execution)
-    re.match(r"(a*)*b", "a" * 40)
-    return {"finished": True}
-
-
-def ignores_sigterm(execution: Execution) -> Any:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    spawn_grandchildren(execution)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        time.sleep(0.01)
-    return {"finished": True}
-
-
-def blocked_read(execution: Execution) -> Any:
-    """Blocked in a syscall that never returns: a read on a pipe nobody writes."""
-    spawn_grandchildren(execution)
-    read_end, _write_end = os.pipe()
-    os.read(read_end, 1)
-    return {"finished": True}
 
 
 def spawn_and_return(execution: Execution) -> Any:

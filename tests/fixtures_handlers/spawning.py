@@ -1,4 +1,5 @@
-"""Process helpers shared by the test handler modules: grandchildren that a kill must reach.
+"""Shared by the test handler modules: grandchildren that a kill must reach, and the three
+uncooperative handlers (C spin, SIGTERM ignored, blocked in a system call) that start them.
 
 Handlers that start processes write the pids they started, one per line, to
 ``payload["pid_file"]`` so the test can check with psutil that they are gone.
@@ -7,7 +8,11 @@ Handlers that start processes write the pids they started, one per line, to
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
+import time
+from typing import Any
 
 from orbit_child import Execution
 
@@ -40,3 +45,27 @@ def spawn_grandchildren(execution: Execution) -> None:
     detached = int(os.read(read_end, 64).split()[0])
     os.close(read_end)
     write_pids(execution, os.getpid(), same_group.pid, detached)
+
+
+def c_spin(execution: Execution) -> Any:
+    """Holds the GIL inside C code (catastrophic backtracking), after starting grandchildren."""
+    spawn_grandchildren(execution)
+    re.match(r"(a*)*b", "a" * 40)
+    return {"finished": True}
+
+
+def ignores_sigterm(execution: Execution) -> Any:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    spawn_grandchildren(execution)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"finished": True}
+
+
+def blocked_read(execution: Execution) -> Any:
+    """Blocked in a syscall that never returns: a read on a pipe nobody writes."""
+    spawn_grandchildren(execution)
+    read_end, _write_end = os.pipe()
+    os.read(read_end, 1)
+    return {"finished": True}

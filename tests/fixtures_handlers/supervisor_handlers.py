@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
-import signal
 import time
 from typing import Any
 
-from spawning import spawn_grandchildren
+from spawning import blocked_read, c_spin, ignores_sigterm
 
 from orbit_child import Execution, Handler, WorkerFailure
 
@@ -36,30 +34,6 @@ def append(execution: Execution) -> Any:
         os.fsync(fh.fileno())
     time.sleep(float(execution.payload.get("seconds", 0)))
     return {"ok": True}
-
-
-def c_spin(execution: Execution) -> Any:
-    """Holds the GIL in C (catastrophic regex backtracking), after starting grandchildren."""
-    spawn_grandchildren(execution)
-    re.match(r"(a*)*b", "a" * 40)
-    return {"finished": True}
-
-
-def ignores_sigterm(execution: Execution) -> Any:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    spawn_grandchildren(execution)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        time.sleep(0.01)
-    return {"finished": True}
-
-
-def blocked_read(execution: Execution) -> Any:
-    """Blocked in a syscall that never returns: a read on a pipe nobody writes."""
-    spawn_grandchildren(execution)
-    read_end, _write_end = os.pipe()
-    os.read(read_end, 1)
-    return {"finished": True}
 
 
 def crash(execution: Execution) -> Any:

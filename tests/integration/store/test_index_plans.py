@@ -10,42 +10,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
+from support.bulk_rows import NOW, Q, attempt_row, task_row
 
 from orbit_server.store import create_engine_for, migrate, queries
 from orbit_server.store.rows import INSERT_ATTEMPT, INSERT_AUDIT, INSERT_TASK
 from orbit_server.store.tables import attempts, audit, evidence, tasks
 
 FINISHED = 200_000
-Q = "a" * 32
-NOW = 1_800_000_000_000
-
-
-def _task(i: int, state: str) -> dict[str, Any]:
-    return {
-        "id": f"{i:032x}", "queue_id": Q, "state": state, "handler": "h",
-        "handler_version": "v1", "payload_version": "v1", "payload": "{}",
-        "idempotency": "IDEMPOTENT", "max_attempts": 3, "backoff_initial_ms": 0,
-        "backoff_max_ms": 0, "backoff_multiplier": 1.0, "backoff_jitter": 0.0,
-        "attempt_timeout_ms": 1000, "lease_ttl_ms": 1000, "deadline_at_ms": NOW + i,
-        "operation_key": f"k{i}", "created_at_ms": NOW - i, "updated_at_ms": NOW,
-        "available_at_ms": NOW - i, "epoch": 1, "attempts_started": 1, "uncertain": False,
-        "result": "1", "failure_code": None, "failure_details": None,
-        "cancel_requested": False, "current_attempt_id": None,
-    }
-
-
-def _attempt(i: int, state: str) -> dict[str, Any]:
-    return {
-        "id": f"{i:032x}", "task_id": f"{i:032x}", "queue_id": Q, "epoch": 1,
-        "attempt_number": 1, "instance_id": "b" * 32, "reserved_at_ms": NOW - i,
-        "state": state, "child_pid": None, "started_at_ms": NOW - i, "finished_at_ms": NOW,
-        "lease_expires_at_ms": NOW + i, "attempt_deadline_at_ms": NOW + i, "renewals": 0,
-        "outcome": "SUCCEEDED", "code": None, "retryable": False, "details": None,
-        "exit_code": 0, "signal": None, "cpu_ms": 1, "peak_rss_bytes": 1, "kill_reason": None,
-        "decision": "SUCCEEDED", "decision_rule": "handler_succeeded",
-    }
-
-
 @pytest.fixture(scope="module")
 def big_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     path: Path = tmp_path_factory.mktemp("plans") / "orbit.db"
@@ -56,16 +27,16 @@ def big_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     with engine.begin() as conn:
         for start in range(0, FINISHED, 20_000):
             ids = range(start, start + 20_000)
-            INSERT_TASK.run(conn, [_task(i, rnd.choice(("SUCCEEDED", "FAILED"))) for i in ids])
-            INSERT_ATTEMPT.run(conn, [_attempt(i, "FINISHED") for i in ids])
+            INSERT_TASK.run(conn, [task_row(i, rnd.choice(("SUCCEEDED", "FAILED"))) for i in ids])
+            INSERT_ATTEMPT.run(conn, [attempt_row(i, "FINISHED") for i in ids])
             INSERT_AUDIT.run(conn, [
                 {"task_id": f"{i:032x}", "attempt_id": None, "at_ms": NOW, "actor": "server",
                  "kind": "k", "from_state": None, "to_state": None, "detail": None}
                 for i in ids
             ])
         # A few live rows, as in a running system.
-        INSERT_TASK.run(conn, [_task(FINISHED + i, "PENDING") for i in range(50)])
-        INSERT_ATTEMPT.run(conn, [_attempt(FINISHED + i, "RUNNING") for i in range(50)])
+        INSERT_TASK.run(conn, [task_row(FINISHED + i, "PENDING") for i in range(50)])
+        INSERT_ATTEMPT.run(conn, [attempt_row(FINISHED + i, "RUNNING") for i in range(50)])
     with engine.connect() as conn:
         assert conn.scalar(select(func.count()).select_from(tasks)) == FINISHED + 50
     try:
