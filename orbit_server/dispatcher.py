@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from orbit_wire.errors import ErrorCode, ProtocolError
-from orbit_wire.frames import Cancel, Reserve, ServerFrame
+from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
+from .service import NO_CLAIMS, ClaimRoom
 from .store_thread import StoreThread
 
 log = logging.getLogger("orbit.dispatch")
@@ -137,13 +138,14 @@ class Dispatcher:
         if session.wants_work and not session.exhausted:
             self._mark(session)
 
-    def check_credit(self, session: Session, credits: int) -> None:
-        """Raise ProtocolError(LIMIT_EXCEEDED) if ``credits`` more would pass 2 x capacity."""
-        if session.credits + credits > 2 * session.capacity:
+    def check_claims(self, session: Session, ops: Sequence[Op]) -> None:
+        """Raise ProtocolError(LIMIT_EXCEEDED) when a request's claims ask for more than
+        2 x capacity slots (the bound a ``credit`` frame obeys)."""
+        asked = sum(op.count for op in ops if isinstance(op, ClaimOp))
+        if asked > 2 * session.capacity:
             raise ProtocolError(
                 ErrorCode.LIMIT_EXCEEDED,
-                f"outstanding credit would be {session.credits + credits}; "
-                f"at most {2 * session.capacity} (2 x capacity)",
+                f"claims ask for {asked} slots; at most {2 * session.capacity} (2 x capacity)",
             )
 
     def idle_session(self, queue_id: str, capability: Capability) -> Session | None:
@@ -158,18 +160,17 @@ class Dispatcher:
                 best = session
         return best
 
-    def request_claim_size(self, session: Session, credits: int) -> int:
-        """How many reservations a request carrying ``credits`` may claim in its own
-        transaction. The caller holds ``session.lock`` until ``book_request_claim``."""
+    def claim_size(self, session: Session) -> int:
+        """How many reservations may be claimed for ``session`` now (its credit). The caller
+        holds ``session.lock`` until ``book_reserved``."""
         if session.draining or session.closed:
             return 0
-        return min(session.credits + credits, MAX_RESERVATIONS_PER_FRAME)
+        return min(session.credits, MAX_RESERVATIONS_PER_FRAME)
 
-    def book_request_claim(self, session: Session, credits: int, wanted: int,
-                           reservations: Sequence[Any]) -> None:
-        """Add a request's granted ``credits`` and spend what its transaction claimed (the
-        caller sends the ``reserve`` frame, still under ``session.lock``)."""
-        session.credits = min(session.credits + credits, 2 * session.capacity)
+    def book_reserved(self, session: Session, wanted: int,
+                      reservations: Sequence[Any]) -> None:
+        """Spend credit on what a claim of ``wanted`` reserved (the caller sends the
+        ``reserve`` frame, still under ``session.lock``)."""
         if reservations:
             session.credits -= len(reservations)
             session.served_seq = next(self._served)
@@ -177,7 +178,31 @@ class Dispatcher:
         if len(reservations) < wanted:
             session.exhausted = True  # the queue had less: only a work hint claims again
         elif session.wants_work:
-            self._mark(session)
+            self._mark(session)  # a full batch: there may be more work for the rest
+
+    def claim_room(self, session: Session) -> ClaimRoom:
+        """What a request's claims may do now. The caller holds ``session.lock`` from here
+        until ``book_claims``, so no dispatch pass claims for this session meanwhile."""
+        if session.draining or session.closed:
+            return NO_CLAIMS
+        return ClaimRoom(True, max(0, 2 * session.capacity - session.credits))
+
+    def book_claims(self, session: Session, ops: Sequence[Op],
+                    results: Sequence[OpResult]) -> None:
+        """Count what a request's claims started and add the credit they left."""
+        started = credited = 0
+        for op, result in zip(ops, results, strict=True):
+            if isinstance(op, ClaimOp) and result.ok:
+                started += len(result.claimed or ())
+                credited += result.credited or 0
+        if started:
+            session.served_seq = next(self._served)
+            session.reserved_total += started
+        if credited:
+            session.credits = min(session.credits + credited, 2 * session.capacity)
+            # The claim found less work than slots: only a hint that work arrived claims
+            # again (new credit alone would find nothing).
+            session.exhausted = True
 
     def stop_dispatching(self, session: Session) -> None:
         """After a drain: no more reservations for this session."""
@@ -236,17 +261,10 @@ class Dispatcher:
             # later submits its release after this reserve (the store thread is FIFO).
             if not session.wants_work:
                 return
-            wanted = min(session.credits, MAX_RESERVATIONS_PER_FRAME)
+            wanted = self.claim_size(session)
             reservations = await self._store.call_worker(
                 self._service.reserve, session.binding, wanted
             )
-            if len(reservations) < wanted:
-                session.exhausted = True
-            if not reservations:
-                return
-            session.credits -= len(reservations)
-            session.served_seq = next(self._served)
-            session.reserved_total += len(reservations)
-            session.send(Reserve(tuple(reservations)))
-        if len(reservations) == wanted and session.wants_work:
-            self._mark(session)  # a full batch: there may be more work for the rest
+            self.book_reserved(session, wanted, reservations)
+            if reservations:
+                session.send(Reserve(tuple(reservations)))

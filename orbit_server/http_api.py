@@ -287,7 +287,7 @@ class HttpApi:
             return await self._as(bearer, self.service.submit, queue_id, [spec])
         authenticate, submit = self.service.authenticate, self.service.submit_and_reserve
         async with session.lock:
-            wanted = dispatcher.request_claim_size(session, 0)
+            wanted = dispatcher.claim_size(session)
 
             def run() -> Any:
                 return submit(authenticate(bearer), queue_id, [spec], session.binding, wanted)
@@ -295,7 +295,7 @@ class HttpApi:
             # The worker lane, like every claim: a release for this session (its connection
             # closing) is submitted later and so runs after this reserve (FIFO per lane).
             made, effects, reservations = await self.store.call_worker(run)
-            dispatcher.book_request_claim(session, 0, wanted, reservations)
+            dispatcher.book_reserved(session, wanted, reservations)
             if reservations:
                 session.send(Reserve(tuple(reservations)))
         return made, effects

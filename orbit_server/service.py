@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
+    ClaimOp,
     DrainOp,
     FinishOp,
     Hello,
@@ -71,7 +72,7 @@ from .store.rows import INSERT_AUDIT, INSERT_TASK, UnitOfWork
 from .store.tables import attempts, audit, credentials, evidence, instances, queues, tasks
 from .store.views import attempt_view, audit_view, evidence_view, queue_view, task_view
 
-__all__ = ["Effects", "Service", "WorkerBinding"]
+__all__ = ["NO_CLAIMS", "ClaimRoom", "Effects", "Service", "WorkerBinding"]
 
 SERVER = "server"
 _DONE = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED,
@@ -92,6 +93,17 @@ class WorkerBinding:
     @property
     def actor(self) -> str:
         return f"worker:{self.instance_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRoom:
+    """What a request's ``claim`` ops may do on its connection (the dispatcher decides)."""
+
+    allowed: bool  # False while the session drains or closes: a claim answers nothing
+    credit_room: int  # connection credit may still grow by this much (2 x capacity bound)
+
+
+NO_CLAIMS = ClaimRoom(False, 0)
 
 
 @dataclass
@@ -294,7 +306,9 @@ class Service:
                         for r in new_rows
                     ])
                 if new_rows and b is not None and n > 0 and b.queue_id == queue_id:
-                    reservations = self._reserve_in(conn, b, n, now)
+                    uow = UnitOfWork(conn, now)
+                    reservations = [_reservation(*c) for c in self._reserve_in(uow, b, n)]
+                    uow.flush()
         except IntegrityError:
             # Another replica inserted the same operation key first; a retry finds it.
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
@@ -519,13 +533,16 @@ class Service:
         n = max(0, min(n, MAX_RESERVATIONS_PER_FRAME))
         if n == 0 or not b.capabilities:
             return []
-        now = self.clock()
         with self._write() as conn:
-            return self._reserve_in(conn, b, n, now)
+            uow = UnitOfWork(conn, self.clock())
+            claimed = self._reserve_in(uow, b, n)
+            uow.flush()
+        return [_reservation(*c) for c in claimed]
 
-    def _reserve_in(self, conn: Connection, b: WorkerBinding, n: int,
-                    now: int) -> list[Reservation]:
-        out: list[Reservation] = []
+    def _reserve_in(self, uow: UnitOfWork, b: WorkerBinding, n: int
+                    ) -> list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]]:
+        """Reserve up to ``n`` tasks in ``uow``: (task, RESERVED attempt, task row) each."""
+        conn, now = uow.conn, uow.now_ms
         if len(b.capabilities) > 1 and conn.dialect.name != "sqlite":
             rows = claims.lock_each(conn, b.queue_id, b.capabilities, now, n)
         else:
@@ -533,9 +550,7 @@ class Service:
             result = conn.execute(stmt, params)
             names = tuple(result.keys())
             rows = [dict(zip(names, r, strict=True)) for r in result.all()]
-        if not rows:
-            return []
-        uow = UnitOfWork(conn, now)
+        out: list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]] = []
         actor = b.actor
         for row in rows:
             task = uow.adopt_task_row(row)
@@ -543,50 +558,26 @@ class Service:
             uow.add_attempt(attempt)
             uow.audit(task.id, attempt.id, actor, "attempt_reserved",
                       TaskState.PENDING.value, task.state.value, None)
-            out.append(Reservation(
-                attempt_id=attempt.id, task_id=task.id, epoch=attempt.epoch,
-                attempt_number=attempt.attempt_number,
-                capability=Capability(row["handler"], row["handler_version"],
-                                      row["payload_version"]),
-                payload=orjson.Fragment(row["payload"]),
-                idempotency=Idempotency(row["idempotency"]),
-                lease_ttl_ms=task.lease_ttl_ms,
-                attempt_timeout_ms=task.attempt_timeout_ms,
-                deadline_at_ms=task.deadline_at_ms,
-            ))
-        uow.flush()
+            out.append((task, attempt, row))
         return out
 
-    def apply_ops(self, b: WorkerBinding, ops: Sequence[Op]) -> tuple[list[OpResult], Effects]:
+    def apply_ops(self, b: WorkerBinding, ops: Sequence[Op], room: ClaimRoom = NO_CLAIMS,
+                  watched: Callable[[str], bool] | None = None
+                  ) -> tuple[list[OpResult], Effects]:
         """Apply a control request's operations in order, in one transaction.
 
         Receipts, attempts and tasks are loaded with one SELECT each (by id IN ...); every
         op's answer is stored as a receipt (resume excepted: it changes nothing and its
         answer must be fresh). A retransmitted msg_id gets its stored answer; start/renew
         answers are re-based on the stored lease expiry so a replay never lengthens a lease.
-        """
-        results, effects, _ = self._apply_ops_then_reserve(b, ops, 0)
-        return results, effects
-
-    def apply_ops_and_reserve(self, b: WorkerBinding, ops: Sequence[Op], n: int,
-                              watched: Callable[[str], bool] | None = None
-                              ) -> tuple[list[OpResult], Effects, list[Reservation]]:
-        """``apply_ops``, then in the SAME transaction ``reserve(b, n)`` — only when every
-        ``finish`` among ``ops`` was answered ok (a request carrying credit, see
-        docs/protocol.md); otherwise no reservation is made. One commit instead of two.
+        A ``claim`` reserves and starts within ``room`` (docs/protocol.md), and only if every
+        ``finish`` before it was answered ok.
 
         ``watched(task_id)`` (optional, called on this thread) says whether a long poll
         waits on a task; the views of such tasks that became terminal are read in the same
         transaction into ``effects.terminal_views``."""
-        return self._apply_ops_then_reserve(b, ops, max(0, min(n, MAX_RESERVATIONS_PER_FRAME)),
-                                            watched)
-
-    def _apply_ops_then_reserve(self, b: WorkerBinding, ops: Sequence[Op], n: int,
-                                watched: Callable[[str], bool] | None = None
-                                ) -> tuple[list[OpResult], Effects, list[Reservation]]:
         now = self.clock()
         effects = Effects()
-        reservations: list[Reservation] = []
         with self._write() as conn:
             uow = UnitOfWork(conn, now)
             stored = _load_receipts(conn, b.instance_id,
@@ -598,7 +589,13 @@ class Service:
                 elif isinstance(op, (StartOp, RenewOp, FinishOp)) and op.msg_id not in stored:
                     wanted.append(op.attempt_id)
             uow.load_attempts_and_tasks(wanted)
-            results = [self._apply_op(uow, b, op, stored, effects) for op in ops]
+            results: list[OpResult] = []
+            for op in ops:
+                if isinstance(op, ClaimOp):
+                    may = room if finishes_confirmed(ops, results) else NO_CLAIMS
+                    results.append(self._claim(uow, b, op, stored, may, effects))
+                else:
+                    results.append(self._apply_op(uow, b, op, stored, effects))
             uow.flush()
             if watched is not None:
                 for task_id in effects.terminal_tasks:
@@ -606,9 +603,53 @@ class Service:
                         row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
                         if row is not None:
                             effects.terminal_views[task_id] = task_view(row)
-            if n > 0 and b.capabilities and finishes_confirmed(ops, results):
-                reservations = self._reserve_in(conn, b, n, now)
-        return results, effects, reservations
+        return results, effects
+
+    def _claim(self, uow: UnitOfWork, b: WorkerBinding, op: ClaimOp,
+               stored: dict[str, tuple[str, dict[str, Any]]], room: ClaimRoom,
+               effects: Effects) -> OpResult:
+        """Reserve and start up to ``op.count`` tasks; unfilled slots become credit. The
+        receipt keeps the attempt IDs; a replay reads them again with their current lease
+        and grants no credit (credit belongs to the connection that applied the claim)."""
+        seen = stored.get(op.msg_id)
+        if seen is not None:
+            return self._replay_claim(uow, op.msg_id, seen)
+        now = uow.now_ms
+        n = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
+        claimed: list[Reservation] = []
+        for task, attempt, row in self._reserve_in(uow, b, n) if n else ():
+            granted = domain.start(task, attempt, attempt.epoch, b.instance_id, None, now)
+            _audit_started(uow, b, task, attempt, AttemptState.RESERVED, None, granted)
+            effects.due(attempt.lease_expires_at_ms)
+            claimed.append(_reservation(task, attempt, row, granted))
+        credited = min(op.count - len(claimed), room.credit_room) if room.allowed else 0
+        answer = {"ok": True, "claimed": [r.attempt_id for r in claimed], "credited": credited}
+        stored[op.msg_id] = (op.op, answer)
+        uow.receipt_rows.append({
+            "instance_id": b.instance_id, "msg_id": op.msg_id, "op": op.op,
+            "answer": orjson.dumps(answer).decode(), "created_at_ms": now,
+        })
+        return OpResult(op.msg_id, True, claimed=tuple(claimed), credited=credited)
+
+    def _replay_claim(self, uow: UnitOfWork, msg_id: str,
+                      seen: tuple[str, dict[str, Any]]) -> OpResult:
+        kind, answer = seen
+        if kind != "claim":
+            return _replay(msg_id, "claim", seen, uow.now_ms)
+        ids = answer["claimed"]
+        rows = {row["attempt_id"]: row for row in uow.conn.execute(
+            queries.CLAIMED_ATTEMPTS, {"ids": ids}).mappings()} if ids else {}
+        claimed = []
+        for attempt_id in ids:
+            row = rows.get(attempt_id)
+            if row is None:
+                continue
+            expires = row["lease_expires_at_ms"]
+            held = row["attempt_state"] == AttemptState.RUNNING.value and expires is not None
+            claimed.append(_reservation_of(row, row["task_id"], attempt_id, row["epoch"],
+                                           row["attempt_number"],
+                                           max(0, expires - uow.now_ms) if held else 0))
+        return OpResult(msg_id, True, claimed=tuple(claimed), credited=0)
 
     def _apply_op(self, uow: UnitOfWork, b: WorkerBinding, op: Op,
                   stored: dict[str, tuple[str, dict[str, Any]]], effects: Effects) -> OpResult:
@@ -661,9 +702,7 @@ class Service:
                 self._deadline_release(uow, task, attempt, b.actor, effects)
             raise
         if before is AttemptState.RESERVED:
-            uow.audit(task.id, attempt.id, b.actor, "attempt_started", task.state.value,
-                      task.state.value, {"attempt_state": [before.value, attempt.state.value],
-                                         "child_pid": op.child_pid, "lease_ms": granted})
+            _audit_started(uow, b, task, attempt, before, op.child_pid, granted)
         effects.due(attempt.lease_expires_at_ms)
         return {"ok": True, "lease_ms": granted, "lease_expires_at_ms": now + granted}
 
@@ -869,10 +908,40 @@ def _dispatch_query(queue_id: str, caps: Iterable[Capability], now: int,
     return queries.dispatch_many(len(cap_list)), params
 
 
+def _audit_started(uow: UnitOfWork, b: WorkerBinding, task: domain.TaskRec,
+                   attempt: domain.AttemptRec, before: AttemptState, child_pid: int | None,
+                   granted: int) -> None:
+    uow.audit(task.id, attempt.id, b.actor, "attempt_started", task.state.value,
+              task.state.value, {"attempt_state": [before.value, attempt.state.value],
+                                 "child_pid": child_pid, "lease_ms": granted})
+
+
+def _reservation(task: domain.TaskRec, attempt: domain.AttemptRec, row: Mapping[str, Any],
+                 lease_ms: int | None = None) -> Reservation:
+    return _reservation_of(row, task.id, attempt.id, attempt.epoch, attempt.attempt_number,
+                           lease_ms)
+
+
+def _reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch: int,
+                    attempt_number: int, lease_ms: int | None) -> Reservation:
+    """A reservation from a row holding the task's capability, payload and policy."""
+    return Reservation(
+        attempt_id=attempt_id, task_id=task_id, epoch=epoch,
+        attempt_number=attempt_number,
+        capability=Capability(row["handler"], row["handler_version"], row["payload_version"]),
+        payload=orjson.Fragment(row["payload"]),
+        idempotency=Idempotency(row["idempotency"]),
+        lease_ttl_ms=row["lease_ttl_ms"],
+        attempt_timeout_ms=row["attempt_timeout_ms"],
+        deadline_at_ms=row["deadline_at_ms"],
+        lease_ms=lease_ms,
+    )
+
+
 def finishes_confirmed(ops: Sequence[Op], results: Sequence[OpResult]) -> bool:
-    """True when every ``finish`` among ``ops`` was answered ok: a request's credit counts
-    the slots those finishes free, so it is granted only then (docs/protocol.md)."""
-    return all(result.ok for op, result in zip(ops, results, strict=True)
+    """True when every ``finish`` among ``ops`` answered so far was ok: a claim after them
+    offers the slots those finishes free, so it applies only then (docs/protocol.md)."""
+    return all(result.ok for op, result in zip(ops, results, strict=False)  # results so far
                if isinstance(op, FinishOp))
 
 

@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket
 
 from orbit_wire.errors import ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
+    ClaimOp,
     Credit,
     DrainOp,
     ErrorFrame,
@@ -29,7 +30,6 @@ from orbit_wire.frames import (
     Hello,
     OpResult,
     Request,
-    Reserve,
     Response,
     ServerFrame,
     Welcome,
@@ -40,7 +40,7 @@ from orbit_wire.ids import new_id
 from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
 from .dispatcher import Session
-from .service import finishes_confirmed
+from .service import NO_CLAIMS, ClaimRoom
 
 if TYPE_CHECKING:
     from .app import OrbitServer
@@ -277,22 +277,19 @@ class WorkerConnection:
             raise ProtocolError(ErrorCode.OUT_OF_ORDER,
                                 f"request id {request.id} was not greater than the previous "
                                 f"({self._last_request_id})")
-        if request.credit:
-            self.server.dispatcher.check_credit(session, request.credit)
+        self.server.dispatcher.check_claims(session, request.ops)
         self._last_request_id = request.id
         self._in_flight = True
         self._request_task = asyncio.create_task(self._process(session, request))
 
-    async def _apply_and_claim(self, session: Session, request: Request,
-                               credit: int) -> list[OpResult]:
-        """Apply the ops (and, with ``credit``, claim reservations in the same transaction);
-        answers for every op, never raises. The caller holds ``session.lock`` if credit."""
+    async def _apply(self, session: Session, request: Request,
+                     room: ClaimRoom) -> list[OpResult]:
+        """Apply the ops in one transaction (claims within ``room``); an answer for every
+        op, never raises."""
         server = self.server
-        dispatcher = server.dispatcher
-        wanted = dispatcher.request_claim_size(session, credit) if credit else 0
         try:
-            results, effects, reservations = await server.store.call_worker(
-                server.service.apply_ops_and_reserve, session.binding, request.ops, wanted,
+            results, effects = await server.store.call_worker(
+                server.service.apply_ops, session.binding, request.ops, room,
                 server.waiters.watching,
             )
         except OrbitError as exc:
@@ -302,27 +299,24 @@ class WorkerConnection:
             return [OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE, "try again")
                     for op in request.ops]
         server.apply(effects)
-        if credit and finishes_confirmed(request.ops, results):
-            dispatcher.book_request_claim(session, credit, wanted, reservations)
-            if reservations:
-                session.send(Reserve(tuple(reservations)))
         return list(results)
 
     async def _process(self, session: Session, request: Request) -> None:
-        server = self.server
+        dispatcher = self.server.dispatcher
         drain = any(isinstance(op, DrainOp) for op in request.ops)
         try:
             if drain:
-                server.dispatcher.stop_dispatching(session)
-            if request.credit and not drain:
-                # The claim rides in the request's own transaction; its reserve frame goes
-                # out before the response, so the worker can start it in its next request.
+                dispatcher.stop_dispatching(session)
+            if any(isinstance(op, ClaimOp) for op in request.ops):
+                # Claims and dispatch passes for this session take turns (session.lock), so
+                # the credit a claim leaves is booked against the session's current credit.
                 async with session.lock:
-                    results = await self._apply_and_claim(session, request, request.credit)
+                    results = await self._apply(session, request, dispatcher.claim_room(session))
+                    dispatcher.book_claims(session, request.ops, results)
             else:
-                results = await self._apply_and_claim(session, request, 0)
+                results = await self._apply(session, request, NO_CLAIMS)
             if drain:
-                # A claim already under way sends its reserve frame before this answer.
+                # A dispatch pass already under way sends its reserve frame before this answer.
                 async with session.lock:
                     pass
             self.send(Response(request.id, tuple(results)))

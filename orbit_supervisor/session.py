@@ -23,10 +23,14 @@ Rules it keeps (SPEC §4, docs/protocol.md):
 - Local lease expiry = send time of the granting request + lease_ms (lease.py); at expiry,
   on a stale/expired renewal answer or on a ``cancel`` push the child is killed at once.
 - Credit = free slots - outstanding credit, free slots = capacity - executing - reserved
-  not yet running - results not yet confirmed - slots being replaced. Known attempts stay
-  <= 2 x capacity; reservations beyond that bound are dropped (the server releases them).
+  not yet running - results not yet confirmed - slots being replaced - slots a ``claim`` in
+  flight asks for. Known attempts stay <= 2 x capacity; reservations beyond that bound are
+  dropped (the server releases them).
+- A request that reports finishes ends with a ``claim`` for the slots they free: the server
+  reserves and starts tasks for them in the same transaction, so a busy slot is refilled
+  in one round trip (no reserve frame, no separate start); unfilled slots become credit.
 - On reconnect: same identity, RESERVED attempts forgotten (the server released them),
-  pending start/renew/finish resent with their original msg_ids after the resume.
+  pending start/renew/finish/claim resent with their original msg_ids after the resume.
 
 Attempt phases (a transition outside ``_TRANSITIONS`` is a bug and raises):
 
@@ -45,6 +49,7 @@ from orbit_wire.errors import FATAL_CODES, RETRYABLE_CODES, ErrorCode
 from orbit_wire.frames import (
     AttemptRef,
     Cancel,
+    ClaimOp,
     ClientFrame,
     Credit,
     DrainOp,
@@ -86,9 +91,6 @@ from .lease import Lease
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
 MAX_HEARTBEAT_MS = 5000  # SPEC §4: heartbeat every TTL/3, at most 5 s
-# A request that would only start attempts may wait this long, at most, for the finish of a
-# short handler that is running right now, so both share one round trip (see _hold_starts).
-START_HOLD_MAX = 0.002
 
 
 class Phase(StrEnum):
@@ -168,7 +170,6 @@ class Attempt:
     phase: Phase = Phase.RESERVED
     kill_reason: str | None = None
     cancelled: bool = False
-    running_since: float | None = None  # when Execute was emitted
 
     @property
     def attempt_id(self) -> str:
@@ -193,7 +194,6 @@ class _InFlight:
     request_id: int
     ops: list[_Pending]
     sent_at: float
-    credit: int = 0  # granted by the server only if every finish in ``ops`` is answered ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +219,7 @@ class Session:
         self._next_request_id = 1
         self._next_msg = 1
         self.outstanding_credit = 0
+        self._claiming = 0  # slots asked for by claims queued or in flight
         self.replacing = 0
         self._heartbeat = DEFAULT_SESSION_TTL / 3
         self._session_ttl = DEFAULT_SESSION_TTL
@@ -230,8 +231,6 @@ class Session:
         self.stop_deadline: float | None = None
         self.drain_acked = False
         self._drain_queued = False
-        self._exec_ewma: float | None = None  # recent handler durations (Execute -> outcome)
-        self._hold_until: float | None = None
         # Counters for stats().
         self.started = 0
         self.renewals_confirmed = 0
@@ -279,8 +278,8 @@ class Session:
         if inflight is not None:
             # In-flight operations go back to the front of the queue with their msg_ids; the
             # resume and the drain are per connection and are not resent.
-            kept = {p.op.msg_id: p for p in inflight.ops if isinstance(p.op, StartOp | RenewOp
-                                                                      | FinishOp)}
+            kept = {p.op.msg_id: p for p in inflight.ops
+                    if isinstance(p.op, StartOp | RenewOp | FinishOp | ClaimOp)}
             self._pending = {**kept, **self._pending}
         for pending in list(self._pending.values()):
             if isinstance(pending.op, DrainOp):
@@ -337,10 +336,6 @@ class Session:
         # Our kill reason belongs on the report only if the outcome came from our kill (a
         # result that won the race against the kill is reported as it is).
         killed = result.outcome is Outcome.UNKNOWN and result.code == "LEASE_LOST"
-        if att.phase is Phase.RUNNING and att.running_since is not None:
-            took = max(0.0, now - att.running_since)
-            ewma = self._exec_ewma
-            self._exec_ewma = took if ewma is None else 0.8 * ewma + 0.2 * took
         report = replace(
             result.report,
             renewals=att.lease.renewals,
@@ -426,9 +421,6 @@ class Session:
         times: list[float] = []
         if self.stop_deadline is not None:
             times.append(self.stop_deadline)
-        if (self._hold_until is not None and self.conn is Conn.READY
-                and self._inflight is None):
-            times.append(self._hold_until)
         if self.conn is Conn.HELLO_SENT:
             times.append(self._last_received + HELLO_TIMEOUT)
         if self.conn in (Conn.RESUMING, Conn.READY):
@@ -460,9 +452,11 @@ class Session:
         """Started attempts whose final report the server has not confirmed."""
         return self._count(Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
 
-    def free_slots(self) -> int:
+    def free_slots(self, finishing: int = 0) -> int:
+        """Slots that may be offered; ``finishing``: that many REPORTING attempts count as
+        confirmed (their finishes ride in the request being built)."""
         busy = (self.executing + self._count(Phase.RESERVED, Phase.STARTING)
-                + self._count(Phase.REPORTING) + self.replacing)
+                + self._count(Phase.REPORTING) - finishing + self.replacing + self._claiming)
         return max(0, self.config.capacity - busy)
 
     @property
@@ -506,11 +500,6 @@ class Session:
                         actions)
             return
         self._inflight = None
-        if inflight.credit and not all(
-                r.ok for p, r in zip(inflight.ops, frame.results, strict=True)
-                if isinstance(p.op, FinishOp)):
-            # The server grants a request's credit only with all its finishes confirmed.
-            self.outstanding_credit = max(0, self.outstanding_credit - inflight.credit)
         for pending, result in zip(inflight.ops, frame.results, strict=True):
             sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
             match pending.op:
@@ -520,6 +509,8 @@ class Session:
                     self._on_renew_result(op, result, sent_at, now, actions)
                 case FinishOp() as op:
                     self._on_finish_result(op, result, now, actions)
+                case ClaimOp() as op:
+                    self._on_claim_result(op, result, sent_at, now, actions)
                 case ResumeOp():
                     self._on_resume_result(result, sent_at, now, actions)
                 case DrainOp():
@@ -542,9 +533,14 @@ class Session:
             del self.attempts[op.attempt_id]
             actions.append(_event("start_rejected", att, str(result.error_code)))
             return
-        if att.lease.grant(sent_at, result.lease_ms or 0, now) and not att.cancelled:
+        self._started(att, sent_at, result.lease_ms or 0, now, actions)
+
+    def _started(self, att: Attempt, sent_at: float, lease_ms: int, now: float,
+                 actions: list[Action]) -> None:
+        """The server confirmed the start of a STARTING attempt: run it, unless the lease
+        already ran out locally or the task was cancelled meanwhile."""
+        if att.lease.grant(sent_at, lease_ms, now) and not att.cancelled:
             att.move(Phase.RUNNING)
-            att.running_since = now
             self.started += 1
             actions.append(_event("started", att))
             actions.append(Execute(att.reservation))
@@ -560,6 +556,21 @@ class Session:
                           report=Report(kill_reason=reason, renewals=0))
         self._pending[finish.msg_id] = _Pending(finish)
         actions.append(_event("not_run", att, reason))
+
+    def _on_claim_result(self, op: ClaimOp, result: OpResult, sent_at: float, now: float,
+                         actions: list[Action]) -> None:
+        self._claiming = max(0, self._claiming - op.count)
+        if not result.ok:
+            return  # nothing was claimed; the slots are offered again as credit
+        self.outstanding_credit += result.credited or 0
+        for res in result.claimed or ():
+            if res.attempt_id in self.attempts:
+                continue  # a duplicate confirmation only reconciles
+            att = Attempt(res, Lease(res.lease_ttl_ms, margin=self.config.report_margin),
+                          phase=Phase.STARTING)
+            self.attempts[res.attempt_id] = att
+            actions.append(_event("reserved", att))
+            self._started(att, sent_at, res.lease_ms or 0, now, actions)
 
     def _on_renew_result(self, op: RenewOp, result: OpResult, sent_at: float, now: float,
                          actions: list[Action]) -> None:
@@ -663,15 +674,13 @@ class Session:
 
     def _progress(self, now: float, actions: list[Action]) -> None:
         """After any input: start what has a slot, send queued ops, offer credit, finish."""
-        self._hold_until = None  # re-decided below, only while a request could go out
         self._start_reserved()
         if (self.stop_deadline is not None and not self.drain_acked and not self._drain_queued
                 and self.conn is Conn.READY):
             drain = DrainOp(self._msg_id())
             self._drain_queued = True
             self._pending[drain.msg_id] = _Pending(drain)
-        if (self.conn is Conn.READY and self._inflight is None and self._pending
-                and not self._hold_starts(now)):
+        if self.conn is Conn.READY and self._inflight is None and self._pending:
             # Renewals first: when more is queued than one batch holds, leases must not wait.
             queued = sorted(self._pending.values(), key=lambda p: not isinstance(p.op, RenewOp))
             batch = queued[: self._max_batch]
@@ -680,27 +689,6 @@ class Session:
             self._send_request(batch, now, actions)
         self._grant_credit(now, actions)
         self._check_done(now, actions)
-
-    def _hold_starts(self, now: float) -> bool:  # sets _hold_until (None: no hold)
-        """True to hold back a request that would only start attempts, because a handler
-        started less than twice its recent duration ago (and recent handlers took at most
-        START_HOLD_MAX / 2) is about to finish: its finish then rides in the same request,
-        one round trip instead of two. Bounded by START_HOLD_MAX; renewals, finishes,
-        resumes and drains are never held, and a held start has no lease ticking yet."""
-        self._hold_until = None
-        ewma = self._exec_ewma
-        if ewma is None or ewma > START_HOLD_MAX / 2 or self.stop_deadline is not None:
-            return False
-        if not all(isinstance(p.op, StartOp) for p in self._pending.values()):
-            return False
-        until = None
-        for att in self.attempts.values():
-            if att.phase is Phase.RUNNING and att.running_since is not None:
-                expected = att.running_since + min(2 * ewma, START_HOLD_MAX)
-                if now < expected:
-                    until = expected if until is None else max(until, expected)
-        self._hold_until = until
-        return until is not None
 
     def _start_reserved(self) -> None:
         # A start goes out only when a child slot is free, so a confirmed lease never ticks
@@ -724,6 +712,9 @@ class Session:
             actions.append(self._send(Credit(grant), now))
 
     def _send_request(self, batch: list[_Pending], now: float, actions: list[Action]) -> None:
+        if len(batch) >= self._max_batch > 1 and self._claim_count(batch):
+            last = batch.pop()  # makes room for the claim; goes out in the next request
+            self._pending = {last.op.msg_id: last, **self._pending}
         for pending in batch:
             if pending.sent_at is None:
                 pending.sent_at = now
@@ -731,17 +722,20 @@ class Session:
                     att = self.attempts.get(pending.op.attempt_id)
                     if att is not None:
                         att.lease.renew_sent(now)
-        credit = self._request_credit(batch)
-        request = Request(self._next_request_id, tuple(p.op for p in batch), credit or None)
+        count = self._claim_count(batch)
+        if count and len(batch) < self._max_batch:
+            claim = ClaimOp(self._msg_id(), count)
+            self._claiming += count
+            batch.append(_Pending(claim, sent_at=now))
+        request = Request(self._next_request_id, tuple(p.op for p in batch))
         self._next_request_id += 1
-        self._inflight = _InFlight(request.id, batch, now, credit)
+        self._inflight = _InFlight(request.id, batch, now)
         actions.append(self._send(request, now))
 
-    def _request_credit(self, batch: list[_Pending]) -> int:
-        """Credit to carry in a request: the slots free once its finishes are confirmed.
-
-        The server adds it only after every finish in the request was answered ok, and may
-        reserve in the same transaction, which saves the credit frame's round trip."""
+    def _claim_count(self, batch: list[_Pending]) -> int:
+        """Slots a claim at the end of this request may fill: those free once its finishes
+        are confirmed (the server applies the claim only if they all are), less the credit
+        already outstanding."""
         if self.conn is not Conn.READY or self.stop_deadline is not None:
             return 0
         finishing = sum(1 for p in batch if isinstance(p.op, FinishOp)
@@ -749,11 +743,7 @@ class Session:
                         and att.phase is Phase.REPORTING)
         if not finishing:
             return 0
-        grant = min(self.free_slots() + finishing, self.config.capacity) - self.outstanding_credit
-        if grant <= 0:
-            return 0
-        self.outstanding_credit += grant
-        return grant
+        return max(0, self.free_slots(finishing) - self.outstanding_credit)
 
     def _send(self, frame: ClientFrame, now: float) -> SendFrame:
         self._last_sent = now

@@ -132,20 +132,28 @@ class DrainOp:
     op: str = field(default="drain", init=False)
 
 
-Op = ResumeOp | StartOp | RenewOp | FinishOp | DrainOp
+@dataclass(frozen=True, slots=True)
+class ClaimOp:
+    """Claim and start up to ``count`` tasks for free slots, in the request's transaction.
+
+    Applied only if every ``finish`` before it in the request was answered ok. The answer's
+    ``claimed`` reservations are already started (each carries ``lease_ms``); slots it could
+    not fill become connection credit (``credited``), served later by ``reserve`` frames."""
+
+    msg_id: str
+    count: int
+    op: str = field(default="claim", init=False)
+
+
+Op = ResumeOp | StartOp | RenewOp | FinishOp | DrainOp | ClaimOp
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A control request: a batch of operations, answered by one Response with the same id.
-
-    ``credit`` (optional) grants that many more reservations once the ops are applied, and
-    only if every ``finish`` among them was answered ok; the server may then reserve in the
-    same pass and send the ``reserve`` frame before the response (saves a round trip)."""
+    """A control request: a batch of operations, answered by one Response with the same id."""
 
     id: int
     ops: tuple[Op, ...]
-    credit: int | None = None
     type: str = field(default="request", init=False)
 
 
@@ -178,6 +186,9 @@ class Reservation:
     lease_ttl_ms: int
     attempt_timeout_ms: int
     deadline_at_ms: int  # the task's total deadline, wall-clock ms
+    # Only in a ``claim`` answer: the attempt is already started with this lease (0: the
+    # lease is gone, e.g. a replayed answer after expiry; the handler must not run).
+    lease_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +208,8 @@ class ResumeEntry:
 @dataclass(frozen=True, slots=True)
 class OpResult:
     """The answer to one operation. ``ok`` false carries ``error_code``; fields by op:
-    start/renew → lease_ms; finish → disposition, task_state; resume → attempts."""
+    start/renew → lease_ms; finish → disposition, task_state; resume → attempts;
+    claim → claimed (started reservations), credited."""
 
     msg_id: str
     ok: bool
@@ -207,6 +219,8 @@ class OpResult:
     disposition: Disposition | None = None
     task_state: TaskState | None = None
     attempts: tuple[ResumeEntry, ...] | None = None
+    claimed: tuple[Reservation, ...] | None = None
+    credited: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +425,8 @@ def _op(obj: Any, index: int) -> Op:
         return ResumeOp(msg_id, tuple(_attempt_ref(r, f"{where}.attempts") for r in refs))
     if kind == "drain":
         return DrainOp(msg_id)
+    if kind == "claim":
+        return ClaimOp(msg_id, f.integer("count", 1, MAX_CAPACITY))
     raise ProtocolError(ErrorCode.UNKNOWN_FRAME_TYPE, f"{where}.op {kind!r} is not an operation")
 
 
@@ -422,9 +438,7 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
         ops = f.array("ops", MAX_BATCH_OPS)
         if not ops:
             raise _bad("frame.ops must not be empty")
-        credit = f.integer("credit", 0, 2 * MAX_CAPACITY, required=False)
-        return Request(f.integer("id"), tuple(_op(op, i) for i, op in enumerate(ops)),
-                       credit or None)
+        return Request(f.integer("id"), tuple(_op(op, i) for i, op in enumerate(ops)))
     if kind == "credit":
         return Credit(f.integer("credits", 1, 2 * MAX_CAPACITY))
     if kind == "heartbeat":
@@ -457,6 +471,9 @@ def _op_result(obj: Any) -> OpResult:
             )
             for e in (_Fields(a, "attempts[]") for a in f.array("attempts", 2 * MAX_CAPACITY))
         )
+    claimed = None
+    if f.raw("claimed") is not None:
+        claimed = tuple(_reservation(r) for r in f.array("claimed", MAX_CAPACITY))
     code = f.text("error_code", required=False, max_len=MAX_CODE_LEN)
     disposition = f.text("disposition", required=False, max_len=32)
     state = f.text("task_state", required=False, max_len=32)
@@ -469,6 +486,8 @@ def _op_result(obj: Any) -> OpResult:
         disposition=_enum(Disposition, disposition),
         task_state=_enum(TaskState, state),
         attempts=attempts,
+        claimed=claimed,
+        credited=f.integer("credited", 0, 2 * MAX_CAPACITY, required=False),
     )
 
 
@@ -494,6 +513,7 @@ def _reservation(obj: Any) -> Reservation:
         lease_ttl_ms=f.integer("lease_ttl_ms", 1),
         attempt_timeout_ms=f.integer("attempt_timeout_ms", 1),
         deadline_at_ms=f.integer("deadline_at_ms"),
+        lease_ms=f.integer("lease_ms", required=False),
     )
 
 

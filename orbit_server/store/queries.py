@@ -33,6 +33,16 @@ ATTEMPTS_BY_ID = (
     select(attempts).where(attempts.c.id.in_(bindparam("ids", expanding=True)))
     .with_for_update()
 )
+# A replayed ``claim`` answer: its attempts with what a reservation carries of their tasks.
+CLAIMED_ATTEMPTS = (
+    select(attempts.c.id.label("attempt_id"), attempts.c.epoch, attempts.c.attempt_number,
+           attempts.c.state.label("attempt_state"), attempts.c.lease_expires_at_ms,
+           tasks.c.id.label("task_id"), tasks.c.handler, tasks.c.handler_version,
+           tasks.c.payload_version, tasks.c.payload, tasks.c.idempotency, tasks.c.lease_ttl_ms,
+           tasks.c.attempt_timeout_ms, tasks.c.deadline_at_ms)
+    .join_from(attempts, tasks, tasks.c.id == attempts.c.task_id)
+    .where(attempts.c.id.in_(bindparam("ids", expanding=True)))
+)
 RECEIPTS_BY_MSG = select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).where(
     receipts.c.instance_id == bindparam("instance_id"),
     receipts.c.msg_id.in_(bindparam("msg_ids", expanding=True)),

@@ -20,8 +20,8 @@ def test_finish_of_a_watched_task_carries_its_view(world: World) -> None:
     world.service.apply_ops(b, starts)
     finishes = [FinishOp(world.msg(), r.attempt_id, r.epoch, Outcome.SUCCEEDED,
                          result_json='{"n":1234567890123456789}') for r in got]
-    results, effects, _ = world.service.apply_ops_and_reserve(
-        b, finishes, 0, lambda task_id: task_id == watched_task["id"])
+    results, effects = world.service.apply_ops(
+        b, finishes, watched=lambda task_id: task_id == watched_task["id"])
     assert all(r.ok for r in results)
     assert set(effects.terminal_tasks) == {watched_task["id"], other["id"]}
     assert set(effects.terminal_views) == {watched_task["id"]}  # only the watched one

@@ -58,6 +58,10 @@ def credits(actions: list[Action]) -> int:
     return sum(f.credits for f in frames(actions) if isinstance(f, Credit))
 
 
+def kinds(request: Request) -> list[str]:
+    return [op.op for op in request.ops]
+
+
 def executes(actions: list[Action]) -> list[str]:
     return [a.reservation.attempt_id for a in actions if isinstance(a, Execute)]
 
@@ -75,7 +79,7 @@ def events(actions: list[Action]) -> list[tuple[str, str | None]]:
 
 
 def ok_for(request: Request, lease_ms: int = 3000) -> Response:
-    """Answer every op of ``request`` with success."""
+    """Answer every op of ``request`` with success (a claim finds no work)."""
     results = []
     for op in request.ops:
         if op.op in ("start", "renew"):
@@ -85,6 +89,8 @@ def ok_for(request: Request, lease_ms: int = 3000) -> Response:
                                     task_state=TaskState.SUCCEEDED))
         elif op.op == "resume":
             results.append(OpResult(op.msg_id, True, attempts=()))
+        elif op.op == "claim":  # no work found: every slot asked for becomes credit
+            results.append(OpResult(op.msg_id, True, claimed=(), credited=op.count))
         else:
             results.append(OpResult(op.msg_id, True))
     return Response(request.id, tuple(results))

@@ -12,6 +12,7 @@ from supervisor_session_harness import (
     finishes,
     frames,
     kills,
+    kinds,
     make_session,
     ok_for,
     ready,
@@ -27,6 +28,7 @@ from orbit_supervisor.session import Phase
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import (
     Cancel,
+    ClaimOp,
     ErrorFrame,
     FinishOp,
     Heartbeat,
@@ -246,7 +248,8 @@ def test_finish_carries_the_outcome_and_the_report() -> None:
                          details_json='{"why":"no"}')
     acts = s.execution_finished(res.attempt_id, failed, 0.5)
     (req,) = requests(acts)
-    (finish,) = req.ops
+    assert kinds(req) == ["finish", "claim"]  # the freed slot is claimed in the same request
+    finish = req.ops[0]
     assert isinstance(finish, FinishOp)
     assert (finish.outcome, finish.code, finish.details_json, finish.result_json) == (
         Outcome.FAILED, "OBJECT_REJECTED", '{"why":"no"}', None)
@@ -262,7 +265,8 @@ def test_evidence_only_counts_as_confirmed() -> None:
     (req,) = requests(s.execution_finished(res.attempt_id, FakeOutcome(), 0.5))
     answer = Response(req.id, (OpResult(req.ops[0].msg_id, True,
                                         disposition=Disposition.EVIDENCE_ONLY,
-                                        task_state=TaskState.FAILED),))
+                                        task_state=TaskState.FAILED),
+                               *ok_for(req).results[1:]))
     s.frame_received(answer, 0.6)
     assert s.evidence_confirmed == 1 and s.reports_confirmed == 0 and not s.attempts
 
@@ -278,7 +282,7 @@ def test_credit_is_free_slots_minus_outstanding_credit() -> None:
     acts = s.execution_finished(res.attempt_id, FakeOutcome(), 0.5)
     assert credits(acts) == 0
     (req,) = requests(acts)
-    assert req.credit is None
+    assert kinds(req) == ["finish"]  # nothing to claim: the slot is being replaced
     assert credits(s.frame_received(ok_for(req), 0.6)) == 0
     acts = s.set_replacing(0, 0.7)
     assert credits(acts) == 1
@@ -301,7 +305,7 @@ def test_start_waits_for_a_free_child_slot() -> None:
     assert [op.attempt_id for op in req.ops if isinstance(op, StartOp)] == [r1.attempt_id]
     s.frame_received(ok_for(req), 0.1)
     (req2,) = requests(s.execution_finished(r1.attempt_id, FakeOutcome(), 0.2))
-    assert {op.op for op in req2.ops} == {"finish", "start"}
+    assert sorted(kinds(req2)) == ["finish", "start"]  # the freed slot goes to r2: no claim
 
 
 def test_unknown_capability_is_dropped() -> None:
@@ -317,7 +321,8 @@ def test_reconnect_resumes_before_credit_and_resends_with_original_msg_ids() -> 
     running = run_one(s, 0.0)
     done = run_one(s, 0.0)
     (req,) = requests(s.execution_finished(done.attempt_id, FakeOutcome(), 0.5))
-    (finish,) = req.ops
+    finish, claim = req.ops
+    assert isinstance(claim, ClaimOp) and claim.count == 1
     waiting = reservation()
     s.frame_received(Reserve((waiting,)), 0.6)  # held back: no free slot
     acts = s.connection_lost(0.7, "CONNECTION_LOST")
@@ -336,15 +341,14 @@ def test_reconnect_resumes_before_credit_and_resends_with_original_msg_ids() -> 
         ResumeEntry(done.attempt_id, "RUNNING", 3000))),))
     acts = s.frame_received(answer, 1.2)
     (resent,) = requests(acts)
-    assert [op.msg_id for op in resent.ops if isinstance(op, FinishOp)] == [finish.msg_id]
+    # The finish and the claim whose answers were lost go again with their msg_ids.
+    assert [op.msg_id for op in resent.ops] == [finish.msg_id, claim.msg_id]
     assert s.reconnects == 1
     assert executes(acts) == []
-    # Both slots are taken (one running, one unconfirmed) until the finish is confirmed; the
-    # resent finish's request offers its slot (granted once the finish is confirmed).
+    # Both slots are taken (one running, one unconfirmed, the claim's answer unknown).
     assert credits(acts) == 0
-    assert resent.credit == 1
     assert credits(s.frame_received(ok_for(resent), 1.3)) == 0
-    assert s.outstanding_credit == 1
+    assert s.outstanding_credit == 1  # the claim found no work: its slot is credit
 
 
 def test_resume_lost_attempt_is_killed() -> None:
@@ -500,7 +504,7 @@ def test_a_result_that_beat_the_kill_is_reported_as_it_is() -> None:
     res = run_one(s, 0.0, lease_ms=1000)
     assert kills(s.handle_timer(1.0))  # kill ordered, but the child had already answered
     (req,) = requests(s.execution_finished(res.attempt_id, FakeOutcome(), 1.001))
-    (finish,) = req.ops
+    finish = req.ops[0]
     assert isinstance(finish, FinishOp)
     assert finish.outcome is Outcome.SUCCEEDED and finish.report.kill_reason is None
 

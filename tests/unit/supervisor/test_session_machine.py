@@ -4,7 +4,8 @@ The model server keeps the authoritative side (reservations, leases with absolut
 measured when it *receives* a request, receipts by msg_id) and answers requests whenever
 the machine chooses, after any delay; connections drop at random moments. Invariants:
 
-- a handler runs only after its start was answered ok, and never twice;
+- a handler runs only after its start (or the claim that started it) was answered ok, and
+  never twice;
 - an execution alive at ``now`` always holds an unexpired lease on the server (the local
   expiry is never later than the server's, and the kill comes at the local expiry);
 - known attempts <= 2 x capacity; a credit grant never exceeds the free slots.
@@ -25,6 +26,7 @@ from orbit_supervisor.session import Conn
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import (
     Cancel,
+    ClaimOp,
     Credit,
     DrainOp,
     FinishOp,
@@ -55,6 +57,7 @@ class Model:
     attempts: dict[str, ServerAttempt] = field(default_factory=dict)
     receipts: dict[str, OpResult] = field(default_factory=dict)
     credit: int = 0
+    backlog: int = 0  # tasks a claim can take
 
 
 class SessionMachine(RuleBasedStateMachine):
@@ -119,10 +122,24 @@ class SessionMachine(RuleBasedStateMachine):
         if op.msg_id in self.server.receipts:
             return self.server.receipts[op.msg_id]
         result = self._apply_op(op)
-        self.server.receipts[op.msg_id] = result
+        # A replayed claim grants no credit: credit belongs to the connection that claimed.
+        self.server.receipts[op.msg_id] = (replace(result, credited=0)
+                                           if isinstance(op, ClaimOp) else result)
         if isinstance(op, StartOp) and result.ok:
             self.start_ok.add(op.attempt_id)  # recorded before the session sees the answer
+        for res in result.claimed or ():
+            self.start_ok.add(res.attempt_id)
         return result
+
+    def answer_after(self, op: Any, earlier: list[OpResult], request: Request) -> OpResult:
+        """As the server: a claim after a finish that was not answered ok claims nothing."""
+        if isinstance(op, ClaimOp) and op.msg_id not in self.server.receipts and not all(
+                r.ok for o, r in zip(request.ops, earlier, strict=False)
+                      if isinstance(o, FinishOp)):
+            result = OpResult(op.msg_id, True, claimed=(), credited=0)
+            self.server.receipts[op.msg_id] = result
+            return result
+        return self.answer(op)
 
     def _apply_op(self, op: Any) -> OpResult:
         lease_ms = 300
@@ -157,6 +174,20 @@ class SessionMachine(RuleBasedStateMachine):
                 return OpResult(op.msg_id, True, attempts=tuple(entries))
             case DrainOp():
                 return OpResult(op.msg_id, True)
+            case ClaimOp():
+                taken = min(op.count, self.server.backlog)
+                self.server.backlog -= taken
+                claimed = []
+                for _ in range(taken):
+                    self.next_id += 1
+                    res = replace(reservation(lease_ttl_ms=300), attempt_id=f"{self.next_id:032x}",
+                                  lease_ms=lease_ms)
+                    self.server.attempts[res.attempt_id] = ServerAttempt(
+                        "RUNNING", self.now + lease_ms / 1000)
+                    claimed.append(res)
+                self.server.credit += op.count - taken
+                return OpResult(op.msg_id, True, claimed=tuple(claimed),
+                                credited=op.count - taken)
         raise AssertionError(op)
 
     # ------------------------------------------------------------ rules
@@ -192,8 +223,10 @@ class SessionMachine(RuleBasedStateMachine):
         request = self.inflight
         assert request is not None
         self.inflight = None
-        results = tuple(self.answer(op) for op in request.ops)
-        self.apply(self.s.frame_received(Response(request.id, results), self.now))
+        results: list[OpResult] = []
+        for op in request.ops:
+            results.append(self.answer_after(op, results, request))
+        self.apply(self.s.frame_received(Response(request.id, tuple(results)), self.now))
 
     @precondition(lambda self: not self.finished and self.inflight is not None)
     @rule(data=st.data())
@@ -207,7 +240,7 @@ class SessionMachine(RuleBasedStateMachine):
             if op.msg_id not in self.server.receipts and data.draw(st.booleans()):
                 results.append(OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE))
             else:
-                results.append(self.answer(op))
+                results.append(self.answer_after(op, results, request))
         self.apply(self.s.frame_received(Response(request.id, tuple(results)), self.now))
 
     @precondition(lambda self: not self.finished and self.online and bool(self.sent))
@@ -232,6 +265,10 @@ class SessionMachine(RuleBasedStateMachine):
             self.sent.append(res)
         self.apply(self.s.frame_received(Reserve(tuple(batch)), self.now))
         assert len(self.s.attempts) <= 2 * CAPACITY
+
+    @rule(n=st.integers(1, 3))
+    def tasks_submitted(self, n: int) -> None:
+        self.server.backlog += n
 
     @precondition(lambda self: not self.finished and self.online)
     @rule()
@@ -272,6 +309,10 @@ class SessionMachine(RuleBasedStateMachine):
                 f"{attempt_id} runs at {self.now} past the server's lease {server.expires}")
             local = self.s.attempts[attempt_id].lease.expires_at
             assert local is not None and local <= server.expires + 1e-9
+
+    @invariant()
+    def never_more_executions_than_slots(self) -> None:
+        assert len(self.alive) <= CAPACITY
 
     @invariant()
     def bounded_known_attempts(self) -> None:
