@@ -88,6 +88,9 @@ from .actions import (
 from .errors import FatalSessionError, ShutdownTimeoutError
 from .lease import Lease
 
+# A request of starts and finishes only may wait this long, at most, for the finish of a
+# short handler running right now, so both share one round trip (see _hold).
+BATCH_HOLD_MAX = 0.002
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
 MAX_HEARTBEAT_MS = 5000  # SPEC §4: heartbeat every TTL/3, at most 5 s
@@ -170,6 +173,7 @@ class Attempt:
     phase: Phase = Phase.RESERVED
     kill_reason: str | None = None
     cancelled: bool = False
+    running_since: float | None = None  # when Execute was emitted
 
     @property
     def attempt_id(self) -> str:
@@ -231,6 +235,8 @@ class Session:
         self.stop_deadline: float | None = None
         self.drain_acked = False
         self._drain_queued = False
+        self._exec_ewma: float | None = None  # recent handler durations (Execute -> outcome)
+        self._hold_until: float | None = None
         # Counters for stats().
         self.started = 0
         self.renewals_confirmed = 0
@@ -336,6 +342,10 @@ class Session:
         # Our kill reason belongs on the report only if the outcome came from our kill (a
         # result that won the race against the kill is reported as it is).
         killed = result.outcome is Outcome.UNKNOWN and result.code == "LEASE_LOST"
+        if att.phase is Phase.RUNNING and att.running_since is not None:
+            took = max(0.0, now - att.running_since)
+            ewma = self._exec_ewma
+            self._exec_ewma = took if ewma is None else 0.8 * ewma + 0.2 * took
         report = replace(
             result.report,
             renewals=att.lease.renewals,
@@ -421,6 +431,9 @@ class Session:
         times: list[float] = []
         if self.stop_deadline is not None:
             times.append(self.stop_deadline)
+        if (self._hold_until is not None and self.conn is Conn.READY
+                and self._inflight is None):
+            times.append(self._hold_until)
         if self.conn is Conn.HELLO_SENT:
             times.append(self._last_received + HELLO_TIMEOUT)
         if self.conn in (Conn.RESUMING, Conn.READY):
@@ -542,6 +555,7 @@ class Session:
         if att.lease.grant(sent_at, lease_ms, now) and not att.cancelled:
             att.move(Phase.RUNNING)
             self.started += 1
+            att.running_since = now
             actions.append(_event("started", att))
             actions.append(Execute(att.reservation))
             return
@@ -680,7 +694,9 @@ class Session:
             drain = DrainOp(self._msg_id())
             self._drain_queued = True
             self._pending[drain.msg_id] = _Pending(drain)
-        if self.conn is Conn.READY and self._inflight is None and self._pending:
+        self._hold_until = None  # re-decided below, only while a request could go out
+        if (self.conn is Conn.READY and self._inflight is None and self._pending
+                and not self._hold(now)):
             # Renewals first: when more is queued than one batch holds, leases must not wait.
             queued = sorted(self._pending.values(), key=lambda p: not isinstance(p.op, RenewOp))
             batch = queued[: self._max_batch]
@@ -689,6 +705,27 @@ class Session:
             self._send_request(batch, now, actions)
         self._grant_credit(now, actions)
         self._check_done(now, actions)
+
+    def _hold(self, now: float) -> bool:  # sets _hold_until (None: no hold)
+        """True to hold back a request of starts and finishes only, because a handler that
+        started less than twice its recent duration ago (recent handlers took at most
+        BATCH_HOLD_MAX / 2) is about to finish: its finish, and the claim refilling its
+        slot, then ride in the same request, one round trip instead of two. Bounded by
+        BATCH_HOLD_MAX; renewals, resumes, drains and resent claims are never held, and a
+        held start has no lease ticking yet."""
+        ewma = self._exec_ewma
+        if ewma is None or ewma > BATCH_HOLD_MAX / 2 or self.stop_deadline is not None:
+            return False
+        if not all(isinstance(p.op, StartOp | FinishOp) for p in self._pending.values()):
+            return False
+        until = None
+        for att in self.attempts.values():
+            if att.phase is Phase.RUNNING and att.running_since is not None:
+                expected = att.running_since + min(2 * ewma, BATCH_HOLD_MAX)
+                if now < expected:
+                    until = expected if until is None else max(until, expected)
+        self._hold_until = until
+        return until is not None
 
     def _start_reserved(self) -> None:
         # A start goes out only when a child slot is free, so a confirmed lease never ticks
