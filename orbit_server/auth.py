@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from orbit_wire.errors import AuthError, ErrorCode
 from orbit_wire.ids import is_id
@@ -61,6 +64,16 @@ def parse_bearer(bearer: str) -> tuple[str, str]:
 def unauthenticated() -> AuthError:
     # One message for every failure so a caller cannot probe which part was wrong.
     return AuthError(ErrorCode.UNAUTHENTICATED, "invalid or revoked credential")
+
+
+def principal_from_row(row: Mapping[Any, Any] | None, secret: str) -> Principal:
+    """The principal of a ``credentials`` row, if ``secret`` is its secret and it is not
+    revoked; else UNAUTHENTICATED (the same error for both, so neither is revealed)."""
+    if row is None or row["revoked_at_ms"] is not None:
+        raise unauthenticated()
+    if not secret_matches(secret, row["secret_hash"]):
+        raise unauthenticated()
+    return Principal(row["id"], Role(row["role"]), frozenset(orjson.loads(row["queues"])))
 
 
 def require_role(p: Principal, roles: Iterable[Role]) -> None:

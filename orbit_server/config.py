@@ -1,4 +1,4 @@
-"""Server configuration: one frozen dataclass with the defaults of docs/server-design.
+"""Server configuration: one frozen dataclass with its defaults (docs/deployment.md, docs/cli.md).
 
 ``ServerConfig.from_env`` reads ORBIT_DB, ORBIT_HOST and ORBIT_PORT; explicit keyword
 arguments (the CLI's options) win over the environment. Nothing here touches the disk: the

@@ -17,9 +17,11 @@ returns the list of actions (actions.py) the driver must perform, in order:
 Rules it keeps (SPEC §4, docs/protocol.md):
 
 - hello → welcome → one ``resume`` request with every started attempt → only then credit.
-- A handler runs (Execute) only after ``start`` answered ok, at most once per attempt.
+- A handler runs (Execute) only after ``start`` (or the ``claim`` that started it) answered
+  ok, at most once per attempt.
 - One control request in flight; queued operations go out together in the next request
-  (≤ max_batch_ops); at most one renewal per attempt is ever queued.
+  (≤ max_batch_ops); at most one renewal per attempt is ever queued. A request of starts
+  and finishes only waits (≤ BATCH_HOLD_MAX) for a short handler about to finish.
 - Local lease expiry = send time of the granting request + lease_ms (lease.py); at expiry,
   on a stale/expired renewal answer or on a ``cancel`` push the child is killed at once.
 - Credit = free slots - outstanding credit, free slots = capacity - executing - reserved

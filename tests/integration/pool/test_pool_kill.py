@@ -220,9 +220,13 @@ def test_a_result_that_arrives_after_the_kill_is_dropped() -> None:
     async def scenario() -> ChildOutcome:
         async with running_pool(1) as pool:
             req = request("echo")
+            await pool.wait_idle(1)  # the child is ready, so execute() sends at once
             task = asyncio.create_task(pool.execute(req))
-            for _ in range(3):
-                await asyncio.sleep(0)  # execute() has sent the run frame
+            for _ in range(100):  # bounded: execute() takes the child and sends the frame
+                await asyncio.sleep(0)
+                if pool.stats().busy == 1:
+                    break
+            assert pool.stats().busy == 1
             # Block the loop: the child answers, but the parent has not read it yet.
             time.sleep(0.3)
             assert pool.kill(req.attempt_id, "LEASE_LOST")
