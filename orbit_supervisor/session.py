@@ -575,6 +575,11 @@ class Session:
 
     def _on_claim_result(self, op: ClaimOp, result: OpResult, sent_at: float, now: float,
                          actions: list[Action]) -> None:
+        if not result.ok and result.error_code in RETRYABLE_CODES:
+            # The claim may have been applied (a commit whose answer was lost): only its
+            # receipt tells, so it goes again with its msg_id and keeps its slots meanwhile.
+            self._pending[op.msg_id] = _Pending(op, sent_at)
+            return
         self._claiming = max(0, self._claiming - op.count)
         if not result.ok:
             return  # nothing was claimed; the slots are offered again as credit

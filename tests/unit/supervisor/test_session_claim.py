@@ -75,21 +75,19 @@ def test_unfilled_slots_become_credit_and_are_not_offered_twice() -> None:
     assert s.outstanding_credit == 1 and s.free_slots() == 1
 
 
-def test_a_failed_finish_gets_no_claim_and_the_retry_claims_again() -> None:
+def test_a_claim_after_a_rejected_finish_claims_nothing_and_the_slot_is_offered() -> None:
     s, _ = ready(capacity=1)
     res = run_one(s, 0.0)
     (req,) = requests(s.execution_finished(res.attempt_id, FakeOutcome(), 0.5))
-    assert kinds(req) == ["finish", "claim"]
-    busy = Response(req.id, tuple(OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE, "later")
-                                  for op in req.ops))
-    acts = s.frame_received(busy, 0.6)
-    # The slot is still unconfirmed: no credit; the finish goes again with a new claim.
-    assert credits(acts) == 0 and s.outstanding_credit == 0
-    (retry,) = requests(acts)
-    assert retry.ops[0].msg_id == req.ops[0].msg_id and kinds(retry) == ["finish", "claim"]
-    assert retry.ops[1].msg_id != req.ops[1].msg_id
-    acts = s.frame_received(ok_for(retry), 0.7)
-    assert s.outstanding_credit == 1 and not s.attempts
+    finish, claim = req.ops
+    # The server claims nothing after a finish it did not answer ok (here: not this
+    # worker's attempt any more); the report is settled, so the slot is free again.
+    answer_ = Response(req.id, (
+        OpResult(finish.msg_id, False, ErrorCode.PERMISSION_DENIED, "not yours"),
+        OpResult(claim.msg_id, True, claimed=(), credited=0)))
+    acts = s.frame_received(answer_, 0.6)
+    assert ("report_rejected", "PERMISSION_DENIED") in events(acts)
+    assert credits(acts) == 1 and s.outstanding_credit == 1 and not s.attempts
 
 
 def test_a_claimed_attempt_whose_lease_is_gone_never_runs_and_is_reported() -> None:
@@ -138,3 +136,22 @@ def test_no_claims_while_stopping() -> None:
     assert all("claim" not in kinds(r) for r in sent)
     assert sorted(k for r in sent for k in kinds(r)) == ["drain", "finish"]
     assert finishes(acts) and s.done
+
+
+def test_a_claim_answered_unavailable_is_resent_with_its_msg_id() -> None:
+    # UNAVAILABLE may come from a commit whose answer was lost: the claim may have started
+    # tasks, and only the same msg_id (its receipt) tells which.
+    s, _ = ready(capacity=1)
+    res = run_one(s, 0.0)
+    (req,) = requests(s.execution_finished(res.attempt_id, FakeOutcome(), 0.5))
+    finish, claim = req.ops
+    busy = Response(req.id, tuple(OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE, "later")
+                                  for op in req.ops))
+    acts = s.frame_received(busy, 0.6)
+    assert credits(acts) == 0  # the claim's slot stays taken while its answer is unknown
+    (retry,) = requests(acts)
+    assert [op.msg_id for op in retry.ops] == [finish.msg_id, claim.msg_id]
+    replayed = started(lease_ms=2000)
+    acts = s.frame_received(answer(retry, (replayed,), 0), 0.7)
+    assert executes(acts) == [replayed.attempt_id]
+    assert s.attempts[replayed.attempt_id].lease.expires_at == 2.5  # from the first send

@@ -57,7 +57,7 @@ class Model:
     attempts: dict[str, ServerAttempt] = field(default_factory=dict)
     receipts: dict[str, OpResult] = field(default_factory=dict)
     credit: int = 0
-    backlog: int = 0  # tasks a claim can take
+    backlog: int = 4  # tasks a claim can take (more come with tasks_submitted)
 
 
 class SessionMachine(RuleBasedStateMachine):
@@ -243,10 +243,29 @@ class SessionMachine(RuleBasedStateMachine):
                 results.append(self.answer_after(op, results, request))
         self.apply(self.s.frame_received(Response(request.id, tuple(results)), self.now))
 
-    @precondition(lambda self: not self.finished and self.online and bool(self.sent))
+    @precondition(lambda self: not self.finished and self.inflight is not None)
+    @rule(data=st.data())
+    def server_applies_but_the_answer_says_unavailable(self, data: st.DataObject) -> None:
+        """The commit happened but the worker hears UNAVAILABLE (a database connection lost
+        during COMMIT): only a resend with the same msg_id learns what was applied."""
+        request = self.inflight
+        assert request is not None
+        self.inflight = None
+        applied: list[OpResult] = []
+        heard: list[OpResult] = []
+        for op in request.ops:
+            applied.append(self.answer_after(op, applied, request))
+            heard.append(OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE)
+                         if data.draw(st.booleans()) else applied[-1])
+        self.apply(self.s.frame_received(Response(request.id, tuple(heard)), self.now))
+
+    @precondition(lambda self: not self.finished and self.online and bool(self.sent)
+                  and self.server.credit > 0)
     @rule(data=st.data())
     def server_repeats_a_reservation(self, data: st.DataObject) -> None:
-        """A duplicate delivery of an old reservation only reconciles."""
+        """A duplicate delivery of an old reservation only reconciles. Like every
+        reservation the server sends, it spends a credit (docs/protocol.md)."""
+        self.server.credit -= 1
         res = data.draw(st.sampled_from(self.sent))
         self.apply(self.s.frame_received(Reserve((res,)), self.now))
 
@@ -313,6 +332,23 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def never_more_executions_than_slots(self) -> None:
         assert len(self.alive) <= CAPACITY
+
+    @invariant()
+    def no_started_attempt_is_forgotten(self) -> None:
+        """An attempt the server started for this worker (start or claim) is known to the
+        session, or the op that started it is still to be (re)sent: its answer says which."""
+        if self.finished:
+            return
+        outstanding = {p.op.msg_id for p in self.s._pending.values()}
+        if self.s._inflight is not None:
+            outstanding |= {p.op.msg_id for p in self.s._inflight.ops}
+        for msg_id, result in self.server.receipts.items():
+            started = [r.attempt_id for r in result.claimed or ()]
+            for attempt_id in started:
+                att = self.server.attempts[attempt_id]
+                if att.state == "RUNNING" and self.now < att.expires:
+                    assert attempt_id in self.s.attempts or msg_id in outstanding, (
+                        f"{attempt_id}, started by {msg_id}, was forgotten")
 
     @invariant()
     def bounded_known_attempts(self) -> None:
