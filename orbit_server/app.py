@@ -21,6 +21,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from orbit_wire.errors import OrbitError
 from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
@@ -94,7 +95,9 @@ class OrbitServer:
             try:
                 effects = await self.store.call(self.service.reap)
                 self.apply(effects)
-            except Exception:  # a failed pass (e.g. database locked) is retried next tick
+            except OrbitError as exc:  # the database is unavailable: the next pass retries
+                log.warning("reaper pass failed: %s", exc.message)
+            except Exception:  # a bug: reported, and the next pass runs anyway
                 log.exception("reaper pass failed")
             planned = wall_clock_ms() + interval_ms
             while True:  # sleep until the planned pass or an earlier due instant

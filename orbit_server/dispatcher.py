@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from orbit_wire.errors import ErrorCode, ProtocolError
+from orbit_wire.errors import ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
@@ -249,6 +249,9 @@ class Dispatcher:
         for session in batch:
             try:
                 await self._claim(session)
+            except OrbitError as exc:  # the database is unavailable: a later hint retries
+                log.warning("dispatch claim failed for session %s: %s", session.session_id,
+                            exc.message)
             except Exception:  # a failing store must not end dispatching for everyone
                 log.exception("dispatch claim failed for session %s", session.session_id)
 

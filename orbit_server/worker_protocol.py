@@ -179,13 +179,19 @@ class WorkerProtocol(UseCases):
                     ) -> list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]]:
         """Reserve up to ``n`` tasks in ``uow``: (task, RESERVED attempt, task row) each."""
         conn, now = uow.conn, uow.now_ms
+        # Rows this transaction changed are not written yet, so the query still sees them
+        # PENDING (and our own locks never skip them): ask for enough to make up for those.
+        taken = uow.moved_from_pending()
+        want = n + len(taken)
         if len(b.capabilities) > 1 and conn.dialect.name != "sqlite":
-            rows = claims.lock_each(conn, b.queue_id, b.capabilities, now, n)
+            rows = claims.lock_each(conn, b.queue_id, b.capabilities, now, want)
         else:
-            stmt, params = _dispatch_query(b.queue_id, b.capabilities, now, n)
+            stmt, params = _dispatch_query(b.queue_id, b.capabilities, now, want)
             result = conn.execute(stmt, params)
             names = tuple(result.keys())
             rows = [dict(zip(names, r, strict=True)) for r in result.all()]
+        skip = set(taken)
+        rows = [row for row in rows if row["id"] not in skip][:n]
         out: list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]] = []
         actor = b.actor
         for row in rows:

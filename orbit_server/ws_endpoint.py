@@ -127,13 +127,21 @@ class WorkerConnection:
         if session is None:
             return
         if self.server.dispatcher.detach(session):
-            try:
-                effects = await self.server.store.call_worker(
-                    self.server.service.release_reservations, session.instance_id
-                )
-                self.server.apply(effects)
-            except Exception:
-                log.exception("releasing reservations of instance %s failed", session.instance_id)
+            await self._release_reservations(session.instance_id)
+
+    async def _release_reservations(self, instance_id: str) -> None:
+        """Release the instance's unstarted reservations. On failure the reaper releases them
+        once they time out, so the error is only logged (a bug with its traceback)."""
+        server = self.server
+        try:
+            effects = await server.store.call_worker(server.service.release_reservations,
+                                                     instance_id)
+            server.apply(effects)
+        except OrbitError as exc:
+            log.warning("releasing reservations of instance %s failed: %s", instance_id,
+                        exc.message)
+        except Exception:
+            log.exception("releasing reservations of instance %s failed", instance_id)
 
     # -------------------------------------------------------------- output
 
@@ -246,13 +254,7 @@ class WorkerConnection:
             # reservations are released *before* this session can receive new ones.
             older.close(CLOSE_REPLACED, "replaced by a newer connection of this instance")
             dispatcher.detach(older)
-            try:
-                effects = await server.store.call_worker(
-                    server.service.release_reservations, binding.instance_id
-                )
-                server.apply(effects)
-            except Exception:
-                log.exception("releasing reservations of a replaced connection failed")
+            await self._release_reservations(binding.instance_id)
         if self.closing:
             return
         now_ms = server.clock()
@@ -293,7 +295,14 @@ class WorkerConnection:
                 server.waiters.watching,
             )
         except OrbitError as exc:
-            return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
+            if exc.retryable:  # the database is unavailable: nothing was applied, or the
+                # commit's answer was lost; a resend with the same msg_ids tells which
+                return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
+            # Per-op errors are answered per op: one that ends the whole request is a bug,
+            # and must not read as a verdict on the worker's reports (they are resent).
+            log.exception("applying a worker request failed")
+            return [OpResult(op.msg_id, False, ErrorCode.INTERNAL, "internal error; retry")
+                    for op in request.ops]
         except Exception:
             log.exception("applying a worker request failed")
             return [OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE, "try again")

@@ -194,6 +194,13 @@ class UnitOfWork:
             for row in self.conn.execute(ATTEMPTS_BY_ID, {"ids": list(chunk)}).all():
                 self.adopt_attempt_row(dict(zip(ATTEMPT_COLUMN_NAMES, row, strict=True)))
 
+    def moved_from_pending(self) -> list[str]:
+        """Tasks loaded PENDING that this transaction moved on: until ``flush`` the database
+        still shows them PENDING (a second claim in the same transaction must skip them)."""
+        pending = TaskState.PENDING.value
+        return [tid for tid, rec in self.tasks.items()
+                if self._task_snap[tid][0] == pending and rec.state is not TaskState.PENDING]
+
     # ------------------------------------------------------------------ recording
 
     def add_attempt(self, rec: AttemptRec) -> None:
