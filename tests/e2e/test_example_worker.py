@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.examples import run_example
 from support.server import ServerProcess
 
-from orbit_client import Credentials, OrbitClient
+from orbit_client import Credentials
 from orbit_wire.ids import is_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,23 +37,8 @@ def test_normalisation_is_strip_collapse_uppercase() -> None:
 def test_example_prints_the_expected_lines(
     server: ServerProcess, admin_credentials: Credentials, tmp_path: Path
 ) -> None:
-    with OrbitClient(credentials=admin_credentials) as admin:
-        queue = admin.create_queue("example")["id"]
-        admin.create_credential("producer", [queue], path=tmp_path / "producer.json")
-        admin.create_credential("worker", [queue], path=tmp_path / "worker.json")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORBIT_")}
-    env.update(
-        ORBIT_QUEUE_ID=queue,
-        ORBIT_PRODUCER_CREDENTIALS_FILE=str(tmp_path / "producer.json"),
-        ORBIT_CREDENTIALS_FILE=str(tmp_path / "worker.json"),
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "examples.worker"], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert len(lines) == 4, done.stdout
+    lines = run_example("worker", admin_credentials, tmp_path)
+    assert len(lines) == 4, lines
     results = []
     ids = []
     for line in lines[:3]:
