@@ -53,6 +53,7 @@ from .auth import (
     secret_matches,
 )
 from .store import claims, queries
+from .store.prepared import prepared_select
 from .store.retry import transactional
 from .store.rows import UnitOfWork
 from .store.tables import attempts, credentials, instances
@@ -187,9 +188,9 @@ class WorkerProtocol(UseCases):
             rows = claims.lock_each(conn, b.queue_id, b.capabilities, now, want)
         else:
             stmt, params = _dispatch_query(b.queue_id, b.capabilities, now, want)
-            result = conn.execute(stmt, params)
-            names = tuple(result.keys())
-            rows = [dict(zip(names, r, strict=True)) for r in result.all()]
+            query = prepared_select(stmt)
+            names = query.keys
+            rows = [dict(zip(names, r, strict=True)) for r in query.all(conn, params)]
         skip = set(taken)
         rows = [row for row in rows if row["id"] not in skip][:n]
         out: list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]] = []
@@ -484,9 +485,9 @@ def _load_receipts(conn: Connection, instance_id: str,
     wanted = list(dict.fromkeys(msg_ids))
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]
-        for msg_id, op, answer in conn.execute(
-            queries.RECEIPTS_BY_MSG, {"instance_id": instance_id, "msg_ids": chunk}
-        ).all():
+        for msg_id, op, answer in prepared_select(queries.RECEIPTS_BY_MSG).all(
+            conn, {"instance_id": instance_id, "msg_ids": chunk}
+        ):
             out[msg_id] = (op, orjson.loads(answer))
     return out
 

@@ -5,16 +5,23 @@ handing the DBAPI ``executemany`` a list of tuples skips SQLAlchemy's per-row pa
 processing, which otherwise costs more than SQLite's own work. The SQL is still rendered by
 the dialect, so it stays portable (qmark on SQLite, format on PyMySQL); on SQLite it goes
 to the driver's cursor directly.
+
+``PreparedSelect`` does the same for the worker request's look-ups on SQLite (a few rows
+each, where SQLAlchemy's execution context and IN-list expansion cost more than the query):
+the SQL is rendered once per IN-list length. Other dialects run the Core statement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, Select
+
+T = TypeVar("T")
 
 
 class Prepared:
@@ -48,24 +55,87 @@ class Prepared:
         else:
             params = [tuple([r[name] for name in order]) for r in rows]
         if conn.dialect.name == "sqlite":
-            return _run_on_sqlite_cursor(conn, sql, params)
+            return _on_sqlite_cursor(conn, sql, params, _write_rows)
         result = conn.exec_driver_sql(sql, params if len(params) > 1 else params[0])
         return int(result.rowcount)
 
 
-def _run_on_sqlite_cursor(conn: Connection, sql: str, params: list[Any]) -> int:
+# How one value of a rendered SELECT is taken: (_PARAM, name, 0) params[name];
+# (_ITEM, name, i) params[name][i] (an IN list); (_CONST, value, 0) a literal of the statement.
+_PARAM, _ITEM, _CONST = 0, 1, 2
+
+
+class PreparedSelect:
+    """A SELECT whose rows come back as plain tuples, in the order of ``keys``."""
+
+    __slots__ = ("_rendered", "keys", "stmt")
+
+    def __init__(self, stmt: Select[Any]) -> None:
+        self.stmt = stmt
+        self.keys: tuple[str, ...] = tuple(stmt.selected_columns.keys())
+        # (IN-list lengths) -> (SQLite SQL, how to take each positional value)
+        self._rendered: dict[tuple[int, ...], tuple[str, list[tuple[int, Any, int]]]] = {}
+
+    def all(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
+        if conn.dialect.name != "sqlite":
+            return list(conn.execute(self.stmt, dict(params)).all())
+        shape = tuple(len(v) for v in params.values() if isinstance(v, list))
+        hit = self._rendered.get(shape)
+        if hit is None:
+            hit = self._rendered[shape] = self._render(conn, params)
+        sql, order = hit
+        values = [params[a] if kind == _PARAM else params[a][i] if kind == _ITEM else a
+                  for kind, a, i in order]
+        return _on_sqlite_cursor(conn, sql, [values], _fetch_all)
+
+    def _render(self, conn: Connection, params: Mapping[str, Any]
+                ) -> tuple[str, list[tuple[int, Any, int]]]:
+        compiled: Any = self.stmt.compile(dialect=conn.dialect)
+        expanded = compiled.construct_expanded_state(dict(params))
+        if expanded.processors:  # a bind type that converts values: not a plain tuple
+            raise TypeError(f"{self.stmt} has bind processors; use Core execution")
+        item_of = {name: (orig, i) for orig, names in expanded.parameter_expansion.items()
+                   for i, name in enumerate(names)}
+        order: list[tuple[int, Any, int]] = []
+        for name in expanded.positiontup:
+            if name in item_of:
+                order.append((_ITEM, *item_of[name]))
+            elif name in params:
+                order.append((_PARAM, name, 0))
+            else:
+                order.append((_CONST, expanded.parameters[name], 0))
+        return expanded.statement, order
+
+
+@functools.cache
+def prepared_select(stmt: Select[Any]) -> PreparedSelect:
+    """The PreparedSelect of a statement built once (queries.py), shared by its callers."""
+    return PreparedSelect(stmt)
+
+
+def _write_rows(cursor: Any, sql: str, params: list[Any]) -> int:
+    if len(params) > 1:
+        cursor.executemany(sql, params)
+    else:
+        cursor.execute(sql, params[0])
+    return int(cursor.rowcount)
+
+
+def _fetch_all(cursor: Any, sql: str, params: list[Any]) -> list[Any]:
+    cursor.execute(sql, params[0])
+    return list(cursor.fetchall())
+
+
+def _on_sqlite_cursor(conn: Connection, sql: str, params: list[Any],
+                      run: Callable[[Any, str, list[Any]], T]) -> T:
     """SQLite: straight to the driver's cursor, inside the connection's transaction. About a
     tenth of a worker request's store time is SQLAlchemy's per-statement execution context,
-    which these plain writes do not need. Driver errors are raised as SQLAlchemy's, so the
-    retry and fault translation (store.retry) treat them as for any other statement."""
+    which these plain statements do not need. Driver errors are raised as SQLAlchemy's, so
+    the retry and fault translation (store.retry) treat them as for any other statement."""
     dbapi_conn: Any = conn.connection.dbapi_connection
     cursor = dbapi_conn.cursor()
     try:
-        if len(params) > 1:
-            cursor.executemany(sql, params)
-        else:
-            cursor.execute(sql, params[0])
-        return int(cursor.rowcount)
+        return run(cursor, sql, params)
     except conn.dialect.loaded_dbapi.Error as exc:
         raise DBAPIError.instance(sql, params, exc, conn.dialect.loaded_dbapi.Error,
                                   dialect=conn.dialect) from exc

@@ -24,7 +24,7 @@ from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
 from ..domain import AttemptRec, Backoff, TaskRec
 from . import batched_cas, queries
-from .prepared import Prepared
+from .prepared import Prepared, prepared_select
 from .queries import ATTEMPTS_BY_ID, ATTEMPTS_WITH_TASKS_BY_ID, TASKS_BY_ID
 from .tables import attempts, audit, evidence, receipts, tasks
 
@@ -176,7 +176,7 @@ class UnitOfWork:
     def load_tasks(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.tasks]
         for chunk in _chunks(wanted):
-            for row in self.conn.execute(TASKS_BY_ID, {"ids": list(chunk)}).all():
+            for row in prepared_select(TASKS_BY_ID).all(self.conn, {"ids": list(chunk)}):
                 self.adopt_task_row(dict(zip(TASK_REC_COLUMN_NAMES, row, strict=True)))
 
     def load_attempts_and_tasks(self, ids: Iterable[str]) -> None:
@@ -184,14 +184,15 @@ class UnitOfWork:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.attempts]
         split = len(ATTEMPT_COLUMN_NAMES)
         for chunk in _chunks(wanted):
-            for row in self.conn.execute(ATTEMPTS_WITH_TASKS_BY_ID, {"ids": list(chunk)}).all():
+            for row in prepared_select(ATTEMPTS_WITH_TASKS_BY_ID).all(self.conn,
+                                                                      {"ids": list(chunk)}):
                 self.adopt_attempt_row(dict(zip(ATTEMPT_COLUMN_NAMES, row[:split], strict=True)))
                 self.adopt_task_row(dict(zip(TASK_REC_COLUMN_NAMES, row[split:], strict=True)))
 
     def load_attempts(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.attempts]
         for chunk in _chunks(wanted):
-            for row in self.conn.execute(ATTEMPTS_BY_ID, {"ids": list(chunk)}).all():
+            for row in prepared_select(ATTEMPTS_BY_ID).all(self.conn, {"ids": list(chunk)}):
                 self.adopt_attempt_row(dict(zip(ATTEMPT_COLUMN_NAMES, row, strict=True)))
 
     def moved_from_pending(self) -> list[str]:

@@ -1,14 +1,18 @@
-"""store.prepared.Prepared on both stores: rows go in with one call and the rowcount comes
+"""store.prepared on both stores. Prepared: rows go in with one call and the rowcount comes
 back; a driver error is raised as SQLAlchemy's (so store.retry classifies it as for any
-other statement), and the transaction it happened in is rolled back as a whole."""
+other statement), and the transaction it happened in is rolled back as a whole.
+PreparedSelect: the same rows as the Core statement, whatever the IN-list lengths and the
+literals the statement carries."""
 
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from store_support import World
 
+from orbit_server.store import queries
+from orbit_server.store.prepared import PreparedSelect, prepared_select
 from orbit_server.store.rows import INSERT_RECEIPT
 from orbit_server.store.tables import receipts
 
@@ -36,3 +40,36 @@ def test_a_driver_error_is_sqlalchemys_and_rolls_back(world: World) -> None:
         INSERT_RECEIPT.run(conn, [_receipt("x")])
         INSERT_RECEIPT.run(conn, [_receipt("y"), _receipt("x")])  # duplicate key
     assert _count(world) == 0
+
+
+def test_select_gives_the_core_statements_rows(world: World) -> None:
+    with world.engine.begin() as conn:
+        INSERT_RECEIPT.run(conn, [_receipt(f"m{i}") for i in range(5)])
+    query = prepared_select(queries.RECEIPTS_BY_MSG)
+    assert query is prepared_select(queries.RECEIPTS_BY_MSG)  # rendered once, shared
+    assert query.keys == ("msg_id", "op", "answer")
+    with world.engine.connect() as conn:
+        for wanted in (["m0"], ["m4", "m1", "nope"], [f"m{i}" for i in range(5)], ["m2"]):
+            params = {"instance_id": "0" * 32, "msg_ids": wanted}
+            core = sorted(tuple(r) for r in conn.execute(queries.RECEIPTS_BY_MSG, params))
+            assert sorted(tuple(r) for r in query.all(conn, params)) == core
+            assert {r[0] for r in core} == set(wanted) - {"nope"}
+
+
+def test_select_keeps_the_statements_literals(world: World) -> None:
+    """DISPATCH_ONE binds PENDING and OFFSET 0 itself: only PENDING tasks come back."""
+    first, second = world.submit()["id"], world.submit()["id"]
+    world.service.cancel_task(world.producer, second, None)
+    params = {"queue_id": world.queue_id, "handler": "text.normalize", "handler_version": "v1",
+              "payload_version": "v1", "now": world.clock() + 1, "n": 10}
+    with world.engine.connect() as conn:
+        rows = prepared_select(queries.DISPATCH_ONE).all(conn, params)
+    ids = [dict(zip(prepared_select(queries.DISPATCH_ONE).keys, r, strict=True))["id"]
+           for r in rows]
+    assert ids == [first]
+
+
+def test_select_driver_errors_are_sqlalchemys(world: World) -> None:
+    broken = PreparedSelect(select(text("nope FROM receipts")))
+    with pytest.raises((OperationalError, ProgrammingError)), world.engine.connect() as conn:
+        broken.all(conn, {})
