@@ -19,6 +19,7 @@ __all__ = [
     "descendant_pids",
     "kill_pid",
     "killpg",
+    "set_batch_scheduling",
     "set_child_subreaper",
     "set_parent_death_signal",
 ]
@@ -49,6 +50,19 @@ def set_parent_death_signal(sig: int) -> None:
 def set_child_subreaper() -> None:
     """Make orphaned descendants re-parent to this process instead of init."""
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def set_batch_scheduling() -> bool:
+    """Put this process (and what it starts) under SCHED_BATCH: the kernel then never lets
+    it preempt a process that woke it, so a child handed a task over its socket leaves the
+    supervisor's event loop running (lease renewals, kills, the next dispatch) instead of
+    taking its CPU at once; CPU-heavy handlers are what SCHED_BATCH is for. False where the
+    policy is refused (the child then runs under the default policy)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def killpg(pgid: int, sig: int = signal.SIGKILL) -> bool:

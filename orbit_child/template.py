@@ -43,6 +43,7 @@ from .procutil import (
     descendant_pids,
     kill_pid,
     killpg,
+    set_batch_scheduling,
     set_child_subreaper,
     set_parent_death_signal,
 )
@@ -143,6 +144,7 @@ class Template:
             if os.getppid() != self._pid:
                 os._exit(1)  # the template died between fork and prctl
             set_child_subreaper()
+            set_batch_scheduling()
             self._ctl.detach()  # its descriptor is closed below; the object must not reuse it
             close_fds_except({child_fd})
             sock = socket.socket(fileno=child_fd)

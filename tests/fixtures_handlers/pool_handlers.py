@@ -40,7 +40,8 @@ async def async_echo(execution: Execution) -> Any:
 def whoami(execution: Execution) -> Any:
     loaded = sorted({name.split(".")[0] for name in sys.modules})
     return {"pid": os.getpid(), "imported_in": IMPORTED_IN,
-            "loaded": [m for m in loaded if m in ("orbit_supervisor", "websockets", "psutil")]}
+            "loaded": [m for m in loaded if m in ("orbit_supervisor", "websockets", "psutil")],
+            "policy": os.sched_getscheduler(0)}
 
 
 def sleep(execution: Execution) -> Any:

@@ -47,14 +47,21 @@ def test_async_handler() -> None:
 
 
 def test_handler_module_is_imported_once_in_the_template() -> None:
-    async def scenario() -> tuple[list[dict[str, int]], int | None]:
+    async def scenario() -> tuple[list[dict[str, int]], int | None, int]:
         async with running_pool(2) as pool:
             outs = [await pool.execute(request("whoami")) for _ in range(4)]
-            return [orjson.loads(o.result_json or "") for o in outs], pool.template_pid
-    results, template_pid = run(scenario())
+            assert pool.template_pid is not None
+            template_policy = os.sched_getscheduler(pool.template_pid)
+            return ([orjson.loads(o.result_json or "") for o in outs], pool.template_pid,
+                    template_policy)
+    results, template_pid, template_policy = run(scenario())
     assert {r["imported_in"] for r in results} == {template_pid}
     assert all(r["pid"] != template_pid for r in results)
     assert all(r["loaded"] == [] for r in results)  # no supervisor code in handler processes
+    # Children run under SCHED_BATCH (they never preempt the parent that woke them); the
+    # template and this process keep the default policy.
+    assert {r["policy"] for r in results} == {os.SCHED_BATCH}
+    assert template_policy == os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
 @pytest.mark.parametrize(
