@@ -1,6 +1,7 @@
 """Engine creation and schema migration.
 
-SQLite connections get WAL, synchronous=FULL, a busy timeout and foreign keys, and every
+SQLite connections get WAL (checkpointed every WAL_AUTOCHECKPOINT_PAGES), synchronous=FULL,
+a busy timeout and foreign keys, and every
 write transaction starts with ``BEGIN IMMEDIATE`` so two writers never deadlock while
 upgrading a read lock (the pysqlite recipe from the SQLAlchemy docs: the driver's own
 transaction handling is switched off and the ``begin`` event emits BEGIN itself). A
@@ -33,6 +34,11 @@ from orbit_wire.errors import ErrorCode, OrbitError
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 BUSY_TIMEOUT_MS = 10_000
+# WAL pages between automatic checkpoints (SQLite's default is 1000). A worker request
+# writes about 20 pages, mostly the same hot index and table pages each time; checkpointing
+# every 10,000 copies each of those once per ~500 requests instead of once per ~50, which
+# took a tenth of the store time off a finish + claim request. The WAL file grows to ~40 MiB.
+WAL_AUTOCHECKPOINT_PAGES = 10_000
 # MySQL: seconds a statement waits for a row lock before failing (then retried, bounded).
 LOCK_WAIT_TIMEOUT_S = 5
 # MySQL: seconds to connect, and to wait for one answer, before the connection counts as lost.
@@ -115,6 +121,7 @@ def _sqlite_on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> No
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA cache_size=-32768")  # 32 MiB of page cache

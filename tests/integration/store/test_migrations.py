@@ -8,6 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from orbit_server.store import create_engine_for, current_revision, migrate
+from orbit_server.store.db import WAL_AUTOCHECKPOINT_PAGES
 from orbit_server.store.tables import metadata
 
 
@@ -22,6 +23,8 @@ def test_migration_matches_metadata_and_is_idempotent(tmp_path: Path) -> None:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+            assert (conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
+                    == WAL_AUTOCHECKPOINT_PAGES)
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
             assert (conn.exec_driver_sql("PRAGMA busy_timeout").scalar() or 0) >= 1000
     finally:
