@@ -161,8 +161,9 @@ def write_section(path: Path, section: str) -> None:
     if start is None:
         new = text.rstrip("\n") + "\n\n" + section
     else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
-                   len(lines))
+        # The section ends at the next heading or at another script's section marker.
+        end = next((i for i in range(start + 1, len(lines))
+                    if lines[i].startswith(("## ", "<!-- "))), len(lines))
         tail = "".join(lines[end:])
         new = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
     path.write_text(new)
