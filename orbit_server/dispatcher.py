@@ -26,8 +26,8 @@ from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFram
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
-from .service import NO_CLAIMS, ClaimRoom
 from .store_thread import StoreThread
+from .worker_protocol import NO_CLAIMS, ClaimRoom
 
 log = logging.getLogger("orbit.dispatch")
 

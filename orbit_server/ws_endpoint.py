@@ -40,7 +40,7 @@ from orbit_wire.ids import new_id
 from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
 from .dispatcher import Session
-from .service import NO_CLAIMS, ClaimRoom
+from .worker_protocol import NO_CLAIMS, ClaimRoom
 
 if TYPE_CHECKING:
     from .app import OrbitServer
