@@ -219,7 +219,10 @@ class Session:
         self.config = config
         self._rng = rng  # uniform [0, 1): backoff jitter
         self.conn = Conn.IDLE
-        self.attempts: dict[str, Attempt] = {}
+        self.attempts: dict[str, Attempt] = {}  # changed only by _add, _forget and _move
+        # Attempts per phase, kept with every change: the slot arithmetic asks for these on
+        # every input, and a count over up to 2 x 256 attempts each time would dominate.
+        self._phase_counts: dict[Phase, int] = dict.fromkeys(Phase, 0)
         self._pending: dict[str, _Pending] = {}  # msg_id -> op, in queue order
         self._inflight: _InFlight | None = None
         self._next_request_id = 1
@@ -303,7 +306,7 @@ class Session:
             start_sent = att.phase is Phase.STARTING and self._start_was_sent(att.attempt_id)
             if att.phase is Phase.RESERVED or (att.phase is Phase.STARTING and not start_sent):
                 self._drop_queued_ops(att.attempt_id)
-                del self.attempts[att.attempt_id]
+                self._forget(att)
                 actions.append(_event("reservation_released", att, "CONNECTION_LOST"))
         self.outstanding_credit = 0
         actions += self._disconnected(now)
@@ -362,7 +365,7 @@ class Session:
         )
         self._drop_queued_ops(attempt_id)
         att.lease.lost = True  # nothing runs any more; no renewal is needed
-        att.move(Phase.REPORTING)
+        self._move(att, Phase.REPORTING)
         self._pending[finish.msg_id] = _Pending(finish)
         label = result.outcome.value if result.code is None else f"{result.outcome}:{result.code}"
         actions.append(_event("finished", att, label))
@@ -545,7 +548,7 @@ class Session:
             if result.error_code in RETRYABLE_CODES:
                 self._pending[op.msg_id] = _Pending(op, sent_at)  # same msg_id, later
                 return
-            del self.attempts[op.attempt_id]
+            self._forget(att)
             actions.append(_event("start_rejected", att, str(result.error_code)))
             return
         self._started(att, sent_at, result.lease_ms or 0, now, actions)
@@ -555,7 +558,7 @@ class Session:
         """The server confirmed the start of a STARTING attempt: run it, unless the lease
         already ran out locally or the task was cancelled meanwhile."""
         if att.lease.grant(sent_at, lease_ms, now) and not att.cancelled:
-            att.move(Phase.RUNNING)
+            self._move(att, Phase.RUNNING)
             self.started += 1
             att.running_since = now
             actions.append(_event("started", att))
@@ -566,7 +569,7 @@ class Session:
         reason = KILL_TASK_CANCELLED if att.cancelled else KILL_LEASE_LOST
         att.lease.lost = True
         att.kill_reason = reason
-        att.move(Phase.REPORTING)
+        self._move(att, Phase.REPORTING)
         finish = FinishOp(self._msg_id(), att.attempt_id, att.reservation.epoch,
                           Outcome.UNKNOWN, code="LEASE_LOST",
                           report=Report(kill_reason=reason, renewals=0))
@@ -589,7 +592,7 @@ class Session:
                 continue  # a duplicate confirmation only reconciles
             att = Attempt(res, Lease(res.lease_ttl_ms, margin=self.config.report_margin),
                           phase=Phase.STARTING)
-            self.attempts[res.attempt_id] = att
+            self._add(att)
             actions.append(_event("reserved", att))
             self._started(att, sent_at, res.lease_ms or 0, now, actions)
 
@@ -622,7 +625,7 @@ class Session:
         if not result.ok and result.error_code in RETRYABLE_CODES:
             self._pending[op.msg_id] = _Pending(op)
             return
-        del self.attempts[op.attempt_id]
+        self._forget(att)
         if not result.ok:
             actions.append(_event("report_rejected", att, str(result.error_code)))
         elif result.disposition is Disposition.EVIDENCE_ONLY:
@@ -664,8 +667,7 @@ class Session:
                     self.dropped_reservations += 1
                 actions.append(_event("reservation_dropped", None, reason, res))
                 continue
-            self.attempts[res.attempt_id] = Attempt(
-                res, Lease(res.lease_ttl_ms, margin=self.config.report_margin))
+            self._add(Attempt(res, Lease(res.lease_ttl_ms, margin=self.config.report_margin)))
             actions.append(_event("reserved", None, None, res))
 
     def _on_cancel(self, frame: Cancel, now: float, actions: list[Action]) -> None:
@@ -679,7 +681,7 @@ class Session:
         elif att.phase is Phase.STARTING:
             att.cancelled = True
         elif att.phase is Phase.RESERVED:
-            del self.attempts[att.attempt_id]
+            self._forget(att)
 
     def _on_error(self, frame: ErrorFrame, now: float, actions: list[Action]) -> None:
         if frame.code in FATAL_CODES:
@@ -742,7 +744,7 @@ class Session:
             if slots <= 0:
                 return
             if att.phase is Phase.RESERVED:
-                att.move(Phase.STARTING)
+                self._move(att, Phase.STARTING)
                 op = StartOp(self._msg_id(), att.attempt_id, att.reservation.epoch)
                 self._pending[op.msg_id] = _Pending(op)
                 slots -= 1
@@ -796,7 +798,7 @@ class Session:
     def _kill(self, att: Attempt, reason: str, actions: list[Action]) -> None:
         if att.phase is not Phase.RUNNING:
             return
-        att.move(Phase.KILLING)
+        self._move(att, Phase.KILLING)
         att.kill_reason = reason
         self._drop_queued_ops(att.attempt_id)
         att.lease.renewing = False
@@ -864,7 +866,26 @@ class Session:
                 del self._pending[msg_id]
 
     def _count(self, *phases: Phase) -> int:
-        return sum(1 for att in self.attempts.values() if att.phase in phases)
+        counts = self._phase_counts
+        return sum(counts[phase] for phase in phases)
+
+    def phase_counts(self) -> dict[Phase, int]:
+        """Known attempts per phase (kept incrementally; tests check it against a count)."""
+        return dict(self._phase_counts)
+
+    def _add(self, att: Attempt) -> None:
+        self.attempts[att.attempt_id] = att
+        self._phase_counts[att.phase] += 1
+
+    def _forget(self, att: Attempt) -> None:
+        del self.attempts[att.attempt_id]
+        self._phase_counts[att.phase] -= 1
+
+    def _move(self, att: Attempt, to: Phase) -> None:
+        before = att.phase
+        att.move(to)  # raises on a transition outside _TRANSITIONS
+        self._phase_counts[before] -= 1
+        self._phase_counts[to] += 1
 
     def _msg_id(self) -> str:
         # Unique for the instance's lifetime: the instance ID itself is never reused.

@@ -13,6 +13,7 @@ the machine chooses, after any delay; connections drop at random moments. Invari
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from supervisor_session_harness import FakeOutcome, make_session, reservation, welcome
 
 from orbit_supervisor.actions import Action, CloseConnection, Connect, Execute, Kill, SendFrame
-from orbit_supervisor.session import Conn
+from orbit_supervisor.session import Conn, Phase
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import (
     Cancel,
@@ -349,6 +350,12 @@ class SessionMachine(RuleBasedStateMachine):
                 if att.state == "RUNNING" and self.now < att.expires:
                     assert attempt_id in self.s.attempts or msg_id in outstanding, (
                         f"{attempt_id}, started by {msg_id}, was forgotten")
+
+    @invariant()
+    def phase_counts_match_the_attempts(self) -> None:
+        """The incrementally kept counts the slot arithmetic uses equal a fresh count."""
+        fresh = Counter(att.phase for att in self.s.attempts.values())
+        assert self.s.phase_counts() == {phase: fresh[phase] for phase in Phase}
 
     @invariant()
     def bounded_known_attempts(self) -> None:
