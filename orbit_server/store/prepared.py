@@ -79,7 +79,7 @@ class PreparedSelect:
     def all(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         if conn.dialect.name != "sqlite":
             return list(conn.execute(self.stmt, dict(params)).all())
-        shape = tuple(len(v) for v in params.values() if isinstance(v, list))
+        shape = tuple(len(v) for v in params.values() if isinstance(v, list | tuple))
         hit = self._rendered.get(shape)
         if hit is None:
             hit = self._rendered[shape] = self._render(conn, params)

@@ -49,9 +49,11 @@ def test_select_gives_the_core_statements_rows(world: World) -> None:
     assert query is prepared_select(queries.RECEIPTS_BY_MSG)  # rendered once, shared
     assert query.keys == ("msg_id", "op", "answer")
     with world.engine.connect() as conn:
-        for wanted in (["m0"], ["m4", "m1", "nope"], [f"m{i}" for i in range(5)], ["m2"]):
+        for wanted in (["m0"], ["m4", "m1", "nope"], [f"m{i}" for i in range(5)], ("m2",),
+                       ("m3", "m0")):
             params = {"instance_id": "0" * 32, "msg_ids": wanted}
-            core = sorted(tuple(r) for r in conn.execute(queries.RECEIPTS_BY_MSG, params))
+            core = sorted(tuple(r) for r in conn.execute(queries.RECEIPTS_BY_MSG,
+                                                         {**params, "msg_ids": list(wanted)}))
             assert sorted(tuple(r) for r in query.all(conn, params)) == core
             assert {r[0] for r in core} == set(wanted) - {"nope"}
 
