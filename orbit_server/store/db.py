@@ -1,12 +1,11 @@
 """Engine creation and schema migration.
 
 SQLite connections get WAL (checkpointed every WAL_AUTOCHECKPOINT_PAGES), synchronous=FULL,
-a busy timeout and foreign keys, and every
-write transaction starts with ``BEGIN IMMEDIATE`` so two writers never deadlock while
-upgrading a read lock (the pysqlite recipe from the SQLAlchemy docs: the driver's own
-transaction handling is switched off and the ``begin`` event emits BEGIN itself). A
-connection with the execution option ``orbit_read_only=True`` begins a plain deferred
-transaction instead.
+a busy timeout and foreign keys, and every write transaction starts with ``BEGIN IMMEDIATE``
+so two writers never deadlock while upgrading a read lock (the pysqlite recipe from the
+SQLAlchemy docs: the driver's own transaction handling is switched off and the ``begin``
+event emits BEGIN itself). A connection with the execution option ``orbit_read_only=True``
+begins a plain deferred transaction instead.
 
 MySQL/MariaDB URLs (``mysql://`` or ``mariadb://``) run on PyMySQL: the server's store calls
 are synchronous SQLAlchemy Core on a store thread (docs/deployment.md says why). Their
