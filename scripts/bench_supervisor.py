@@ -35,6 +35,7 @@ import multiprocessing
 import os
 import platform
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -283,6 +284,52 @@ def _burn(count: int, results: Any) -> None:
     results.put(count / (time.perf_counter() - t0))
 
 
+def fsync_latency_us(workdir: Path, count: int = 200) -> float:
+    """p50 of one 4 KiB overwrite + fsync in the work directory: every worker request waits
+    for one such commit, and the host's disk moves it between rounds."""
+    path = workdir / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, b"\0" * 4096 * 16)
+        os.fsync(fd)
+        times = []
+        for i in range(count):
+            t0 = time.perf_counter()
+            os.pwrite(fd, b"x" * 4096, (i % 16) * 4096)
+            os.fsync(fd)
+            times.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return pct(times, 0.5) * 1e6
+
+
+def ipc_round_trip_us(count: int = 2000) -> float:
+    """p50 of a one-byte round trip between two processes over a socketpair: how fast the
+    host wakes and switches processes right now. Every task crosses several such hops
+    (producer, server, supervisor, child), and the 10 ms ceiling cannot show their speed."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # echo until the other end closes
+        ours.close()
+        while data := theirs.recv(64):
+            theirs.send(data)
+        os._exit(0)
+    theirs.close()
+    times = []
+    try:
+        for i in range(count + 100):
+            t0 = time.perf_counter()
+            ours.send(b"x")
+            ours.recv(64)
+            if i >= 100:  # the first ones warm up
+                times.append(time.perf_counter() - t0)
+    finally:
+        ours.close()
+        os.waitpid(pid, 0)
+    return pct(times, 0.5) * 1e6
+
+
 def bench_bare_ceiling(count: int) -> dict[str, Any]:
     """The same 10 ms CPU handler function in two plain processes at once, back to back:
     what the two cores give this work on this machine right now, with no Orbit at all. Each
@@ -446,6 +493,8 @@ def render(r: dict[str, Any]) -> str:
     cpu4 = median_run([x["throughput"]["cpu10_w4"] for x in rounds])
     bare = median_run([x["bare"] for x in rounds])
     rss_mib = max(x["throughput"]["rss_mib"] for x in rounds)
+    fsync_text = ", ".join(f"{x['fsync_us']:.0f}" for x in rounds)
+    ipc_text = ", ".join(f"{x['ipc_us']:.0f}" for x in rounds)
     theory = WORKERS * 1000.0 / CPU_TASK_MS
     ceiling = bare["per_s"]
     machine = (f"{os.cpu_count()} CPUs (nproc), Python {platform.python_version()}, "
@@ -522,7 +571,11 @@ def render(r: dict[str, Any]) -> str:
         "of a no-op handler on one child, in process.",
         "",
         f"CPU per task (user + system, whole run / tasks): no-op: {cpu_text(noop)}; "
-        f"10 ms tasks with `--workers {WORKERS}`: {cpu_text(cpu)}.",
+        f"10 ms tasks with `--workers {WORKERS}`: {cpu_text(cpu)}. A 4 KiB write + fsync "
+        f"in the work directory took (p50) {fsync_text} µs before the rounds: each worker "
+        f"request waits for one commit. A process-to-process round trip over a socketpair took "
+        f"(p50) {ipc_text} µs: every task crosses several such hops, and this figure moves "
+        "with the host between runs.",
         "",
         "Where the time goes. A busy slot is refilled in one round trip: the request that",
         "reports a finish ends with a `claim`, and the server reserves **and starts** the next",
@@ -584,6 +637,8 @@ def main() -> None:
             rounds = []
             for _ in range(args.rounds):
                 rounds.append({"bare": bench_bare_ceiling(args.cpu_tasks),
+                               "fsync_us": fsync_latency_us(workdir),
+                               "ipc_us": ipc_round_trip_us(),
                                "throughput": bench_throughput(env, args.noop_tasks,
                                                               args.cpu_tasks)})
             result["rounds"] = rounds
