@@ -21,7 +21,6 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from orbit_wire.errors import OrbitError
 from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
@@ -29,6 +28,7 @@ from .dispatcher import Dispatcher
 from .http_api import http_exception_handlers, http_routes
 from .service import Effects, Service
 from .store.db import create_engine_for, is_sqlite, migrate
+from .store.retry import faults_logged
 from .store_thread import StoreThread
 from .waiters import TaskWaiters
 from .ws_endpoint import ws_routes
@@ -92,13 +92,9 @@ class OrbitServer:
         The reap's own effects make due retries dispatchable (``ready_queues``)."""
         interval_ms = self.config.reaper_interval_ms
         while True:
-            try:
+            with faults_logged(log, "reaper pass failed"):  # the next pass runs anyway
                 effects = await self.store.call(self.service.reap)
                 self.apply(effects)
-            except OrbitError as exc:  # the database is unavailable: the next pass retries
-                log.warning("reaper pass failed: %s", exc.message)
-            except Exception:  # a bug: reported, and the next pass runs anyway
-                log.exception("reaper pass failed")
             planned = wall_clock_ms() + interval_ms
             while True:  # sleep until the planned pass or an earlier due instant
                 target = planned

@@ -21,11 +21,12 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from orbit_wire.errors import ErrorCode, OrbitError, ProtocolError
+from orbit_wire.errors import ErrorCode, ProtocolError
 from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
+from .store.retry import faults_logged
 from .store_thread import StoreThread
 from .worker_protocol import NO_CLAIMS, ClaimRoom
 
@@ -247,13 +248,9 @@ class Dispatcher:
         batch = sorted(self._dirty.values(), key=lambda s: s.served_seq)
         self._dirty.clear()
         for session in batch:
-            try:
+            # A failing store must not end dispatching for everyone; a later hint retries.
+            with faults_logged(log, "dispatch claim failed for session %s", session.session_id):
                 await self._claim(session)
-            except OrbitError as exc:  # the database is unavailable: a later hint retries
-                log.warning("dispatch claim failed for session %s: %s", session.session_id,
-                            exc.message)
-            except Exception:  # a failing store must not end dispatching for everyone
-                log.exception("dispatch claim failed for session %s", session.session_id)
 
     async def _claim(self, session: Session) -> None:
         if not session.wants_work:

@@ -40,6 +40,7 @@ from orbit_wire.ids import new_id
 from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
 from .dispatcher import Session
+from .store.retry import faults_logged
 from .worker_protocol import NO_CLAIMS, ClaimRoom
 
 if TYPE_CHECKING:
@@ -133,15 +134,10 @@ class WorkerConnection:
         """Release the instance's unstarted reservations. On failure the reaper releases them
         once they time out, so the error is only logged (a bug with its traceback)."""
         server = self.server
-        try:
+        with faults_logged(log, "releasing reservations of instance %s failed", instance_id):
             effects = await server.store.call_worker(server.service.release_reservations,
                                                      instance_id)
             server.apply(effects)
-        except OrbitError as exc:
-            log.warning("releasing reservations of instance %s failed: %s", instance_id,
-                        exc.message)
-        except Exception:
-            log.exception("releasing reservations of instance %s failed", instance_id)
 
     # -------------------------------------------------------------- output
 

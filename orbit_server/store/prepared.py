@@ -78,7 +78,7 @@ class PreparedSelect:
 
     def all(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         if conn.dialect.name != "sqlite":
-            return list(conn.execute(self.stmt, dict(params)).all())
+            return list(conn.execute(self.stmt, params).all())
         shape = tuple(len(v) for v in params.values() if isinstance(v, list | tuple))
         hit = self._rendered.get(shape)
         if hit is None:

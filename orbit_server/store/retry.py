@@ -20,19 +20,21 @@ bugs, reported as INTERNAL by the adapters.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from orbit_wire.errors import ErrorCode, OrbitError
 
-__all__ = ["MAX_TRIES", "is_retryable_conflict", "transactional", "translate"]
+__all__ = ["MAX_TRIES", "faults_logged", "is_retryable_conflict", "transactional",
+           "translate"]
 
 log = logging.getLogger("orbit.store")
 
@@ -44,6 +46,19 @@ _CONFLICTS = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT})
 _PAUSE_S = (0.002, 0.02)
 
 C = TypeVar("C", bound=type)
+
+
+@contextlib.contextmanager
+def faults_logged(logger: logging.Logger, failed: str, *args: object) -> Iterator[None]:
+    """For background store calls that a later pass retries: swallow what the block raises,
+    logging a database fault (``OrbitError``) as one warning line and anything else (a bug)
+    with its traceback. ``failed`` is the %-style message, e.g. "reaper pass failed"."""
+    try:
+        yield
+    except OrbitError as exc:
+        logger.warning(f"{failed}: %s", *args, exc.message)
+    except Exception:
+        logger.exception(failed, *args)
 
 
 def _errno(exc: DBAPIError) -> int | None:
