@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+from orbit_wire.errors import ErrorCode, OrbitError
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -73,10 +75,11 @@ class StoreThread:
 
     async def _submit(self, lane: deque[_Item], fn: Callable[..., T], args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> T:
+        if self._closing:  # the server is stopping: a client retries, elsewhere or later
+            raise OrbitError(ErrorCode.UNAVAILABLE, "the server is shutting down; retry",
+                             retryable=True)
         if self._loop is None or self._thread is None:
             raise RuntimeError("StoreThread.start() was not called")
-        if self._closing:
-            raise RuntimeError("the store thread is closed")
         fut: asyncio.Future[T] = self._loop.create_future()
         call: Callable[..., T] = (lambda: fn(*args, **kwargs)) if kwargs else fn
         with self._cv:

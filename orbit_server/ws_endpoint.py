@@ -70,6 +70,20 @@ MAX_QUEUED_FRAMES = 10_000
 FLUSH_TIMEOUT_S = 2.0
 
 
+def failed_request_answers(request: Request, exc: Exception) -> list[OpResult]:
+    """The answer to every op of a request whose transaction failed as a whole: the
+    retryable fault's own code (the database unavailable, the server stopping: nothing was
+    applied, or the commit's answer was lost, and a resend with the same msg_ids tells which),
+    else INTERNAL. Per-op errors are answered per op, so anything else ending a whole request
+    is a server fault (logged with its traceback), never a verdict on the worker's reports;
+    both codes are retryable for the worker."""
+    if isinstance(exc, OrbitError) and exc.retryable:
+        return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
+    log.error("applying a worker request failed", exc_info=exc)
+    return [OpResult(op.msg_id, False, ErrorCode.INTERNAL, "internal error; retry")
+            for op in request.ops]
+
+
 class _Close:
     """Writer-queue sentinel: close the socket with this code after the frames before it."""
 
@@ -290,19 +304,8 @@ class WorkerConnection:
                 server.service.apply_ops, session.binding, request.ops, room,
                 server.waiters.watching,
             )
-        except OrbitError as exc:
-            if exc.retryable:  # the database is unavailable: nothing was applied, or the
-                # commit's answer was lost; a resend with the same msg_ids tells which
-                return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
-            # Per-op errors are answered per op: one that ends the whole request is a bug,
-            # and must not read as a verdict on the worker's reports (they are resent).
-            log.exception("applying a worker request failed")
-            return [OpResult(op.msg_id, False, ErrorCode.INTERNAL, "internal error; retry")
-                    for op in request.ops]
-        except Exception:
-            log.exception("applying a worker request failed")
-            return [OpResult(op.msg_id, False, ErrorCode.UNAVAILABLE, "try again")
-                    for op in request.ops]
+        except Exception as exc:
+            return failed_request_answers(request, exc)
         server.apply(effects)
         return list(results)
 

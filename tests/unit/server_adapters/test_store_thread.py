@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from orbit_server.store_thread import WORKER_STREAK, StoreThread
+from orbit_wire.errors import ErrorCode, OrbitError
 
 pytestmark = pytest.mark.asyncio
 
@@ -83,3 +84,14 @@ async def test_a_cancelled_caller_does_not_break_the_thread() -> None:
         assert await store.call(lambda: "still here") == "still here"
     finally:
         store.close()
+
+
+async def test_a_closed_store_thread_answers_unavailable_retryable() -> None:
+    store = StoreThread()
+    store.start()
+    assert await store.call(lambda: 1) == 1
+    store.close()
+    with pytest.raises(OrbitError) as caught:
+        await store.call_worker(lambda: 2)
+    assert caught.value.code is ErrorCode.UNAVAILABLE
+    assert caught.value.retryable
