@@ -1,9 +1,9 @@
 """Composition of the Orbit server: config → engine → store thread → Service → adapters.
 
-``OrbitServer`` owns every long-lived part (store thread, dispatcher, reaper loop) and the
-Starlette app; ``serve(config)`` runs it under uvicorn until SIGTERM/SIGINT. Shutdown order:
-uvicorn stops accepting and closes connections, then the lifespan stops the reaper and the
-dispatcher and finally drains and closes the store thread.
+``OrbitServer`` owns every long-lived part (store thread, dispatcher, reaper and receipt
+prune loops) and the Starlette app; ``serve(config)`` runs it under uvicorn until
+SIGTERM/SIGINT. Shutdown order: uvicorn stops accepting and closes connections, then the
+lifespan stops the loops and the dispatcher and finally drains and closes the store thread.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ log = logging.getLogger("orbit.server")
 # file has one server, which hints every change itself: there the poll is only a safety net.
 DISPATCH_POLL_S = 0.5
 DISPATCH_POLL_SQLITE_S = 2.0
+# Receipts past the retention are deleted at start and then this often, a batch per
+# transaction until none is left (at most RECEIPT_PRUNE_MAX_BATCHES per pass).
+RECEIPT_PRUNE_PERIOD_S = 60.0
+RECEIPT_PRUNE_MAX_BATCHES = 1_000
 _NEVER = 2**63
 
 
@@ -112,6 +116,17 @@ class OrbitServer:
             self._next_due_ms = None
             self._reaper_at_ms = _NEVER
 
+    async def _receipt_prune_loop(self) -> None:
+        """Delete receipts past the retention. Each batch is its own call on the store
+        thread's normal lane, so worker requests and other calls take turns with it."""
+        while True:
+            with faults_logged(log, "receipt prune failed"):  # the next pass runs anyway
+                for _ in range(RECEIPT_PRUNE_MAX_BATCHES):
+                    deleted = await self.store.call(self.service.prune_receipts)
+                    if deleted < self.config.reap_batch:
+                        break
+            await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
+
     async def _dispatch_poll_loop(self) -> None:
         period = DISPATCH_POLL_SQLITE_S if is_sqlite(self.config.db_url) else DISPATCH_POLL_S
         while True:
@@ -125,6 +140,7 @@ class OrbitServer:
         self._tasks = [
             asyncio.create_task(self._reaper_loop(), name="orbit-reaper"),
             asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
+            asyncio.create_task(self._receipt_prune_loop(), name="orbit-receipt-prune"),
         ]
         log.info("orbit-server ready on %s:%s", self.config.host, self.config.port)
         try:

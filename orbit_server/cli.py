@@ -66,12 +66,15 @@ def main(ctx: click.Context) -> None:
               help="Extra wait after a lease expiry before a retry may start (default 2000).")
 @click.option("--reaper-interval-ms", type=click.IntRange(1, 60_000),
               help="Lease reaper period (default 100).")
+@click.option("--receipt-retention-hours", type=click.IntRange(1, 87_600),
+              help="Delete operation receipts this many hours old (default 24).")
 @click.option("--log-level", default="warning",
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(db_url: str | None = None, host: str | None = None, port: int | None = None,
           tls_cert: str | None = None, tls_key: str | None = None,
           session_ttl_ms: int | None = None, kill_grace_ms: int | None = None,
-          reaper_interval_ms: int | None = None, log_level: str = "warning") -> None:
+          reaper_interval_ms: int | None = None, receipt_retention_hours: int | None = None,
+          log_level: str = "warning") -> None:
     """Migrate the database to the latest schema and serve until SIGTERM/SIGINT."""
     from .app import serve as run
 
@@ -81,7 +84,9 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = _config(db_url=db_url, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                      session_ttl_ms=session_ttl_ms, kill_grace_ms=kill_grace_ms,
-                     reaper_interval_ms=reaper_interval_ms)
+                     reaper_interval_ms=reaper_interval_ms,
+                     receipt_retention_ms=None if receipt_retention_hours is None
+                     else receipt_retention_hours * 3_600_000)
     with _one_line_errors():
         run(config, log_level=log_level)
 

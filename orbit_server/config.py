@@ -15,6 +15,9 @@ from typing import Any
 
 from orbit_wire.errors import ErrorCode, OrbitError
 
+HOUR_MS = 3_600_000
+MIN_RECEIPT_RETENTION_MS = HOUR_MS
+
 
 def default_db_url(env: Mapping[str, str] | None = None) -> str:
     """``sqlite:///${XDG_DATA_HOME:-~/.local/share}/orbit/orbit.db`` (directory not created)."""
@@ -37,13 +40,18 @@ class ServerConfig:
     reaper_interval_ms: int = 100
     # Verified bearer tokens are cached this long so other replicas' revocations apply.
     auth_cache_ms: int = 5_000
-    # Rows the reaper handles per category in one pass (one transaction).
+    # Rows the reaper (and the receipt pruner) handles per category in one transaction.
     reap_batch: int = 1_000
+    # Operation receipts are deleted this long after they were written.
+    receipt_retention_ms: int = 24 * HOUR_MS
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch"):
             if getattr(self, name) <= 0:
                 raise OrbitError(ErrorCode.BAD_REQUEST, f"{name} must be positive")
+        if self.receipt_retention_ms < MIN_RECEIPT_RETENTION_MS:
+            # A receipt must outlive every lease it could concern (lease TTL <= 10 min).
+            raise OrbitError(ErrorCode.BAD_REQUEST, "receipt_retention_ms must be >= 1 hour")
         if self.kill_grace_ms < 0 or self.auth_cache_ms < 0:
             raise OrbitError(ErrorCode.BAD_REQUEST, "kill_grace_ms and auth_cache_ms must be >= 0")
         if not 0 <= self.port <= 65535:

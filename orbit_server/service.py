@@ -425,6 +425,19 @@ class Service(WorkerProtocol):
             effects.due(self._wakeups[0][0])
         return effects
 
+    def prune_receipts(self) -> int:
+        """Delete the oldest receipts past the retention, about ``reap_batch`` of them in one
+        transaction; the number deleted (fewer than ``reap_batch``: none are left). A receipt
+        only answers a resent op, and past the retention every lease it concerned is long
+        over: a resend then gets the attempt's current answer (docs/protocol.md)."""
+        before = self.clock() - self.config.receipt_retention_ms
+        with self._write() as conn:
+            nth = conn.scalar(queries.NTH_OLD_RECEIPT,
+                              {"before": before, "skip": self.config.reap_batch - 1})
+            upto = before - 1 if nth is None else nth  # rows of nth's millisecond go too
+            deleted: int = conn.execute(queries.DELETE_RECEIPTS_UP_TO, {"upto": upto}).rowcount
+        return deleted
+
     def _load_wakeups(self, conn: Connection) -> None:
         """At the first pass, learn when each queue's waiting tasks become dispatchable."""
         for queue_id, first in conn.execute(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Integer, Select, bindparam, func, select, union_all
+from sqlalchemy import Integer, Select, bindparam, delete, func, select, union_all
 
 from orbit_wire.model import AttemptState, TaskState
 
@@ -131,6 +131,17 @@ OVERDUE_PENDING = (
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
+# Receipt pruning, oldest first, a bounded batch per transaction (ix_receipts_created): the
+# creation instant of the (skip + 1)-th oldest receipt before ``before``, then a range delete
+# up to it. Both are range scans of that index on every store.
+NTH_OLD_RECEIPT = (
+    select(receipts.c.created_at_ms)
+    .where(receipts.c.created_at_ms < bindparam("before"))
+    .order_by(receipts.c.created_at_ms)
+    .limit(1)
+    .offset(bindparam("skip", type_=Integer))
+)
+DELETE_RECEIPTS_UP_TO = delete(receipts).where(receipts.c.created_at_ms <= bindparam("upto"))
 TASK_BY_ID = select(tasks).where(tasks.c.id == bindparam("id"))
 ATTEMPTS_OF_TASK = select(attempts).where(attempts.c.task_id == bindparam("task_id")).order_by(
     attempts.c.epoch

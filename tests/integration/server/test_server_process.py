@@ -10,14 +10,19 @@ import ssl
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 from support.protocol_client import ProtocolClient
 from support.server import ServerProcess, server_command
 
 from orbit_client.credentials import load_credentials
+from orbit_server.store import create_engine_for, migrate
+from orbit_server.store.rows import INSERT_RECEIPT
+from orbit_server.store.tables import receipts
 
 
 def test_server_starts_answers_health_and_stops_on_sigterm(server: ServerProcess) -> None:
@@ -161,3 +166,31 @@ def test_database_errors_are_one_line(tmp_path: Path) -> None:
         assert done.returncode == 1, done
         assert "Traceback" not in done.stderr
         assert done.stderr.startswith("Error: ") and len(done.stderr.splitlines()) == 1, done
+
+
+def test_the_running_server_deletes_receipts_past_the_retention(
+        server_factory: Callable[..., ServerProcess], db_url: str) -> None:
+    migrate(db_url)
+    now = time.time_ns() // 1_000_000
+    hour = 3_600_000
+    rows = [{"instance_id": "e" * 32, "msg_id": f"old-{i}", "op": "renew", "answer": "{}",
+             "created_at_ms": now - 3 * hour - i} for i in range(50)]
+    rows += [{"instance_id": "e" * 32, "msg_id": f"young-{i}", "op": "renew", "answer": "{}",
+              "created_at_ms": now - hour // 2} for i in range(3)]
+    engine = create_engine_for(db_url)
+    try:
+        with engine.begin() as conn:
+            INSERT_RECEIPT.run(conn, rows)
+        srv = server_factory(db_url=db_url, extra_args=("--receipt-retention-hours", "2"))
+        left: list[str] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # the first prune pass runs at start
+            with engine.connect() as conn:
+                left = sorted(conn.scalars(select(receipts.c.msg_id)))
+            if not any(m.startswith("old-") for m in left):
+                break
+            time.sleep(0.1)
+        assert left == ["young-0", "young-1", "young-2"]
+        assert srv.stop() == 0
+    finally:
+        engine.dispose()

@@ -101,3 +101,13 @@ def test_lookups_use_keys_and_indexes(big_db: Engine) -> None:
     assert_indexed(plan(big_db, select(attempts).where(attempts.c.instance_id == "b" * 32,
                                                        attempts.c.state == "RESERVED")),
                    "ix_attempts_instance_state")
+
+
+def test_receipt_pruning_ranges_over_the_creation_index(big_db: Engine) -> None:
+    assert_indexed(plan(big_db, queries.NTH_OLD_RECEIPT, before=NOW, skip=999),
+                   "ix_receipts_created")
+    # A DELETE takes no .params(): its SQL with the driver's own parameter.
+    sql = str(queries.DELETE_RECEIPTS_UP_TO.compile(dialect=big_db.dialect))
+    with big_db.connect() as conn:
+        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, (NOW,)).all()
+    assert_indexed("\n".join(str(r[-1]) for r in rows), "ix_receipts_created")
