@@ -1,49 +1,48 @@
-"""Time-ordered 32-character lowercase hex IDs: 48 bits of milliseconds, then 80 bits that
-start random at each new millisecond and count up by one within it.
+"""Time-ordered 32-character lowercase hex IDs: 48 bits of milliseconds, a 40-bit random tag
+of the process, and a 40-bit sequence number the process counts up.
 
-Sorting IDs sorts by creation time, which keeps B-tree inserts at the right edge. Counting up
-within a millisecond (a batch of a thousand tasks is made in one or two) keeps the IDs of one
-batch in creation order too, so rows made and later handled together stay on neighbouring
-index pages instead of scattering over the batch's range: a worker request finishing and
-starting neighbouring tasks rewrites fewer pages. The random start keeps IDs made by other
-processes in the same millisecond apart; a clock that steps back keeps the last millisecond
-until it catches up, so IDs of one process never go backwards.
+Sorting IDs sorts by creation time, which keeps B-tree inserts at the right edge. The
+sequence keeps the IDs one process makes within a millisecond in creation order too (a batch
+of a thousand tasks is made in one or two milliseconds), so rows made and later handled
+together stay on neighbouring index pages instead of scattering over the batch's range: a
+worker request finishing and starting neighbouring tasks rewrites fewer pages. The random tag
+keeps IDs of different processes apart; a forked child draws its own.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
-import threading
 
 _ID_RE = re.compile(r"[0-9a-f]{32}")
 _MS_MASK = 0xFFFF_FFFF_FFFF
-_TAIL_BITS = 80
-# A fresh millisecond starts below half the tail's range, so counting up never wraps.
-_START_BITS = _TAIL_BITS - 1
+_SEQ_MASK = (1 << 40) - 1
+
 
 class IdMaker:
-    """Makes the IDs of one process (``new_id`` is the process's); thread-safe."""
+    """Makes the IDs of one process (``new_id`` is the process's). Safe across threads:
+    taking the next sequence number is one atomic step."""
+
+    _tag: str
+    _seq: itertools.count[int]
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last_ms = -1
-        self._last_tail = 0
+        self.reseed()
+
+    def reseed(self) -> None:
+        """Draw a new tag and sequence start (a forked child must not repeat its parent)."""
+        self._tag = f"{int.from_bytes(os.urandom(5), 'big'):010x}"
+        self._seq = itertools.count(int.from_bytes(os.urandom(4), "big"))
 
     def new_id(self, now_ms: int) -> str:
         """A fresh ID for an entity created at ``now_ms`` (wall-clock milliseconds)."""
-        ms = now_ms & _MS_MASK
-        with self._lock:
-            if ms > self._last_ms:
-                self._last_ms = ms
-                self._last_tail = int.from_bytes(os.urandom(10), "big") >> (
-                    _TAIL_BITS - _START_BITS)
-            else:
-                self._last_tail += 1
-            return f"{self._last_ms:012x}{self._last_tail:020x}"
+        return f"{now_ms & _MS_MASK:012x}{self._tag}{next(self._seq) & _SEQ_MASK:010x}"
 
 
-new_id = IdMaker().new_id
+_process = IdMaker()
+new_id = _process.new_id
+os.register_at_fork(after_in_child=_process.reseed)
 
 
 def is_id(value: object) -> bool:
