@@ -21,7 +21,8 @@ Rules it keeps (SPEC §4, docs/protocol.md):
   ok, at most once per attempt.
 - One control request in flight; queued operations go out together in the next request
   (≤ max_batch_ops); at most one renewal per attempt is ever queued. A request of starts
-  and finishes only waits (≤ BATCH_HOLD_MAX) for a short handler about to finish.
+  and finishes only waits (≤ one recent round trip, see _hold_window) for a short handler
+  about to finish.
 - Local lease expiry = send time of the granting request + lease_ms (lease.py); at expiry,
   on a stale/expired renewal answer or on a ``cancel`` push the child is killed at once.
 - Credit = free slots - outstanding credit, free slots = capacity - executing - reserved
@@ -90,9 +91,12 @@ from .actions import (
 from .errors import FatalSessionError, ShutdownTimeoutError
 from .lease import Lease
 
-# A request of starts and finishes only may wait this long, at most, for the finish of a
-# short handler running right now, so both share one round trip (see _hold).
-BATCH_HOLD_MAX = 0.002
+# A request of starts and finishes only may wait for the finish of a short handler running
+# right now, so both share one round trip (see _hold): for up to one recent round trip, as
+# the request sent now would keep the other finish waiting that long anyway, and within
+# these bounds.
+BATCH_HOLD_MIN = 0.002
+BATCH_HOLD_MAX = 0.020
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
 MAX_HEARTBEAT_MS = 5000  # SPEC §4: heartbeat every TTL/3, at most 5 s
@@ -241,6 +245,7 @@ class Session:
         self.drain_acked = False
         self._drain_queued = False
         self._exec_ewma: float | None = None  # recent handler durations (Execute -> outcome)
+        self._rtt_ewma: float | None = None  # recent request round trips (sent -> response)
         self._hold_until: float | None = None
         # Counters for stats().
         self.started = 0
@@ -518,6 +523,8 @@ class Session:
                         actions)
             return
         self._inflight = None
+        rtt = max(0.0, now - inflight.sent_at)
+        self._rtt_ewma = rtt if self._rtt_ewma is None else 0.8 * self._rtt_ewma + 0.2 * rtt
         for pending, result in zip(inflight.ops, frame.results, strict=True):
             sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
             match pending.op:
@@ -715,22 +722,30 @@ class Session:
         self._grant_credit(now, actions)
         self._check_done(now, actions)
 
+    def _hold_window(self) -> float:
+        """How long a request may be held: one recent round trip, within the bounds. Sent
+        now, it would hold the next finish back for its round trip anyway; held, both share
+        one request, which also halves the server's work per task when it is the limit."""
+        rtt = self._rtt_ewma or 0.0
+        return min(max(rtt, BATCH_HOLD_MIN), BATCH_HOLD_MAX)
+
     def _hold(self, now: float) -> bool:  # sets _hold_until (None: no hold)
         """True to hold back a request of starts and finishes only, because a handler that
-        started less than twice its recent duration ago (recent handlers took at most
-        BATCH_HOLD_MAX / 2) is about to finish: its finish, and the claim refilling its
-        slot, then ride in the same request, one round trip instead of two. Bounded by
-        BATCH_HOLD_MAX; renewals, resumes, drains and resent claims are never held, and a
-        held start has no lease ticking yet."""
+        started less than twice its recent duration ago (recent handlers took at most half
+        the hold window) is about to finish: its finish, and the claim refilling its slot,
+        then ride in the same request, one round trip instead of two. Bounded by the hold
+        window; renewals, resumes, drains and resent claims are never held, and a held start
+        has no lease ticking yet."""
         ewma = self._exec_ewma
-        if ewma is None or ewma > BATCH_HOLD_MAX / 2 or self.stop_deadline is not None:
+        window = self._hold_window()
+        if ewma is None or ewma > window / 2 or self.stop_deadline is not None:
             return False
         if not all(isinstance(p.op, StartOp | FinishOp) for p in self._pending.values()):
             return False
         until = None
         for att in self.attempts.values():
             if att.phase is Phase.RUNNING and att.running_since is not None:
-                expected = att.running_since + min(2 * ewma, BATCH_HOLD_MAX)
+                expected = att.running_since + min(2 * ewma, window)
                 if now < expected:
                     until = expected if until is None else max(until, expected)
         self._hold_until = until

@@ -1,7 +1,8 @@
 """Holding a request of starts and finishes for a short handler's finish (session._hold):
-with a fake clock, such a request waits at most BATCH_HOLD_MAX and goes out with that finish
-(and one claim for both slots) when it comes first; long handlers, renewals and a lost
-connection never hold anything."""
+with a fake clock, such a request waits at most one recent round trip (BATCH_HOLD_MIN when
+answers come at once, BATCH_HOLD_MAX at most) and goes out with that finish (and one claim
+for both slots) when it comes first; long handlers, renewals and a lost connection never hold
+anything."""
 
 from __future__ import annotations
 
@@ -13,25 +14,32 @@ from supervisor_session_harness import (
     ready,
     requests,
     reservation,
-    run_one,
 )
 
-from orbit_supervisor.session import BATCH_HOLD_MAX, Session
+from orbit_supervisor.session import BATCH_HOLD_MAX, BATCH_HOLD_MIN, Session
 from orbit_wire.frames import ClaimOp, Reserve
 
 
-def _learn_duration(s: Session, now: float, took: float) -> float:
-    """Run one attempt that takes ``took`` seconds; returns the time after its report."""
-    res = run_one(s, now)
-    for req in requests(s.execution_finished(res.attempt_id, FakeOutcome(), now + took)):
-        s.frame_received(ok_for(req), now + took)
-    return now + took
+def _learn_duration(s: Session, now: float, took: float, rtt: float = 0.0) -> float:
+    """Run attempts that take ``took`` seconds, the server answering ``rtt`` after each
+    request, until both figures are learnt; returns the time after the last answer."""
+    for _ in range(1 if rtt == 0.0 else 30):
+        res = reservation()
+        (start,) = requests(s.frame_received(Reserve((res,)), now))
+        now += rtt
+        assert executes(s.frame_received(ok_for(start), now)) == [res.attempt_id]
+        now += took
+        for req in requests(s.execution_finished(res.attempt_id, FakeOutcome(), now)):
+            now += rtt
+            s.frame_received(ok_for(req), now)
+    return now
 
 
-def _two_running(took: float) -> tuple[Session, str, str, float]:
-    """Capacity 2 after learning ``took``; both slots run an attempt started just now."""
+def _two_running(took: float, rtt: float = 0.0) -> tuple[Session, str, str, float]:
+    """Capacity 2 after learning ``took`` (and ``rtt``); both slots run an attempt started
+    just now."""
     s, _ = ready(capacity=2)
-    now = _learn_duration(s, 0.0, took)
+    now = _learn_duration(s, 0.0, took, rtt)
     a, b = reservation(), reservation()
     (start,) = requests(s.frame_received(Reserve((a, b)), now))
     assert executes(s.frame_received(ok_for(start), now)) == [a.attempt_id, b.attempt_id]
@@ -43,7 +51,7 @@ def test_a_finish_waits_for_a_short_handlers_finish_and_one_claim_refills_both()
     acts = s.execution_finished(a, FakeOutcome(), now + 0.0001)
     assert requests(acts) == []  # held: b is about to finish
     timer = s.next_timer()
-    assert timer is not None and timer <= now + 0.0001 + BATCH_HOLD_MAX
+    assert timer is not None and timer <= now + 0.0001 + BATCH_HOLD_MIN
     (req,) = requests(s.execution_finished(b, FakeOutcome(), now + 0.0002))
     assert kinds(req) == ["finish", "finish", "claim"]
     claim = req.ops[-1]
@@ -85,7 +93,7 @@ def test_a_hold_never_outlives_its_connection() -> None:
     s, a, _b, now = _two_running(took=0.0002)
     s.execution_finished(a, FakeOutcome(), now + 0.0001)
     hold = s.next_timer()
-    assert hold is not None and hold <= now + 0.0001 + BATCH_HOLD_MAX
+    assert hold is not None and hold <= now + 0.0001 + BATCH_HOLD_MIN
     s.connection_lost(now + 0.00015, "CONNECTION_LOST")
     # Not READY any more: the hold's instant must not keep firing the timer (no busy loop).
     later = s.next_timer()
@@ -93,3 +101,31 @@ def test_a_hold_never_outlives_its_connection() -> None:
     s.handle_timer(hold + 0.01)
     later = s.next_timer()
     assert later is None or later > hold + 0.01
+
+
+def test_after_slow_round_trips_a_longer_handler_is_waited_for_up_to_one_round_trip() -> None:
+    # 3 ms handlers are not "short" while answers come at once (window 2 ms) ...
+    s, a, _b, now = _two_running(took=0.003)
+    (req,) = requests(s.execution_finished(a, FakeOutcome(), now + 0.003))
+    assert kinds(req) == ["finish", "claim"]
+    # ... but they are when the server takes 8 ms per round trip: sent alone, this finish
+    # would keep the other one waiting that long anyway.
+    s, a, b, now = _two_running(took=0.003, rtt=0.008)
+    assert requests(s.execution_finished(a, FakeOutcome(), now + 0.003)) == []
+    hold = s.next_timer()
+    assert hold is not None and now + 0.003 < hold <= now + 0.008 + 1e-9
+    (req,) = requests(s.execution_finished(b, FakeOutcome(), now + 0.0035))
+    assert kinds(req) == ["finish", "finish", "claim"]
+
+
+def test_the_hold_never_exceeds_its_bound_however_slow_the_server() -> None:
+    s, a, _b, now = _two_running(took=0.009, rtt=0.5)
+    assert requests(s.execution_finished(a, FakeOutcome(), now + 0.009)) == []
+    hold = s.next_timer()
+    assert hold is not None and hold <= now + BATCH_HOLD_MAX + 1e-9
+    (req,) = requests(s.handle_timer(hold))
+    assert kinds(req) == ["finish", "claim"]
+    # Handlers longer than half the largest window are never waited for.
+    s, a, _b, now = _two_running(took=0.011, rtt=0.5)
+    (req,) = requests(s.execution_finished(a, FakeOutcome(), now + 0.011))
+    assert kinds(req) == ["finish", "claim"]
