@@ -186,7 +186,7 @@ class Supervisor:
                 shutdown_timeout=opts.shutdown_timeout,
                 reconnect_min_delay=opts.reconnect_min_delay,
                 reconnect_max_delay=opts.reconnect_max_delay,
-                report_margin=REPORT_MARGIN,
+                report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
             ), random.random)
             self._finished = loop.create_future()
             # Every task (connection, executions) is owned by this group; the shutdown below

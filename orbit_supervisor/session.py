@@ -167,6 +167,9 @@ class SessionConfig:
     # Kill this long before a lease's granted expiry, so the kill's report arrives while the
     # lease still holds (lease.py). The supervisor uses REPORT_MARGIN; 0 keeps exact times.
     report_margin: float = 0.0
+    # CPUs the children share. With more handlers running than that, a held finish idles no
+    # CPU, so it may wait for the next handler's finish (see _hold); None: never.
+    cpus: int | None = None
 
 
 REPORT_MARGIN = 0.050  # seconds: covers kill latency (p99 ~15 ms) plus one report round trip
@@ -732,15 +735,30 @@ class Session:
     def _hold(self, now: float) -> bool:  # sets _hold_until (None: no hold)
         """True to hold back a request of starts and finishes only, because a handler that
         started less than twice its recent duration ago (recent handlers took at most half
-        the hold window) is about to finish: its finish, and the claim refilling its slot,
-        then ride in the same request, one round trip instead of two. Bounded by the hold
-        window; renewals, resumes, drains and resent claims are never held, and a held start
-        has no lease ticking yet."""
+        the hold window) is about to finish, or because more handlers run than CPUs: its
+        finish, and the claim refilling its slot, then ride in the same request, one round
+        trip instead of two. Bounded by the hold window (BATCH_HOLD_MAX when
+        oversubscribed); renewals, resumes, drains and resent claims are never held, and a
+        held start has no lease ticking yet."""
         ewma = self._exec_ewma
-        window = self._hold_window()
-        if ewma is None or ewma > window / 2 or self.stop_deadline is not None:
+        if ewma is None or self.stop_deadline is not None:
             return False
         if not all(isinstance(p.op, StartOp | FinishOp) for p in self._pending.values()):
+            return False
+        cpus = self.config.cpus
+        if cpus is not None and self.executing > cpus:
+            # More handlers run than CPUs: holding idles no CPU and halves the requests (and
+            # the server's work). Until the next handler is expected to finish, if that is
+            # within BATCH_HOLD_MAX; a finish arriving re-decides, and once no more handlers
+            # run than CPUs nothing is held.
+            nxt = min((a.running_since + ewma for a in self.attempts.values()
+                       if a.phase is Phase.RUNNING and a.running_since is not None),
+                      default=None)
+            if nxt is not None and now < nxt <= now + BATCH_HOLD_MAX:
+                self._hold_until = nxt
+                return True
+        window = self._hold_window()
+        if ewma > window / 2:
             return False
         until = None
         for att in self.attempts.values():

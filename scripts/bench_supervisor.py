@@ -239,11 +239,15 @@ def bench_cpu_oversubscribed(env: Env, count: int, workers: int) -> dict[str, An
     try:
         submit_all(producer, queue, [task_spec("noop", i) for i in range(20)])
         wait_counts(producer, queue, "SUCCEEDED", 20)
+        server_ps = psutil.Process(env.server.proc.pid) if env.server.proc else None
+        before = cpu_seconds(sup.ps, server_ps)
         t0 = time.perf_counter()
         ids = submit_all(producer, queue, [task_spec("cpu10", i) for i in range(count)])
         done = wait_counts(producer, queue, "SUCCEEDED", 20 + count, last=ids[-1])
+        after = cpu_seconds(sup.ps, server_ps)
         return {"tasks": count, "workers": workers, "seconds": done - t0,
-                "per_s": count / (done - t0)}
+                "per_s": count / (done - t0),
+                "cpu_ms_per_task": {k: (after[k] - before[k]) * 1000 / count for k in after}}
     finally:
         sup.stop()
         producer.close()
@@ -586,7 +590,8 @@ def render(r: dict[str, Any]) -> str:
         "of a no-op handler on one child, in process.",
         "",
         f"CPU per task (user + system, whole run / tasks): no-op: {cpu_text(noop)}; "
-        f"10 ms tasks with `--workers {WORKERS}`: {cpu_text(cpu)}. A 4 KiB write + fsync "
+        f"10 ms tasks with `--workers {WORKERS}`: {cpu_text(cpu)}; with "
+        f"`--workers {cpu4['workers']}`: {cpu_text(cpu4)}. A 4 KiB write + fsync "
         f"in the work directory took (p50) {fsync_text} µs before the rounds: each worker "
         f"request waits for one commit. A process-to-process round trip over a socketpair took "
         f"(p50) {ipc_text} µs: every task crosses several such hops, and this figure moves "

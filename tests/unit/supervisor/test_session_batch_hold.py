@@ -129,3 +129,41 @@ def test_the_hold_never_exceeds_its_bound_however_slow_the_server() -> None:
     s, a, _b, now = _two_running(took=0.011, rtt=0.5)
     (req,) = requests(s.execution_finished(a, FakeOutcome(), now + 0.011))
     assert kinds(req) == ["finish", "claim"]
+
+
+def _four_running(cpus: int, took: float) -> tuple[Session, list[str], float]:
+    """Capacity 4 on ``cpus`` CPUs after learning ``took``; the four slots run attempts
+    started at the returned time."""
+    s, _ = ready(capacity=4, cpus=cpus)
+    now = _learn_duration(s, 0.0, took)
+    res = [reservation() for _ in range(4)]
+    (start,) = requests(s.frame_received(Reserve(tuple(res)), now))
+    ids = [r.attempt_id for r in res]
+    assert executes(s.frame_received(ok_for(start), now)) == ids
+    return s, ids, now
+
+
+def test_with_more_handlers_than_cpus_a_finish_waits_for_the_next_one() -> None:
+    s, (a, b, c, _d), t0 = _four_running(cpus=2, took=0.015)
+    # a ends a little early; the others are expected at t0 + 15 ms: one more is waited for.
+    assert requests(s.execution_finished(a, FakeOutcome(), t0 + 0.012)) == []
+    hold = s.next_timer()  # the others' expected end, by the recent durations (14.4 ms)
+    assert hold is not None and t0 + 0.014 < hold <= t0 + 0.015
+    (req,) = requests(s.execution_finished(b, FakeOutcome(), t0 + 0.0140))
+    assert kinds(req) == ["finish", "finish", "claim"]
+    claim = req.ops[-1]
+    assert isinstance(claim, ClaimOp) and claim.count == 2
+    # Two handlers on two CPUs: the next finish goes out at once.
+    s.frame_received(ok_for(req), t0 + 0.016)  # the claim finds no work
+    (req,) = requests(s.execution_finished(c, FakeOutcome(), t0 + 0.0165))
+    assert kinds(req) == ["finish", "claim"]
+
+
+def test_no_oversubscription_hold_with_enough_cpus_or_a_far_next_finish() -> None:
+    s, (a, *_), t0 = _four_running(cpus=4, took=0.015)
+    (req,) = requests(s.execution_finished(a, FakeOutcome(), t0 + 0.012))
+    assert kinds(req) == ["finish", "claim"]
+    # 2 CPUs, but the next handler is not expected within BATCH_HOLD_MAX.
+    s, (a, *_), t0 = _four_running(cpus=2, took=0.100)
+    (req,) = requests(s.execution_finished(a, FakeOutcome(), t0 + 0.050))
+    assert kinds(req) == ["finish", "claim"]

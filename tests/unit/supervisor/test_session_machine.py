@@ -62,9 +62,12 @@ class Model:
 
 
 class SessionMachine(RuleBasedStateMachine):
+    # Short time steps (advance) make short handlers, so the round-trip hold is explored.
+    CPUS: int | None = None
+
     def __init__(self) -> None:
         super().__init__()
-        self.s = make_session(CAPACITY, shutdown_timeout=20.0)
+        self.s = make_session(CAPACITY, shutdown_timeout=20.0, cpus=self.CPUS)
         self.now = 0.0
         self.server = Model()
         self.online = False  # a socket is open
@@ -194,7 +197,7 @@ class SessionMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------ rules
 
     @precondition(lambda self: not self.finished)
-    @rule(dt=st.sampled_from([0.005, 0.05, 0.1, 0.2, 0.5]))
+    @rule(dt=st.sampled_from([0.0005, 0.002, 0.005, 0.05, 0.1, 0.2, 0.5]))
     def advance(self, dt: float) -> None:
         target = self.now + dt
         for _ in range(1000):  # bounded: timers are at least microseconds apart
@@ -368,8 +371,17 @@ class SessionMachine(RuleBasedStateMachine):
             assert self.s.conn is Conn.DONE and self.s.next_timer() is None
 
 
-TestSessionMachine = SessionMachine.TestCase
-TestSessionMachine.settings = settings(
+class OversubscribedSessionMachine(SessionMachine):
+    # cpus=0: any running handler makes a queued start or finish wait for the next expected
+    # finish, the oversubscription hold at its most frequent.
+    CPUS = 0
+
+
+MACHINE_SETTINGS = settings(
     max_examples=200, stateful_step_count=60, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+TestSessionMachine = SessionMachine.TestCase
+TestSessionMachine.settings = MACHINE_SETTINGS
+TestOversubscribedSessionMachine = OversubscribedSessionMachine.TestCase
+TestOversubscribedSessionMachine.settings = MACHINE_SETTINGS
