@@ -72,6 +72,9 @@ class Supervisor:
 
     ``await run()`` once; ``stop()`` drains; ``stats()`` and ``events()`` observe. The
     identity (instance ID + secret) is made here, kept across reconnects, never shown.
+    ``reap_orphans=True`` (what ``orbit-supervise`` uses) makes this process a child
+    subreaper that kills what a lost template's children left in other sessions
+    (orphans.py); leave it off in a process that has children of its own.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class Supervisor:
         max_memory_per_child: int | None = None,
         *,
         logger: logging.Logger | None = None,
+        reap_orphans: bool = False,
     ) -> None:
         self.options = SupervisorOptions(
             queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
@@ -102,6 +106,7 @@ class Supervisor:
         self.instance_id = new_id(int(time.time() * 1000))
         self._instance_secret = new_secret()
         self._log = logger or log
+        self._reap_orphans = reap_orphans
         self._events = EventStream()
         self._ran = False
         self._session: Session | None = None
@@ -172,7 +177,7 @@ class Supervisor:
         pool = ChildPool(self.handlers, opts.workers,
                          max_tasks_per_child=opts.max_tasks_per_child,
                          max_memory_bytes=opts.max_memory_per_child, logger=self._log,
-                         on_child_ready=self._on_child_ready)
+                         on_child_ready=self._on_child_ready, reap_orphans=self._reap_orphans)
         self._pool = pool
         try:
             capabilities = await pool.start()  # HandlerSpecError: before any connection

@@ -144,6 +144,7 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
             shutdown_timeout=shutdown_timeout, reconnect_min_delay=reconnect_min_delay,
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child,
+            reap_orphans=True,  # this process starts nothing but the template
         )
     except (OptionError, ValueError) as exc:
         _fail(EXIT_USAGE, str(exc))

@@ -44,6 +44,7 @@ from orbit_wire.model import Capability, UnknownCode
 
 from . import procutil
 from .framing import FrameDecoder, FrameError, encode_frame
+from .orphans import OrphanReaper
 from .outcomes import CODE_RE, ChildOutcome, MalformedFrame, outcome_from_done, uncertain
 from .template_link import TemplateLink
 
@@ -151,9 +152,12 @@ class ChildPool:
     def __init__(self, handlers: str, size: int, *, max_tasks_per_child: int | None = None,
                  max_memory_bytes: int | None = None, memory_check_interval: float = 0.05,
                  logger: logging.Logger | None = None,
-                 on_child_ready: Callable[[], None] | None = None) -> None:
+                 on_child_ready: Callable[[], None] | None = None,
+                 reap_orphans: bool = False) -> None:
         """``on_child_ready`` (optional) is called, on the loop, each time a fresh child
-        becomes ready (so ``replacing`` may have dropped); it must not raise or block."""
+        becomes ready (so ``replacing`` may have dropped); it must not raise or block.
+        ``reap_orphans``: this process becomes a subreaper and kills what a lost template's
+        children left behind (orphans.py); only where the templates are its only children."""
         if size < 1:
             raise ValueError("size must be at least 1")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
@@ -188,6 +192,8 @@ class ChildPool:
         self._killed: dict[str, int] = {}
         self._recycled = 0
         self._crashed = 0
+        self._reap_orphans = reap_orphans
+        self._orphans = OrphanReaper(self._template_pids, self._log)
 
     # ------------------------------------------------------------------------ public API
 
@@ -201,6 +207,8 @@ class ChildPool:
             raise RuntimeError("ChildPool.start() may be called once")
         self._started = True
         self._loop = asyncio.get_running_loop()
+        if self._reap_orphans:
+            self._orphans.enable()
         try:
             caps = await self._start_template()
             self._capabilities = caps
@@ -359,8 +367,18 @@ class ChildPool:
             self._retire(slot)
             self._end_future(slot, None)
             slot.state = _State.CLOSED
+        await self._orphans.close()
 
     # ---------------------------------------------------------------------------- template
+
+    def _template_pids(self) -> set[int] | None:
+        """This process's own children (OrphanReaper): the template, or None while one is
+        being started (its pid is not known yet). A lost template stays ``_template`` until
+        it has been reaped, and only then is the next one started."""
+        template = self._template
+        if template is None:
+            return set()
+        return None if template.pid is None else {template.pid}
 
     async def _start_template(self) -> tuple[Capability, ...]:
         self._template = TemplateLink(
@@ -395,6 +413,7 @@ class ChildPool:
             self._retire(slot)
             self._end_future(slot, None, default_reason="TEMPLATE_LOST")
             slot.state = _State.SPAWNING
+        self._orphans.after_template_loss()  # what the children started in other sessions
         self._restart = self._require_loop().create_task(self._restart_template())
 
     async def _restart_template(self) -> None:

@@ -1,5 +1,6 @@
-"""Shared by the test handler modules: grandchildren that a kill must reach, and the three
-uncooperative handlers (C spin, SIGTERM ignored, blocked in a system call) that start them.
+"""Shared by the test handler modules: grandchildren that a kill must reach, the three
+uncooperative handlers (C spin, SIGTERM ignored, blocked in a system call) that start them,
+and one that kills the template under them.
 
 Handlers that start processes write the pids they started, one per line, to
 ``payload["pid_file"]`` so the test can check with psutil that they are gone.
@@ -69,3 +70,12 @@ def blocked_read(execution: Execution) -> Any:
     read_end, _write_end = os.pipe()
     os.read(read_end, 1)
     return {"finished": True}
+
+
+def kills_its_template(execution: Execution) -> Any:
+    """Starts grandchildren (one double-forked into its own session), then SIGKILLs the
+    template: this child dies by its death signal, and the detached grandchild is orphaned."""
+    spawn_grandchildren(execution)
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)
+    return {"survived": True}

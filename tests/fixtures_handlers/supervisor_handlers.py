@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from spawning import blocked_read, c_spin, ignores_sigterm
+from spawning import blocked_read, c_spin, ignores_sigterm, kills_its_template
 
 from orbit_child import Execution, Handler, WorkerFailure
 
@@ -73,6 +73,7 @@ HANDLERS = [
     Handler("sup.memory_hog", "v1", "v1", memory_hog),
     Handler("sup.reject", "v1", "v1", reject),
     Handler("sup.whoami", "v1", "v1", whoami),
+    Handler("sup.kills_its_template", "v1", "v1", kills_its_template),
 ]
 
 BROKEN_DUPLICATES = [

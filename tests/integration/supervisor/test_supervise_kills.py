@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from supervisor_support import SupEnv, alive, attempts, read_pids, submit, wait_for, wait_task
 
@@ -146,3 +148,32 @@ def test_children_are_recycled_after_max_tasks(sup_env: SupEnv) -> None:
         task_id = submit(sup_env.producer, sup_env.queue_id, "whoami", {})
         pids.append(wait_task(sup_env.producer, task_id)["result"]["pid"])
     assert pids[0] == pids[1] and pids[2] == pids[3] and pids[0] != pids[2], pids
+
+
+def test_a_lost_template_leaves_nothing_its_children_started(sup_env: SupEnv,
+                                                             tmp_path: Path) -> None:
+    # The handler starts a grandchild in its group and one double-forked into its own
+    # session, then SIGKILLs the template: the child dies by its death signal, and the
+    # detached grandchild is re-parented to orbit-supervise (a subreaper), which kills it.
+    sup = sup_env.start(workers=1)
+    pid_file = tmp_path / "orphans.pids"
+    task_id = submit(sup_env.producer, sup_env.queue_id, "kills_its_template",
+                     {"pid_file": str(pid_file)}, max_attempts=1, lease_ttl_ms=30000)
+    pids = wait_for(lambda: len(read_pids(pid_file)) == 3 and read_pids(pid_file), 20,
+                    "the handler started its grandchildren")
+    try:
+        # Gone, and reaped: not even a zombie is left under the supervisor.
+        wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), KILL_BOUND_S + 3.0,
+                 "the child and both grandchildren gone")
+    finally:
+        for pid in alive(pids):  # only if the test failed: nothing may outlive it
+            os.kill(pid, signal.SIGKILL)
+    task = wait_task(sup_env.producer, task_id)
+    assert task["state"] == "NEEDS_REVIEW"
+    (att,) = attempts(sup_env.producer, task_id)["attempts"]
+    assert (att["outcome"], att["code"], att["kill_reason"]) == (
+        "UNKNOWN", "HANDLER_CRASHED", "TEMPLATE_LOST")
+    assert "left behind by a lost template" in sup.log()
+    # A new template serves the next task.
+    nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "after"})
+    assert wait_task(sup_env.producer, nxt)["result"] == {"text": "AFTER"}
