@@ -268,6 +268,43 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+# Host probes (also used by bench_supervisor.py): how fast this machine is right now, in the
+# two things Orbit's figures follow, so runs at different times can be compared.
+
+def fsync_latency_us(workdir: Path, count: int = 200) -> float:
+    """p50 of one 4 KiB overwrite + fsync in the work directory: every worker request waits
+    for one such commit, and the host's disk moves it between rounds."""
+    path = workdir / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, b"\0" * 4096 * 16)
+        os.fsync(fd)
+        times = []
+        for i in range(count):
+            t0 = time.perf_counter()
+            os.pwrite(fd, b"x" * 4096, (i % 16) * 4096)
+            os.fsync(fd)
+            times.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return pct(times, 0.5) * 1e6
+
+
+def python_loop_ms(count: int = 1_000_000, repeats: int = 5) -> float:
+    """The fastest of ``repeats`` runs of a plain Python loop of ``count`` additions: how
+    fast this host runs the interpreter right now. Server, parent and the children's framing
+    are Python, so their CPU per task scales with it; the 10 ms ceiling cannot show it."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(count):
+            total += i
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
 async def bench(url: str, admin: str, tasks: int, samples: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # (a) throughput
@@ -365,6 +402,8 @@ def render(result: dict[str, Any], store: str = "sqlite") -> str:
         "(WAL, synchronous=FULL); the benchmark client runs on the same machine and shares its",
         "CPUs. Figures move with the machine's load; rerun on a quiet machine to compare.",
         "",
+        host_text(result),
+        "",
         "| measure | result | target |",
         "| --- | --- | --- |",
         f"| (a) completions/s: {t['tasks']} tasks, batch submit (1000/request) + one worker "
@@ -388,6 +427,13 @@ def render(result: dict[str, Any], store: str = "sqlite") -> str:
     ])
 
 
+def host_text(result: dict[str, Any]) -> str:
+    return (f"Just before the run a 4 KiB write + fsync took {result['fsync_us']:.0f} µs (p50) "
+            f"and a plain Python loop of a million additions {result['loop_ms']:.0f} ms (best "
+            "of 5): every worker request waits for one commit, and the server's CPU per "
+            "request is Python; compare these before comparing runs.")
+
+
 def render_shared_db(result: dict[str, Any], store: str) -> str:
     """The same three measures on MySQL/MariaDB, in their own section."""
     t, d, w = result["throughput"], result["dispatch_ms"], result["wait_ms"]
@@ -407,6 +453,8 @@ def render_shared_db(result: dict[str, Any], store: str) -> str:
         "durable) through PyMySQL on the server's store thread, READ COMMITTED, claims with",
         "FOR UPDATE SKIP LOCKED. The database server, the Orbit server and the benchmark client",
         "share the machine's CPUs.",
+        "",
+        host_text(result),
         "",
         "| measure | result | target |",
         "| --- | --- | --- |",
@@ -461,6 +509,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="orbit-bench-") as tmp:
         load_before = os.getloadavg()[0]
+        host = {"fsync_us": fsync_latency_us(Path(tmp)), "loop_ms": python_loop_ms()}
         server = Server(Path(tmp), args.profile, args.db)
         server.start()
         try:
@@ -471,6 +520,7 @@ def main() -> None:
         finally:
             server.stop()
     result["load_before"] = load_before
+    result.update(host)
     store = "sqlite"
     if args.db:
         from sqlalchemy.engine import make_url

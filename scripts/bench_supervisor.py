@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(HANDLER_DIR))  # for the in-process pool's template only
 
-from bench_server import Server  # noqa: E402
+from bench_server import Server, fsync_latency_us, pct, python_loop_ms  # noqa: E402
 
 from orbit_client.credentials import Credentials  # noqa: E402
 from orbit_supervisor import pool as pool_module  # noqa: E402
@@ -81,11 +81,6 @@ POLL_S = 0.02
 def task_spec(handler: str, i: int, **policy: Any) -> dict[str, Any]:
     return {"handler": handler, "handler_version": "1", "payload_version": "1",
             "payload": {"i": i}, "idempotency": "IDEMPOTENT", **policy}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 class Env:
@@ -286,40 +281,6 @@ def _burn(count: int, results: Any) -> None:
     for _ in range(count):
         cpu10(None)
     results.put(count / (time.perf_counter() - t0))
-
-
-def fsync_latency_us(workdir: Path, count: int = 200) -> float:
-    """p50 of one 4 KiB overwrite + fsync in the work directory: every worker request waits
-    for one such commit, and the host's disk moves it between rounds."""
-    path = workdir / "fsync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, b"\0" * 4096 * 16)
-        os.fsync(fd)
-        times = []
-        for i in range(count):
-            t0 = time.perf_counter()
-            os.pwrite(fd, b"x" * 4096, (i % 16) * 4096)
-            os.fsync(fd)
-            times.append(time.perf_counter() - t0)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return pct(times, 0.5) * 1e6
-
-
-def python_loop_ms(count: int = 1_000_000, repeats: int = 5) -> float:
-    """The fastest of ``repeats`` runs of a plain Python loop of ``count`` additions: how
-    fast this host runs the interpreter right now. Server, parent and the children's framing
-    are Python, so their CPU per task scales with it; the 10 ms ceiling cannot show it."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        total = 0
-        for i in range(count):
-            total += i
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
 
 
 def ipc_round_trip_us(count: int = 2000) -> float:
