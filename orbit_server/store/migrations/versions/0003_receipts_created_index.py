@@ -4,7 +4,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-01
 
-Receipts are kept for the retention (`--receipt-retention-h`, default 24 h) and then deleted
+Receipts are kept for the retention (`--receipt-retention-hours`, default 24) and then deleted
 oldest first; without this index every prune pass would scan the table.
 """
 
