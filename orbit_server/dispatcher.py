@@ -176,10 +176,11 @@ class Dispatcher:
             session.credits -= len(reservations)
             session.served_seq = next(self._served)
             session.reserved_total += len(reservations)
-        if len(reservations) < wanted:
+        if len(reservations) < wanted and not getattr(reservations, "more", False):
             session.exhausted = True  # the queue had less: only a work hint claims again
         elif session.wants_work:
-            self._mark(session)  # a full batch: there may be more work for the rest
+            # A full batch, or one a frame's payload budget ended: there may be more work.
+            self._mark(session)
 
     def claim_room(self, session: Session) -> ClaimRoom:
         """What a request's claims may do now. The caller holds ``session.lock`` from here

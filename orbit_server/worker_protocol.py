@@ -33,6 +33,7 @@ from orbit_wire.frames import (
 )
 from orbit_wire.ids import new_id
 from orbit_wire.limits import (
+    MAX_PAYLOAD_BYTES_PER_FRAME,
     MAX_RESERVATIONS_PER_FRAME,
     PROTOCOL_VERSION,
 )
@@ -160,25 +161,31 @@ class WorkerProtocol(UseCases):
             uow.audit(task.id, attempt.id, actor, "attempt_released", before, task.state,
                       {"rule": rule.value})
 
-    def reserve(self, b: WorkerBinding, n: int) -> list[Reservation]:
+    def reserve(self, b: WorkerBinding, n: int) -> Reservations:
         """Claim up to ``n`` dispatchable tasks of the binding's queue and capabilities:
         one SELECT, then one executemany each for tasks, attempts and audit rows."""
         n = max(0, min(n, MAX_RESERVATIONS_PER_FRAME))
         if n == 0 or not b.capabilities:
-            return []
+            return Reservations()
         with self._write() as conn:
             uow = UnitOfWork(conn, self.clock())
             reservations = self._reserve_for(uow, b, n)
             uow.flush()
         return reservations
 
-    def _reserve_for(self, uow: UnitOfWork, b: WorkerBinding, n: int) -> list[Reservation]:
+    def _reserve_for(self, uow: UnitOfWork, b: WorkerBinding, n: int) -> Reservations:
         """Reserve up to ``n`` tasks in ``uow``, as the reservations a worker receives."""
-        return [_reservation(*c) for c in self._reserve_in(uow, b, n)]
+        made, more = self._reserve_in(uow, b, n)
+        out = Reservations(_reservation(*c) for c in made)
+        out.more = more
+        return out
 
     def _reserve_in(self, uow: UnitOfWork, b: WorkerBinding, n: int
-                    ) -> list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]]:
-        """Reserve up to ``n`` tasks in ``uow``: (task, RESERVED attempt, task row) each."""
+                    ) -> tuple[list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]],
+                               bool]:
+        """Reserve up to ``n`` tasks in ``uow``: (task, RESERVED attempt, task row) each, and
+        whether more were ready than one frame's payload budget let in (at least one is
+        always taken: MAX_PAYLOAD_BYTES_PER_FRAME)."""
         conn, now = uow.conn, uow.now_ms
         # Rows this transaction changed are not written yet, so the query still sees them
         # PENDING (and our own locks never skip them): ask for enough to make up for those.
@@ -193,6 +200,13 @@ class WorkerProtocol(UseCases):
             rows = [dict(zip(names, r, strict=True)) for r in query.all(conn, params)]
         skip = set(taken)
         rows = [row for row in rows if row["id"] not in skip][:n]
+        more = False
+        size = 0
+        for i, row in enumerate(rows):
+            size += _text_bytes(row["payload"])
+            if i and size > MAX_PAYLOAD_BYTES_PER_FRAME:
+                rows, more = rows[:i], True
+                break
         out: list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]] = []
         actor = b.actor
         for row in rows:
@@ -202,7 +216,7 @@ class WorkerProtocol(UseCases):
             uow.audit(task.id, attempt.id, actor, "attempt_reserved",
                       TaskState.PENDING.value, task.state.value, None)
             out.append((task, attempt, row))
-        return out
+        return out, more
 
     def apply_ops(self, b: WorkerBinding, ops: Sequence[Op], room: ClaimRoom = NO_CLAIMS,
                   watched: Callable[[str], bool] | None = None
@@ -260,7 +274,10 @@ class WorkerProtocol(UseCases):
         now = uow.now_ms
         n = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
         claimed: list[Reservation] = []
-        for task, attempt, row in self._reserve_in(uow, b, n) if n else ():
+        made, more = self._reserve_in(uow, b, n) if n else ([], False)
+        if more:  # the answer's payload budget, not the queue, ended the claim
+            effects.ready_queues.add(b.queue_id)
+        for task, attempt, row in made:
             granted = domain.start(task, attempt, attempt.epoch, b.instance_id, None, now)
             _audit_started(uow, b, task, attempt, AttemptState.RESERVED, None, granted)
             effects.due(attempt.lease_expires_at_ms)
@@ -448,6 +465,17 @@ def _audit_started(uow: UnitOfWork, b: WorkerBinding, task: domain.TaskRec,
     uow.audit(task.id, attempt.id, b.actor, "attempt_started", task.state.value,
               task.state.value, {"attempt_state": [before.value, attempt.state.value],
                                  "child_pid": child_pid, "lease_ms": granted})
+
+
+class Reservations(list[Reservation]):
+    """The reservations one call made; ``more`` when a frame's payload budget, not the
+    queue, ended them (the dispatcher then claims again instead of waiting for work)."""
+
+    more: bool = False
+
+
+def _text_bytes(text: str | bytes) -> int:
+    return len(text) if isinstance(text, bytes) else len(text.encode())
 
 
 def _reservation(task: domain.TaskRec, attempt: domain.AttemptRec, row: Mapping[str, Any],

@@ -41,6 +41,7 @@ from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
 from .dispatcher import Session
 from .store.retry import faults_logged
+from .use_cases import Effects
 from .worker_protocol import NO_CLAIMS, ClaimRoom
 
 if TYPE_CHECKING:
@@ -295,9 +296,9 @@ class WorkerConnection:
         self._request_task = asyncio.create_task(self._process(session, request))
 
     async def _apply(self, session: Session, request: Request,
-                     room: ClaimRoom) -> list[OpResult]:
+                     room: ClaimRoom) -> tuple[list[OpResult], Effects | None]:
         """Apply the ops in one transaction (claims within ``room``); an answer for every
-        op, never raises."""
+        op and the transaction's effects (None if it failed), never raises."""
         server = self.server
         try:
             results, effects = await server.store.call_worker(
@@ -305,9 +306,8 @@ class WorkerConnection:
                 server.waiters.watching,
             )
         except Exception as exc:
-            return failed_request_answers(request, exc)
-        server.apply(effects)
-        return list(results)
+            return failed_request_answers(request, exc), None
+        return list(results), effects
 
     async def _process(self, session: Session, request: Request) -> None:
         dispatcher = self.server.dispatcher
@@ -319,10 +319,15 @@ class WorkerConnection:
                 # Claims and dispatch passes for this session take turns (session.lock), so
                 # the credit a claim leaves is booked against the session's current credit.
                 async with session.lock:
-                    results = await self._apply(session, request, dispatcher.claim_room(session))
+                    results, effects = await self._apply(session, request,
+                                                         dispatcher.claim_room(session))
                     dispatcher.book_claims(session, request.ops, results)
             else:
-                results = await self._apply(session, request, NO_CLAIMS)
+                results, effects = await self._apply(session, request, NO_CLAIMS)
+            if effects is not None:
+                # After book_claims: a claim its answer's payload budget ended leaves a work
+                # hint for this session's queue, which must not read as "the queue is empty".
+                self.server.apply(effects)
             if drain:
                 # A dispatch pass already under way sends its reserve frame before this answer.
                 async with session.lock:

@@ -74,7 +74,7 @@ from orbit_wire.frames import (
     StartOp,
     Welcome,
 )
-from orbit_wire.limits import MAX_BATCH_OPS
+from orbit_wire.limits import MAX_BATCH_OPS, MAX_OUTPUT_BYTES_PER_REQUEST
 from orbit_wire.model import Capability, Disposition, Outcome
 
 from .actions import (
@@ -200,6 +200,14 @@ class _Pending:
 
     op: Op
     sent_at: float | None = None
+
+
+def _output_bytes(op: Op) -> int:
+    """An upper bound of what a finish's result and details add to a request frame: they
+    travel as JSON strings, and escaping at most doubles their UTF-8 bytes."""
+    if not isinstance(op, FinishOp):
+        return 0
+    return 2 * sum(len(text.encode()) for text in (op.result_json, op.details_json) if text)
 
 
 @dataclass(slots=True)
@@ -718,12 +726,25 @@ class Session:
                 and not self._hold(now)):
             # Renewals first: when more is queued than one batch holds, leases must not wait.
             queued = sorted(self._pending.values(), key=lambda p: not isinstance(p.op, RenewOp))
-            batch = queued[: self._max_batch]
+            batch = self._batch_of(queued)
             for pending in batch:
                 del self._pending[pending.op.msg_id]
             self._send_request(batch, now, actions)
         self._grant_credit(now, actions)
         self._check_done(now, actions)
+
+    def _batch_of(self, queued: list[_Pending]) -> list[_Pending]:
+        """The first queued ops one request carries: at most max_batch_ops of them, and at
+        most MAX_OUTPUT_BYTES_PER_REQUEST of results and details, so that the frame stays
+        below the server's limit however large the results (always at least one op)."""
+        batch: list[_Pending] = []
+        size = 0
+        for pending in queued[: self._max_batch]:
+            size += _output_bytes(pending.op)
+            if batch and size > MAX_OUTPUT_BYTES_PER_REQUEST:
+                break
+            batch.append(pending)
+        return batch
 
     def _hold_window(self) -> float:
         """How long a request may be held: one recent round trip, within the bounds. Sent

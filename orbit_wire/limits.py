@@ -9,6 +9,12 @@ MAX_FRAME_DEPTH = MAX_VALUE_DEPTH + 4
 MAX_FRAME_BYTES = 2 * 1024 * 1024
 MAX_BATCH_OPS = 256  # operations in one control request
 MAX_RESERVATIONS_PER_FRAME = 256
+# Frames stay well below MAX_FRAME_BYTES whatever the values in them: the reservations one
+# frame carries (a reserve frame, a claim's answer) hold at most this many payload bytes, and
+# a request's ops at most this many bytes of results and details (as JSON strings, escaped) -
+# always at least one reservation or op, which a single value's limit keeps small enough.
+MAX_PAYLOAD_BYTES_PER_FRAME = MAX_FRAME_BYTES // 2
+MAX_OUTPUT_BYTES_PER_REQUEST = MAX_FRAME_BYTES // 2
 MAX_CAPABILITIES = 32
 MAX_CAPACITY = 256
 MAX_NAME_LEN = 128  # handler names and versions

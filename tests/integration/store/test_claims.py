@@ -8,6 +8,7 @@ from store_support import World
 
 from orbit_server.service import ClaimRoom
 from orbit_wire.frames import ClaimOp, FinishOp, Report
+from orbit_wire.limits import MAX_PAYLOAD_BYTES_PER_FRAME
 from orbit_wire.model import Outcome
 
 ROOM = ClaimRoom(True, 8)
@@ -41,3 +42,35 @@ def test_a_retried_task_is_not_claimed_in_its_finishing_request(world: World) ->
     assert world.task(task["id"])["state"] == "PENDING"  # retried: the next claim gets it
     (again,), _ = world.service.apply_ops(b, [ClaimOp(world.msg(), 1)], ROOM)
     assert [r.task_id for r in again.claimed or ()] == [task["id"]]
+
+
+def test_reservations_stop_at_the_frames_payload_budget(world: World) -> None:
+    # Seven tasks of 200 KiB: a frame's reservations may carry 1 MiB of payloads, so a
+    # claim (whose answer is one frame) and a reserve (one reserve frame) take five each,
+    # and say that more work is ready (the dispatcher claims again instead of waiting).
+    big = "x" * (200 * 1024)
+    ids = [world.submit(payload={"text": big})["id"] for _ in range(7)]
+    assert MAX_PAYLOAD_BYTES_PER_FRAME == 1024 * 1024
+    b = world.hello()
+    (claim,), effects = world.service.apply_ops(b, [ClaimOp(world.msg(), 7)], ClaimRoom(True, 8))
+    assert claim.ok and len(claim.claimed or ()) == 5 and claim.credited == 2
+    assert effects.ready_queues == {world.queue_id}  # a hint: the queue is not empty
+    reserved = world.service.reserve(b, 7)
+    assert len(reserved) == 2 and not reserved.more  # the queue is empty now
+    claimed = [r.task_id for r in claim.claimed or ()] + [r.task_id for r in reserved]
+    assert sorted(claimed) == sorted(ids)
+
+
+def test_one_reservation_always_fits_and_reserve_says_when_more_are_ready(
+        world: World) -> None:
+    big = "y" * (250 * 1024)
+    for _ in range(6):
+        world.submit(payload={"text": big})
+    b = world.hello()
+    first = world.service.reserve(b, 6)
+    assert len(first) == 4 and first.more  # 4 x 250 KiB fit in 1 MiB, the fifth does not
+    second = world.service.reserve(b, 6)
+    assert len(second) == 2 and not second.more
+    # A small task after big ones is not held back by the budget.
+    world.submit(payload={"text": "small"})
+    assert len(world.service.reserve(b, 6)) == 1

@@ -25,3 +25,20 @@ def test_runs_tasks_and_drains_on_sigterm(sup_env: SupEnv) -> None:
     # Even at debug level the credential secret never reaches the log (hello carries it).
     secret = orjson.loads(sup_env.credentials_file.read_bytes())["secret"]
     assert "DEBUG" in log and secret not in log and secret[:12] not in log
+
+
+def test_large_payloads_and_results_on_many_slots(sup_env: SupEnv) -> None:
+    # 16 tasks of 200 KiB waiting when 16 slots connect, each answered with 200 KiB: one
+    # frame for all of them would be over 3 MiB, beyond what either side accepts. The
+    # server splits the reservations by payload bytes and the supervisor its finishes by
+    # result bytes, so every frame fits and every task completes.
+    text = "x" * (200 * 1024)
+    ids = [submit(sup_env.producer, sup_env.queue_id, "upper", {"text": text})
+           for _ in range(16)]
+    sup = sup_env.start(workers=16)
+    for task_id in ids:
+        task = wait_task(sup_env.producer, task_id, timeout_s=60)
+        assert task["state"] == "SUCCEEDED" and task["result"] == {"text": text.upper()}
+    assert all(len(attempts(sup_env.producer, t)["attempts"]) == 1 for t in ids)
+    log = sup.log()  # never cut off for a frame too large
+    assert "connection lost" not in log and "event disconnected" not in log
