@@ -180,12 +180,13 @@ class WorkerProtocol(UseCases):
         out.more = more
         return out
 
-    def _reserve_in(self, uow: UnitOfWork, b: WorkerBinding, n: int
+    def _reserve_in(self, uow: UnitOfWork, b: WorkerBinding, n: int,
+                    budget: int = MAX_PAYLOAD_BYTES_PER_FRAME,
                     ) -> tuple[list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]],
                                bool]:
         """Reserve up to ``n`` tasks in ``uow``: (task, RESERVED attempt, task row) each, and
-        whether more were ready than one frame's payload budget let in (at least one is
-        always taken: MAX_PAYLOAD_BYTES_PER_FRAME)."""
+        whether more were ready than ``budget`` bytes of payload let in (a frame's whole
+        budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME)."""
         conn, now = uow.conn, uow.now_ms
         # Rows this transaction changed are not written yet, so the query still sees them
         # PENDING (and our own locks never skip them): ask for enough to make up for those.
@@ -204,7 +205,7 @@ class WorkerProtocol(UseCases):
         size = 0
         for i, row in enumerate(rows):
             size += _text_bytes(row["payload"])
-            if i and size > MAX_PAYLOAD_BYTES_PER_FRAME:
+            if size > budget and (i or budget < MAX_PAYLOAD_BYTES_PER_FRAME):
                 rows, more = rows[:i], True
                 break
         out: list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]] = []
@@ -247,10 +248,14 @@ class WorkerProtocol(UseCases):
                     wanted.append(op.attempt_id)
             uow.load_attempts_and_tasks(wanted)
             results: list[OpResult] = []
+            # The claims' answers share one response frame: one payload budget for all.
+            payload_left = MAX_PAYLOAD_BYTES_PER_FRAME
             for op in ops:
                 if isinstance(op, ClaimOp):
                     may = room if finishes_confirmed(ops, results) else NO_CLAIMS
-                    results.append(self._claim(uow, b, op, stored, may, effects))
+                    result, used = self._claim(uow, b, op, stored, may, effects, payload_left)
+                    payload_left -= used
+                    results.append(result)
                 else:
                     results.append(self._apply_op(uow, b, op, stored, effects))
             uow.flush()
@@ -264,19 +269,22 @@ class WorkerProtocol(UseCases):
 
     def _claim(self, uow: UnitOfWork, b: WorkerBinding, op: ClaimOp,
                stored: dict[str, tuple[str, dict[str, Any]]], room: ClaimRoom,
-               effects: Effects) -> OpResult:
-        """Reserve and start up to ``op.count`` tasks; unfilled slots become credit. The
-        receipt keeps the attempt IDs; a replay reads them again with their current lease
-        and grants no credit (credit belongs to the connection that applied the claim)."""
+               effects: Effects, payload_left: int) -> tuple[OpResult, int]:
+        """Reserve and start up to ``op.count`` tasks, within ``payload_left`` bytes of
+        payload; unfilled slots become credit. Returns the answer and the payload bytes it
+        carries. The receipt keeps the attempt IDs; a replay reads them again with their
+        current lease and grants no credit (credit belongs to the connection that applied
+        the claim)."""
         seen = stored.get(op.msg_id)
         if seen is not None:
             return self._replay_claim(uow, op.msg_id, seen)
         now = uow.now_ms
         n = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
         claimed: list[Reservation] = []
-        made, more = self._reserve_in(uow, b, n) if n else ([], False)
+        made, more = self._reserve_in(uow, b, n, payload_left) if n else ([], False)
         if more:  # the answer's payload budget, not the queue, ended the claim
             effects.ready_queues.add(b.queue_id)
+        used = sum(_text_bytes(row["payload"]) for _task, _attempt, row in made)
         for task, attempt, row in made:
             granted = domain.start(task, attempt, attempt.epoch, b.instance_id, None, now)
             _audit_started(uow, b, task, attempt, AttemptState.RESERVED, None, granted)
@@ -289,27 +297,29 @@ class WorkerProtocol(UseCases):
             "instance_id": b.instance_id, "msg_id": op.msg_id, "op": op.op,
             "answer": orjson.dumps(answer).decode(), "created_at_ms": now,
         })
-        return OpResult(op.msg_id, True, claimed=tuple(claimed), credited=credited)
+        return OpResult(op.msg_id, True, claimed=tuple(claimed), credited=credited), used
 
     def _replay_claim(self, uow: UnitOfWork, msg_id: str,
-                      seen: tuple[str, dict[str, Any]]) -> OpResult:
+                      seen: tuple[str, dict[str, Any]]) -> tuple[OpResult, int]:
         kind, answer = seen
         if kind != "claim":
-            return _replay(msg_id, "claim", seen, uow.now_ms)
+            return _replay(msg_id, "claim", seen, uow.now_ms), 0
         ids = answer["claimed"]
         rows = {row["attempt_id"]: row for row in uow.conn.execute(
             queries.CLAIMED_ATTEMPTS, {"ids": ids}).mappings()} if ids else {}
         claimed = []
+        used = 0
         for attempt_id in ids:
             row = rows.get(attempt_id)
             if row is None:
                 continue
+            used += _text_bytes(row["payload"])
             expires = row["lease_expires_at_ms"]
             held = row["attempt_state"] == AttemptState.RUNNING.value and expires is not None
             claimed.append(_reservation_of(row, row["task_id"], attempt_id, row["epoch"],
                                            row["attempt_number"],
                                            max(0, expires - uow.now_ms) if held else 0))
-        return OpResult(msg_id, True, claimed=tuple(claimed), credited=0)
+        return OpResult(msg_id, True, claimed=tuple(claimed), credited=0), used
 
     def _apply_op(self, uow: UnitOfWork, b: WorkerBinding, op: Op,
                   stored: dict[str, tuple[str, dict[str, Any]]], effects: Effects) -> OpResult:

@@ -74,3 +74,15 @@ def test_one_reservation_always_fits_and_reserve_says_when_more_are_ready(
     # A small task after big ones is not held back by the budget.
     world.submit(payload={"text": "small"})
     assert len(world.service.reserve(b, 6)) == 1
+
+
+def test_claims_in_one_request_share_the_answers_payload_budget(world: World) -> None:
+    big = "z" * (250 * 1024)
+    for _ in range(6):
+        world.submit(payload={"text": big})
+    b = world.hello()
+    first, second = world.service.apply_ops(
+        b, [ClaimOp(world.msg(), 3), ClaimOp(world.msg(), 3)], ClaimRoom(True, 8))[0]
+    # 4 x 250 KiB fit in the response's 1 MiB; the second claim gets the fourth only.
+    assert len(first.claimed or ()) == 3 and len(second.claimed or ()) == 1
+    assert second.credited == 2
