@@ -32,6 +32,7 @@ from orbit_wire.frames import (
     StartOp,
 )
 from orbit_wire.ids import new_id
+from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import (
     MAX_PAYLOAD_BYTES_PER_FRAME,
     MAX_RESERVATIONS_PER_FRAME,
@@ -175,7 +176,7 @@ class WorkerProtocol(UseCases):
 
     def _reserve_for(self, uow: UnitOfWork, b: WorkerBinding, n: int) -> Reservations:
         """Reserve up to ``n`` tasks in ``uow``, as the reservations a worker receives."""
-        made, more = self._reserve_in(uow, b, n)
+        made, more, _used = self._reserve_in(uow, b, n)
         out = Reservations(_reservation(*c) for c in made)
         out.more = more
         return out
@@ -183,10 +184,11 @@ class WorkerProtocol(UseCases):
     def _reserve_in(self, uow: UnitOfWork, b: WorkerBinding, n: int,
                     budget: int = MAX_PAYLOAD_BYTES_PER_FRAME,
                     ) -> tuple[list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]],
-                               bool]:
-        """Reserve up to ``n`` tasks in ``uow``: (task, RESERVED attempt, task row) each, and
+                               bool, int]:
+        """Reserve up to ``n`` tasks in ``uow``: (task, RESERVED attempt, task row) each,
         whether more were ready than ``budget`` bytes of payload let in (a frame's whole
-        budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME)."""
+        budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
+        bytes taken."""
         conn, now = uow.conn, uow.now_ms
         # Rows this transaction changed are not written yet, so the query still sees them
         # PENDING (and our own locks never skip them): ask for enough to make up for those.
@@ -204,10 +206,11 @@ class WorkerProtocol(UseCases):
         more = False
         size = 0
         for i, row in enumerate(rows):
-            size += _text_bytes(row["payload"])
-            if size > budget and (i or budget < MAX_PAYLOAD_BYTES_PER_FRAME):
+            row_bytes = utf8_len(row["payload"])
+            if size + row_bytes > budget and (i or budget < MAX_PAYLOAD_BYTES_PER_FRAME):
                 rows, more = rows[:i], True
                 break
+            size += row_bytes
         out: list[tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]] = []
         actor = b.actor
         for row in rows:
@@ -217,7 +220,7 @@ class WorkerProtocol(UseCases):
             uow.audit(task.id, attempt.id, actor, "attempt_reserved",
                       TaskState.PENDING.value, task.state.value, None)
             out.append((task, attempt, row))
-        return out, more
+        return out, more, size
 
     def apply_ops(self, b: WorkerBinding, ops: Sequence[Op], room: ClaimRoom = NO_CLAIMS,
                   watched: Callable[[str], bool] | None = None
@@ -281,10 +284,9 @@ class WorkerProtocol(UseCases):
         now = uow.now_ms
         n = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
         claimed: list[Reservation] = []
-        made, more = self._reserve_in(uow, b, n, payload_left) if n else ([], False)
+        made, more, used = self._reserve_in(uow, b, n, payload_left) if n else ([], False, 0)
         if more:  # the answer's payload budget, not the queue, ended the claim
             effects.ready_queues.add(b.queue_id)
-        used = sum(_text_bytes(row["payload"]) for _task, _attempt, row in made)
         for task, attempt, row in made:
             granted = domain.start(task, attempt, attempt.epoch, b.instance_id, None, now)
             _audit_started(uow, b, task, attempt, AttemptState.RESERVED, None, granted)
@@ -313,7 +315,7 @@ class WorkerProtocol(UseCases):
             row = rows.get(attempt_id)
             if row is None:
                 continue
-            used += _text_bytes(row["payload"])
+            used += utf8_len(row["payload"])
             expires = row["lease_expires_at_ms"]
             held = row["attempt_state"] == AttemptState.RUNNING.value and expires is not None
             claimed.append(_reservation_of(row, row["task_id"], attempt_id, row["epoch"],
@@ -482,10 +484,6 @@ class Reservations(list[Reservation]):
     queue, ended them (the dispatcher then claims again instead of waiting for work)."""
 
     more: bool = False
-
-
-def _text_bytes(text: str | bytes) -> int:
-    return len(text) if isinstance(text, bytes) else len(text.encode())
 
 
 def _reservation(task: domain.TaskRec, attempt: domain.AttemptRec, row: Mapping[str, Any],

@@ -74,6 +74,7 @@ from orbit_wire.frames import (
     StartOp,
     Welcome,
 )
+from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import MAX_BATCH_OPS, MAX_OUTPUT_BYTES_PER_REQUEST
 from orbit_wire.model import Capability, Disposition, Outcome
 
@@ -207,7 +208,7 @@ def _output_bytes(op: Op) -> int:
     travel as JSON strings, and escaping at most doubles their UTF-8 bytes."""
     if not isinstance(op, FinishOp):
         return 0
-    return 2 * sum(len(text.encode()) for text in (op.result_json, op.details_json) if text)
+    return 2 * sum(utf8_len(text) for text in (op.result_json, op.details_json) if text)
 
 
 @dataclass(slots=True)

@@ -23,6 +23,13 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<![\d.eE+\-])-?\d{19,}(?![.eE\d])')
 _LONG_DIGITS = re.compile(rb"\d{19,}")
 
 
+def utf8_len(text: bytes | str) -> int:
+    """The encoded size of JSON text, without copying ASCII text (the usual case)."""
+    if isinstance(text, bytes) or text.isascii():
+        return len(text)
+    return len(text.encode())
+
+
 def check_text(
     text: bytes | str,
     *,

@@ -472,8 +472,13 @@ def render_shared_db(result: dict[str, Any], store: str) -> str:
 
 
 def write_section(section: str, path: Path, store: str = "sqlite") -> None:
+    replace_section(path, section, *markers(store))
+
+
+def replace_section(path: Path, section: str, begin: str, end: str) -> None:
+    """Put ``section`` (which starts with ``begin`` and ends with ``end``) in place of the
+    one between those markers in ``path``, or append it; the rest of the file is kept."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    begin, end = markers(store)
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)

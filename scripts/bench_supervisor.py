@@ -55,7 +55,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(HANDLER_DIR))  # for the in-process pool's template only
 
-from bench_server import Server, fsync_latency_us, pct, python_loop_ms  # noqa: E402
+from bench_server import (  # noqa: E402
+    Server,
+    fsync_latency_us,
+    pct,
+    python_loop_ms,
+    replace_section,
+)
 
 from orbit_client.credentials import Credentials  # noqa: E402
 from orbit_supervisor import pool as pool_module  # noqa: E402
@@ -584,17 +590,6 @@ def render(r: dict[str, Any]) -> str:
     ])
 
 
-def write_section(section: str, path: Path) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--noop-tasks", type=int, default=5000)
@@ -638,7 +633,7 @@ def main() -> None:
     section = render(result)
     print(section)
     if not args.no_write:
-        write_section(section, ROOT / "docs" / "benchmarks.md")
+        replace_section(ROOT / "docs" / "benchmarks.md", section, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orbit_wire.errors import ErrorCode, ValueRejected
-from orbit_wire.jsonvalue import check_text, check_value, encode_value
+from orbit_wire.jsonvalue import check_text, check_value, encode_value, utf8_len
 from orbit_wire.limits import INT64_MAX, INT64_MIN, MAX_VALUE_BYTES, MAX_VALUE_DEPTH
 
 
@@ -65,3 +65,9 @@ def test_non_finite_floats_and_foreign_types_rejected_when_encoding() -> None:
         with pytest.raises(ValueRejected):
             encode_value(value)
     assert encode_value({"text": "ok", "n": 1.5}) == b'{"text":"ok","n":1.5}'
+
+
+def test_utf8_len_counts_encoded_bytes() -> None:
+    assert utf8_len('{"a":1}') == 7
+    assert utf8_len('"é€😀"') == len('"é€😀"'.encode()) == 11
+    assert utf8_len(b'{"a":1}') == 7
