@@ -259,6 +259,7 @@ class Session:
         self._exec_ewma: float | None = None  # recent handler durations (Execute -> outcome)
         self._rtt_ewma: float | None = None  # recent request round trips (sent -> response)
         self._hold_until: float | None = None
+        self._queued_since: float | None = None  # when the oldest queued op was queued
         # Counters for stats().
         self.started = 0
         self.renewals_confirmed = 0
@@ -723,6 +724,10 @@ class Session:
             self._drain_queued = True
             self._pending[drain.msg_id] = _Pending(drain)
         self._hold_until = None  # re-decided below, only while a request could go out
+        if not self._pending:
+            self._queued_since = None
+        elif self._queued_since is None:
+            self._queued_since = now
         if (self.conn is Conn.READY and self._inflight is None and self._pending
                 and not self._hold(now)):
             # Renewals first: when more is queued than one batch holds, leases must not wait.
@@ -730,6 +735,7 @@ class Session:
             batch = self._batch_of(queued)
             for pending in batch:
                 del self._pending[pending.op.msg_id]
+            self._queued_since = now if self._pending else None
             self._send_request(batch, now, actions)
         self._grant_credit(now, actions)
         self._check_done(now, actions)
@@ -768,16 +774,18 @@ class Session:
         if not all(isinstance(p.op, StartOp | FinishOp) for p in self._pending.values()):
             return False
         cpus = self.config.cpus
-        if cpus is not None and self.executing > cpus:
-            # More handlers run than CPUs: holding idles no CPU and halves the requests (and
-            # the server's work). Until the next handler is expected to finish, if that is
-            # within BATCH_HOLD_MAX; a finish arriving re-decides, and once no more handlers
-            # run than CPUs nothing is held.
+        if cpus is not None and self.executing > cpus and self._queued_since is not None:
+            # More handlers run than CPUs: holding idles no CPU and cuts the requests (and
+            # the server's work per task). Until the oldest queued op has waited
+            # BATCH_HOLD_MAX, if a handler is expected to finish by then (one already past
+            # its expected duration counts: it may finish any moment); every finish
+            # re-decides, and once no more handlers run than CPUs nothing is held.
+            limit = self._queued_since + BATCH_HOLD_MAX
             nxt = min((a.running_since + ewma for a in self.attempts.values()
                        if a.phase is Phase.RUNNING and a.running_since is not None),
                       default=None)
-            if nxt is not None and now < nxt <= now + BATCH_HOLD_MAX:
-                self._hold_until = nxt
+            if nxt is not None and now < limit and nxt <= limit:
+                self._hold_until = limit
                 return True
         window = self._hold_window()
         if ewma > window / 2:

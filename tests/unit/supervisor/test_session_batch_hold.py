@@ -6,6 +6,7 @@ anything."""
 
 from __future__ import annotations
 
+import pytest
 from supervisor_session_harness import (
     FakeOutcome,
     executes,
@@ -145,10 +146,10 @@ def _four_running(cpus: int, took: float) -> tuple[Session, list[str], float]:
 
 def test_with_more_handlers_than_cpus_a_finish_waits_for_the_next_one() -> None:
     s, (a, b, c, _d), t0 = _four_running(cpus=2, took=0.015)
-    # a ends a little early; the others are expected at t0 + 15 ms: one more is waited for.
+    # a ends a little early; the others are expected at t0 + 15 ms: one more is waited for,
+    # for at most BATCH_HOLD_MAX from a's finish.
     assert requests(s.execution_finished(a, FakeOutcome(), t0 + 0.012)) == []
-    hold = s.next_timer()  # the others' expected end, by the recent durations (14.4 ms)
-    assert hold is not None and t0 + 0.014 < hold <= t0 + 0.015
+    assert s.next_timer() == pytest.approx(t0 + 0.012 + BATCH_HOLD_MAX)
     (req,) = requests(s.execution_finished(b, FakeOutcome(), t0 + 0.0140))
     assert kinds(req) == ["finish", "finish", "claim"]
     claim = req.ops[-1]
@@ -167,3 +168,25 @@ def test_no_oversubscription_hold_with_enough_cpus_or_a_far_next_finish() -> Non
     s, (a, *_), t0 = _four_running(cpus=2, took=0.100)
     (req,) = requests(s.execution_finished(a, FakeOutcome(), t0 + 0.050))
     assert kinds(req) == ["finish", "claim"]
+
+
+def test_an_overdue_handler_is_waited_for_and_the_hold_counts_from_the_oldest_finish() -> None:
+    s, _ = ready(capacity=8, cpus=2)
+    now = _learn_duration(s, 0.0, 0.010)
+    res = [reservation() for _ in range(8)]
+    (start,) = requests(s.frame_received(Reserve(tuple(res)), now))
+    ids = [r.attempt_id for r in res]
+    assert executes(s.frame_received(ok_for(start), now)) == ids
+    # Eight handlers share two CPUs, so all of them run past the 10 ms they took alone:
+    # each finish waits for the next, but the first one no longer than BATCH_HOLD_MAX.
+    first = now + 0.030
+    for i, attempt in enumerate(ids[:4]):
+        assert requests(s.execution_finished(attempt, FakeOutcome(), first + 0.005 * i)) == []
+        assert s.next_timer() == pytest.approx(first + BATCH_HOLD_MAX)
+    (req,) = requests(s.handle_timer(first + BATCH_HOLD_MAX))
+    assert kinds(req) == ["finish"] * 4 + ["claim"]
+    # The next finish waits its own BATCH_HOLD_MAX, counted from when it was queued.
+    s.frame_received(ok_for(req), first + BATCH_HOLD_MAX + 0.001)
+    later = first + BATCH_HOLD_MAX + 0.002
+    assert requests(s.execution_finished(ids[4], FakeOutcome(), later)) == []
+    assert s.next_timer() == pytest.approx(later + BATCH_HOLD_MAX)
