@@ -28,7 +28,7 @@ from orbit_wire.model import Capability
 
 from .store.retry import faults_logged
 from .store_thread import StoreThread
-from .worker_protocol import NO_CLAIMS, ClaimRoom
+from .worker_protocol import NO_CLAIMS, ClaimRoom, Reservations
 
 log = logging.getLogger("orbit.dispatch")
 
@@ -168,15 +168,14 @@ class Dispatcher:
             return 0
         return min(session.credits, MAX_RESERVATIONS_PER_FRAME)
 
-    def book_reserved(self, session: Session, wanted: int,
-                      reservations: Sequence[Any]) -> None:
+    def book_reserved(self, session: Session, wanted: int, reservations: Reservations) -> None:
         """Spend credit on what a claim of ``wanted`` reserved (the caller sends the
         ``reserve`` frame, still under ``session.lock``)."""
         if reservations:
             session.credits -= len(reservations)
             session.served_seq = next(self._served)
             session.reserved_total += len(reservations)
-        if len(reservations) < wanted and not getattr(reservations, "more", False):
+        if len(reservations) < wanted and not reservations.more:
             session.exhausted = True  # the queue had less: only a work hint claims again
         elif session.wants_work:
             # A full batch, or one a frame's payload budget ended: there may be more work.

@@ -23,9 +23,6 @@ from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import IntegrityError
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.frames import (
-    Reservation,
-)
 from orbit_wire.ids import is_id, new_id, new_secret
 from orbit_wire.jsonvalue import encode_value
 from orbit_wire.limits import (
@@ -56,7 +53,7 @@ from .store.rows import INSERT_AUDIT, INSERT_TASK, UnitOfWork
 from .store.tables import attempts, audit, credentials, evidence, queues, tasks
 from .store.views import attempt_view, audit_view, evidence_view, queue_view, task_view
 from .use_cases import SERVER, Effects
-from .worker_protocol import NO_CLAIMS, ClaimRoom, WorkerBinding, WorkerProtocol
+from .worker_protocol import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerProtocol
 
 __all__ = ["NO_CLAIMS", "ClaimRoom", "Effects", "Service", "WorkerBinding"]
 
@@ -173,7 +170,7 @@ class Service(WorkerProtocol):
     def submit_and_reserve(self, p: Principal, queue_id: str, specs: list[object],
                            b: WorkerBinding, n: int
                            ) -> tuple[list[tuple[dict[str, Any], bool]], Effects,
-                                      list[Reservation]]:
+                                      Reservations]:
         """``submit``, then in the SAME transaction ``reserve(b, n)`` for a worker of this
         queue that is waiting with credit: the new task reaches it without a separate
         dispatch transaction. ``effects.ready_queues`` is left empty when that worker took
@@ -182,7 +179,7 @@ class Service(WorkerProtocol):
 
     def _submit(self, p: Principal, queue_id: str, specs: list[object],
                 b: WorkerBinding | None, n: int
-                ) -> tuple[list[tuple[dict[str, Any], bool]], Effects, list[Reservation]]:
+                ) -> tuple[list[tuple[dict[str, Any], bool]], Effects, Reservations]:
         require_role(p, _PRODUCERS)
         require_queue(p, queue_id)
         if not isinstance(specs, list) or not specs:
@@ -194,7 +191,7 @@ class Service(WorkerProtocol):
         now = self.clock()
         out: list[tuple[dict[str, Any], bool]] = []
         new_rows: list[dict[str, Any]] = []
-        reservations: list[Reservation] = []
+        reservations = Reservations()
         try:
             with self._write() as conn:
                 if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
