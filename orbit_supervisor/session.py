@@ -21,8 +21,7 @@ Rules it keeps (SPEC §4, docs/protocol.md):
   ok, at most once per attempt.
 - One control request in flight; queued operations go out together in the next request
   (≤ max_batch_ops); at most one renewal per attempt is ever queued. A request of starts
-  and finishes only waits (≤ one recent round trip, see _hold_window) for a short handler
-  about to finish.
+  and finishes only may wait for more finishes (batching.py).
 - Local lease expiry = send time of the granting request + lease_ms (lease.py); at expiry,
   on a stale/expired renewal answer or on a ``cancel`` push the child is killed at once.
 - Credit = free slots - outstanding credit, free slots = capacity - executing - reserved
@@ -89,15 +88,10 @@ from .actions import (
     SendFrame,
     SupervisorEvent,
 )
+from .batching import BatchHold
 from .errors import FatalSessionError, ShutdownTimeoutError
 from .lease import Lease
 
-# A request of starts and finishes only may wait for the finish of a short handler running
-# right now, so both share one round trip (see _hold): for up to one recent round trip, as
-# the request sent now would keep the other finish waiting that long anyway, and within
-# these bounds.
-BATCH_HOLD_MIN = 0.002
-BATCH_HOLD_MAX = 0.020
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
 MAX_HEARTBEAT_MS = 5000  # SPEC §4: heartbeat every TTL/3, at most 5 s
@@ -169,7 +163,7 @@ class SessionConfig:
     # lease still holds (lease.py). The supervisor uses REPORT_MARGIN; 0 keeps exact times.
     report_margin: float = 0.0
     # CPUs the children share. With more handlers running than that, a held finish idles no
-    # CPU, so it may wait for the next handler's finish (see _hold); None: never.
+    # CPU, so it may wait for the next handlers' finishes (batching.py); None: never.
     cpus: int | None = None
 
 
@@ -256,10 +250,8 @@ class Session:
         self.stop_deadline: float | None = None
         self.drain_acked = False
         self._drain_queued = False
-        self._exec_ewma: float | None = None  # recent handler durations (Execute -> outcome)
-        self._rtt_ewma: float | None = None  # recent request round trips (sent -> response)
+        self._batching = BatchHold(config.cpus)
         self._hold_until: float | None = None
-        self._queued_since: float | None = None  # when the oldest queued op was queued
         # Counters for stats().
         self.started = 0
         self.renewals_confirmed = 0
@@ -366,9 +358,7 @@ class Session:
         # result that won the race against the kill is reported as it is).
         killed = result.outcome is Outcome.UNKNOWN and result.code == "LEASE_LOST"
         if att.phase is Phase.RUNNING and att.running_since is not None:
-            took = max(0.0, now - att.running_since)
-            ewma = self._exec_ewma
-            self._exec_ewma = took if ewma is None else 0.8 * ewma + 0.2 * took
+            self._batching.handler_took(max(0.0, now - att.running_since))
         report = replace(
             result.report,
             renewals=att.lease.renewals,
@@ -536,8 +526,7 @@ class Session:
                         actions)
             return
         self._inflight = None
-        rtt = max(0.0, now - inflight.sent_at)
-        self._rtt_ewma = rtt if self._rtt_ewma is None else 0.8 * self._rtt_ewma + 0.2 * rtt
+        self._batching.round_trip(max(0.0, now - inflight.sent_at))
         for pending, result in zip(inflight.ops, frame.results, strict=True):
             sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
             match pending.op:
@@ -724,10 +713,7 @@ class Session:
             self._drain_queued = True
             self._pending[drain.msg_id] = _Pending(drain)
         self._hold_until = None  # re-decided below, only while a request could go out
-        if not self._pending:
-            self._queued_since = None
-        elif self._queued_since is None:
-            self._queued_since = now
+        self._batching.queued(now, bool(self._pending))
         if (self.conn is Conn.READY and self._inflight is None and self._pending
                 and not self._hold(now)):
             # Renewals first: when more is queued than one batch holds, leases must not wait.
@@ -735,7 +721,7 @@ class Session:
             batch = self._batch_of(queued)
             for pending in batch:
                 del self._pending[pending.op.msg_id]
-            self._queued_since = now if self._pending else None
+            self._batching.sent(now, bool(self._pending))
             self._send_request(batch, now, actions)
         self._grant_credit(now, actions)
         self._check_done(now, actions)
@@ -753,51 +739,17 @@ class Session:
             batch.append(pending)
         return batch
 
-    def _hold_window(self) -> float:
-        """How long a request may be held: one recent round trip, within the bounds. Sent
-        now, it would hold the next finish back for its round trip anyway; held, both share
-        one request, which also halves the server's work per task when it is the limit."""
-        rtt = self._rtt_ewma or 0.0
-        return min(max(rtt, BATCH_HOLD_MIN), BATCH_HOLD_MAX)
-
     def _hold(self, now: float) -> bool:  # sets _hold_until (None: no hold)
-        """True to hold back a request of starts and finishes only, because a handler that
-        started less than twice its recent duration ago (recent handlers took at most half
-        the hold window) is about to finish, or because more handlers run than CPUs: its
-        finish, and the claim refilling its slot, then ride in the same request, one round
-        trip instead of two. Bounded by the hold window (BATCH_HOLD_MAX when
-        oversubscribed); renewals, resumes, drains and resent claims are never held, and a
-        held start has no lease ticking yet."""
-        ewma = self._exec_ewma
-        if ewma is None or self.stop_deadline is not None:
+        """True to hold back a request while only starts and finishes are queued and a
+        handler's finish may join them (batching.py). Never while stopping."""
+        if self.stop_deadline is not None or not all(
+                isinstance(p.op, StartOp | FinishOp) for p in self._pending.values()):
             return False
-        if not all(isinstance(p.op, StartOp | FinishOp) for p in self._pending.values()):
-            return False
-        cpus = self.config.cpus
-        if cpus is not None and self.executing > cpus and self._queued_since is not None:
-            # More handlers run than CPUs: holding idles no CPU and cuts the requests (and
-            # the server's work per task). Until the oldest queued op has waited
-            # BATCH_HOLD_MAX, if a handler is expected to finish by then (one already past
-            # its expected duration counts: it may finish any moment); every finish
-            # re-decides, and once no more handlers run than CPUs nothing is held.
-            limit = self._queued_since + BATCH_HOLD_MAX
-            nxt = min((a.running_since + ewma for a in self.attempts.values()
-                       if a.phase is Phase.RUNNING and a.running_since is not None),
-                      default=None)
-            if nxt is not None and now < limit and nxt <= limit:
-                self._hold_until = limit
-                return True
-        window = self._hold_window()
-        if ewma > window / 2:
-            return False
-        until = None
-        for att in self.attempts.values():
-            if att.phase is Phase.RUNNING and att.running_since is not None:
-                expected = att.running_since + min(2 * ewma, window)
-                if now < expected:
-                    until = expected if until is None else max(until, expected)
-        self._hold_until = until
-        return until is not None
+        self._hold_until = self._batching.until(
+            now, (a.running_since for a in self.attempts.values()
+                  if a.phase is Phase.RUNNING and a.running_since is not None),
+            self.executing)
+        return self._hold_until is not None
 
     def _start_reserved(self) -> None:
         # A start goes out only when a child slot is free, so a confirmed lease never ticks

@@ -1,8 +1,9 @@
-"""Holding a request of starts and finishes for a short handler's finish (session._hold):
-with a fake clock, such a request waits at most one recent round trip (BATCH_HOLD_MIN when
-answers come at once, BATCH_HOLD_MAX at most) and goes out with that finish (and one claim
-for both slots) when it comes first; long handlers, renewals and a lost connection never hold
-anything."""
+"""Holding a request of starts and finishes for a short handler's finish (batching.py,
+driven through the session with a fake clock): such a request waits at most one recent round
+trip (BATCH_HOLD_MIN when answers come at once, BATCH_HOLD_MAX at most) and goes out with that
+finish (and one claim for both slots) when it comes first; long handlers, renewals and a lost
+connection never hold anything; with more handlers than CPUs, finishes wait for the next ones
+up to BATCH_HOLD_MAX from the oldest."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from supervisor_session_harness import (
     reservation,
 )
 
-from orbit_supervisor.session import BATCH_HOLD_MAX, BATCH_HOLD_MIN, Session
+from orbit_supervisor.batching import BATCH_HOLD_MAX, BATCH_HOLD_MIN
+from orbit_supervisor.session import Session
 from orbit_wire.frames import ClaimOp, Reserve
 
 
