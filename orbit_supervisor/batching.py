@@ -15,6 +15,10 @@ from collections.abc import Iterable
 # A short handler's finish is waited for up to one recent round trip, within these bounds.
 BATCH_HOLD_MIN = 0.002
 BATCH_HOLD_MAX = 0.020
+# Handlers count as CPU-bound when they used at least this share of the CPU time they could
+# get (all of a CPU, or their fair part when more ran than CPUs): only then does a finished
+# slot held back idle no CPU.
+CPU_BOUND_SHARE = 0.5
 _EWMA_WEIGHT = 0.2  # of the newest sample in the running averages
 
 
@@ -30,11 +34,22 @@ class BatchHold:
     def __init__(self, cpus: int | None) -> None:
         self.cpus = cpus
         self.exec_ewma: float | None = None  # handler durations (Execute -> outcome)
+        self.cpu_bound_ewma: float | None = None  # CPU used / CPU available, per handler
         self.rtt_ewma: float | None = None  # request round trips (sent -> response)
         self.queued_since: float | None = None  # when the oldest queued op was queued
 
-    def handler_took(self, seconds: float) -> None:
+    def handler_took(self, seconds: float, cpu_seconds: float | None, executing: int) -> None:
+        """A handler ended after ``seconds``, having used ``cpu_seconds`` (None: unknown)
+        while ``executing`` handlers (itself included) shared the CPUs."""
         self.exec_ewma = _average(self.exec_ewma, seconds)
+        if cpu_seconds is not None and seconds > 0 and self.cpus is not None:
+            available = min(1.0, self.cpus / max(1, executing))  # of one CPU, per handler
+            used = min(1.0, cpu_seconds / seconds / available) if available > 0 else 1.0
+            self.cpu_bound_ewma = _average(self.cpu_bound_ewma, used)
+
+    def cpu_bound(self) -> bool:
+        """Whether recent handlers kept their CPUs busy (I/O-bound ones do not)."""
+        return self.cpu_bound_ewma is not None and self.cpu_bound_ewma >= CPU_BOUND_SHARE
 
     def round_trip(self, seconds: float) -> None:
         self.rtt_ewma = _average(self.rtt_ewma, seconds)
@@ -66,9 +81,10 @@ class BatchHold:
         if ewma is None:
             return None
         started = list(running_since)
-        if self.cpus is not None and executing > self.cpus and self.queued_since is not None:
-            # More handlers run than CPUs: holding idles no CPU and cuts the requests (and
-            # the server's work per task). Until the oldest queued op has waited
+        if (self.cpus is not None and executing > self.cpus and self.queued_since is not None
+                and self.cpu_bound()):
+            # More CPU-bound handlers run than CPUs: holding idles no CPU and cuts the
+            # requests (and the server's work per task). Until the oldest queued op has waited
             # BATCH_HOLD_MAX, if a handler is expected to finish by then (one already past
             # its expected duration counts: it may finish any moment); every finish
             # re-decides, and once no more handlers run than CPUs nothing is held.

@@ -358,7 +358,10 @@ class Session:
         # result that won the race against the kill is reported as it is).
         killed = result.outcome is Outcome.UNKNOWN and result.code == "LEASE_LOST"
         if att.phase is Phase.RUNNING and att.running_since is not None:
-            self._batching.handler_took(max(0.0, now - att.running_since))
+            cpu_ms = result.report.cpu_ms
+            self._batching.handler_took(max(0.0, now - att.running_since),
+                                        None if cpu_ms is None else cpu_ms / 1000,
+                                        self.executing)
         report = replace(
             result.report,
             renewals=att.lease.renewals,

@@ -20,19 +20,22 @@ from supervisor_session_harness import (
 
 from orbit_supervisor.batching import BATCH_HOLD_MAX, BATCH_HOLD_MIN
 from orbit_supervisor.session import Session
-from orbit_wire.frames import ClaimOp, Reserve
+from orbit_wire.frames import ClaimOp, Report, Reserve
 
 
-def _learn_duration(s: Session, now: float, took: float, rtt: float = 0.0) -> float:
-    """Run attempts that take ``took`` seconds, the server answering ``rtt`` after each
-    request, until both figures are learnt; returns the time after the last answer."""
+def _learn_duration(s: Session, now: float, took: float, rtt: float = 0.0,
+                    cpu: float = 1.0) -> float:
+    """Run attempts that take ``took`` seconds, using ``cpu`` of it on the CPU, the server
+    answering ``rtt`` after each request, until these figures are learnt; returns the time
+    after the last answer."""
+    done = FakeOutcome(report=Report(child_pid=4242, exit_code=0, cpu_ms=round(took * cpu * 1e3)))
     for _ in range(1 if rtt == 0.0 else 30):
         res = reservation()
         (start,) = requests(s.frame_received(Reserve((res,)), now))
         now += rtt
         assert executes(s.frame_received(ok_for(start), now)) == [res.attempt_id]
         now += took
-        for req in requests(s.execution_finished(res.attempt_id, FakeOutcome(), now)):
+        for req in requests(s.execution_finished(res.attempt_id, done, now)):
             now += rtt
             s.frame_received(ok_for(req), now)
     return now
@@ -192,3 +195,14 @@ def test_an_overdue_handler_is_waited_for_and_the_hold_counts_from_the_oldest_fi
     later = first + BATCH_HOLD_MAX + 0.002
     assert requests(s.execution_finished(ids[4], FakeOutcome(), later)) == []
     assert s.next_timer() == pytest.approx(later + BATCH_HOLD_MAX)
+
+
+def test_no_oversubscription_hold_for_handlers_that_use_no_cpu() -> None:
+    # Four sleeping handlers on two CPUs: the CPUs are idle, so a finish goes out at once.
+    s, _ = ready(capacity=4, cpus=2)
+    t0 = _learn_duration(s, 0.0, 0.015, cpu=0.0)
+    res = [reservation() for _ in range(4)]
+    (start,) = requests(s.frame_received(Reserve(tuple(res)), t0))
+    assert executes(s.frame_received(ok_for(start), t0)) == [r.attempt_id for r in res]
+    (req,) = requests(s.execution_finished(res[0].attempt_id, FakeOutcome(), t0 + 0.012))
+    assert kinds(req) == ["finish", "claim"]

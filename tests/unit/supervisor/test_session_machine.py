@@ -33,6 +33,7 @@ from orbit_wire.frames import (
     FinishOp,
     OpResult,
     RenewOp,
+    Report,
     Request,
     Reservation,
     Reserve,
@@ -303,8 +304,9 @@ class SessionMachine(RuleBasedStateMachine):
     def child_finishes(self, data: st.DataObject) -> None:
         attempt_id = data.draw(st.sampled_from(sorted(self.alive)))
         self.alive.discard(attempt_id)
-        outcome = (FakeOutcome(Outcome.UNKNOWN, "LEASE_LOST", result_json=None)
-                   if attempt_id in self.killed else FakeOutcome())
+        report = Report(child_pid=4242, exit_code=0, cpu_ms=data.draw(st.integers(0, 20)))
+        outcome = (FakeOutcome(Outcome.UNKNOWN, "LEASE_LOST", result_json=None, report=report)
+                   if attempt_id in self.killed else FakeOutcome(report=report))
         self.apply(self.s.execution_finished(attempt_id, outcome, self.now))
 
     @precondition(lambda self: not self.finished and self.online and bool(self.alive))
@@ -372,8 +374,8 @@ class SessionMachine(RuleBasedStateMachine):
 
 
 class OversubscribedSessionMachine(SessionMachine):
-    # cpus=0: any running handler makes a queued start or finish wait for the next expected
-    # finish, the oversubscription hold at its most frequent.
+    # cpus=0: any running handler that reported CPU time makes a queued start or finish wait
+    # for the next finish, the oversubscription hold at its most frequent.
     CPUS = 0
 
 
