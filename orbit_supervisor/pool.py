@@ -30,7 +30,7 @@ import enum
 import itertools
 import logging
 import socket
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,10 +109,12 @@ _REPLACING = frozenset({_State.SPAWNING, _State.KILLING, _State.EXITING})
 
 @dataclass(eq=False)
 class _Slot:
-    """One place in the pool; its child changes, identified by the generation."""
+    """One place in the pool; its child changes, identified by the generation. Setting
+    ``state`` keeps ``counts`` (the pool's slots per state, shared by all its slots)."""
 
     index: int
-    state: _State = _State.CLOSED
+    counts: Counter[_State]
+    _state: _State = _State.CLOSED
     generation: int = 0
     sock: socket.socket | None = None
     decoder: FrameDecoder = field(default_factory=FrameDecoder)
@@ -131,6 +133,19 @@ class _Slot:
     timer: asyncio.TimerHandle | None = None
     startup_failures: int = 0
     ready_event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.counts[self._state] += 1
+
+    @property
+    def state(self) -> _State:
+        return self._state
+
+    @state.setter
+    def state(self, to: _State) -> None:
+        self.counts[self._state] -= 1
+        self.counts[to] += 1
+        self._state = to
 
 
 @dataclass(eq=False)
@@ -173,7 +188,8 @@ class ChildPool:
         self._max_memory = max_memory_bytes
         self._interval = memory_check_interval
         self._log = logger or logging.getLogger("orbit.pool")
-        self._slots = [_Slot(i) for i in range(size)]
+        self._state_counts: Counter[_State] = Counter()
+        self._slots = [_Slot(i, self._state_counts) for i in range(size)]
         self._by_gen: dict[int, _Slot] = {}
         self._dying: dict[int, _Dying] = {}
         self._by_attempt: dict[str, _Slot] = {}
@@ -287,9 +303,7 @@ class ChildPool:
         return True
 
     def stats(self) -> PoolStats:
-        counts = {state: 0 for state in _State}
-        for slot in self._slots:
-            counts[slot.state] += 1
+        counts = self._state_counts
         return PoolStats(
             spawned=self._spawned, killed=dict(self._killed), recycled=self._recycled,
             crashed=self._crashed, replacing=sum(counts[s] for s in _REPLACING),
@@ -311,7 +325,8 @@ class ChildPool:
 
     @property
     def replacing(self) -> int:
-        return sum(1 for slot in self._slots if slot.state in _REPLACING)
+        counts = self._state_counts
+        return sum(counts[state] for state in _REPLACING)
 
     @property
     def size(self) -> int:

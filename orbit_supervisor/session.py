@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from itertools import islice
 from typing import Protocol
 
 from orbit_wire.errors import FATAL_CODES, RETRYABLE_CODES, ErrorCode
@@ -232,7 +233,9 @@ class Session:
         self.attempts: dict[str, Attempt] = {}  # changed only by _add, _forget and _move
         # Attempts per phase, kept with every change: the slot arithmetic asks for these on
         # every input, and a count over up to 2 x 256 attempts each time would dominate.
-        self._phase_counts: dict[Phase, int] = dict.fromkeys(Phase, 0)
+        # The same attempts by phase, so the per-event work (timers, starts, the batch
+        # hold) looks at the running or reserved ones only, however many are known.
+        self._by_phase: dict[Phase, dict[str, Attempt]] = {phase: {} for phase in Phase}
         self._pending: dict[str, _Pending] = {}  # msg_id -> op, in queue order
         self._inflight: _InFlight | None = None
         self._next_request_id = 1
@@ -374,7 +377,10 @@ class Session:
             details_json=result.details_json if result.outcome is Outcome.FAILED else None,
             report=report,
         )
-        self._drop_queued_ops(attempt_id)
+        # Its start was answered, so a queued renewal is all there can be: one it is waiting
+        # for, or one resent after a reconnect although the kill came first.
+        if att.lease.renewing or att.phase is Phase.KILLING:
+            self._drop_queued_ops(attempt_id)
         att.lease.lost = True  # nothing runs any more; no renewal is needed
         self._move(att, Phase.REPORTING)
         self._pending[finish.msg_id] = _Pending(finish)
@@ -418,9 +424,7 @@ class Session:
             self._end_with_timeout(now, actions)
             return actions
         # Leases first: a dead or silent connection must never delay a kill.
-        for att in self.attempts.values():
-            if att.phase is not Phase.RUNNING:
-                continue
+        for att in list(self._by_phase[Phase.RUNNING].values()):  # a kill moves it
             if att.lease.check(now):
                 reason = KILL_ATTEMPT_TIMEOUT if att.lease.capped else KILL_LEASE_LOST
                 self._kill(att, reason, actions)
@@ -455,11 +459,10 @@ class Session:
         if self.conn in (Conn.RESUMING, Conn.READY):
             times.append(self._last_received + self._session_ttl)
             times.append(self._last_sent + self._heartbeat)
-        for att in self.attempts.values():
-            if att.phase is Phase.RUNNING:
-                deadline = att.lease.deadline()
-                if deadline is not None:
-                    times.append(deadline)
+        for att in self._by_phase[Phase.RUNNING].values():
+            deadline = att.lease.deadline()
+            if deadline is not None:
+                times.append(deadline)
         return min(times) if times else None
 
     # ------------------------------------------------------------------ queries
@@ -749,8 +752,8 @@ class Session:
                 isinstance(p.op, StartOp | FinishOp) for p in self._pending.values()):
             return False
         self._hold_until = self._batching.until(
-            now, (a.running_since for a in self.attempts.values()
-                  if a.phase is Phase.RUNNING and a.running_since is not None),
+            now, (a.running_since for a in self._by_phase[Phase.RUNNING].values()
+                  if a.running_since is not None),
             self.executing)
         return self._hold_until is not None
 
@@ -758,14 +761,12 @@ class Session:
         # A start goes out only when a child slot is free, so a confirmed lease never ticks
         # while its handler waits for a child.
         slots = self.config.capacity - self.executing - self._count(Phase.STARTING)
-        for att in self.attempts.values():
-            if slots <= 0:
-                return
-            if att.phase is Phase.RESERVED:
-                self._move(att, Phase.STARTING)
-                op = StartOp(self._msg_id(), att.attempt_id, att.reservation.epoch)
-                self._pending[op.msg_id] = _Pending(op)
-                slots -= 1
+        if slots <= 0:
+            return
+        for att in list(islice(self._by_phase[Phase.RESERVED].values(), slots)):
+            self._move(att, Phase.STARTING)
+            op = StartOp(self._msg_id(), att.attempt_id, att.reservation.epoch)
+            self._pending[op.msg_id] = _Pending(op)
 
     def _grant_credit(self, now: float, actions: list[Action]) -> None:
         if self.conn is not Conn.READY or self.stop_deadline is not None:
@@ -884,26 +885,26 @@ class Session:
                 del self._pending[msg_id]
 
     def _count(self, *phases: Phase) -> int:
-        counts = self._phase_counts
-        return sum(counts[phase] for phase in phases)
+        by_phase = self._by_phase
+        return sum(len(by_phase[phase]) for phase in phases)
 
     def phase_counts(self) -> dict[Phase, int]:
         """Known attempts per phase (kept incrementally; tests check it against a count)."""
-        return dict(self._phase_counts)
+        return {phase: len(known) for phase, known in self._by_phase.items()}
 
     def _add(self, att: Attempt) -> None:
         self.attempts[att.attempt_id] = att
-        self._phase_counts[att.phase] += 1
+        self._by_phase[att.phase][att.attempt_id] = att
 
     def _forget(self, att: Attempt) -> None:
         del self.attempts[att.attempt_id]
-        self._phase_counts[att.phase] -= 1
+        del self._by_phase[att.phase][att.attempt_id]
 
     def _move(self, att: Attempt, to: Phase) -> None:
         before = att.phase
         att.move(to)  # raises on a transition outside _TRANSITIONS
-        self._phase_counts[before] -= 1
-        self._phase_counts[to] += 1
+        del self._by_phase[before][att.attempt_id]
+        self._by_phase[to][att.attempt_id] = att
 
     def _msg_id(self) -> str:
         # Unique for the instance's lifetime: the instance ID itself is never reused.

@@ -34,18 +34,36 @@ async def _one(pool: ChildPool, kind: str) -> tuple[str, ChildOutcome]:
     return kind, await task
 
 
+def _assert_counts_match_slots(pool: ChildPool) -> None:
+    """The counts the pool keeps as slots change state equal a recount of its slots."""
+    states = [slot.state.value for slot in pool._slots]
+    stats = pool.stats()
+    assert stats.idle == states.count("idle"), states
+    assert stats.busy == states.count("busy"), states
+    assert stats.replacing == pool.replacing == sum(
+        states.count(s) for s in ("spawning", "killing", "exiting")), states
+
+
 @pytest.mark.parametrize("seed", [7, 8, 9])
 def test_mixed_load_balances_the_books(seed: int) -> None:
     rng = random.Random(seed)
     kinds = [rng.choice(KINDS) for _ in range(90)]
 
-    async def scenario() -> tuple[list[tuple[str, ChildOutcome]], PoolStats]:
+    async def scenario() -> tuple[list[tuple[str, ChildOutcome]], PoolStats, int]:
         async with running_pool(3, max_tasks_per_child=5) as pool:
-            results = await asyncio.gather(*(_one(pool, k) for k in kinds))
+            work = asyncio.gather(*(_one(pool, k) for k in kinds))
+            checks = 0
+            while not work.done() and checks < 20_000:  # bounded; ~5 ms apart
+                _assert_counts_match_slots(pool)
+                checks += 1
+                await asyncio.sleep(0.005)
+            results = await work
             await asyncio.wait_for(pool.wait_idle(3), 10)
-            return list(results), pool.stats()
+            _assert_counts_match_slots(pool)
+            return list(results), pool.stats(), checks
 
-    results, stats = run(scenario(), timeout=120)
+    results, stats, checks = run(scenario(), timeout=120)
+    assert checks > 10
     for kind, out in results:
         if kind in ("echo", "async_echo", "recycle_me"):
             assert out.outcome is Outcome.SUCCEEDED, (kind, out)

@@ -363,6 +363,31 @@ class SessionMachine(RuleBasedStateMachine):
         assert self.s.phase_counts() == {phase: fresh[phase] for phase in Phase}
 
     @invariant()
+    def a_queued_renewal_belongs_to_a_renewing_running_attempt(self) -> None:
+        """What lets a finish skip looking for queued ops of its attempt unless renewing."""
+        for pending in self.s._pending.values():
+            if isinstance(pending.op, RenewOp):
+                att = self.s.attempts.get(pending.op.attempt_id)
+                # A renewal in flight when its attempt was killed is queued again for the
+                # resend when the connection drops.
+                assert att is not None and (att.phase is Phase.KILLING or (
+                    att.phase is Phase.RUNNING and att.lease.renewing)), att
+            if isinstance(pending.op, StartOp):
+                att = self.s.attempts.get(pending.op.attempt_id)
+                assert att is not None and att.phase is Phase.STARTING
+
+    @invariant()
+    def next_timer_is_the_earliest_lease_instant(self) -> None:
+        """The timer looks at running attempts only; none of the others has a lease due."""
+        if self.finished:
+            return
+        due = [d for att in self.s.attempts.values() if att.phase is Phase.RUNNING
+               and (d := att.lease.deadline()) is not None]
+        timer = self.s.next_timer()
+        if due:
+            assert timer is not None and timer <= min(due)
+
+    @invariant()
     def bounded_known_attempts(self) -> None:
         assert len(self.s.attempts) <= 2 * CAPACITY
         assert self.s.outstanding_credit <= CAPACITY
