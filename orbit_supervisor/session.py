@@ -231,10 +231,10 @@ class Session:
         self._rng = rng  # uniform [0, 1): backoff jitter
         self.conn = Conn.IDLE
         self.attempts: dict[str, Attempt] = {}  # changed only by _add, _forget and _move
-        # Attempts per phase, kept with every change: the slot arithmetic asks for these on
-        # every input, and a count over up to 2 x 256 attempts each time would dominate.
-        # The same attempts by phase, so the per-event work (timers, starts, the batch
-        # hold) looks at the running or reserved ones only, however many are known.
+        # The same attempts by phase, kept with every change: the slot arithmetic counts
+        # them on every input, and the timers, lease checks, starts and the batch hold look
+        # at the running or reserved ones only; a pass over up to 2 x 256 attempts on every
+        # input would dominate the supervisor's CPU.
         self._by_phase: dict[Phase, dict[str, Attempt]] = {phase: {} for phase in Phase}
         self._pending: dict[str, _Pending] = {}  # msg_id -> op, in queue order
         self._inflight: _InFlight | None = None
