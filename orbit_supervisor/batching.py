@@ -80,7 +80,7 @@ class BatchHold:
         ewma = self.exec_ewma
         if ewma is None:
             return None
-        started = list(running_since)
+        started: list[float] | None = None  # read only when a rule needs it (hot path)
         if (self.cpus is not None and executing > self.cpus and self.queued_since is not None
                 and self.cpu_bound()):
             # More CPU-bound handlers run than CPUs: holding idles no CPU and cuts the
@@ -88,6 +88,7 @@ class BatchHold:
             # BATCH_HOLD_MAX, if a handler is expected to finish by then (one already past
             # its expected duration counts: it may finish any moment); every finish
             # re-decides, and once no more handlers run than CPUs nothing is held.
+            started = list(running_since)
             limit = self.queued_since + BATCH_HOLD_MAX
             if started and now < limit and min(started) + ewma <= limit:
                 return limit
@@ -96,6 +97,8 @@ class BatchHold:
         window = self.window()
         if ewma > window / 2:
             return None
+        if started is None:
+            started = list(running_since)
         expected = [since + min(2 * ewma, window) for since in started]
         later = [at for at in expected if at > now]
         return max(later) if later else None

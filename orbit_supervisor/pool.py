@@ -306,7 +306,7 @@ class ChildPool:
         counts = self._state_counts
         return PoolStats(
             spawned=self._spawned, killed=dict(self._killed), recycled=self._recycled,
-            crashed=self._crashed, replacing=sum(counts[s] for s in _REPLACING),
+            crashed=self._crashed, replacing=self.replacing,
             idle=counts[_State.IDLE], busy=counts[_State.BUSY],
         )
 

@@ -206,23 +206,12 @@ def bench_throughput(env: Env, noop_tasks: int, cpu_tasks: int) -> dict[str, Any
     try:
         # Warm up: the supervisor is connected and both children have served once.
         submit_all(producer, queue, [task_spec("noop", i) for i in range(20)])
-        done = wait_counts(producer, queue, "SUCCEEDED", 20, sup.sample_rss)
+        wait_counts(producer, queue, "SUCCEEDED", 20, sup.sample_rss)
         base = 20
         for name, count in (("noop", noop_tasks), ("cpu10", cpu_tasks)):
-            specs = [task_spec(name, i) for i in range(count)]
             spies = start_profilers(env, sup, name)
-            server_ps = psutil.Process(env.server.proc.pid) if env.server.proc else None
-            before = cpu_seconds(sup.ps, server_ps)
-            t0 = time.perf_counter()
-            ids = submit_all(producer, queue, specs)
-            done = wait_counts(producer, queue, "SUCCEEDED", base + count, sup.sample_rss,
-                               last=ids[-1])
-            elapsed = done - t0
-            after = cpu_seconds(sup.ps, server_ps)
-            out[name] = {"tasks": count, "seconds": elapsed, "per_s": count / elapsed,
-                         "cpu_ms_per_task": {k: (after[k] - before[k]) * 1000 / count
-                                             for k in after},
-                         "load_after": os.getloadavg()[0]}
+            out[name] = timed_run(env, sup, producer, queue, name, count, base, sup.sample_rss)
+            out[name]["load_after"] = os.getloadavg()[0]
             base += count
             sup.sample_rss()
             stop_profilers(spies)
@@ -236,25 +225,35 @@ def bench_throughput(env: Env, noop_tasks: int, cpu_tasks: int) -> dict[str, Any
 
 
 def bench_cpu_oversubscribed(env: Env, count: int, workers: int) -> dict[str, Any]:
-    """The 10 ms CPU tasks again with two children per core: while one child of a core waits
-    for its start or finish to be confirmed, the other computes."""
+    """The 10 ms CPU tasks again with more children than cores: while one child of a core
+    waits for its finish to be confirmed and its next task, another computes."""
     queue, producer, creds_path, _ = env.new_queue("bench-cpu-oversubscribed")
-    sup = SuperviseProcess(creds_path, queue, env.workdir / f"supervise-w4-{queue}.log", workers)
+    sup = SuperviseProcess(creds_path, queue,
+                           env.workdir / f"supervise-w{workers}-{queue}.log", workers)
     try:
         submit_all(producer, queue, [task_spec("noop", i) for i in range(20)])
         wait_counts(producer, queue, "SUCCEEDED", 20)
-        server_ps = psutil.Process(env.server.proc.pid) if env.server.proc else None
-        before = cpu_seconds(sup.ps, server_ps)
-        t0 = time.perf_counter()
-        ids = submit_all(producer, queue, [task_spec("cpu10", i) for i in range(count)])
-        done = wait_counts(producer, queue, "SUCCEEDED", 20 + count, last=ids[-1])
-        after = cpu_seconds(sup.ps, server_ps)
-        return {"tasks": count, "workers": workers, "seconds": done - t0,
-                "per_s": count / (done - t0),
-                "cpu_ms_per_task": {k: (after[k] - before[k]) * 1000 / count for k in after}}
+        return {"workers": workers, **timed_run(env, sup, producer, queue, "cpu10", count, 20)}
     finally:
         sup.stop()
         producer.close()
+
+
+def timed_run(env: Env, sup: SuperviseProcess, producer: httpx.Client, queue: str,
+              handler: str, count: int, done_before: int,
+              sample: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Submit ``count`` tasks of ``handler`` and wait until all are SUCCEEDED (``done_before``
+    already were): the rate, and the CPU per task of the parent, its children and the
+    server over the run."""
+    specs = [task_spec(handler, i) for i in range(count)]
+    server_ps = psutil.Process(env.server.proc.pid) if env.server.proc else None
+    before = cpu_seconds(sup.ps, server_ps)
+    t0 = time.perf_counter()
+    ids = submit_all(producer, queue, specs)
+    done = wait_counts(producer, queue, "SUCCEEDED", done_before + count, sample, last=ids[-1])
+    after = cpu_seconds(sup.ps, server_ps)
+    return {"tasks": count, "seconds": done - t0, "per_s": count / (done - t0),
+            "cpu_ms_per_task": {k: (after[k] - before[k]) * 1000 / count for k in after}}
 
 
 def start_profilers(env: Env, sup: SuperviseProcess, run: str) -> list[subprocess.Popen[bytes]]:
