@@ -80,6 +80,13 @@ class TcpProxy:
 
     async def _accept(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
                       ) -> None:
+        # Stopping cancels this task; Python 3.11's start_server then logs the cancellation
+        # as an error (it asks a cancelled task for its exception), so it ends normally.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._serve(client_r, client_w)
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
+                     ) -> None:
         self.connections_total += 1
         if self._blackholed:
             # A network outage: the client connects, nothing ever answers.
@@ -129,6 +136,8 @@ class TcpProxy:
         if self._server is not None:
             self._server.close()
         await self._cut()
-        for task in asyncio.all_tasks(self._loop):
-            if task is not asyncio.current_task():
-                task.cancel()
+        tasks = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        # Let them end while the loop runs (bounded: each only has its cancellation to take).
+        await asyncio.wait(tasks, timeout=_THREAD_JOIN_S) if tasks else None
