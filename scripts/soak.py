@@ -44,13 +44,13 @@ from supervisor_support import (  # noqa: E402  (the test tree's real-process he
     SupervisorProcess,
     alive,
     spec,
+    wait_task,
     worker_credentials_file,
 )
 from support.orbit_http import OrbitEnv, http_client  # noqa: E402
 from support.proxy import TcpProxy  # noqa: E402
 from support.server import ServerProcess  # noqa: E402
 
-DONE = ("SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED")
 SUPERVISORS = 3
 WORKERS = 3
 SETTLE_S = 120.0  # after the chaos: every task must end within this
@@ -177,12 +177,13 @@ class Soak:
         views: dict[str, dict[str, Any]] = {}
         deadline = time.monotonic() + SETTLE_S
         for task_id in self.key_to_id.values():
-            while time.monotonic() < deadline:
-                view = self.producer.get(f"/v1/tasks/{task_id}",
-                                         params={"wait_ms": 1000}).json()
-                if view["state"] in DONE:
-                    views[task_id] = view
-                    break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                views[task_id] = wait_task(self.producer, task_id, timeout_s=left)
+            except AssertionError:  # not ended in time: reported as such by the check
+                continue
         return views
 
     def facts(self, views: dict[str, dict[str, Any]]) -> list[TaskFacts]:
@@ -277,12 +278,11 @@ def main() -> int:
                     next_fault = time.monotonic() + rng.expovariate(1 / args.fault_every)
                 time.sleep(TICK_S)
             views = soak.settle()
-            bad = violations(soak.facts(views), soak.runs.read_text().splitlines(),
-                             soak.key_conflicts, len(soak.unsent))
+            runs = soak.runs.read_text().splitlines()
+            bad = violations(soak.facts(views), runs, soak.key_conflicts, len(soak.unsent))
             states = collections.Counter(v["state"] for v in views.values())
             print(f"soak: {len(soak.key_to_id)} tasks {dict(states)}; faults "
-                  f"{dict(soak.events)}; executions "
-                  f"{len(soak.runs.read_text().splitlines())}", flush=True)
+                  f"{dict(soak.events)}; executions {len(runs)}", flush=True)
         finally:
             if soak is not None:
                 for sup in list(soak.supervisors):

@@ -140,4 +140,5 @@ class TcpProxy:
         for task in tasks:
             task.cancel()
         # Let them end while the loop runs (bounded: each only has its cancellation to take).
-        await asyncio.wait(tasks, timeout=_THREAD_JOIN_S) if tasks else None
+        if tasks:
+            await asyncio.wait(tasks, timeout=_THREAD_JOIN_S)
