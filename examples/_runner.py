@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orbit_client import AsyncOrbitClient, load_credentials
-from orbit_client.credentials import Credentials
+from orbit_host.credentials import Credentials
 from orbit_wire.errors import OrbitError
 
 

@@ -7,17 +7,14 @@ known failure. Any other exception is an uncertain outcome (UNKNOWN/HANDLER_ERRO
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orbit_wire.limits import MAX_CODE_LEN
 from orbit_wire.model import Capability
+from orbit_wire.names import is_code
 
 __all__ = ["Execution", "Handler", "HandlerFn", "RawJSON", "WorkerFailure"]
-
-_CODE_RE = re.compile(rf"[A-Z][A-Z0-9_]{{0,{MAX_CODE_LEN - 1}}}")
 
 HandlerFn = Callable[["Execution"], Any] | Callable[["Execution"], Awaitable[Any]]
 
@@ -54,7 +51,7 @@ class WorkerFailure(Exception):
 
     @property
     def code_is_valid(self) -> bool:
-        return isinstance(self.code, str) and _CODE_RE.fullmatch(self.code) is not None
+        return is_code(self.code)
 
 
 class RawJSON:

@@ -1,14 +1,7 @@
 """The child's frame loop: one task at a time, frames over one stream socket.
 
-Frames (orbit_child.framing), every one carrying ``g``, the child's generation:
-
-    parent → child   run {a, task_id, epoch, attempt_number, capability, payload,
-                          deadline_at_ms, idempotency}
-                     cancel {a}        cooperative stop request for the running attempt
-                     exit              leave the loop (recycling)
-    child → parent   ready {pid}
-                     done {a, outcome, code, retryable, result_json, details_json,
-                           cpu_ms, peak_rss_bytes}
+The messages (``RunTask``, ``CancelTask``, ``LeaveChild`` in; ``ChildReady``, ``TaskDone``
+out) are listed in orbit_host/messages.py; every frame carries the child's generation.
 
 The loop never lets handler exception text out: tracebacks go to stderr (the worker's local
 log) only. Processes a handler started are killed when its attempt ends.
@@ -27,24 +20,29 @@ import traceback
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from orbit_host.framing import FrameDecoder, FrameError, recv_frame, send_frame
+from orbit_host.messages import (
+    CancelTask,
+    ChildReady,
+    MalformedMessage,
+    RunTask,
+    TaskDone,
+    decode_for_child,
+)
+from orbit_host.procutil import descendant_pids, kill_pid
 from orbit_wire.errors import ValueRejected
 from orbit_wire.model import Capability, Outcome, UnknownCode
 
 from .api import Execution, Handler, WorkerFailure
-from .framing import FrameDecoder, FrameError, recv_frame, send_frame
-from .procutil import descendant_pids, kill_pid
 from .results import encode_json_value
 
 __all__ = ["ChildLoop"]
-
-Triple = tuple[str, str, str]
-
 
 class ChildLoop:
     """Serves run frames on ``sock`` until EOF or an exit frame, then ends the process."""
 
     def __init__(self, sock: socket.socket, generation: int,
-                 handlers: Mapping[Triple, Handler]) -> None:
+                 handlers: Mapping[Capability, Handler]) -> None:
         self._sock = sock
         self._gen = generation
         self._handlers = handlers
@@ -56,7 +54,7 @@ class ChildLoop:
         self._runner: Any = None  # asyncio.Runner, made on the first async handler
 
     def serve(self) -> NoReturn:
-        send_frame(self._sock, {"t": "ready", "g": self._gen, "pid": self._pid})
+        send_frame(self._sock, ChildReady(self._gen, self._pid).to_wire())
         while True:
             try:
                 frame = recv_frame(self._sock, self._decoder, self._pending)
@@ -95,31 +93,34 @@ class ChildLoop:
             self._running = None
             _kill_descendants(self._pid)
             _flush_stdio()  # the process may be killed or recycled before it would flush
-        answer.update(
-            t="done", g=self._gen, a=attempt_id,
+        done = TaskDone(
+            generation=self._gen, attempt_id=attempt_id,
             cpu_ms=int((_cpu_seconds() - before) * 1000),
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            **answer,
         )
-        send_frame(self._sock, answer)
+        send_frame(self._sock, done.to_wire())
 
     def _run(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """The outcome fields of a ``TaskDone`` for one run frame."""
         try:
-            cap = frame["capability"]
-            triple: Triple = (str(cap[0]), str(cap[1]), str(cap[2]))
-            handler = self._handlers.get(triple)
-            if handler is None:
-                _log(f"attempt {frame.get('a')}: no handler registered for {'/'.join(triple)}")
-                return _unknown(UnknownCode.HANDLER_ERROR)
-            execution = Execution(
-                task_id=str(frame["task_id"]), attempt_id=str(frame["a"]),
-                epoch=int(frame["epoch"]), attempt_number=int(frame["attempt_number"]),
-                capability=Capability(*triple), payload=frame.get("payload"),
-                deadline_at_ms=int(frame["deadline_at_ms"]),
-                idempotency=str(frame["idempotency"]), _cancel_check=self._cancelled,
-            )
-        except (KeyError, IndexError, TypeError, ValueError):
+            run = decode_for_child(frame)
+        except MalformedMessage:
+            run = None
+        if not isinstance(run, RunTask):
             _log(f"child {self._pid}: malformed run frame")
             return _unknown(UnknownCode.HANDLER_ERROR)
+        cap = run.capability
+        handler = self._handlers.get(cap)
+        if handler is None:
+            _log(f"attempt {run.attempt_id}: no handler registered for {cap}")
+            return _unknown(UnknownCode.HANDLER_ERROR)
+        execution = Execution(
+            task_id=run.task_id, attempt_id=run.attempt_id, epoch=run.epoch,
+            attempt_number=run.attempt_number, capability=cap, payload=run.payload,
+            deadline_at_ms=run.deadline_at_ms, idempotency=run.idempotency,
+            _cancel_check=self._cancelled,
+        )
         try:
             value = self._call(handler, execution)
         except WorkerFailure as failure:
@@ -163,9 +164,13 @@ class ChildLoop:
         except (OSError, FrameError):
             self._cancel_requested = True
         for frame in self._pending:
-            if (frame.get("t") == "cancel" and frame.get("g") == self._gen
-                    and frame.get("a") == self._running):
-                self._cancel_requested = True
+            if frame.get("t") == "cancel" and frame.get("g") == self._gen:
+                try:
+                    cancel = decode_for_child(frame)
+                except MalformedMessage:
+                    continue
+                if isinstance(cancel, CancelTask) and cancel.attempt_id == self._running:
+                    self._cancel_requested = True
         return self._cancel_requested
 
 

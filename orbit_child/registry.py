@@ -10,25 +10,15 @@ import importlib
 import re
 from typing import Any
 
-from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.errors import HandlerSpecError
 from orbit_wire.limits import MAX_CAPABILITIES, MAX_NAME_LEN
+from orbit_wire.names import is_name
 
 from .api import Handler
 
-__all__ = ["HandlerSpecError", "load_handlers", "parse_spec", "validate_handlers"]
+__all__ = ["load_handlers", "parse_spec", "validate_handlers"]
 
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-_NAME_RE = re.compile(rf"[A-Za-z0-9._:/-]{{1,{MAX_NAME_LEN}}}")
-
-
-class HandlerSpecError(OrbitError):
-    """A bad MODULE:ATTR: malformed, not importable, or a handler list that breaks the rules.
-
-    The message is one line, fit for the CLI; it never holds a traceback.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.BAD_REQUEST, message)
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -91,7 +81,7 @@ def validate_handlers(obj: Any, spec: str = "handlers") -> tuple[Handler, ...]:
             )
         for field_name in ("handler", "handler_version", "payload_version"):
             value = getattr(item, field_name)
-            if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+            if not is_name(value):
                 raise HandlerSpecError(
                     f"{spec}[{index}].{field_name} must be 1-{MAX_NAME_LEN} characters of "
                     "[A-Za-z0-9._:/-]"

@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 
 from orbit_wire.errors import ErrorCode, ValueRejected
-from orbit_wire.limits import MAX_VALUE_BYTES, MAX_VALUE_DEPTH
+from orbit_wire.jsonvalue import walk_json
+from orbit_wire.limits import MAX_VALUE_BYTES
 
 from .api import RawJSON
 
@@ -54,19 +55,11 @@ def _default(obj: Any) -> Any:
 
 
 def _reject_non_finite(value: Any, what: str) -> None:
-    # Iterative and depth-bounded, so a cyclic or absurdly deep value cannot hang the child.
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list | tuple):
-            if depth > MAX_VALUE_DEPTH:
-                raise ValueRejected(
-                    ErrorCode.NESTING_TOO_DEEP,
-                    f"{what} is nested deeper than {MAX_VALUE_DEPTH} levels",
-                )
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-        elif (isinstance(item, float) and not math.isfinite(item)) or (
+    # Depth-bounded, so a cyclic or absurdly deep value cannot hang the child.
+    def finite(item: Any) -> None:
+        if (isinstance(item, float) and not math.isfinite(item)) or (
             isinstance(item, Decimal) and not item.is_finite()
         ):
             raise ValueRejected(ErrorCode.NUMBER_OUT_OF_RANGE, f"{what} has a non-finite number")
+
+    walk_json(value, what=what, containers=(dict, list, tuple), leaf=finite)

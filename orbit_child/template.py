@@ -2,15 +2,9 @@
 
 Started by the supervisor's pool as
 ``python -m orbit_child.template MODULE:ATTR --control-fd N --parent-pid P --sys-path JSON``.
-It is single-threaded with no event loop, so forking it is safe. Control messages are one
-orjson object per SOCK_SEQPACKET packet:
-
-    template → parent  caps {caps: [[handler, handler_version, payload_version], ...]}
-                       spec_error {message}                      (then exits with status 2)
-                       forked {g, pid}
-                       reaped {g, pid, exit_code | signal, cpu_ms, peak_rss_bytes}
-    parent → template  fork {g}  + one socket via SCM_RIGHTS   (the child's end)
-                       exit                                       (kill everything, leave)
+It is single-threaded with no event loop, so forking it is safe. Its control messages
+(``HandlersLoaded``, ``HandlersRejected``, ``ChildForked``, ``ChildReaped`` out; ``ForkChild``
+with the child's socket, ``StopTemplate`` in) are listed in orbit_host/messages.py.
 
 Safety net: the template is a child subreaper and asks for SIGUSR1 when the supervisor dies
 (even by SIGKILL); then, or when the control socket closes, it SIGKILLs every child's process
@@ -35,9 +29,17 @@ from typing import Any, NoReturn
 
 import orjson
 
-from .api import Handler
-from .loop import ChildLoop
-from .procutil import (
+from orbit_host.messages import (
+    ChildForked,
+    ChildReaped,
+    ForkChild,
+    HandlersLoaded,
+    HandlersRejected,
+    MalformedMessage,
+    StopTemplate,
+    decode_for_template,
+)
+from orbit_host.procutil import (
     child_pids,
     close_fds_except,
     descendant_pids,
@@ -47,7 +49,11 @@ from .procutil import (
     set_child_subreaper,
     set_parent_death_signal,
 )
-from .registry import HandlerSpecError, load_handlers
+from orbit_wire.errors import HandlerSpecError
+
+from .api import Handler
+from .loop import ChildLoop
+from .registry import load_handlers
 
 _SHUTDOWN_BUDGET_S = 3.0
 _DEATH_SIGNAL = signal.SIGUSR1  # catchable, and used for nothing else
@@ -56,9 +62,7 @@ _DEATH_SIGNAL = signal.SIGUSR1  # catchable, and used for nothing else
 class Template:
     def __init__(self, ctl: socket.socket, handlers: tuple[Handler, ...]) -> None:
         self._ctl = ctl
-        self._handlers = {
-            (h.handler, h.handler_version, h.payload_version): h for h in handlers
-        }
+        self._handlers = {h.capability: h for h in handlers}
         self._children: dict[int, int] = {}  # pid -> generation
         self._wake_r, self._wake_w = os.pipe()
         self._pgrp = os.getpgrp()
@@ -99,21 +103,17 @@ class Template:
         if not data:
             self.shutdown(0)  # the supervisor closed its end: nothing may outlive it
         try:
-            msg = orjson.loads(data)
-            kind = msg.get("t")
-        except (orjson.JSONDecodeError, AttributeError):
-            _log("template: ignored a malformed control message")
-            for fd in fds:
-                os.close(fd)
-            return
-        if kind == "fork" and len(fds) == 1:
-            self._fork(int(msg["g"]), fds[0])
+            msg = decode_for_template(orjson.loads(data))
+        except (orjson.JSONDecodeError, MalformedMessage):
+            msg = None
+        if isinstance(msg, ForkChild) and len(fds) == 1:
+            self._fork(msg.generation, fds[0])
             return
         for fd in fds:
             os.close(fd)
-        if kind == "exit":
+        if isinstance(msg, StopTemplate):
             self.shutdown(0)
-        _log(f"template: ignored control message {kind!r}")
+        _log("template: ignored a malformed control message")
 
     def _fork(self, generation: int, child_fd: int) -> None:
         _flush_stdio()  # or every child would print the template's buffered output again
@@ -126,7 +126,7 @@ class Template:
             os.setpgid(pid, pid)
         os.close(child_fd)
         self._children[pid] = generation
-        if not self._send({"t": "forked", "g": generation, "pid": pid}):
+        if not self._send(ChildForked(generation, pid)):
             self.shutdown(0)
 
     def _become_child(self, generation: int, child_fd: int) -> NoReturn:
@@ -172,16 +172,14 @@ class Template:
         generation = self._children.pop(pid, None)
         if generation is None:
             return True  # an orphan we killed, or one that exited on its own
-        report: dict[str, Any] = {
-            "t": "reaped", "g": generation, "pid": pid,
-            "cpu_ms": int((usage.ru_utime + usage.ru_stime) * 1000),
-            "peak_rss_bytes": usage.ru_maxrss * 1024,
-        }
-        if os.WIFSIGNALED(status):
-            report["signal"] = os.WTERMSIG(status)
-        else:
-            report["exit_code"] = os.waitstatus_to_exitcode(status)
-        return self._send(report)
+        signalled = os.WIFSIGNALED(status)
+        return self._send(ChildReaped(
+            generation, pid,
+            exit_code=None if signalled else os.waitstatus_to_exitcode(status),
+            signal=os.WTERMSIG(status) if signalled else None,
+            cpu_ms=int((usage.ru_utime + usage.ru_stime) * 1000),
+            peak_rss_bytes=usage.ru_maxrss * 1024,
+        ))
 
     def _kill_orphans(self) -> None:
         """Kill processes re-parented to us: their child died, so their attempt is over."""
@@ -198,9 +196,9 @@ class Template:
                 killpg(pgid)
             kill_pid(pid)
 
-    def _send(self, msg: dict[str, Any]) -> bool:
+    def _send(self, msg: ChildForked | ChildReaped) -> bool:
         try:
-            self._ctl.send(orjson.dumps(msg))
+            self._ctl.send(orjson.dumps(msg.to_wire()))
         except OSError:
             return False
         return True
@@ -289,11 +287,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     try:
         handlers = load_handlers(args.spec)
     except HandlerSpecError as exc:
-        ctl.send(orjson.dumps({"t": "spec_error", "message": exc.message}))
+        ctl.send(orjson.dumps(HandlersRejected(exc.message).to_wire()))
         os._exit(2)
-    ctl.send(orjson.dumps({"t": "caps", "caps": [
-        [h.handler, h.handler_version, h.payload_version] for h in handlers
-    ]}))
+    ctl.send(orjson.dumps(HandlersLoaded(tuple(h.capability for h in handlers)).to_wire()))
     template = Template(ctl, handlers)
     template_holder.append(template)
     template.serve()

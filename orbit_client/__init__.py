@@ -7,8 +7,14 @@
         task = orbit.wait(task["id"], timeout=30)
 """
 
+from orbit_host.credentials import (
+    Credentials,
+    CredentialsFileError,
+    load_credentials,
+    write_credentials,
+)
+
 from .client import AsyncOrbitClient, OrbitClient, is_settled
-from .credentials import Credentials, CredentialsFileError, load_credentials, write_credentials
 from .errors import OrbitApiError, ServerUnreachable
 
 __all__ = [

@@ -14,11 +14,11 @@ from typing import Any
 import click
 import orjson
 
+from orbit_host.credentials import Credentials, CredentialsFileError, load_credentials
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.jsonvalue import check_text
 
 from .client import OrbitClient
-from .credentials import Credentials, CredentialsFileError, load_credentials
 from .errors import OrbitApiError, ServerUnreachable
 
 EXIT_API = 1

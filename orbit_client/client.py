@@ -24,16 +24,14 @@ from typing import Any
 
 import httpx
 
+from orbit_host.credentials import Credentials, load_credentials, write_credentials
 from orbit_wire.model import TaskState
 
 from . import calls
-from .credentials import Credentials, load_credentials, write_credentials
 from .errors import OrbitApiError, ServerUnreachable
 
 # Reading the task again after NEEDS_REVIEW or a terminal state is pointless.
-_SETTLED = frozenset(
-    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED, TaskState.NEEDS_REVIEW}
-)
+_SETTLED = frozenset(state.value for state in TaskState if state.settled)
 # The long poll is held by the server; leave headroom before the client gives up reading.
 _WAIT_SLACK_S = 10.0
 _MAX_WAIT_ROUNDS = 100_000  # hard bound on long-poll rounds whatever the clock does

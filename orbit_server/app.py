@@ -21,6 +21,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from orbit_host.credentials import Credentials, write_credentials
 from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
@@ -186,8 +187,6 @@ def bootstrap_admin(config: ServerConfig, output: Path, server_url: str,
                     name: str | None) -> str:
     """Migrate, create an admin credential directly in the database, and write its
     credentials file (mode 0600). Returns the credential ID; the secret is only in the file."""
-    from orbit_client.credentials import Credentials, write_credentials
-
     migrate(config.db_url)
     engine = create_engine_for(config.db_url)
     try:

@@ -24,6 +24,7 @@ from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.jsonvalue import check_text, encode_value
 from orbit_wire.limits import MAX_NAME_LEN
 from orbit_wire.model import AttemptState, Capability, Idempotency, Outcome, TaskState
+from orbit_wire.names import is_name
 
 # --------------------------------------------------------------------------- spec and policy
 
@@ -38,7 +39,6 @@ DEFAULT_DEADLINE_MS: Final = DAY_MS
 DEFAULT_LEASE_TTL_MS: Final = 30_000
 MAX_OPERATION_KEY_LEN: Final = 255
 
-_NAME_RE = re.compile(rf"[A-Za-z0-9._:/-]{{1,{MAX_NAME_LEN}}}")
 _OPERATION_KEY_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_OPERATION_KEY_LEN}}}")
 _SPEC_KEYS = frozenset(
     {
@@ -169,7 +169,7 @@ def _bad(where: str, message: str) -> OrbitError:
 
 def _name(obj: Mapping[object, object], key: str, where: str) -> str:
     value = obj.get(key)
-    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
+    if not is_name(value):
         raise _bad(where, f"{key} is required: 1-{MAX_NAME_LEN} of [A-Za-z0-9._:/-]")
     return value
 
@@ -388,7 +388,7 @@ def decide(
     draw: float,
     not_before_ms: int = 0,
 ) -> Verdict:
-    """The policy of SPEC §3 for an accepted attempt outcome; pure, changes nothing.
+    """The retry policy (docs/handlers.md "Failures") for an accepted attempt outcome; pure.
 
     ``task.uncertain`` is the history *before* this attempt and ``task.attempts_started``
     counts this attempt. ``not_before_ms`` is the earliest instant a retry may be
@@ -555,7 +555,7 @@ class Report:
 
 @dataclass(frozen=True, slots=True)
 class Checked:
-    """A report after the server's own value checks (SPEC §3 result rules)."""
+    """A report after the server's own value checks (docs/handlers.md "Results")."""
 
     outcome: Outcome
     code: str | None

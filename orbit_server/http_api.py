@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,9 @@ from starlette.routing import Route
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError
 from orbit_wire.frames import Reserve
 from orbit_wire.ids import is_id
-from orbit_wire.limits import INT64_MAX, INT64_MIN, MAX_SUBMIT_BATCH
-from orbit_wire.model import Capability
+from orbit_wire.jsonvalue import check_int_range, walk_json
+from orbit_wire.limits import MAX_SUBMIT_BATCH, MAX_VALUE_DEPTH
+from orbit_wire.model import Capability, TaskState
 
 from .openapi import openapi_document
 
@@ -42,7 +42,6 @@ MAX_WAIT_MS = 60_000
 WAIT_SLICE_S = 1.0
 # Structural nesting a request body may have around its values (batch → tasks → spec).
 _BODY_EXTRA_DEPTH = 4
-_DONE_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "NEEDS_REVIEW"})
 
 _STATUS_BY_CODE: dict[ErrorCode, int] = {
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
@@ -57,10 +56,6 @@ _STATUS_BY_CODE: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.INTERNAL: 500,
 }
-
-# Integers too wide for 64 bits: orjson would silently turn them into floats.
-_LONG_INT = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<![\d.eE+\-])-?\d{19,}(?![.eE\d])')
-_LONG_DIGITS = re.compile(rb"\d{19,}")
 
 
 class JSONResponse(Response):
@@ -98,29 +93,9 @@ def parse_json_body(body: bytes) -> Any:
             raise _bad("request body has a number out of range",
                        ErrorCode.NUMBER_OUT_OF_RANGE) from None
         raise _bad(f"request body is not valid JSON: {exc.msg}", ErrorCode.INVALID_JSON) from None
-    if _LONG_DIGITS.search(body):
-        for match in _LONG_INT.finditer(body):
-            token = match.group()
-            if token[:1] != b'"' and not INT64_MIN <= int(token) <= INT64_MAX:
-                raise _bad("request body has an integer outside signed 64-bit",
-                           ErrorCode.NUMBER_OUT_OF_RANGE)
-    _check_depth(value)
+    check_int_range(body, what="request body")
+    walk_json(value, what="request body", max_depth=MAX_VALUE_DEPTH + _BODY_EXTRA_DEPTH)
     return value
-
-
-def _check_depth(value: Any) -> None:
-    from orbit_wire.limits import MAX_VALUE_DEPTH
-
-    limit = MAX_VALUE_DEPTH + _BODY_EXTRA_DEPTH
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                raise _bad("request body is nested too deeply", ErrorCode.NESTING_TOO_DEEP)
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children
-                         if isinstance(child, dict | list))
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -329,7 +304,7 @@ class HttpApi:
         event = waiters.register(task_id)  # before the read, so no wake-up is missed
         try:
             p, task = await self._as_with_principal(bearer, self.service.get_task, task_id)
-            while task["state"] not in _DONE_STATES:
+            while not TaskState(task["state"]).settled:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -337,7 +312,7 @@ class HttpApi:
                     await asyncio.wait_for(event.wait(), min(remaining, WAIT_SLICE_S))
                 view, event.view = event.view, None
                 event.clear()
-                if view is not None and view["state"] in _DONE_STATES:
+                if view is not None and TaskState(view["state"]).settled:
                     # Read in the transaction that ended the task, for a task this caller
                     # was already allowed to read: no second read needed.
                     task = view

@@ -11,13 +11,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from orbit_wire.model import TaskState
-
 from .config import ServerConfig
 
 SERVER = "server"  # the actor of what the server decides by itself (reaper, deadlines)
-DONE = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED,
-                  TaskState.NEEDS_REVIEW})
 
 
 @dataclass

@@ -60,7 +60,7 @@ from .store.retry import transactional
 from .store.rows import UnitOfWork
 from .store.tables import attempts, credentials, instances
 from .store.views import task_view
-from .use_cases import DONE, SERVER, Effects, UseCases
+from .use_cases import SERVER, Effects, UseCases
 
 __all__ = ["NO_CLAIMS", "ClaimRoom", "WorkerBinding", "WorkerProtocol"]
 
@@ -439,7 +439,7 @@ class WorkerProtocol(UseCases):
                 effects.due(verdict.available_at_ms)
         uow.audit(task.id, attempt.id, actor, "attempt_finished", before_task.value,
                   task.state.value, detail)
-        if task.state in DONE and before_task is not task.state:
+        if task.state.settled and before_task is not task.state:
             effects.terminal_tasks.append(task.id)
 
     def _resume(self, uow: UnitOfWork, b: WorkerBinding, op: ResumeOp) -> OpResult:

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from orbit_client.credentials import Credentials, load_credentials
+from orbit_host.credentials import Credentials, load_credentials
 from orbit_wire.frames import Report, Reservation, ServerFrame
 from orbit_wire.ids import new_id, new_secret
 from orbit_wire.model import Outcome, UnknownCode

@@ -15,7 +15,8 @@ from typing import Any
 import click
 import orjson
 
-from orbit_client.credentials import CredentialsFileError, load_credentials
+from orbit_host.credentials import CredentialsFileError, load_credentials
+from orbit_wire.errors import HandlerSpecError
 from orbit_wire.ids import is_id
 
 from .app import Supervisor
@@ -28,7 +29,6 @@ from .options import (
     OptionError,
     parse_size,
 )
-from .pool import HandlerSpecError
 
 EXIT_DRAINED = 0
 EXIT_INTERNAL = 1

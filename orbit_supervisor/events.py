@@ -1,4 +1,4 @@
-"""The local, read-only event stream of a Supervisor (SPEC §4).
+"""The local, read-only event stream of a Supervisor (docs/supervisor.md, "Python API").
 
 128 events are buffered; when nobody reads and the buffer is full, new events are dropped
 and counted (the runtime never waits for a reader). ``close()`` ends every iterator once the

@@ -1,6 +1,6 @@
 """The local lease of one attempt, on the supervisor's monotonic clock (pure).
 
-Rules (SPEC §4, docs/protocol.md "Leases and fencing"):
+Rules (docs/protocol.md "Leases and fencing"):
 
 - A grant of ``lease_ms`` answering a request that was *sent* at ``sent_at`` expires locally
   at ``sent_at + lease_ms - margin``. The server measured from when it *received* the

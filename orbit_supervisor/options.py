@@ -1,4 +1,5 @@
-"""Validated supervisor options with the ranges of SPEC §4 (one place for every bound)."""
+"""Validated supervisor options with the ranges of docs/supervisor.md "Options" (one place
+for every bound)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from . import procutil
+from orbit_host import procutil
 
 # After a template loss, sweep at these delays (seconds): the children die by their death
 # signal within milliseconds, and what they started is re-parented as they die. Then again

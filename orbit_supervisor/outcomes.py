@@ -1,4 +1,4 @@
-"""What an execution ended with, and how a child's ``done`` frame becomes one.
+"""What an execution ended with, and how a child's ``TaskDone`` answer becomes one.
 
 ``outcome_from_done`` is where the parent re-checks everything a child claims: the result
 text against the value rules (``check_text``, the exact text is kept), the WorkerFailure
@@ -8,20 +8,18 @@ its attempt uncertain rather than falsely successful. Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import logging
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from orbit_host.messages import MalformedMessage, TaskDone
 from orbit_wire.errors import ValueRejected
 from orbit_wire.frames import Report
 from orbit_wire.jsonvalue import check_text
-from orbit_wire.limits import MAX_CODE_LEN
 from orbit_wire.model import Outcome, UnknownCode
+from orbit_wire.names import is_code
 
-__all__ = ["CODE_RE", "ChildOutcome", "MalformedFrame", "outcome_from_done", "uncertain"]
+__all__ = ["ChildOutcome", "outcome_from_done", "uncertain"]
 
-CODE_RE = re.compile(rf"[A-Z][A-Z0-9_]{{0,{MAX_CODE_LEN - 1}}}")
 _UNKNOWN_FROM_CHILD = frozenset({UnknownCode.HANDLER_ERROR.value,
                                  UnknownCode.INVALID_HANDLER_RESULT.value})
 
@@ -36,42 +34,38 @@ class ChildOutcome:
     report: Report  # child_pid, exit_code / signal, cpu_ms, peak_rss_bytes, kill_reason
 
 
-class MalformedFrame(ValueError):
-    """The frame is not a well-formed answer at all: the child's channel is corrupt."""
-
-
 def uncertain(code: str, report: Report) -> ChildOutcome:
     return ChildOutcome(Outcome.UNKNOWN, code, False, None, None, report)
 
 
-def outcome_from_done(frame: dict[str, Any], report: Report, *,
-                      log: logging.Logger | None = None) -> ChildOutcome:
-    """Turn a child's ``done`` frame into an outcome; raise MalformedFrame if it is garbage.
+def outcome_from_done(done: TaskDone, report: Report, *,
+                      warn: Callable[[str], None] | None = None) -> ChildOutcome:
+    """Turn a child's answer into an outcome; raise MalformedMessage if it is garbage (the
+    child's channel is corrupt).
 
     Values that break the rules are not garbage: they become UNKNOWN/INVALID_HANDLER_RESULT
-    (a result) or UNKNOWN/HANDLER_ERROR (a failure), logged with the reason only.
+    (a result) or UNKNOWN/HANDLER_ERROR (a failure), and ``warn`` gets the reason (for the
+    worker's log; never the value).
     """
-    log = log or logging.getLogger("orbit.pool")
-    attempt = frame.get("a")
+    warn = warn or _ignore
+    attempt = done.attempt_id
     try:
-        outcome = Outcome(frame["outcome"])
-    except (KeyError, ValueError, TypeError):
-        raise MalformedFrame("done frame without a valid outcome") from None
+        outcome = Outcome(done.outcome)
+    except (ValueError, TypeError):
+        raise MalformedMessage("done frame without a valid outcome") from None
     if outcome is Outcome.SUCCEEDED:
-        text = frame.get("result_json")
+        text = done.result_json
         if not isinstance(text, str):
-            raise MalformedFrame("result_json must be text")
+            raise MalformedMessage("result_json must be text")
         try:
             check_text(text, what="result")
         except ValueRejected as exc:
-            log.warning("attempt %s: invalid handler result (%s): %s",
-                        attempt, exc.code.value, exc.message)
+            warn(f"attempt {attempt}: invalid handler result ({exc.code.value}): {exc.message}")
             return uncertain(UnknownCode.INVALID_HANDLER_RESULT.value, report)
         return ChildOutcome(Outcome.SUCCEEDED, None, False, text, None, report)
     if outcome is Outcome.FAILED:
-        code, details, retryable = (frame.get("code"), frame.get("details_json"),
-                                    frame.get("retryable"))
-        valid = (isinstance(code, str) and CODE_RE.fullmatch(code) is not None
+        code, details, retryable = done.code, done.details_json, done.retryable
+        valid = (is_code(code)
                  and isinstance(retryable, bool) and isinstance(details, str))
         if valid:
             try:
@@ -79,10 +73,14 @@ def outcome_from_done(frame: dict[str, Any], report: Report, *,
             except ValueRejected:
                 valid = False
         if not valid:
-            log.warning("attempt %s: invalid WorkerFailure from the child", attempt)
+            warn(f"attempt {attempt}: invalid WorkerFailure from the child")
             return uncertain(UnknownCode.HANDLER_ERROR.value, report)
         return ChildOutcome(Outcome.FAILED, str(code), bool(retryable), None, str(details),
                             report)
-    code = frame.get("code")
+    code = done.code
     return uncertain(code if code in _UNKNOWN_FROM_CHILD else UnknownCode.HANDLER_ERROR.value,
                      report)
+
+
+def _ignore(_message: str) -> None:
+    pass

@@ -1,4 +1,4 @@
-"""ChildPool: the supervisor's pool of handler processes (contract: briefs/pool-interface.md).
+"""ChildPool: the supervisor's pool of handler processes (docs/supervisor.md, "Python API").
 
 Shape:
 
@@ -37,22 +37,30 @@ from typing import Any
 
 import psutil
 
-from orbit_child.registry import HandlerSpecError
-from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
+from orbit_host import procutil
+from orbit_host.framing import FrameDecoder, FrameError, encode_frame
+from orbit_host.messages import (
+    CancelTask,
+    ChildReady,
+    ChildReaped,
+    LeaveChild,
+    MalformedMessage,
+    RunTask,
+    decode_from_child,
+)
+from orbit_wire.errors import ErrorCode, HandlerSpecError, OrbitError, ValueRejected
 from orbit_wire.frames import Report
 from orbit_wire.model import Capability, UnknownCode
+from orbit_wire.names import is_code
 
-from . import procutil
-from .framing import FrameDecoder, FrameError, encode_frame
 from .orphans import OrphanReaper
-from .outcomes import CODE_RE, ChildOutcome, MalformedFrame, outcome_from_done, uncertain
+from .outcomes import ChildOutcome, outcome_from_done, uncertain
 from .template_link import TemplateLink
 
 __all__ = [
     "ChildOutcome",
     "ChildPool",
     "ExecutionRequest",
-    "HandlerSpecError",
     "PoolClosed",
     "PoolStats",
 ]
@@ -252,15 +260,13 @@ class ChildPool:
         slot.kill_reason = slot.kill_code = None
         self._by_attempt[request.attempt_id] = slot
         try:
-            data = encode_frame({
-                "t": "run", "g": slot.generation, "a": request.attempt_id,
-                "task_id": request.task_id, "epoch": request.epoch,
-                "attempt_number": request.attempt_number,
-                "capability": [request.capability.handler, request.capability.handler_version,
-                               request.capability.payload_version],
-                "payload": request.payload, "deadline_at_ms": request.deadline_at_ms,
-                "idempotency": str(request.idempotency),
-            })
+            data = encode_frame(RunTask(
+                generation=slot.generation, attempt_id=request.attempt_id,
+                task_id=request.task_id, epoch=request.epoch,
+                attempt_number=request.attempt_number, capability=request.capability,
+                payload=request.payload, deadline_at_ms=request.deadline_at_ms,
+                idempotency=str(request.idempotency),
+            ).to_wire())
         except (FrameError, TypeError) as exc:
             self._finish_attempt(slot)
             self._release(slot)
@@ -286,8 +292,8 @@ class ChildPool:
             return False
         # Kill first: a malformed reason must never stop the signal (it goes on the wire, so
         # it is replaced rather than passed on).
-        self._kill_slot(slot, reason if CODE_RE.fullmatch(reason) else "KILLED",
-                        code if CODE_RE.fullmatch(code) else UnknownCode.LEASE_LOST.value)
+        self._kill_slot(slot, reason if is_code(reason) else "KILLED",
+                        code if is_code(code) else UnknownCode.LEASE_LOST.value)
         return True
 
     def cancel(self, attempt_id: str) -> bool:
@@ -298,8 +304,7 @@ class ChildPool:
         slot = self._by_attempt.get(attempt_id)
         if slot is None or slot.state is not _State.BUSY or slot.sock is None:
             return False
-        self._send_child(slot, encode_frame({"t": "cancel", "g": slot.generation,
-                                             "a": attempt_id}))
+        self._send_child(slot, encode_frame(CancelTask(slot.generation, attempt_id).to_wire()))
         return True
 
     def stats(self) -> PoolStats:
@@ -565,20 +570,25 @@ class ChildPool:
             self._log.warning("ignored a frame for generation %r on the child of generation %d",
                               frame.get("g"), slot.generation)
             return
-        kind = frame.get("t")
-        if kind == "ready" and slot.state is _State.SPAWNING:
-            slot.ready = True
-            self._maybe_ready(slot)
-        elif kind == "done":
-            if slot.state is not _State.BUSY or frame.get("a") != slot.attempt_id:
+        try:
+            message = decode_from_child(frame)
+        except MalformedMessage:
+            self._log.warning("ignored a %r frame from child %s", frame.get("t"), slot.pid)
+            return
+        if isinstance(message, ChildReady):
+            if slot.state is _State.SPAWNING:
+                slot.ready = True
+                self._maybe_ready(slot)
+        else:
+            if slot.state is not _State.BUSY or message.attempt_id != slot.attempt_id:
                 self._log.info("dropped a result for attempt %r: no longer running on child %s",
-                               frame.get("a"), slot.pid)
+                               message.attempt_id, slot.pid)
                 return
-            report = Report(child_pid=slot.pid, cpu_ms=_opt_int(frame.get("cpu_ms")),
-                            peak_rss_bytes=_opt_int(frame.get("peak_rss_bytes")))
+            report = Report(child_pid=slot.pid, cpu_ms=message.cpu_ms,
+                            peak_rss_bytes=message.peak_rss_bytes)
             try:
-                outcome = outcome_from_done(frame, report, log=self._log)
-            except MalformedFrame as exc:
+                outcome = outcome_from_done(message, report, warn=self._log.warning)
+            except MalformedMessage as exc:
                 self._log.error("child %s sent a malformed result (%s); killing it",
                                 slot.pid, exc)
                 self._kill_slot(slot, "PROTOCOL_ERROR", UnknownCode.HANDLER_CRASHED.value)
@@ -589,8 +599,6 @@ class ChildPool:
             self._after_task(slot)
             if future is not None and not future.done():
                 future.set_result(outcome)
-        else:
-            self._log.warning("ignored a %r frame from child %s", kind, slot.pid)
 
     def _after_task(self, slot: _Slot) -> None:
         """Recycle after max tasks or over the memory limit; otherwise the slot is ready."""
@@ -606,7 +614,7 @@ class ChildPool:
             return
         self._log.info("recycling child %s (%s)", slot.pid, reason)
         slot.state = _State.EXITING
-        self._send_child(slot, encode_frame({"t": "exit", "g": slot.generation}))
+        self._send_child(slot, encode_frame(LeaveChild(slot.generation).to_wire()))
         slot.timer = self._require_loop().call_later(
             _GRACEFUL_EXIT_S, self._force_exit, slot, slot.generation)
 
@@ -661,13 +669,10 @@ class ChildPool:
         """Signal first, bookkeeping after: nothing may delay the SIGKILL."""
         pid = slot.pid
         if pid is not None:
-            procutil.killpg(pid)
-            procutil.kill_pid(pid)  # in case the handler moved the child to another group
-            for proc in list(slot.tracked.values()):
+            procutil.kill_tree(pid)
+            for proc in list(slot.tracked.values()):  # seen by the memory watch, maybe moved
                 with contextlib.suppress(psutil.Error):
                     proc.kill()  # psutil refuses if the pid was reused
-            for victim in procutil.descendant_pids(pid):
-                procutil.kill_pid(victim)
         if reason is not None:
             self._killed[reason] = self._killed.get(reason, 0) + 1
         slot.kill_reason = reason
@@ -724,10 +729,8 @@ class ChildPool:
         self._retire(slot)
         self._respawn(slot, early_death=False)
 
-    def _on_reaped(self, msg: dict[str, Any]) -> None:
-        generation = int(msg["g"])
-        exit_code = _opt_int(msg.get("exit_code"))
-        sig = _opt_int(msg.get("signal"))
+    def _on_reaped(self, msg: ChildReaped) -> None:
+        generation, exit_code, sig = msg.generation, msg.exit_code, msg.signal
         dying = self._dying.get(generation)
         if dying is not None:
             if dying.kill_reason is None and not self._closing:
@@ -735,10 +738,8 @@ class ChildPool:
                 self._log.warning("child %s died (exit code %s, signal %s)", dying.pid,
                                   exit_code, sig)
             self._settle_dying(dying, Report(
-                child_pid=dying.pid, exit_code=exit_code, signal=sig,
-                cpu_ms=_opt_int(msg.get("cpu_ms")),
-                peak_rss_bytes=_opt_int(msg.get("peak_rss_bytes")),
-                kill_reason=dying.kill_reason))
+                child_pid=dying.pid, exit_code=exit_code, signal=sig, cpu_ms=msg.cpu_ms,
+                peak_rss_bytes=msg.peak_rss_bytes, kill_reason=dying.kill_reason))
             return
         slot = self._by_gen.pop(generation, None)
         if slot is None or slot.generation != generation:
@@ -750,8 +751,7 @@ class ChildPool:
             self._crashed += 1
             self._log.warning("child %s died (exit code %s, signal %s)", slot.pid, exit_code, sig)
         report = Report(child_pid=slot.pid, exit_code=exit_code, signal=sig,
-                        cpu_ms=_opt_int(msg.get("cpu_ms")),
-                        peak_rss_bytes=_opt_int(msg.get("peak_rss_bytes")),
+                        cpu_ms=msg.cpu_ms, peak_rss_bytes=msg.peak_rss_bytes,
                         kill_reason=slot.kill_reason)
         self._end_future(slot, report)
         self._retire(slot)
@@ -863,10 +863,6 @@ class ChildPool:
         if self._loop is None:
             raise RuntimeError("ChildPool.start() was not awaited")
         return self._loop
-
-
-def _opt_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _current_task() -> asyncio.Task[Any] | None:

@@ -14,7 +14,7 @@ returns the list of actions (actions.py) the driver must perform, in order:
     request_stop(now, force=False)      drain (force: take the shutdown-timeout path now)
     handle_timer(now)                   at or after ``next_timer()``
 
-Rules it keeps (SPEC §4, docs/protocol.md):
+Rules it keeps (docs/protocol.md, docs/supervisor.md):
 
 - hello → welcome → one ``resume`` request with every started attempt → only then credit.
 - A handler runs (Execute) only after ``start`` (or the ``claim`` that started it) answered
@@ -95,7 +95,7 @@ from .lease import Lease
 
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
-MAX_HEARTBEAT_MS = 5000  # SPEC §4: heartbeat every TTL/3, at most 5 s
+MAX_HEARTBEAT_MS = 5000  # docs/protocol.md: heartbeat every TTL/3, at most 5 s
 
 
 class Phase(StrEnum):

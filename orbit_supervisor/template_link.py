@@ -4,7 +4,7 @@ A ``TemplateLink`` starts the template with ``asyncio.create_subprocess_exec`` (
 from the loop's thread, which must be the main thread: the template's parent-death signal
 follows the thread that spawned it), waits for its capability list, then carries fork
 requests (one socket passed with SCM_RIGHTS each) and delivers ``forked`` / ``reaped``
-reports to callbacks. The message format is documented in orbit_child/template.py.
+reports to callbacks. The messages are listed in orbit_host/messages.py.
 """
 
 from __future__ import annotations
@@ -18,11 +18,20 @@ import socket
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import orjson
 
-from orbit_child.registry import HandlerSpecError
+from orbit_host.messages import (
+    ChildForked,
+    ChildReaped,
+    ForkChild,
+    HandlersLoaded,
+    HandlersRejected,
+    MalformedMessage,
+    StopTemplate,
+    decode_from_template,
+)
+from orbit_wire.errors import HandlerSpecError
 from orbit_wire.model import Capability
 
 __all__ = ["TemplateLink", "handler_environment"]
@@ -32,7 +41,7 @@ _SECRET_HINT = re.compile(r"CREDENTIAL|SECRET|TOKEN|PASSWORD|KEY")
 
 def handler_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The supervisor's environment minus Orbit's credential settings: handlers run with the
-    worker's environment but must not learn where its secret is (SPEC: no secrets, no
+    worker's environment but must not learn where its secret is (docs/handlers.md: no secrets, no
     instance identity in handlers)."""
     return {k: v for k, v in env.items()
             if not (k.startswith("ORBIT_") and _SECRET_HINT.search(k))}
@@ -41,13 +50,13 @@ def handler_environment(env: Mapping[str, str]) -> dict[str, str]:
 class TemplateLink:
     """One template process and its control socket.
 
-    Callbacks run on the loop: ``on_forked(generation, pid)``, ``on_reaped(report)`` (the
-    template's ``reaped`` message as a dict) and ``on_lost()`` (the template went away
-    without being asked to; not called during ``start`` or after ``stop``).
+    Callbacks run on the loop: ``on_forked(generation, pid)``, ``on_reaped(report)`` and
+    ``on_lost()`` (the template went away without being asked to; not called during
+    ``start`` or after ``stop``).
     """
 
     def __init__(self, spec: str, *, on_forked: Callable[[int, int], None],
-                 on_reaped: Callable[[dict[str, Any]], None], on_lost: Callable[[], None],
+                 on_reaped: Callable[[ChildReaped], None], on_lost: Callable[[], None],
                  logger: logging.Logger, start_timeout: float = 60.0) -> None:
         self._spec = spec
         self._on_forked = on_forked
@@ -108,13 +117,13 @@ class TemplateLink:
 
     def fork(self, generation: int, fd: int) -> None:
         """Ask for a child of ``generation`` serving socket ``fd`` (owned from here on)."""
-        self._send({"t": "fork", "g": generation}, [fd])
+        self._send(ForkChild(generation), [fd])
 
     async def stop(self, timeout: float) -> None:
         """Ask the template to kill everything and leave; SIGKILL it after ``timeout``.
         Reports that arrive meanwhile are still delivered. Idempotent."""
         self._stopping = True
-        self._send({"t": "exit"})
+        self._send(StopTemplate())
         proc = self._proc
         if proc is not None:
             try:
@@ -146,22 +155,26 @@ class TemplateLink:
                 self._lost()
                 return
             try:
-                self._dispatch(orjson.loads(data))
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError,
-                    IndexError):
+                msg = decode_from_template(orjson.loads(data))
+            except (orjson.JSONDecodeError, MalformedMessage):
                 self._log.error("malformed control message from the template ignored")
+                continue
+            self._dispatch(msg)
 
-    def _dispatch(self, msg: dict[str, Any]) -> None:
-        kind = msg["t"]
-        if kind == "reaped":
-            self._on_reaped(msg)
-        elif kind == "forked":
-            self._on_forked(int(msg["g"]), int(msg["pid"]))
-        elif kind == "caps" and self._caps is not None and not self._caps.done():
-            caps = tuple(Capability(str(c[0]), str(c[1]), str(c[2])) for c in msg["caps"])
-            self._caps.set_result(caps)
-        elif kind == "spec_error" and self._caps is not None and not self._caps.done():
-            self._caps.set_exception(HandlerSpecError(str(msg["message"])))
+    def _dispatch(self, msg: HandlersLoaded | HandlersRejected | ChildForked | ChildReaped
+                  ) -> None:
+        starting = self._caps is not None and not self._caps.done()
+        match msg:
+            case ChildReaped():
+                self._on_reaped(msg)
+            case ChildForked(generation=generation, pid=pid):
+                self._on_forked(generation, pid)
+            case HandlersLoaded(capabilities=caps) if starting:
+                assert self._caps is not None
+                self._caps.set_result(caps)
+            case HandlersRejected(message=message) if starting:
+                assert self._caps is not None
+                self._caps.set_exception(HandlerSpecError(message))
 
     def _lost(self) -> None:
         self._close()
@@ -187,13 +200,13 @@ class TemplateLink:
         self._out.clear()
         ctl.close()
 
-    def _send(self, msg: dict[str, Any], fds: list[int] | None = None) -> None:
+    def _send(self, msg: ForkChild | StopTemplate, fds: list[int] | None = None) -> None:
         """Queue a control message; descriptors passed along are closed once sent."""
         if self._ctl is None:
             for fd in fds or ():
                 os.close(fd)
             return
-        self._out.append((orjson.dumps(msg), fds or []))
+        self._out.append((orjson.dumps(msg.to_wire()), fds or []))
         self._flush()
 
     def _flush(self) -> None:

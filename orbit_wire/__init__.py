@@ -1,7 +1,14 @@
 """Pure pieces shared by the Orbit server, supervisor, child and client: frames, limits,
 value rules, IDs and the error tree. Nothing here performs I/O or reads a clock."""
 
-from .errors import AuthError, ErrorCode, OrbitError, ProtocolError, ValueRejected
+from .errors import (
+    AuthError,
+    ErrorCode,
+    HandlerSpecError,
+    OrbitError,
+    ProtocolError,
+    ValueRejected,
+)
 from .model import (
     AttemptState,
     Capability,
@@ -19,6 +26,7 @@ __all__ = [
     "Capability",
     "Disposition",
     "ErrorCode",
+    "HandlerSpecError",
     "Idempotency",
     "OrbitError",
     "Outcome",

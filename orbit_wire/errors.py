@@ -3,7 +3,9 @@
     OrbitError                 every error Orbit raises on purpose; carries a stable ``code``
     ├── ProtocolError          the peer broke the wire contract (bad frame, order, limits)
     ├── AuthError              unauthenticated or not permitted
-    └── ValueRejected          a payload, result or detail that breaks the value rules
+    ├── ValueRejected          a payload, result or detail that breaks the value rules
+    └── HandlerSpecError       a handler list (MODULE:ATTR) that cannot be loaded or breaks
+                               the registration rules; raised before any task runs
 
 Codes are part of the public contract (docs/protocol.md, docs/http-api.md): never rename one.
 """
@@ -88,3 +90,13 @@ class AuthError(OrbitError):
 
 class ValueRejected(OrbitError):
     """A JSON value (payload, result, details) that breaks the value rules in limits.py."""
+
+
+class HandlerSpecError(OrbitError):
+    """A bad MODULE:ATTR: malformed, not importable, or a handler list that breaks the rules.
+
+    The message is one line, fit for the CLI; it never holds a traceback.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.BAD_REQUEST, message)

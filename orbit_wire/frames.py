@@ -23,16 +23,10 @@ from .limits import (
     MAX_CAPACITY,
     MAX_CODE_LEN,
     MAX_FRAME_BYTES,
-    MAX_MESSAGE_ID_LEN,
-    MAX_NAME_LEN,
     MAX_RESERVATIONS_PER_FRAME,
 )
 from .model import Capability, Disposition, Idempotency, Outcome, TaskState
-
-_MSG_ID_RE = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_MESSAGE_ID_LEN}}}")
-_NAME_RE = re.compile(rf"[A-Za-z0-9._:/-]{{1,{MAX_NAME_LEN}}}")
-_CODE_RE = re.compile(rf"[A-Z][A-Z0-9_]{{0,{MAX_CODE_LEN - 1}}}")
-
+from .names import CODE_RE, MSG_ID_RE, NAME_RE
 
 # --------------------------------------------------------------------------- shared parts
 
@@ -374,8 +368,8 @@ def _load(data: bytes | str) -> _Fields:
 def _capability(obj: Any, where: str) -> Capability:
     f = _Fields(obj, where)
     return Capability(
-        f.text("handler", _NAME_RE), f.text("handler_version", _NAME_RE),
-        f.text("payload_version", _NAME_RE),
+        f.text("handler", NAME_RE), f.text("handler_version", NAME_RE),
+        f.text("payload_version", NAME_RE),
     )
 
 
@@ -391,7 +385,7 @@ def _report(f: _Fields) -> Report:
         signal=f.integer("signal", 0, 128, required=False),
         cpu_ms=f.integer("cpu_ms", required=False),
         peak_rss_bytes=f.integer("peak_rss_bytes", required=False),
-        kill_reason=f.text("kill_reason", _CODE_RE, required=False),
+        kill_reason=f.text("kill_reason", CODE_RE, required=False),
         renewals=f.integer("renewals", required=False),
     )
 
@@ -400,7 +394,7 @@ def _op(obj: Any, index: int) -> Op:
     where = f"ops[{index}]"
     f = _Fields(obj, where)
     kind = f.text("op", max_len=16)
-    msg_id = f.text("msg_id", _MSG_ID_RE)
+    msg_id = f.text("msg_id", MSG_ID_RE)
     if kind == "start":
         return StartOp(msg_id, f.id("attempt_id"), f.integer("epoch", 1),
                        f.integer("child_pid", 0, 2**31, required=False))
@@ -414,7 +408,7 @@ def _op(obj: Any, index: int) -> Op:
             raise _bad(f"{where}.outcome must be SUCCEEDED, FAILED or UNKNOWN") from None
         return FinishOp(
             msg_id, f.id("attempt_id"), f.integer("epoch", 1), outcome,
-            code=f.text("code", _CODE_RE, required=False),
+            code=f.text("code", CODE_RE, required=False),
             retryable=f.flag("retryable"),
             result_json=f.text("result_json", required=False),
             details_json=f.text("details_json", required=False),

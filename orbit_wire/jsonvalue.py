@@ -1,4 +1,4 @@
-"""Validation of JSON values against the rules of SPEC §3.
+"""Validation of JSON values against the value rules (docs/protocol.md, "Values").
 
 A value is non-null JSON, at most MAX_VALUE_BYTES encoded, nested at most MAX_VALUE_DEPTH,
 with integers in signed 64-bit and finite other numbers. Results travel as *text* so the
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import orjson
 
@@ -48,36 +49,57 @@ def check_text(
     except orjson.JSONDecodeError as exc:
         code = ErrorCode.NUMBER_OUT_OF_RANGE if "infinity" in str(exc) else ErrorCode.INVALID_JSON
         raise ValueRejected(code, f"{what} is not valid JSON: {exc.msg}") from None
-    if _LONG_DIGITS.search(data):
-        for match in _TOKEN.finditer(data):
-            token = match.group()
-            if token[:1] != b'"' and not INT64_MIN <= int(token) <= INT64_MAX:
-                raise ValueRejected(
-                    ErrorCode.NUMBER_OUT_OF_RANGE, f"{what} has an integer outside signed 64-bit"
-                )
+    check_int_range(data, what=what)
     check_value(value, what=what, allow_null=allow_null)
     return value
+
+
+def check_int_range(data: bytes, *, what: str = "value") -> None:
+    """Raise NUMBER_OUT_OF_RANGE if JSON text ``data`` holds an integer outside signed 64-bit
+    (orjson parses those as floats without a word). Cheap when no 19-digit run exists."""
+    if not _LONG_DIGITS.search(data):
+        return
+    for match in _TOKEN.finditer(data):
+        token = match.group()
+        if token[:1] != b'"' and not INT64_MIN <= int(token) <= INT64_MAX:
+            raise ValueRejected(
+                ErrorCode.NUMBER_OUT_OF_RANGE, f"{what} has an integer outside signed 64-bit"
+            )
+
+
+def walk_json(value: Any, *, what: str = "value", max_depth: int = MAX_VALUE_DEPTH,
+              containers: tuple[type, ...] = (dict, list),
+              leaf: Callable[[Any], None] | None = None) -> None:
+    """Visit ``value`` without recursion (a recursive walk would hit Python's own limit
+    before ours): NESTING_TOO_DEEP for a container nested deeper than ``max_depth``, and
+    ``leaf(item)`` for every item that is not one of ``containers`` (it may raise)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, containers):
+            if depth > max_depth:
+                raise ValueRejected(
+                    ErrorCode.NESTING_TOO_DEEP, f"{what} is nested deeper than {max_depth} levels"
+                )
+            children = item.values() if isinstance(item, dict) else cast("Iterable[Any]", item)
+            if leaf is None:
+                stack.extend((child, depth + 1) for child in children
+                             if isinstance(child, containers))
+            else:
+                stack.extend((child, depth + 1) for child in children)
+        elif leaf is not None:
+            leaf(item)
 
 
 def check_value(value: Any, *, what: str = "value", allow_null: bool = False) -> None:
     """Validate an already-parsed value: not null, depth, integer range, finite floats."""
     if value is None and not allow_null:
         raise ValueRejected(ErrorCode.INVALID_RESULT, f"{what} must not be null")
-    # Iterative walk: a recursive one would hit Python's own limit before ours.
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            if depth > MAX_VALUE_DEPTH:
-                raise _too_deep(what)
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            if depth > MAX_VALUE_DEPTH:
-                raise _too_deep(what)
-            stack.extend((child, depth + 1) for child in item)
-        elif isinstance(item, bool) or item is None or isinstance(item, str):
-            continue
-        elif isinstance(item, int):
+
+    def scalar(item: Any) -> None:
+        if isinstance(item, bool) or item is None or isinstance(item, str):
+            return
+        if isinstance(item, int):
             if not INT64_MIN <= item <= INT64_MAX:
                 raise ValueRejected(
                     ErrorCode.NUMBER_OUT_OF_RANGE, f"{what} has an integer outside signed 64-bit"
@@ -92,6 +114,8 @@ def check_value(value: Any, *, what: str = "value", allow_null: bool = False) ->
                 ErrorCode.INVALID_JSON, f"{what} holds a {type(item).__name__}, not JSON"
             )
 
+    walk_json(value, what=what, leaf=scalar)
+
 
 def encode_value(value: Any, *, what: str = "value", allow_null: bool = False) -> bytes:
     """Validate a parsed value and encode it; the size limit applies to the encoding."""
@@ -105,9 +129,3 @@ def encode_value(value: Any, *, what: str = "value", allow_null: bool = False) -
             ErrorCode.PAYLOAD_TOO_LARGE, f"{what} is {len(data)} bytes; at most {MAX_VALUE_BYTES}"
         )
     return data
-
-
-def _too_deep(what: str) -> ValueRejected:
-    return ValueRejected(
-        ErrorCode.NESTING_TOO_DEEP, f"{what} is nested deeper than {MAX_VALUE_DEPTH} levels"
-    )

@@ -1,4 +1,4 @@
-"""Size, nesting and number limits shared by every party (SPEC §3)."""
+"""Size, nesting and number limits shared by every party (docs/handlers.md "Results")."""
 
 from __future__ import annotations
 

@@ -16,10 +16,18 @@ class TaskState(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """No further state change: SUCCEEDED, FAILED or CANCELLED."""
         return self in _TERMINAL
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more happens without an operator: terminal, or NEEDS_REVIEW. A producer
+        waiting for an outcome stops waiting here."""
+        return self in _SETTLED
 
 
 _TERMINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
+_SETTLED = _TERMINAL | {TaskState.NEEDS_REVIEW}
 
 
 class AttemptState(StrEnum):
@@ -46,7 +54,7 @@ class Disposition(StrEnum):
 
 
 class UnknownCode(StrEnum):
-    """Codes of UNKNOWN outcomes (SPEC §3)."""
+    """Codes of UNKNOWN outcomes (docs/handlers.md "Failures")."""
 
     HANDLER_ERROR = "HANDLER_ERROR"
     HANDLER_CRASHED = "HANDLER_CRASHED"

@@ -43,7 +43,7 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbit_client.credentials import load_credentials  # noqa: E402
+from orbit_host.credentials import load_credentials  # noqa: E402
 from orbit_wire.frames import (  # noqa: E402
     Credit,
     FinishOp,

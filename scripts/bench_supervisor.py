@@ -64,7 +64,7 @@ from bench_server import (  # noqa: E402
     replace_section,
 )
 
-from orbit_client.credentials import Credentials  # noqa: E402
+from orbit_host.credentials import Credentials  # noqa: E402
 from orbit_supervisor import pool as pool_module  # noqa: E402
 from orbit_supervisor import session as session_module  # noqa: E402
 from orbit_supervisor.app import Supervisor  # noqa: E402
@@ -588,7 +588,7 @@ def render(r: dict[str, Any]) -> str:
         f"handler's {CPU_TASK_MS:.0f} ms, and it took {own:.1f} ms here. With",
         f"`--workers {WORKERS}` a core also idles while its slot's finish and claim travel (a",
         "handler starts only once the server confirmed its start, and a worker holds no task",
-        "it cannot start at once: SPEC §4), which more children per core hide.",
+        "it cannot start at once: docs/supervisor.md), which more children per core hide.",
         "",
         "Rerun: `.venv/bin/python scripts/bench_supervisor.py`.",
         END,

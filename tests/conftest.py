@@ -29,7 +29,7 @@ from support.mariadb import MariaDBPool, must_run, unavailable_reason
 from support.orbit_http import OrbitEnv, http_client
 from support.server import ServerProcess
 
-from orbit_client.credentials import Credentials
+from orbit_host.credentials import Credentials
 
 STORES = ("sqlite", "mariadb")
 # Every store-dependent test runs on both stores (issue: one parametrised suite).

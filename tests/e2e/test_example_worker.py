@@ -1,4 +1,4 @@
-"""`python -m examples.worker` (SPEC §6) against a real orbit-server: its exact output."""
+"""`python -m examples.worker` against a real orbit-server: its exact output."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from orbit_client.credentials import Credentials
+from orbit_host.credentials import Credentials
 
 from .server import ServerProcess
 

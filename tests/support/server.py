@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from orbit_client.credentials import Credentials, load_credentials
+from orbit_host.credentials import Credentials, load_credentials
 
 ROOT = Path(__file__).resolve().parents[2]
 ORBIT_SERVER = ROOT / ".venv" / "bin" / "orbit-server"

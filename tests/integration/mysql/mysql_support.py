@@ -17,7 +17,7 @@ import pymysql
 from sqlalchemy.engine import make_url
 from support.orbit_http import expect
 
-from orbit_client.credentials import Credentials, write_credentials
+from orbit_host.credentials import Credentials, write_credentials
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures_handlers"

@@ -11,7 +11,7 @@ import pytest
 from support.mariadb import ENV
 from support.server import free_port, server_command
 
-from orbit_client.credentials import load_credentials
+from orbit_host.credentials import load_credentials
 
 pytestmark = pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True)
 

@@ -10,7 +10,8 @@ import psutil
 import pytest
 from pool_support import request, run, running_pool
 
-from orbit_supervisor.pool import ChildOutcome, ChildPool, HandlerSpecError
+from orbit_supervisor.pool import ChildOutcome, ChildPool
+from orbit_wire.errors import HandlerSpecError
 from orbit_wire.model import Capability, Outcome
 
 

@@ -1,4 +1,5 @@
-"""Every row of SPEC §3 through the worker protocol, against a real server process."""
+"""Every row of the outcome table (docs/handlers.md "Failures") through the worker protocol,
+against a real server process."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from support.protocol_client import ProtocolClient
 from support.server import ServerProcess, server_command
 
-from orbit_client.credentials import load_credentials
+from orbit_host.credentials import load_credentials
 from orbit_server.store import create_engine_for, migrate
 from orbit_server.store.rows import INSERT_RECEIPT
 from orbit_server.store.tables import receipts

@@ -1,5 +1,6 @@
 """The worker protocol at the service level: hello, reserve, start/renew/finish, fencing,
-receipts, evidence, release, resume — every row of SPEC §3 — on a real SQLite file."""
+receipts, evidence, release, resume — every row of the outcome table (docs/handlers.md) — on
+a real SQLite file."""
 
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def test_reserve_claims_oldest_first_up_to_n(world: World) -> None:
     assert world.service.reserve(b, 0) == []
 
 
-# ------------------------------------------------------------------------ SPEC §3 rows
+# ------------------------------------------------------------------------ outcome table rows
 
 
 def test_success_stores_exact_result_text(world: World) -> None:

@@ -19,7 +19,7 @@ import httpx
 import psutil
 from support.orbit_http import OrbitEnv, expect
 
-from orbit_client.credentials import Credentials, write_credentials
+from orbit_host.credentials import Credentials, write_credentials
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures_handlers"

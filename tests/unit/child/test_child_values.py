@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from orbit_child import Execution, Handler, RawJSON, WorkerFailure
-from orbit_child.registry import HandlerSpecError, parse_spec, validate_handlers
+from orbit_child.registry import parse_spec, validate_handlers
 from orbit_child.results import encode_json_value
-from orbit_wire.errors import ErrorCode, ValueRejected
+from orbit_wire.errors import ErrorCode, HandlerSpecError, ValueRejected
 from orbit_wire.model import Capability
 
 

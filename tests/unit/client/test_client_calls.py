@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from orbit_client import Credentials, CredentialsFileError, OrbitApiError, OrbitClient, calls
-from orbit_client.credentials import load_credentials, write_credentials
+from orbit_host.credentials import load_credentials, write_credentials
 from orbit_wire.errors import ErrorCode
 
 QID = "0123456789abcdef0123456789abcdef"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orbit_supervisor.framing import (
+from orbit_host.framing import (
     FrameDecoder,
     FrameError,
     encode_frame,

@@ -6,15 +6,18 @@ from typing import Any
 
 import pytest
 
-from orbit_supervisor.outcomes import MalformedFrame, outcome_from_done
+from orbit_host.messages import MalformedMessage, TaskDone, decode_from_child
+from orbit_supervisor.outcomes import outcome_from_done
 from orbit_wire.frames import Report
 from orbit_wire.model import Outcome
 
 REPORT = Report(child_pid=42, cpu_ms=1, peak_rss_bytes=1 << 20)
 
 
-def done(**fields: Any) -> dict[str, Any]:
-    return {"t": "done", "g": 1, "a": "a" * 32, **fields}
+def done(**fields: Any) -> TaskDone:
+    answer = decode_from_child({"t": "done", "g": 1, "a": "a" * 32, **fields})
+    assert isinstance(answer, TaskDone)
+    return answer
 
 
 def test_a_valid_result_keeps_its_exact_text() -> None:
@@ -62,6 +65,6 @@ def test_a_child_can_only_claim_its_own_unknown_codes(code: str | None, expected
 
 @pytest.mark.parametrize("frame", [done(), done(outcome="MAYBE"),
                                    done(outcome="SUCCEEDED", result_json={"not": "text"})])
-def test_garbage_frames_are_malformed(frame: dict[str, Any]) -> None:
-    with pytest.raises(MalformedFrame):
+def test_garbage_frames_are_malformed(frame: TaskDone) -> None:
+    with pytest.raises(MalformedMessage):
         outcome_from_done(frame, REPORT)

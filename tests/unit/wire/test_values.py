@@ -1,4 +1,4 @@
-"""The JSON value rules of SPEC §3, on text as it travels."""
+"""The JSON value rules (docs/handlers.md "Results"), on text as it travels."""
 
 import pytest
 from hypothesis import given

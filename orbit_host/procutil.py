@@ -1,6 +1,6 @@
 """Linux process helpers: prctl via ctypes, quiet signalling, and /proc child lists.
 
-Used by the pool (parent), the template and the children. Nothing here blocks except the
+Used by the supervisor's pool, the template and the children. Nothing here blocks except the
 bounded /proc reads. Every signal helper returns False instead of raising when the target is
 already gone, because every caller races with processes that exit on their own.
 """
@@ -18,6 +18,7 @@ __all__ = [
     "close_fds_except",
     "descendant_pids",
     "kill_pid",
+    "kill_tree",
     "killpg",
     "set_batch_scheduling",
     "set_child_subreaper",
@@ -85,6 +86,17 @@ def kill_pid(pid: int, sig: int = signal.SIGKILL) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a child and everything it started: its process group (a child leads its own),
+    the child itself in case a handler moved it to another group, then every descendant
+    still found below it (those that left the group). Signal first, look after: the /proc
+    walk runs only once the group is already dying."""
+    killpg(pid)
+    kill_pid(pid)
+    for victim in descendant_pids(pid):
+        kill_pid(victim)
 
 
 def child_pids(pid: int) -> list[int]:
