@@ -16,6 +16,10 @@ ServerProcess by hand, and the pool and unit tests, need no store choice. ``db_u
 fresh, empty database of that store for the test: a SQLite file in tmp_path, or a migrated
 MariaDB database of the session's pool (tests/support/mariadb.py), which skips without
 ORBIT_TEST_MYSQL_URL and fails with CI=true.
+
+Time: every timeout, poll interval and hold in the suite is in units of
+``support.waiting.UNIT`` (ORBIT_TEST_TIME_UNIT, default 1.0); so is each test's
+pytest-timeout limit.
 """
 
 from __future__ import annotations
@@ -28,12 +32,27 @@ import pytest
 from support.mariadb import MariaDBPool, must_run, unavailable_reason
 from support.orbit_http import OrbitEnv, http_client
 from support.server import ServerProcess
+from support.waiting import UNIT
 
 from orbit_host.credentials import Credentials
 
 STORES = ("sqlite", "mariadb")
 # Every store-dependent test runs on both stores (issue: one parametrised suite).
 BOTH_STORE_DIRS = {"store", "server", "supervisor", "client", "e2e"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Scale each test's pytest-timeout limit (its marker's, else the configured one)."""
+    if UNIT == 1.0:
+        return
+    default = config.getoption("timeout", None) or config.getini("timeout")
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        limit = default
+        if marker is not None:
+            limit = marker.args[0] if marker.args else marker.kwargs.get("timeout", default)
+        if limit:
+            item.add_marker(pytest.mark.timeout(float(limit) * UNIT), append=False)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

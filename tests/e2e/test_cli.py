@@ -18,6 +18,7 @@ import pytest
 from support.orbit_http import WorkerCredential
 from support.protocol_client import ECHO, ProtocolClient
 from support.server import ServerProcess
+from support.waiting import UNIT
 
 from orbit_client import Credentials, load_credentials, write_credentials
 from orbit_wire.ids import is_id
@@ -29,7 +30,8 @@ QID = "0123456789abcdef0123456789abcdef"
 def run_orbit(
     *args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run `orbit ARGS` with a clean environment (no ORBIT_* leaking in from outside)."""
+    """Run `orbit ARGS` with a clean environment (no ORBIT_* leaking in from outside);
+    ``timeout`` in units."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("ORBIT_")}
     return subprocess.run(
         [str(ORBIT), *args],
@@ -37,7 +39,7 @@ def run_orbit(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=timeout * UNIT,
         check=False,
     )
 
@@ -130,7 +132,7 @@ def test_usage_errors_exit_2(offline_creds: Path) -> None:
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISE = Path(sys.executable).with_name("orbit-supervise")
-STOP_BOUND_S = 30.0
+STOP_BOUND_S = 30.0 * UNIT
 
 
 class Cli:

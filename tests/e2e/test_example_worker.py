@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from support.examples import run_example
 from support.server import ServerProcess
+from support.waiting import UNIT
 
 from orbit_client import Credentials
 from orbit_wire.ids import is_id
@@ -59,7 +60,7 @@ def test_example_without_settings_says_what_is_missing() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORBIT_")}
     done = subprocess.run(
         [sys.executable, "-m", "examples.worker"], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=60 * UNIT, check=False,
     )
     assert done.returncode == 1
     assert done.stderr.strip() == "examples.worker: set ORBIT_CREDENTIALS_FILE " \
@@ -71,6 +72,6 @@ def test_example_without_settings_says_what_is_missing() -> None:
 def test_example_help(flag: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "examples.worker", flag], cwd=ROOT,
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=60 * UNIT, check=False,
     )
     assert done.returncode == 0 and "ORBIT_PRODUCER_CREDENTIALS_FILE" in done.stdout

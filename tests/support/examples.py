@@ -9,6 +9,8 @@ from pathlib import Path
 
 from orbit_client import Credentials, OrbitClient
 
+from .waiting import UNIT
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,7 +29,7 @@ def run_example(name: str, admin: Credentials, tmp_path: Path) -> list[str]:
     )
     done = subprocess.run(
         [sys.executable, "-m", f"examples.{name}"], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True, text=True, timeout=120 * UNIT, check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done.stdout.splitlines()

@@ -12,6 +12,7 @@ from orbit_wire.model import Capability
 
 from .orbit_http import OrbitEnv, WorkerCredential, expect, task_spec
 from .protocol_client import ECHO, ProtocolClient
+from .waiting import wait_until_async
 
 # Fast retries for tests: no backoff.
 NO_BACKOFF = {"initial_ms": 0, "max_ms": 0, "multiplier": 1.0, "jitter": 0.0}
@@ -71,12 +72,13 @@ class Lane:
 
 async def wait_for_state(lane: Lane, task_id: str, states: set[str],
                          timeout_s: float = 10.0) -> dict[str, Any]:
-    """Poll (bounded) until the task is in one of ``states``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        task = await lane.task_async(task_id)
-        if task["state"] in states:
-            return task
-        assert loop.time() < deadline, f"task stayed {task['state']}, wanted {states}"
-        await asyncio.sleep(0.05)
+    """Poll (bounded, ``timeout_s`` in units) until the task is in one of ``states``."""
+    last: dict[str, Any] = {}
+
+    async def there() -> dict[str, Any] | None:
+        nonlocal last
+        last = await lane.task_async(task_id)
+        return last if last["state"] in states else None
+
+    return await wait_until_async(there, timeout=timeout_s, interval=0.05,
+                                  what=lambda: f"task in {states} (it stayed {last.get('state')})")

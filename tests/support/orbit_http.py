@@ -14,8 +14,9 @@ import httpx
 from orbit_host.credentials import Credentials
 
 from .server import ServerProcess
+from .waiting import UNIT
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0 * UNIT
 
 
 def http_client(base_url: str, bearer: str | None = None) -> httpx.Client:

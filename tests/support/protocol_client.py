@@ -52,7 +52,9 @@ from orbit_wire.frames import (
 from orbit_wire.ids import new_id, new_secret
 from orbit_wire.model import Capability, Outcome
 
-DEFAULT_TIMEOUT_S = 10.0
+from .waiting import UNIT
+
+DEFAULT_TIMEOUT_S = 10.0  # every timeout here is in units of support.waiting
 ECHO = Capability("test.echo", "v1", "v1")
 
 
@@ -86,7 +88,7 @@ class ProtocolClient:
         """Open the socket (``ssl``: an ``ssl.SSLContext`` for ``wss://``)."""
         kwargs: dict[str, Any] = {} if ssl is None else {"ssl": ssl}
         ws = await websockets.connect(ws_url, max_size=None, ping_interval=None,
-                                      open_timeout=DEFAULT_TIMEOUT_S, **kwargs)
+                                      open_timeout=DEFAULT_TIMEOUT_S * UNIT, **kwargs)
         return cls(ws, instance_id, instance_secret)
 
     async def __aenter__(self) -> ProtocolClient:
@@ -97,7 +99,7 @@ class ProtocolClient:
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.ws.close(), DEFAULT_TIMEOUT_S)
+            await asyncio.wait_for(self.ws.close(), DEFAULT_TIMEOUT_S * UNIT)
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reader
@@ -145,11 +147,11 @@ class ProtocolClient:
 
     async def wait_closed(self, timeout: float = DEFAULT_TIMEOUT_S) -> int | None:
         """Wait until the server closed the connection; return its close code."""
-        await asyncio.wait_for(self.closed.wait(), timeout)
+        await asyncio.wait_for(self.closed.wait(), timeout * UNIT)
         return self.close_code
 
     async def error(self, timeout: float = DEFAULT_TIMEOUT_S) -> ErrorFrame:
-        return await asyncio.wait_for(self.errors.get(), timeout)
+        return await asyncio.wait_for(self.errors.get(), timeout * UNIT)
 
     async def expect_fatal(self, code: str, timeout: float = DEFAULT_TIMEOUT_S) -> int | None:
         """Expect an ``error`` frame with ``code`` and then the close; return the close code."""
@@ -168,7 +170,7 @@ class ProtocolClient:
             instance_id=self.instance_id, instance_secret=self.instance_secret,
             queue_id=queue_id, capabilities=capabilities, capacity=capacity, protocol=protocol,
         ))
-        self.welcome = await asyncio.wait_for(self.welcomes.get(), timeout)
+        self.welcome = await asyncio.wait_for(self.welcomes.get(), timeout * UNIT)
         return self.welcome
 
     async def hello_as(self, cred: Any, **kwargs: Any) -> Welcome:
@@ -180,27 +182,27 @@ class ProtocolClient:
 
     async def heartbeat(self, timeout: float = DEFAULT_TIMEOUT_S) -> HeartbeatAck:
         await self.send(Heartbeat())
-        return await asyncio.wait_for(self.acks.get(), timeout)
+        return await asyncio.wait_for(self.acks.get(), timeout * UNIT)
 
     async def reservations(self, n: int, timeout: float = DEFAULT_TIMEOUT_S) -> list[Reservation]:
         """Wait for ``n`` more reservations (raise TimeoutError if they do not come)."""
         out: list[Reservation] = []
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + timeout * UNIT
         while len(out) < n:
             out.append(await asyncio.wait_for(self.reserved.get(), deadline - loop.time()))
         return out
 
     async def no_reservation(self, within: float) -> bool:
-        """True if no reservation arrives within ``within`` seconds."""
+        """True if no reservation arrives within ``within`` (units)."""
         try:
-            await asyncio.wait_for(self.reserved.get(), within)
+            await asyncio.wait_for(self.reserved.get(), within * UNIT)
         except TimeoutError:
             return True
         return False
 
     async def cancel_push(self, timeout: float = DEFAULT_TIMEOUT_S) -> Cancel:
-        return await asyncio.wait_for(self.cancels.get(), timeout)
+        return await asyncio.wait_for(self.cancels.get(), timeout * UNIT)
 
     # -------------------------------------------------------------- requests
 
@@ -211,7 +213,7 @@ class ProtocolClient:
                       timeout: float = DEFAULT_TIMEOUT_S) -> Response:
         rid = next(self._ids) if request_id is None else request_id
         await self.send(Request(rid, tuple(ops)))
-        response = await asyncio.wait_for(self.responses.get(), timeout)
+        response = await asyncio.wait_for(self.responses.get(), timeout * UNIT)
         assert response.id == rid, (response.id, rid)
         return response
 

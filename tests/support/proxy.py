@@ -16,8 +16,10 @@ import contextlib
 import threading
 from concurrent.futures import Future
 
+from .waiting import UNIT
+
 _CHUNK = 65536
-_THREAD_JOIN_S = 5.0
+_THREAD_JOIN_S = 5.0 * UNIT
 
 
 class TcpProxy:

@@ -25,10 +25,12 @@ import httpx
 
 from orbit_host.credentials import Credentials, load_credentials
 
+from .waiting import UNIT, wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 ORBIT_SERVER = ROOT / ".venv" / "bin" / "orbit-server"
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 30.0  # in units of support.waiting
+STOP_TIMEOUT_S = 10.0 * UNIT
 
 
 def free_port() -> int:
@@ -98,24 +100,24 @@ class ServerProcess:
         finally:
             log.close()
         self.starts += 1
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerError(
-                    f"orbit-server exited with {self.proc.returncode}:\n{self.log_tail()}"
-                )
+        proc = self.proc
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise ServerError(f"orbit-server exited with {proc.returncode}:\n{self.log_tail()}")
             try:
                 # Tests talk to a self-signed TLS server by address; skip verification here.
-                if httpx.get(f"{self.url}/healthz", timeout=1.0,
-                             verify=False).status_code == 200:
-                    return self
+                return httpx.get(f"{self.url}/healthz", timeout=1.0 * UNIT,
+                                 verify=False).status_code == 200
             except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise ServerError(
-            f"orbit-server did not answer /healthz in {timeout_s} s:\n{self.log_tail()}"
-        )
+                return False
+
+        try:
+            wait_until(healthy, timeout=timeout_s, interval=0.05, what="/healthz to answer")
+        except AssertionError as exc:
+            self.kill()
+            raise ServerError(f"orbit-server: {exc}:\n{self.log_tail()}") from None
+        return self
 
     def kill(self) -> None:
         """SIGKILL the process (a crash), by its PID, and reap it."""
@@ -154,7 +156,7 @@ class ServerProcess:
         path = self.workdir / f"admin-{time.monotonic_ns()}.json"
         cmd = [*server_command(), "bootstrap-admin", "--db", self.db_url, "-o", str(path),
                "--url", self.url, "--name", name]
-        done = subprocess.run(cmd, capture_output=True, timeout=60, cwd=self.workdir)
+        done = subprocess.run(cmd, capture_output=True, timeout=60 * UNIT, cwd=self.workdir)
         if done.returncode != 0:
             raise ServerError(f"bootstrap-admin failed ({done.returncode}): "
                               f"{done.stderr.decode(errors='replace')[-2000:]}")

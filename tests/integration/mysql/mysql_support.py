@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,13 @@ import httpx
 import pymysql
 from sqlalchemy.engine import make_url
 from support.orbit_http import expect
+from support.waiting import UNIT
 
 from orbit_host.credentials import Credentials, write_credentials
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures_handlers"
 ORBIT_SUPERVISE = ROOT / ".venv" / "bin" / "orbit-supervise"
-TERMINAL = {"SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED"}
 
 
 def _server_connection(db_url: str, port: int | None = None) -> pymysql.Connection:
@@ -99,20 +98,9 @@ class Supervisor:
         proc = self.proc
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+            proc.wait(timeout=10 * UNIT)
 
 
 def upper_spec(i: int, **policy: Any) -> dict[str, Any]:
     return {"handler": "sup.upper", "handler_version": "v1", "payload_version": "v1",
             "payload": {"text": f"t{i}"}, **policy}
-
-
-def wait_until(check: Callable[[], Any], timeout_s: float, what: str,
-               interval_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"{what}: not within {timeout_s} s")

@@ -17,18 +17,14 @@ from typing import Any
 
 import httpx
 import pytest
-from mysql_support import (
-    TERMINAL,
-    Supervisor,
-    kill_connections,
-    upper_spec,
-    wait_until,
-    worker_credentials,
-)
+from mysql_support import Supervisor, kill_connections, upper_spec, worker_credentials
 from sqlalchemy.engine import make_url
 from support.orbit_http import OrbitEnv, expect, http_client
 from support.proxy import TcpProxy
 from support.server import ServerProcess
+from support.waiting import UNIT, wait_until
+
+from orbit_wire.model import TaskState
 
 pytestmark = pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True)
 
@@ -50,7 +46,7 @@ def _all_finished(producer: httpx.Client, ids: list[str]) -> Callable[[], bool]:
     def check() -> bool:
         while pending:
             resp = producer.get(f"/v1/tasks/{pending[-1]}")
-            if resp.status_code != 200 or resp.json()["state"] not in TERMINAL:
+            if resp.status_code != 200 or not TaskState(resp.json()["state"]).settled:
                 return False
             assert resp.json()["state"] == "SUCCEEDED", resp.json()
             pending.pop()
@@ -73,11 +69,14 @@ def test_killed_connections_give_503_or_success_and_lose_nothing(
     killed = 0
     try:
         submitter.start()
-        deadline = time.monotonic() + 30
-        while submitter.is_alive() and time.monotonic() < deadline:
+
+        def submitter_done() -> bool:  # killing the server's connections all along
+            nonlocal killed
             killed += kill_connections(orbit.server.db_url)
-            time.sleep(0.05)
-        submitter.join(timeout=60)
+            return not submitter.is_alive()
+
+        wait_until(submitter_done, timeout=30, interval=0.05, what="the submitter to end")
+        submitter.join(timeout=60 * UNIT)
         assert not submitter.is_alive()
         assert killed > 0
         # Only success or a typed, retryable error: never a 500 or a dropped connection.
@@ -86,7 +85,8 @@ def test_killed_connections_give_503_or_success_and_lose_nothing(
         # The server reconnected by itself: a plain request works again at once.
         expect(producer.post(f"/v1/queues/{queue_id}/tasks", json=upper_spec(-1)), 201)
         # Every acknowledged task still runs to its end (workers backed off and came back).
-        wait_until(_all_finished(producer, acked), 90, "acknowledged tasks finish")
+        wait_until(_all_finished(producer, acked), timeout=90, interval=0.1,
+                   what="acknowledged tasks finish")
     finally:
         sup.stop()
     # No request failed unexpectedly (the pool may log its own reset of a killed connection).
@@ -124,7 +124,7 @@ def test_database_down_then_back(server_factory: Callable[..., ServerProcess],
         restarted.append(TcpProxy(real.port or 3306, port=port).start())
         wait_until(lambda: producer.post(f"/v1/queues/{queue_id}/tasks",
                                          json=upper_spec(3)).status_code == 201,
-                   20, "submit works again after the database returned")
+                   timeout=20, interval=0.1, what="submit works again after the database returned")
         # What it acknowledged before the outage is still there.
         assert expect(producer.get(f"/v1/tasks/{before['id']}"), 200)["state"] == "PENDING"
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support.mariadb import ENV
 from support.server import free_port, server_command
+from support.waiting import UNIT
 
 from orbit_host.credentials import load_credentials
 
@@ -20,7 +21,7 @@ def _run(*args: str, db: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ENV}
     env["ORBIT_DB"] = db
     return subprocess.run([*server_command(), *args], env=env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60 * UNIT)
 
 
 def test_migrate_and_bootstrap_admin_on_mariadb(db_url: str, tmp_path: Path) -> None:

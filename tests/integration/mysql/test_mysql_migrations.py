@@ -14,6 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from mysql_support import query
 from sqlalchemy import text
 from support.server import server_command
+from support.waiting import UNIT
 
 from orbit_server.store.db import alembic_config, create_engine_for, current_revision, migrate
 from orbit_server.store.tables import metadata
@@ -94,12 +95,12 @@ def test_replicas_migrating_at_once_take_turns(db_url: str) -> None:
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for _ in range(2)]
     try:
-        outputs = [p.communicate(timeout=120)[0].decode(errors="replace") for p in procs]
+        outputs = [p.communicate(timeout=120 * UNIT)[0].decode(errors="replace") for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
+                p.wait(timeout=10 * UNIT)
     assert [p.returncode for p in procs] == [0, 0], outputs
     engine = create_engine_for(db_url)
     try:

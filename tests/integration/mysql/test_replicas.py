@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mysql_support import Supervisor, query, wait_until, worker_credentials
+from mysql_support import Supervisor, query, worker_credentials
 from support.orbit_http import expect, http_client
 from support.proxy import TcpProxy
 from support.server import ServerProcess
+from support.waiting import wait_until
 
 pytestmark = [pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True),
               pytest.mark.timeout(400)]
@@ -68,14 +69,16 @@ def test_two_replicas_one_killed_every_task_ends_once(
         for cred, url in zip(creds, (lb_url, b.url, lb_url), strict=True):
             sups.append(Supervisor(tmp_path, cred, queue_id, url, workers=2).start())
 
-        wait_until(lambda: _done_count(a.db_url) >= TASKS // 4, 120, "a quarter done")
+        wait_until(lambda: _done_count(a.db_url) >= TASKS // 4, timeout=120, interval=0.1,
+                   what="a quarter done")
         killed_ms = time.time_ns() // 1_000_000
         a.kill()  # SIGKILL mid-run; its workers' connections drop
         lb.stop()
         proxies.append(TcpProxy(b.port, port=lb_port).start())  # re-point the balancer
         killed_at_done = _done_count(b.db_url)
         assert killed_at_done < TASKS, "the kill came after the run; nothing was tested"
-        wait_until(lambda: _done_count(b.db_url) == TASKS, 240, "every task ends", 0.5)
+        wait_until(lambda: _done_count(b.db_url) == TASKS, timeout=240, interval=0.5,
+                   what="every task ends")
     finally:
         for sup in sups:
             sup.stop()

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import psutil
+from support.waiting import UNIT, wait_until, wait_until_async
 
 from orbit_supervisor.pool import ChildPool, ExecutionRequest
 from orbit_wire.model import Capability
@@ -54,8 +55,9 @@ async def running_pool(size: int = 1, spec: str = SPEC, **kwargs: Any
 
 
 def run(coro: Any, timeout: float = 60.0) -> Any:
+    """Run ``coro`` in a new event loop, bounded by ``timeout`` (units)."""
     async def bounded() -> Any:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout * UNIT):
             return await coro
     return asyncio.run(bounded())
 
@@ -80,23 +82,29 @@ def snapshot(pids: Iterable[int]) -> list[psutil.Process]:
     return out
 
 
+def running(procs: list[psutil.Process]) -> list[int]:
+    return [p.pid for p in procs if alive(p.pid, p)]
+
+
 def wait_all_gone(procs: list[psutil.Process], timeout: float) -> list[int]:
-    """Poll (bounded) until none of ``procs`` runs; returns the pids still running."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p.pid for p in procs if alive(p.pid, p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.02)
+    """Wait (``timeout`` in units) until none of ``procs`` runs; returns the pids still
+    running (the caller asserts on them)."""
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not running(procs), timeout=timeout, what="the processes gone")
+    return running(procs)
 
 
 async def wait_for_pids(path: Path, count: int, timeout: float = 10.0) -> list[int]:
-    """Wait (bounded) until a handler wrote ``count`` pids to ``path``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            pids = [int(x) for x in path.read_text().split()]
-            if len(pids) >= count:
-                return pids
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"handler did not report {count} pids in {timeout} s")
+    """Wait (``timeout`` in units) until a handler wrote ``count`` pids to ``path``."""
+    def written() -> list[int] | None:
+        pids = [int(x) for x in path.read_text().split()] if path.exists() else []
+        return pids if len(pids) >= count else None
+
+    return await wait_until_async(written, timeout=timeout,
+                                  what=f"the handler to report {count} pids in {path}")
+
+
+async def wait_busy(pool: ChildPool, count: int = 1) -> None:
+    """Wait until ``count`` children were handed an execution (its frame sent)."""
+    await wait_until_async(lambda: pool.stats().busy >= count, timeout=10, interval=0.01,
+                           what=f"{count} busy children")

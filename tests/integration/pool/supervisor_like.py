@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # pool_support imports support
 from pool_support import FIXTURES, request, wait_for_pids
 
 from orbit_supervisor.pool import ChildPool

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from pool_support import request, run, running_pool, snapshot, wait_all_gone, wait_for_pids
+from pool_support import (
+    request,
+    run,
+    running_pool,
+    snapshot,
+    wait_all_gone,
+    wait_busy,
+    wait_for_pids,
+)
+from support.waiting import UNIT
 
 from orbit_supervisor.pool import ChildOutcome, PoolStats
 from orbit_wire.model import Outcome
@@ -59,7 +68,7 @@ def test_kill_takes_the_child_and_every_descendant(handler: str, tmp_path: Path)
             task = asyncio.create_task(pool.execute(req))
             pids = await wait_for_pids(pid_file, 3)
             if handler == "c_spin":
-                await asyncio.sleep(0.1)  # well inside the regex by now
+                await asyncio.sleep(0.1 * UNIT)  # the scenario: well inside the regex by now
             procs = snapshot(pids)
             assert len(procs) == 3
             t0 = time.monotonic()
@@ -86,10 +95,10 @@ def test_kill_with_another_code_and_reason() -> None:
         async with running_pool(1) as pool:
             req = request("sleep", {"seconds": 30})
             task = asyncio.create_task(pool.execute(req))
-            await asyncio.sleep(0.2)
+            await wait_busy(pool)
             assert pool.kill(req.attempt_id, "TASK_CANCELLED", code="LEASE_LOST")
             out = await task
-            await asyncio.wait_for(pool.wait_idle(1), 5)  # the replacement is ready
+            await asyncio.wait_for(pool.wait_idle(1), 5 * UNIT)  # the replacement is ready
             assert (pool.stats().idle, pool.replacing) == (1, 0)
             return out
     out = run(scenario())
@@ -124,7 +133,7 @@ def test_cancelling_execute_kills_the_child() -> None:
     async def scenario() -> tuple[PoolStats, ChildOutcome]:
         async with running_pool(1) as pool:
             task = asyncio.create_task(pool.execute(request("sleep", {"seconds": 30})))
-            await asyncio.sleep(0.2)
+            await wait_busy(pool)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -159,7 +168,8 @@ def test_close_kills_running_children() -> None:
     async def scenario() -> tuple[ChildOutcome, list[int]]:
         async with running_pool(2) as pool:
             task = asyncio.create_task(pool.execute(request("ignores_sigterm")))
-            await asyncio.sleep(0.3)
+            await wait_busy(pool)
+            await asyncio.sleep(0.3 * UNIT)  # the scenario: the handler ignores SIGTERM by now
             pids = [p for p in pool.child_pids().values()]
             procs = snapshot([*pids, pool.template_pid or 0])
             await pool.close()
@@ -191,7 +201,7 @@ def test_graceful_close_lets_running_tasks_finish() -> None:
     async def scenario() -> tuple[ChildOutcome, PoolStats, bool]:
         async with running_pool(2) as pool:
             task = asyncio.create_task(pool.execute(request("sleep", {"seconds": 0.3})))
-            await asyncio.sleep(0.05)
+            await wait_busy(pool)
             procs = snapshot([*pool.child_pids().values(), pool.template_pid or 0])
             await pool.close(kill=False)
             out = await task
@@ -208,7 +218,7 @@ def test_a_service_wide_sigterm_does_not_cut_running_handlers() -> None:
     async def scenario() -> ChildOutcome:
         async with running_pool(1) as pool:
             task = asyncio.create_task(pool.execute(request("sleep", {"seconds": 0.4})))
-            await asyncio.sleep(0.1)
+            await wait_busy(pool)
             for pid in [pool.template_pid or 0, *pool.child_pids().values()]:
                 os.kill(pid, signal.SIGTERM)
             return await task
@@ -228,7 +238,7 @@ def test_a_result_that_arrives_after_the_kill_is_dropped() -> None:
                     break
             assert pool.stats().busy == 1
             # Block the loop: the child answers, but the parent has not read it yet.
-            time.sleep(0.3)
+            time.sleep(0.3 * UNIT)
             assert pool.kill(req.attempt_id, "LEASE_LOST")
             return await task
     out = run(scenario())

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from pool_support import FIXTURES, request, run, running_pool
+from pool_support import FIXTURES, request, run, running_pool, wait_busy
+from support.waiting import UNIT
 
 from orbit_supervisor.pool import ChildOutcome
 from orbit_wire.model import Outcome
@@ -139,7 +140,7 @@ def test_cooperative_cancel_reaches_the_handler() -> None:
         async with running_pool(1) as pool:
             req = request("cooperative")
             task = asyncio.create_task(pool.execute(req))
-            await asyncio.sleep(0.2)
+            await wait_busy(pool)
             assert pool.cancel(req.attempt_id)
             return await task
     out = run(scenario())
@@ -155,8 +156,7 @@ def test_a_payload_larger_than_the_socket_buffer_arrives_whole() -> None:
 
 _PRINTING_PARENT = """
 import asyncio, sys
-sys.path.insert(0, sys.argv[1])
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = sys.argv[1:4]
 from pool_support import request
 from orbit_supervisor.pool import ChildPool
 
@@ -179,8 +179,9 @@ def test_handler_output_is_neither_lost_nor_duplicated() -> None:
     # Block-buffered stdout, as in production behind a pipe: that is where a fork copies
     # unflushed output and a kill loses it.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    done = subprocess.run([sys.executable, "-c", _PRINTING_PARENT, str(FIXTURES), here],
-                          capture_output=True, text=True, timeout=60, env=env)
+    tests = str(Path(__file__).parents[2])  # pool_support imports support.waiting
+    done = subprocess.run([sys.executable, "-c", _PRINTING_PARENT, str(FIXTURES), here, tests],
+                          capture_output=True, text=True, timeout=60 * UNIT, env=env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines.count("IMPORT-MARK") == 1

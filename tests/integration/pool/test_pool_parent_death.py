@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import psutil
 from pool_support import alive, snapshot, wait_all_gone
+from support.waiting import UNIT
 
 SCRIPT = Path(__file__).with_name("supervisor_like.py")
 
@@ -22,7 +23,7 @@ def test_sigkill_of_the_parent_leaves_nothing_alive(tmp_path: Path) -> None:
     known: list[psutil.Process] = []
     try:
         assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        ready, _, _ = select.select([proc.stdout], [], [], 30 * UNIT)
         assert ready, "the supervisor-like parent did not report its pids in 30 s"
         info = orjson.loads(proc.stdout.readline())
         tree_pids = [pid for pids in info["trees"].values() for pid in pids]
@@ -31,13 +32,13 @@ def test_sigkill_of_the_parent_leaves_nothing_alive(tmp_path: Path) -> None:
         assert set(info["children"]) <= set(tree_pids)
 
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
+        proc.wait(timeout=5 * UNIT)
         left = wait_all_gone(known, 5.0)
         assert left == [], f"still running 5 s after the parent died: {left}"
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+            proc.wait(timeout=5 * UNIT)
         for p in known:
             if alive(p.pid, p):
                 p.kill()

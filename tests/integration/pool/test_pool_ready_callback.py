@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from pool_support import request, run, running_pool
+from pool_support import request, run, running_pool, wait_busy
+from support.waiting import UNIT
 
 from orbit_wire.model import Outcome
 
@@ -26,20 +27,20 @@ def test_ready_callback_follows_start_kill_crash_and_recycle() -> None:
             seen.clear()
             req = request("sleep", {"seconds": 30})
             task = asyncio.create_task(pool.execute(req))
-            await asyncio.sleep(0.2)
+            await wait_busy(pool)
             assert pool.kill(req.attempt_id, "LEASE_LOST")
-            await asyncio.wait_for(seen.wait(), 10)  # the replacement is ready
+            await asyncio.wait_for(seen.wait(), 10 * UNIT)  # the replacement is ready
             assert pool.replacing == 0 and pool.stats().idle == 1
             assert (await task).outcome is Outcome.UNKNOWN
             seen.clear()
             crashed = await pool.execute(request("crash", {"kind": "exit3"}))
             assert crashed.code == "HANDLER_CRASHED"
-            await asyncio.wait_for(seen.wait(), 10)  # replaced after the crash
+            await asyncio.wait_for(seen.wait(), 10 * UNIT)  # replaced after the crash
             seen.clear()
             for _ in range(2):  # max_tasks_per_child=2: the child is recycled after these
                 assert (await pool.execute(request("echo", {"x": 1}))).outcome \
                     is Outcome.SUCCEEDED
-            await asyncio.wait_for(seen.wait(), 10)
+            await asyncio.wait_for(seen.wait(), 10 * UNIT)
             assert pool.stats().recycled == 1
 
     run(scenario())

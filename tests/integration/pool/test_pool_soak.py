@@ -7,6 +7,7 @@ import random
 
 import pytest
 from pool_support import request, run, running_pool
+from support.waiting import UNIT, wait_until_async
 
 from orbit_supervisor.pool import ChildOutcome, ChildPool, PoolStats
 from orbit_wire.model import Outcome
@@ -27,10 +28,9 @@ async def _one(pool: ChildPool, kind: str) -> tuple[str, ChildOutcome]:
         return kind, await pool.execute(request("whoami"))
     req = request("sleep", {"seconds": 30})
     task = asyncio.create_task(pool.execute(req))
-    for _ in range(3000):  # bounded: wait until a child runs it, then kill it
-        if pool.kill(req.attempt_id, "LEASE_LOST"):
-            break
-        await asyncio.sleep(0.01)
+    # Wait until a child runs it, then kill it.
+    await wait_until_async(lambda: pool.kill(req.attempt_id, "LEASE_LOST"), timeout=30,
+                           interval=0.01, what=f"a child to run {req.attempt_id}, to kill it")
     return kind, await task
 
 
@@ -53,12 +53,17 @@ def test_mixed_load_balances_the_books(seed: int) -> None:
         async with running_pool(3, max_tasks_per_child=5) as pool:
             work = asyncio.gather(*(_one(pool, k) for k in kinds))
             checks = 0
-            while not work.done() and checks < 20_000:  # bounded; ~5 ms apart
+
+            def balanced_until_done() -> bool:  # the books balance at every check
+                nonlocal checks
                 _assert_counts_match_slots(pool)
                 checks += 1
-                await asyncio.sleep(0.005)
+                return work.done()
+
+            await wait_until_async(balanced_until_done, timeout=100, interval=0.005,
+                                   what="the mixed load to end")
             results = await work
-            await asyncio.wait_for(pool.wait_idle(3), 10)
+            await asyncio.wait_for(pool.wait_idle(3), 10 * UNIT)
             _assert_counts_match_slots(pool)
             return list(results), pool.stats(), checks
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import httpx
 from support.orbit_http import OrbitEnv, expect, expect_error, task_spec
+from support.waiting import UNIT
 
 
 def test_queue_credential_submit_get_roundtrip(orbit: OrbitEnv) -> None:
@@ -75,7 +76,8 @@ def test_long_poll_wakes_on_cancel(orbit: OrbitEnv) -> None:
     queue = orbit.queue()
     producer = orbit.producer(queue)
     task = expect(producer.post(f"/v1/queues/{queue}/tasks", json=task_spec()), 201)
-    timer = threading.Timer(0.3, lambda: orbit.admin_http.post(f"/v1/tasks/{task['id']}/cancel"))
+    timer = threading.Timer(0.3 * UNIT,  # the scenario: a cancel while the poll waits
+                            lambda: orbit.admin_http.post(f"/v1/tasks/{task['id']}/cancel"))
     timer.start()
     try:
         t0 = time.monotonic()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from support.lanes import NO_BACKOFF, Lane
 from support.orbit_http import OrbitEnv, expect, http_client, task_spec
 from support.protocol_client import ProtocolClient, random_instance
 from support.server import ServerProcess
+from support.waiting import UNIT, ms, wait_until_async
 
 from orbit_wire.frames import FinishOp, StartOp
 from orbit_wire.model import Outcome
@@ -51,14 +53,16 @@ async def test_retry_waits_for_lease_expiry_plus_kill_grace(
 
 
 async def test_renewals_keep_the_lease_and_no_second_attempt_starts(lane: Lane) -> None:
-    task = lane.submit(idempotency="IDEMPOTENT", max_attempts=3, lease_ttl_ms=400)
+    # The scenario: a renewal every 150 ms under a 400 ms lease (both scale with the unit).
+    lease_ms = ms(400)
+    task = lane.submit(idempotency="IDEMPOTENT", max_attempts=3, lease_ttl_ms=lease_ms)
     async with await lane.connect(credit=1) as a, await lane.connect(credit=1) as b:
         [r] = await a.reservations(1)
         assert (await a.start(r)).ok
         for _ in range(10):  # 1.5 s, well past the 400 ms lease
-            await asyncio.sleep(0.15)
+            await asyncio.sleep(0.15 * UNIT)
             renewed = await a.renew(r)
-            assert renewed.ok and renewed.lease_ms and renewed.lease_ms <= 400
+            assert renewed.ok and renewed.lease_ms and renewed.lease_ms <= lease_ms
         assert b.reserved.empty()
         done = await a.finish(r, "SUCCEEDED", result_json='{"held":true}')
         assert done.disposition == "ACCEPTED" and done.task_state == "SUCCEEDED"
@@ -72,15 +76,16 @@ async def test_lease_never_extends_past_attempt_timeout(lane: Lane) -> None:
         [r] = await wc.reservations(1)
         started = await wc.start(r)
         assert started.ok and started.lease_ms is not None and started.lease_ms <= 600
-        await asyncio.sleep(0.8)
+        await asyncio.sleep(0.8 * UNIT)  # the scenario: a renewal past the 600 ms timeout
         late = await wc.renew(r)
         assert not late.ok and late.error_code in ("LEASE_EXPIRED", "STALE_EPOCH")
-    for _ in range(100):
-        got = lane.task(task["id"])
-        if got["state"] != "RUNNING":
-            break
-        await asyncio.sleep(0.05)
+    got = await wait_until_async(lambda: _unless_running(lane.task(task["id"])), timeout=5,
+                                 interval=0.05, what="the task to leave RUNNING")
     assert got["state"] == "NEEDS_REVIEW"
+
+
+def _unless_running(task: dict[str, Any]) -> dict[str, Any] | None:
+    return None if task["state"] == "RUNNING" else task
 
 
 async def test_sigkill_restart_loses_nothing_and_replays_receipts(

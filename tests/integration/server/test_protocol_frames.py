@@ -8,6 +8,7 @@ import pytest
 from support.lanes import Lane
 from support.orbit_http import OrbitEnv, expect
 from support.protocol_client import ECHO, ProtocolClient, random_instance
+from support.waiting import UNIT, ms, wait_until_async
 
 from orbit_wire.frames import (
     Credit,
@@ -99,14 +100,16 @@ async def test_batched_request_answers_in_order(lane: Lane) -> None:
 
 async def test_resume_reports_running_and_lost(lane: Lane) -> None:
     lane.submit()
-    lane.submit(lease_ttl_ms=200, idempotency="IDEMPOTENT", max_attempts=1)
+    brief = lane.submit(lease_ttl_ms=200, idempotency="IDEMPOTENT", max_attempts=1)
     instance = random_instance()
     wc = await lane.connect(credit=2, instance=instance)
     rs = await wc.reservations(2)
     for r in rs:
         assert (await wc.start(r)).ok
     await wc.close()
-    await asyncio.sleep(0.8)  # the 200 ms lease expires; the default 30 s one does not
+    # The 200 ms lease expires (the reaper ends its task); the default 30 s one does not.
+    await wait_until_async(lambda: lane.task(brief["id"])["state"] != "RUNNING", timeout=10,
+                           what="the 200 ms lease to expire")
     async with await lane.connect(instance=instance) as wc2:
         res = await wc2.resume([(r.attempt_id, r.epoch) for r in rs])
         assert res.ok and res.attempts is not None
@@ -290,7 +293,8 @@ async def test_closing_releases_unstarted_reservations(lane: Lane) -> None:
 async def test_silent_connection_is_closed_after_session_ttl(server_factory: object) -> None:
     from support.orbit_http import OrbitEnv, http_client
 
-    srv = server_factory(session_ttl_ms=500)  # type: ignore[operator]
+    # The scenario: heartbeats 150 ms apart keep a 500 ms session (both scale with the unit).
+    srv = server_factory(session_ttl_ms=ms(500))  # type: ignore[operator]
     admin = srv.bootstrap_admin()
     with http_client(srv.url, admin.bearer) as admin_http:
         env = OrbitEnv(srv, admin, admin_http)
@@ -311,7 +315,7 @@ async def test_silent_connection_is_closed_after_session_ttl(server_factory: obj
             [again] = await live.reservations(1)  # released by the closed session
             assert again.task_id == task["id"] and again.epoch == r.epoch + 1
             for _ in range(8):
-                await asyncio.sleep(0.15)
+                await asyncio.sleep(0.15 * UNIT)
                 await live.send(Heartbeat())
             assert not live.closed.is_set()
         env.close()
@@ -338,7 +342,7 @@ async def test_dispatch_is_shared_between_idle_sessions(lane: Lane) -> None:
         for _ in range(12):
             lane.submit()
             gets = {asyncio.create_task(wc.reserved.get()): wc for wc in (a, b)}
-            done, pending = await asyncio.wait(gets, timeout=10,
+            done, pending = await asyncio.wait(gets, timeout=10 * UNIT,
                                                return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
                 task.cancel()

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from support.lanes import Lane, wait_for_state
 from support.orbit_http import expect
+from support.waiting import UNIT
 
 from orbit_wire.frames import Report
 
@@ -287,9 +288,9 @@ async def test_long_poll_returns_when_the_worker_finishes(lane: Lane) -> None:
         [r] = await wc.reservations(1)
         assert (await wc.start(r)).ok
         poll = asyncio.ensure_future(lane.task_async(task["id"], wait_ms=30_000))
-        await asyncio.sleep(0.2)  # the poll is waiting on a RUNNING task
+        await asyncio.sleep(0.2 * UNIT)  # the scenario: the poll is waiting on a RUNNING task
         assert not poll.done()
         done = await wc.finish(r, "SUCCEEDED", result_json='{"n":1.000}')
         assert done.task_state == "SUCCEEDED"
-        got = await asyncio.wait_for(poll, 20)
+        got = await asyncio.wait_for(poll, 20 * UNIT)
     assert got["state"] == "SUCCEEDED" and got["result"] == {"n": 1.0}

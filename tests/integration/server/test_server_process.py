@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import select
 from support.protocol_client import ProtocolClient
 from support.server import ServerProcess, server_command
+from support.waiting import UNIT, wait_until
 
 from orbit_host.credentials import load_credentials
 from orbit_server.store import create_engine_for, migrate
@@ -26,7 +27,7 @@ from orbit_server.store.tables import receipts
 
 
 def test_server_starts_answers_health_and_stops_on_sigterm(server: ServerProcess) -> None:
-    response = httpx.get(f"{server.url}/healthz", timeout=5)
+    response = httpx.get(f"{server.url}/healthz", timeout=5 * UNIT)
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
     assert server.stop() == 0  # graceful SIGTERM: exit code 0
@@ -39,13 +40,13 @@ def test_server_survives_sigkill_restart_on_same_db(server: ServerProcess) -> No
     assert server.proc is not None
     assert server.pid != first_pid
     assert server.starts == 2
-    assert httpx.get(f"{server.url}/healthz", timeout=5).json() == {"status": "ok"}
+    assert httpx.get(f"{server.url}/healthz", timeout=5 * UNIT).json() == {"status": "ok"}
     server.kill()
     assert server.proc.returncode == -signal.SIGKILL
 
 
 def test_openapi_document_is_served(server: ServerProcess) -> None:
-    doc = httpx.get(f"{server.url}/openapi.json", timeout=5).json()
+    doc = httpx.get(f"{server.url}/openapi.json", timeout=5 * UNIT).json()
     assert doc["openapi"].startswith("3.1")
     assert "/v1/tasks/{task_id}" in doc["paths"]
 
@@ -53,17 +54,17 @@ def test_openapi_document_is_served(server: ServerProcess) -> None:
 def test_migrate_and_bootstrap_admin_twice(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     migrated = subprocess.run([*server_command(), "migrate", "--db", db],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60 * UNIT)
     assert migrated.returncode == 0, migrated.stderr
     again = subprocess.run([*server_command(), "migrate", "--db", db],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60 * UNIT)
     assert again.returncode == 0, again.stderr  # safe to run twice
     files = []
     for i in range(2):
         out = tmp_path / f"admin{i}.json"
         made = subprocess.run([*server_command(), "bootstrap-admin", "--db", db, "-o", str(out),
                                "--url", "http://127.0.0.1:9"], capture_output=True, text=True,
-                              timeout=60)
+                              timeout=60 * UNIT)
         assert made.returncode == 0, made.stderr
         assert stat.S_IMODE(out.stat().st_mode) == 0o600
         creds = load_credentials(out)
@@ -76,19 +77,19 @@ def test_migrate_and_bootstrap_admin_twice(tmp_path: Path) -> None:
 def test_both_admin_credentials_work(server: ServerProcess) -> None:
     first, second = server.bootstrap_admin(), server.bootstrap_admin()
     for creds in (first, second):
-        made = httpx.post(f"{server.url}/v1/queues", json={"name": "q"}, timeout=10,
+        made = httpx.post(f"{server.url}/v1/queues", json={"name": "q"}, timeout=10 * UNIT,
                           headers={"Authorization": f"Bearer {creds.bearer}"})
         assert made.status_code == 201, made.text
 
 
 def test_unknown_option_and_bad_tls_pair_fail_cleanly(tmp_path: Path) -> None:
     done = subprocess.run([*server_command(), "serve", "--port", "70000"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60 * UNIT)
     assert done.returncode == 2 and "70000" in done.stderr
     cert = tmp_path / "c.pem"
     cert.write_text("x")
     done = subprocess.run([*server_command(), "serve", "--tls-cert", str(cert)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60 * UNIT)
     assert done.returncode == 2 and "--tls-key" in done.stderr
 
 
@@ -99,7 +100,7 @@ def test_tls_serves_https(tmp_path: Path) -> None:
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
                     "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60)
+                   check=True, capture_output=True, timeout=60 * UNIT)
     srv = ServerProcess(tmp_path / "tls", extra_args=("--tls-cert", str(cert),
                                                       "--tls-key", str(key)))
     # /healthz over plain HTTP fails on a TLS port, so wait for the port over TLS here.
@@ -107,11 +108,11 @@ def test_tls_serves_https(tmp_path: Path) -> None:
     try:
         srv.start()
         trust = ssl.create_default_context(cafile=str(cert))
-        got = httpx.get(f"https://127.0.0.1:{srv.port}/healthz", verify=trust, timeout=5)
+        got = httpx.get(f"https://127.0.0.1:{srv.port}/healthz", verify=trust, timeout=5 * UNIT)
         assert got.json() == {"status": "ok"}
         # The worker endpoint is served over wss:// on the same port.
         admin = srv.bootstrap_admin()
-        with httpx.Client(base_url=srv.url, verify=trust, timeout=10,
+        with httpx.Client(base_url=srv.url, verify=trust, timeout=10 * UNIT,
                           headers={"Authorization": f"Bearer {admin.bearer}"}) as http:
             queue = http.post("/v1/queues", json={}).json()["id"]
             worker = http.post("/v1/credentials",
@@ -138,31 +139,31 @@ def test_plain_orbit_server_serves_with_environment_settings(tmp_path: Path) -> 
     proc = subprocess.Popen(server_command(), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        ok = False
-        while time.monotonic() < deadline and proc.poll() is None:
+        def serving() -> bool:
+            assert proc.poll() is None, "orbit-server without a subcommand exited"
             try:
-                ok = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+                return httpx.get(f"http://127.0.0.1:{port}/healthz",
+                                 timeout=1 * UNIT).status_code == 200
             except httpx.HTTPError:
-                time.sleep(0.05)
-            if ok:
-                break
-        assert ok, "orbit-server without a subcommand did not serve"
+                return False
+
+        wait_until(serving, timeout=30, interval=0.05,
+                   what="orbit-server without a subcommand to serve")
         assert (tmp_path / "env.db").exists()
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=10 * UNIT)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=10)
+            proc.wait(timeout=10 * UNIT)
     assert proc.returncode == 0
 
 
 def test_database_errors_are_one_line(tmp_path: Path) -> None:
     for url in ("foo://bar", "sqlite:////proc/orbit-nope/a.db"):
         done = subprocess.run([*server_command(), "migrate", "--db", url],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60 * UNIT)
         assert done.returncode == 1, done
         assert "Traceback" not in done.stderr
         assert done.stderr.startswith("Error: ") and len(done.stderr.splitlines()) == 1, done
@@ -182,14 +183,12 @@ def test_the_running_server_deletes_receipts_past_the_retention(
         with engine.begin() as conn:
             INSERT_RECEIPT.run(conn, rows)
         srv = server_factory(db_url=db_url, extra_args=("--receipt-retention-hours", "2"))
-        left: list[str] = []
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:  # the first prune pass runs at start
+        def pruned() -> list[str] | None:  # the first prune pass runs at start
             with engine.connect() as conn:
                 left = sorted(conn.scalars(select(receipts.c.msg_id)))
-            if not any(m.startswith("old-") for m in left):
-                break
-            time.sleep(0.1)
+            return None if any(m.startswith("old-") for m in left) else left
+
+        left = wait_until(pruned, timeout=20, interval=0.1, what="the old receipts pruned")
         assert left == ["young-0", "young-1", "young-2"]
         assert srv.stop() == 0
     finally:

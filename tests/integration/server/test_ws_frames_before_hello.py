@@ -6,6 +6,7 @@ import httpx
 import pytest
 from support.protocol_client import ProtocolClient
 from support.server import ServerProcess
+from support.waiting import UNIT
 
 from orbit_wire.frames import Credit, Heartbeat
 from orbit_wire.limits import MAX_FRAME_BYTES
@@ -71,6 +72,6 @@ async def test_bad_frames_never_affect_other_connections(server: ServerProcess) 
             await _expect(server, data, "BAD_FRAME" if data != '{"type": "x"}'
                           else "UNKNOWN_FRAME_TYPE")
         assert not healthy.closed.is_set()
-        assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
+        assert httpx.get(f"{server.url}/healthz", timeout=5 * UNIT).status_code == 200
     finally:
         await healthy.close()

@@ -12,10 +12,10 @@ from supervisor_support import (
     SupEnv,
     SupervisorProcess,
     alive,
-    wait_for,
     worker_credentials_file,
 )
 from support.orbit_http import OrbitEnv
+from support.waiting import wait_until
 
 
 @pytest.fixture
@@ -40,4 +40,5 @@ def sup_env(orbit: OrbitEnv, tmp_path: Path) -> Iterator[SupEnv]:
             sup.stop()
         # Killed supervisors take their tree down through parent-death signals: bounded wait.
         seen = sorted(pid for sup in started for pid in sup.descendants_seen)
-        wait_for(lambda: not alive(seen), 5.0, f"processes left behind: {alive(seen)}")
+        wait_until(lambda: not alive(seen), timeout=5.0,
+                   what=lambda: f"no process left behind: {alive(seen)}")

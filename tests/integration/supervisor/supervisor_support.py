@@ -1,7 +1,7 @@
 """Real ``orbit-supervise`` processes and small HTTP helpers for the supervisor's tests.
 
 Every process a test starts is stopped by its PID (``SupervisorProcess.stop`` in a fixture
-teardown). Waits are bounded loops.
+teardown). Waits go through support.waiting (bounded, in its time unit).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from typing import Any
 import httpx
 import psutil
 from support.orbit_http import OrbitEnv, expect
+from support.waiting import UNIT, wait_until
 
 from orbit_host.credentials import Credentials, write_credentials
+from orbit_wire.model import TaskState
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures_handlers"
@@ -49,34 +51,29 @@ def submit(producer: httpx.Client, queue_id: str, handler: str, payload: Any,
 
 def wait_task(producer: httpx.Client, task_id: str, timeout_s: float = 20.0,
               until: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-    """Poll (long-poll) until the task is terminal / NEEDS_REVIEW or ``until`` holds."""
-    deadline = time.monotonic() + timeout_s
-    task: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+    """Poll (long-poll) until the task is terminal / NEEDS_REVIEW or ``until`` holds
+    (``timeout_s`` in units of support.waiting)."""
+    last: dict[str, Any] = {}
+
+    def there() -> dict[str, Any] | None:
+        nonlocal last
         wait_ms = 0 if until is not None else 1000
-        task = expect(producer.get(f"/v1/tasks/{task_id}", params={"wait_ms": wait_ms}), 200)
-        if until is not None:
-            if until(task):
-                return task
-            time.sleep(0.05)
-        elif task["state"] in ("SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED"):
-            return task
-    raise AssertionError(f"task {task_id} did not get there in {timeout_s} s: {task}")
+        last = expect(producer.get(f"/v1/tasks/{task_id}", params={"wait_ms": wait_ms}), 200)
+        done = until(last) if until is not None else TaskState(last["state"]).settled
+        return last if done else None
+
+    return wait_until(there, timeout=timeout_s, interval=0.05,
+                      what=lambda: f"task {task_id} to get there (last view {last})")
 
 
 def attempts(producer: httpx.Client, task_id: str) -> dict[str, Any]:
     return dict(expect(producer.get(f"/v1/tasks/{task_id}/attempts"), 200))
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str,
-             interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
+def wait_pids(path: Path, what: str, count: int = 3, timeout_s: float = 20.0) -> list[int]:
+    """Wait until a handler wrote ``count`` pids to ``path``; returns them."""
+    return wait_until(lambda: len(pids := read_pids(path)) == count and pids,
+                      timeout=timeout_s, what=what)
 
 
 def read_pids(path: Path) -> list[int]:
@@ -126,14 +123,16 @@ class SupervisorProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def wait_log(self, text: str, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def logged() -> bool:
             if text in self.log():
-                return
+                return True
             if self.proc is not None and self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"{text!r} not in the supervisor log:\n{self.log()[-4000:]}")
+                raise AssertionError(f"the supervisor exited before logging {text!r}:\n"
+                                     f"{self.log()[-4000:]}")
+            return False
+
+        wait_until(logged, timeout=timeout_s, interval=0.05,
+                   what=lambda: f"{text!r} in the supervisor log:\n{self.log()[-4000:]}")
 
     def descendants(self) -> list[int]:
         try:
@@ -148,13 +147,13 @@ class SupervisorProcess:
 
     def wait(self, timeout_s: float = 20.0) -> int:
         assert self.proc is not None
-        return self.proc.wait(timeout=timeout_s)
+        return self.proc.wait(timeout=timeout_s * UNIT)
 
     def stop(self) -> None:
         """Teardown: SIGKILL by PID if it still runs, then reap."""
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=10 * UNIT)
 
 
 @dataclass

@@ -10,7 +10,8 @@ from typing import Any
 
 import psutil
 import pytest
-from supervisor_support import SupEnv, alive, attempts, read_pids, submit, wait_for, wait_task
+from supervisor_support import SupEnv, alive, attempts, read_pids, submit, wait_pids, wait_task
+from support.waiting import wait_until
 
 KILL_BOUND_S = 2.0  # generous: lease lost -> every process of the attempt gone
 
@@ -20,8 +21,8 @@ def _lost_attempt(sup_env: SupEnv, task_id: str) -> dict[str, Any]:
     with the server's own expiry by a few ms, the usual case since the local expiry is
     earlier) it is LEASE_EXPIRED and our LEASE_LOST report is kept as evidence."""
     wait_task(sup_env.producer, task_id)
-    history = wait_for(lambda: _settled(attempts(sup_env.producer, task_id)), 10,
-                       "attempt outcome and our report")
+    history = wait_until(lambda: _settled(attempts(sup_env.producer, task_id)), timeout=10,
+                         what="attempt outcome and our report")
     (att,) = history["attempts"]
     assert att["outcome"] == "UNKNOWN", att
     return dict(att)
@@ -45,10 +46,10 @@ def test_lease_lost_kills_child_and_grandchildren(sup_env: SupEnv, tmp_path: Pat
     pid_file = tmp_path / f"{handler}.pids"
     task_id = submit(sup_env.producer, sup_env.queue_id, handler, {"pid_file": str(pid_file)},
                      attempt_timeout_ms=500, lease_ttl_ms=2000, max_attempts=1)
-    pids = wait_for(lambda: len(read_pids(pid_file)) == 3 and read_pids(pid_file), 20,
-                    "the handler started its grandchildren")
+    pids = wait_pids(pid_file, "the handler started its grandchildren")
     seen = time.monotonic()
-    wait_for(lambda: not alive(pids), 0.5 + KILL_BOUND_S, f"{handler} processes gone")
+    wait_until(lambda: not alive(pids), timeout=0.5 + KILL_BOUND_S,
+               what=f"{handler} processes gone")
     elapsed = time.monotonic() - seen
     att = _lost_attempt(sup_env, task_id)
     task = wait_task(sup_env.producer, task_id)
@@ -108,13 +109,14 @@ def test_sigkill_of_the_supervisor_leaves_nothing_alive(sup_env: SupEnv, tmp_pat
     for handler, path in zip(("c_spin", "blocked_read"), files, strict=True):
         submit(sup_env.producer, sup_env.queue_id, handler, {"pid_file": str(path)},
                lease_ttl_ms=30000)
-    wait_for(lambda: all(len(read_pids(p)) == 3 for p in files), 20, "handlers running")
+    for path in files:
+        wait_pids(path, "handlers running")
     tree = sup.descendants()  # template, children, grandchildren in their groups
     started = [pid for p in files for pid in read_pids(p)]
     assert tree
     sup.send(signal.SIGKILL)
     sup.wait(10)
-    wait_for(lambda: not alive(tree + started), 5.0, "every descendant gone")
+    wait_until(lambda: not alive(tree + started), timeout=5.0, what="every descendant gone")
 
 
 def test_cancel_push_kills_and_the_report_is_accepted(sup_env: SupEnv, tmp_path: Path) -> None:
@@ -122,15 +124,15 @@ def test_cancel_push_kills_and_the_report_is_accepted(sup_env: SupEnv, tmp_path:
     pid_file = tmp_path / "cancel.pids"
     task_id = submit(sup_env.producer, sup_env.queue_id, "blocked_read",
                      {"pid_file": str(pid_file)}, lease_ttl_ms=30000)
-    pids = wait_for(lambda: len(read_pids(pid_file)) == 3 and read_pids(pid_file), 20,
-                    "handler running")
+    pids = wait_pids(pid_file, "handler running")
     t0 = time.monotonic()
     task = sup_env.producer.post(f"/v1/tasks/{task_id}/cancel", json={"reason": "test"})
     assert task.status_code == 200 and task.json()["state"] == "CANCELLED"
-    wait_for(lambda: not alive(pids), KILL_BOUND_S, "cancelled handler killed")
+    wait_until(lambda: not alive(pids), timeout=KILL_BOUND_S, what="cancelled handler killed")
     assert time.monotonic() - t0 < KILL_BOUND_S
     # The lease was still valid, so our report decided the attempt (history kept).
-    history = wait_for(lambda: _with_code(attempts(sup_env.producer, task_id)), 10, "report")
+    history = wait_until(lambda: _with_code(attempts(sup_env.producer, task_id)), timeout=10,
+                         what="report")
     (att,) = history["attempts"]
     assert (att["outcome"], att["code"], att["kill_reason"]) == (
         "UNKNOWN", "LEASE_LOST", "TASK_CANCELLED")
@@ -159,12 +161,11 @@ def test_a_lost_template_leaves_nothing_its_children_started(sup_env: SupEnv,
     pid_file = tmp_path / "orphans.pids"
     task_id = submit(sup_env.producer, sup_env.queue_id, "kills_its_template",
                      {"pid_file": str(pid_file)}, max_attempts=1, lease_ttl_ms=30000)
-    pids = wait_for(lambda: len(read_pids(pid_file)) == 3 and read_pids(pid_file), 20,
-                    "the handler started its grandchildren")
+    pids = wait_pids(pid_file, "the handler started its grandchildren")
     try:
         # Gone, and reaped: not even a zombie is left under the supervisor.
-        wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), KILL_BOUND_S + 3.0,
-                 "the child and both grandchildren gone")
+        wait_until(lambda: not any(psutil.pid_exists(p) for p in pids),
+                   timeout=KILL_BOUND_S + 3.0, what="the child and both grandchildren gone")
     finally:
         for pid in alive(pids):  # only if the test failed: nothing may outlive it
             os.kill(pid, signal.SIGKILL)

@@ -14,10 +14,10 @@ from supervisor_support import (
     alive,
     attempts,
     submit,
-    wait_for,
     wait_task,
 )
 from support.orbit_http import expect
+from support.waiting import UNIT, wait_until
 
 
 def _running(sup_env: SupEnv, task_id: str) -> bool:
@@ -29,7 +29,7 @@ def test_sigterm_drains_running_tasks_and_confirms_them(sup_env: SupEnv) -> None
     sup = sup_env.start(workers=2)
     ids = [submit(sup_env.producer, sup_env.queue_id, "sleep", {"seconds": 1.0})
            for _ in range(2)]
-    wait_for(lambda: all(_running(sup_env, t) for t in ids), 20, "both running")
+    wait_until(lambda: all(_running(sup_env, t) for t in ids), timeout=20, what="both running")
     sup.send(signal.SIGTERM)
     late = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "after drain"})
     assert sup.wait(20) == 0
@@ -45,24 +45,24 @@ def test_shutdown_timeout_kills_children_and_reports_counts(sup_env: SupEnv) -> 
     sup = sup_env.start(workers=1, extra=("--shutdown-timeout", "0.5"))
     task_id = submit(sup_env.producer, sup_env.queue_id, "sleep", {"seconds": 60},
                      lease_ttl_ms=30000)
-    wait_for(lambda: _running(sup_env, task_id), 20, "running")
+    wait_until(lambda: _running(sup_env, task_id), timeout=20, what="running")
     tree = sup.descendants()
     t0 = time.monotonic()
     sup.send(signal.SIGTERM)
     assert sup.wait(20) == 6
     assert time.monotonic() - t0 < 5.0
     assert "unconfirmed=1 running=1" in sup.log()
-    wait_for(lambda: not alive(tree), 5.0, "children gone")
+    wait_until(lambda: not alive(tree), timeout=5.0, what="children gone")
 
 
 def test_second_sigint_takes_the_timeout_path_at_once(sup_env: SupEnv) -> None:
     sup = sup_env.start(workers=1)  # default shutdown timeout: 30 s
     task_id = submit(sup_env.producer, sup_env.queue_id, "sleep", {"seconds": 60},
                      lease_ttl_ms=30000)
-    wait_for(lambda: _running(sup_env, task_id), 20, "running")
+    wait_until(lambda: _running(sup_env, task_id), timeout=20, what="running")
     t0 = time.monotonic()
     sup.send(signal.SIGINT)
-    time.sleep(0.2)
+    time.sleep(0.2 * UNIT)  # the scenario: a second SIGINT while the first one drains
     sup.send(signal.SIGINT)
     assert sup.wait(20) == 6
     assert time.monotonic() - t0 < 5.0
@@ -90,7 +90,7 @@ def test_queue_outside_the_credential_scope_is_fatal(sup_env: SupEnv) -> None:
 
 def _cli(*args: str, cwd: Path = FIXTURES) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(ORBIT_SUPERVISE), *args], capture_output=True, text=True,
-                          timeout=60, cwd=cwd)
+                          timeout=60 * UNIT, cwd=cwd)
 
 
 def test_errors_before_connecting_have_distinct_exit_codes(sup_env: SupEnv,

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from supervisor_support import SupEnv, alive, attempts, read_pids, submit, wait_for, wait_task
+from supervisor_support import SupEnv, alive, attempts, submit, wait_pids, wait_task
 from support.proxy import TcpProxy
 from support.server import free_port
+from support.waiting import UNIT, wait_until
 
 
 @pytest.fixture
@@ -32,7 +33,7 @@ def test_at_most_once_per_attempt_under_connection_cuts(sup_env: SupEnv, proxy: 
            for _ in range(12)]
     cuts = 0
     for _ in range(12):  # bounded: about 2.5 s of cuts while tasks run
-        time.sleep(0.2)
+        time.sleep(0.2 * UNIT)  # the scenario: a cut every 200 ms
         cuts += proxy.cut()
     assert cuts > 0
     states = [wait_task(sup_env.producer, t, timeout_s=40)["state"] for t in ids]
@@ -57,19 +58,20 @@ def test_blackholed_network_kills_at_local_lease_expiry(sup_env: SupEnv, proxy: 
     pid_file = tmp_path / "spin.pids"
     task_id = submit(sup_env.producer, sup_env.queue_id, "ignores_sigterm",
                      {"pid_file": str(pid_file)}, lease_ttl_ms=1000, max_attempts=1)
-    pids = wait_for(lambda: len(read_pids(pid_file)) == 3 and read_pids(pid_file), 20,
-                    "handler running")
+    pids = wait_pids(pid_file, "handler running")
     proxy.blackhole(True)
     cut_at = time.monotonic()
     # The last confirmed lease ends at most 1 s after the blackhole; killing takes < 2 s more.
-    wait_for(lambda: not alive(pids), 1.0 + 2.0, "processes killed while the network is dead")
+    wait_until(lambda: not alive(pids), timeout=1.0 + 2.0,
+               what="processes killed while the network is dead")
     assert time.monotonic() - cut_at < 3.0
     task = wait_task(sup_env.producer, task_id, timeout_s=20)
     assert task["state"] == "NEEDS_REVIEW"
     # The supervisor notices the silent server by itself (session TTL 3 s) and reconnects.
     sup.wait_log("dropping the connection: SERVER_SILENT", timeout_s=10)
     proxy.blackhole(False)
-    (att,) = wait_for(lambda: _reported(sup_env, task_id), 20, "late report kept")["attempts"]
+    (att,) = wait_until(lambda: _reported(sup_env, task_id), timeout=20,
+                        what="late report kept")["attempts"]
     assert (att["outcome"], att["code"]) == ("UNKNOWN", "LEASE_EXPIRED")
     nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "back"})
     assert wait_task(sup_env.producer, nxt, timeout_s=20)["result"] == {"text": "BACK"}
@@ -85,7 +87,8 @@ def test_unreachable_server_at_start_is_retried(sup_env: SupEnv) -> None:
     port = free_port()
     sup = sup_env.start(workers=1, url=f"http://127.0.0.1:{port}",
                         extra=("--log-format", "json"))
-    wait_for(lambda: sup.log().count("cannot reach") >= 2, 10, "two logged retries")
+    wait_until(lambda: sup.log().count("cannot reach") >= 2, timeout=10,
+               what="two logged retries")
     assert sup.proc is not None and sup.proc.poll() is None
     records = [orjson.loads(line) for line in sup.log().splitlines() if line]
     assert {"ts", "level", "logger", "message"} <= set(records[0])
@@ -102,8 +105,8 @@ def test_server_crash_and_restart_resumes_and_confirms(sup_env: SupEnv, tmp_path
     ids = [submit(sup_env.producer, sup_env.queue_id, "append",
                   {"path": str(runs), "seconds": 1.5}, lease_ttl_ms=10000)
            for _ in range(2)]
-    wait_for(lambda: runs.exists() and len(runs.read_text().split("\n")) >= 3, 20,
-             "both running")
+    wait_until(lambda: runs.exists() and len(runs.read_text().split("\n")) >= 3, timeout=20,
+               what="both running")
     sup_env.orbit.server.restart(crash=True)  # SIGKILL, same database and port
     for task_id in ids:
         assert wait_task(sup_env.producer, task_id, timeout_s=30)["state"] == "SUCCEEDED"

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from supervisor_support import FIXTURES, HANDLERS, SupEnv, spec
+from support.waiting import UNIT, wait_until_async
 
 from orbit_supervisor import (
     OptionError,
@@ -36,15 +37,18 @@ def _submit_batch(sup_env: SupEnv, texts: list[str]) -> list[str]:
 
 
 async def _wait_done(base_url: str, bearer: str, ids: list[str]) -> None:
-    async with httpx.AsyncClient(base_url=base_url, timeout=30,
+    async with httpx.AsyncClient(base_url=base_url, timeout=30 * UNIT,
                                  headers={"Authorization": f"Bearer {bearer}"}) as client:
-        for task_id in ids:
-            for _ in range(40):  # bounded: 40 x 1 s long polls
-                resp = await client.get(f"/v1/tasks/{task_id}", params={"wait_ms": 1000})
-                if resp.json()["state"] == "SUCCEEDED":
-                    break
-            else:
-                raise AssertionError(f"task {task_id} not done")
+        left = list(ids)
+
+        async def all_succeeded() -> bool:  # a long poll of up to 1 s on the first one left
+            resp = await client.get(f"/v1/tasks/{left[0]}", params={"wait_ms": 1000})
+            if resp.json()["state"] == "SUCCEEDED":
+                left.pop(0)
+            return not left
+
+        await wait_until_async(all_succeeded, timeout=60, interval=0.01,
+                               what=lambda: f"every task done ({len(left)} left)")
 
 
 def test_stats_and_events_with_drop_counting(sup_env: SupEnv, in_fixtures: None) -> None:
@@ -60,7 +64,7 @@ def test_stats_and_events_with_drop_counting(sup_env: SupEnv, in_fixtures: None)
         stats_running = sup.stats()
         sup.stop()
         sup.stop()  # idempotent
-        await asyncio.wait_for(runner, 30)
+        await asyncio.wait_for(runner, 30 * UNIT)
         # Read only now: the stream kept the first 128 events and counted the rest.
         seen = [event async for event in sup.events()]
         with pytest.raises(WorkerAlreadyRun):
@@ -105,8 +109,8 @@ def test_events_end_when_run_returns_and_a_reader_sees_them_live(
         runner = asyncio.create_task(sup.run())
         await _wait_done(sup_env.orbit.server.url, bearer, ids)
         sup.stop()
-        await asyncio.wait_for(runner, 30)
-        await asyncio.wait_for(reading, 5)  # ends because run returned
+        await asyncio.wait_for(runner, 30 * UNIT)
+        await asyncio.wait_for(reading, 5 * UNIT)  # ends because run returned
         return got
 
     got = asyncio.run(scenario())

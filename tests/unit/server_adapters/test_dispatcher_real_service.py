@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from support.waiting import UNIT, wait_until_async
 
 from orbit_server.config import ServerConfig
 from orbit_server.dispatcher import Dispatcher, Session
@@ -85,49 +86,57 @@ def _reserved(frames: list[ServerFrame]) -> int:
     return sum(len(f.reservations) for f in frames if isinstance(f, Reserve))
 
 
-async def _until(predicate: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
+async def _reservations(n: int, *frame_lists: list[ServerFrame]) -> None:
+    def count() -> int:
+        return sum(_reserved(frames) for frames in frame_lists)
+
+    await wait_until_async(lambda: count() == n, timeout=5, interval=0.01,
+                           what=lambda: f"{n} reservations (have {count()})")
+
+
+def _held(gate: threading.Event, started: threading.Event) -> None:
+    """Holds the store thread until ``gate`` opens; ``started`` says it has begun."""
+    started.set()
+    gate.wait(10 * UNIT)
 
 
 async def test_never_more_reservations_than_credit(world: World) -> None:
     world.submit(10)
     session, frames = world.session(capacity=4)
     world.dispatcher.grant(session, 3)
-    await _until(lambda: _reserved(frames) == 3)
-    await asyncio.sleep(0.2)
+    await _reservations(3, frames)
+    await asyncio.sleep(0.2 * UNIT)  # the scenario: time for a fourth, which must not come
     assert _reserved(frames) == 3 and session.credits == 0
     with pytest.raises(ProtocolError) as err:
         world.dispatcher.grant(session, 9)  # above 2 x capacity
     assert err.value.code == "LIMIT_EXCEEDED"
     world.dispatcher.grant(session, 8)
-    await _until(lambda: _reserved(frames) == 10)
+    await _reservations(10, frames)
     assert session.credits == 1  # only 7 tasks were left
 
 
 async def test_drain_waits_for_a_claim_in_flight_and_stops_dispatch(world: World) -> None:
     session, frames = world.session(capacity=4)
-    gate = threading.Event()
-    blocker = asyncio.ensure_future(world.store.call_worker(gate.wait, 10))
-    await asyncio.sleep(0.05)
+    gate, started = threading.Event(), threading.Event()
+    blocker = asyncio.ensure_future(world.store.call_worker(_held, gate, started))
+    await wait_until_async(started.is_set, timeout=5, what="the store thread held")
     world.submit(3)  # runs on this thread; the store thread is held by the gate
     world.dispatcher.grant(session, 2)
-    await asyncio.sleep(0.05)  # the claim is now queued behind the gate, holding the lock
+    # The claim is now queued behind the gate, holding the lock.
+    await wait_until_async(session.lock.locked, timeout=5, what="the claim to take the lock")
     assert session.lock.locked()
     world.dispatcher.stop_dispatching(session)
     waiter = asyncio.ensure_future(session.lock.acquire())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05 * UNIT)  # the scenario: time for the waiter to get the lock
     assert not waiter.done()  # a drain answer would wait here for the in-flight claim
     gate.set()
-    await asyncio.wait_for(waiter, 5)
+    await asyncio.wait_for(waiter, 5 * UNIT)
     session.lock.release()
     await blocker
     assert _reserved(frames) == 2  # the claim under way was sent before the drain answer
     world.dispatcher.grant(session, 2)
     world.dispatcher.poll_all()
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3 * UNIT)  # the scenario: time for a reservation, which must not come
     assert _reserved(frames) == 2  # nothing after the drain
 
 
@@ -138,7 +147,7 @@ async def test_least_recently_served_session_claims_first(world: World) -> None:
     world.dispatcher.grant(b, 4)
     for i in range(4):
         world.submit(1)
-        await _until(lambda i=i: _reserved(a_frames) + _reserved(b_frames) == i + 1)
+        await _reservations(i + 1, a_frames, b_frames)
     assert (_reserved(a_frames), _reserved(b_frames)) == (2, 2)
 
 

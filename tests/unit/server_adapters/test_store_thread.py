@@ -6,11 +6,18 @@ import asyncio
 import threading
 
 import pytest
+from support.waiting import UNIT, wait_until_async
 
 from orbit_server.store_thread import WORKER_STREAK, StoreThread
 from orbit_wire.errors import ErrorCode, OrbitError
 
 pytestmark = pytest.mark.asyncio
+
+
+def _held(gate: threading.Event, started: threading.Event) -> None:
+    """Holds the store thread until ``gate`` opens; ``started`` says it has begun."""
+    started.set()
+    gate.wait(10 * UNIT)
 
 
 async def test_runs_on_one_dedicated_thread_in_order() -> None:
@@ -52,10 +59,10 @@ async def test_worker_lane_first_but_normal_lane_not_starved() -> None:
     store = StoreThread()
     store.start()
     try:
-        gate = threading.Event()
+        gate, started = threading.Event(), threading.Event()
         order: list[str] = []
-        blocker = asyncio.ensure_future(store.call(gate.wait, 10))
-        await asyncio.sleep(0.05)  # the thread is now busy with the blocker
+        blocker = asyncio.ensure_future(store.call(_held, gate, started))
+        await wait_until_async(started.is_set, timeout=5, what="the thread busy with the blocker")
         normal = [asyncio.ensure_future(store.call(order.append, f"n{i}")) for i in range(2)]
         worker = [asyncio.ensure_future(store.call_worker(order.append, f"w{i}"))
                   for i in range(WORKER_STREAK + 2)]
@@ -76,9 +83,9 @@ async def test_a_cancelled_caller_does_not_break_the_thread() -> None:
     store = StoreThread()
     store.start()
     try:
-        gate = threading.Event()
-        slow = asyncio.ensure_future(store.call(gate.wait, 10))
-        await asyncio.sleep(0.05)
+        gate, started = threading.Event(), threading.Event()
+        slow = asyncio.ensure_future(store.call(_held, gate, started))
+        await wait_until_async(started.is_set, timeout=5, what="the thread busy with the call")
         slow.cancel()
         gate.set()
         assert await store.call(lambda: "still here") == "still here"

@@ -9,6 +9,7 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.waiting import UNIT
 
 from orbit_host.framing import (
     FrameDecoder,
@@ -79,7 +80,7 @@ def test_blocking_helpers_over_a_real_socketpair() -> None:
         pending: list[dict[str, object]] = []
         assert recv_frame(right, decoder, pending) == big
         assert recv_frame(right, decoder, pending) == {"t": "exit"}
-        sender.join(timeout=5)
+        sender.join(timeout=5 * UNIT)
         left.close()
         assert recv_frame(right, decoder, pending) is None
     finally:

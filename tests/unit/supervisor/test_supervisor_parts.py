@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support.waiting import UNIT
 
 from orbit_supervisor.actions import SupervisorEvent
 from orbit_supervisor.connection import worker_url
@@ -45,7 +46,7 @@ def test_event_stream_wakes_a_waiting_reader_and_ends_on_close() -> None:
         await asyncio.sleep(0)
         stream.publish(SupervisorEvent("b"))
         stream.close()
-        await asyncio.wait_for(task, 2)
+        await asyncio.wait_for(task, 2 * UNIT)
         return got
 
     assert asyncio.run(scenario()) == ["a", "b"]

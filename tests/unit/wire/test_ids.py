@@ -8,6 +8,8 @@ import os
 import threading
 import time
 
+from support.waiting import UNIT
+
 from orbit_wire.ids import IdMaker, is_id, new_id, new_secret
 
 MS = 1_800_000_000_000
@@ -65,7 +67,7 @@ def test_unique_across_threads_in_one_millisecond() -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=30)
+        t.join(timeout=30 * UNIT)
     everything = [i for bucket in out for i in bucket]
     assert len(everything) == 20_000 and len(set(everything)) == 20_000
     assert all(bucket == sorted(bucket) for bucket in out)
