@@ -1,4 +1,6 @@
-"""Fixtures of the service tests (helpers live in store_support.py)."""
+"""The shared fixture of the service tests: ``world``, a store_support.World (a migrated,
+seeded database of the test's store with a hand-moved clock) whose methods are the helpers
+the tests share."""
 
 from __future__ import annotations
 

@@ -1,16 +1,22 @@
 """Helpers for the service tests on a real database (a SQLite file, or MariaDB) with a
-hand-moved clock. A uniquely named module (not conftest) so the whole test tree imports it
-without clashing with other directories' conftest modules."""
+hand-moved clock: the ``World`` that conftest's ``world`` fixture gives every test, with the
+helpers the tests share as its methods (submit, the worker ops, the views of attempts,
+evidence and audit, row counts, a second service on the same database, racing threads).
+A uniquely named module (not conftest) so the whole test tree imports it without clashing
+with other directories' conftest modules."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Table, func, select
+from support.waiting import UNIT
 
 from orbit_server.auth import Principal
 from orbit_server.config import ServerConfig
@@ -50,11 +56,52 @@ class World:
     url: str
     _msg: int = 0
 
+    @staticmethod
+    def spec(**extra: Any) -> dict[str, Any]:
+        """A task spec for CAP (payload ``{"text": "hi"}`` unless given)."""
+        return {"handler": CAP.handler, "handler_version": CAP.handler_version,
+                "payload_version": CAP.payload_version, "payload": {"text": "hi"}, **extra}
+
     def submit(self, **spec: Any) -> dict[str, Any]:
-        body = {"handler": CAP.handler, "handler_version": CAP.handler_version,
-                "payload_version": CAP.payload_version, "payload": {"text": "hi"}, **spec}
-        made, _ = self.service.submit(self.producer, self.queue_id, [body])
+        made, _ = self.service.submit(self.producer, self.queue_id, [self.spec(**spec)])
         return made[0][0]
+
+    def submit_many(self, n: int, **spec: Any) -> list[str]:
+        """Submit ``n`` tasks in one batch (payloads ``{"i": i}``); their ids in order."""
+        specs: list[object] = [self.spec(payload={"i": i}, **spec) for i in range(n)]
+        made, _ = self.service.submit(self.producer, self.queue_id, specs)
+        return [view["id"] for view, _created in made]
+
+    def attempts(self, task_id: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self._history(task_id)["attempts"]
+        return out
+
+    def evidence(self, task_id: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self._history(task_id)["evidence"]
+        return out
+
+    def _history(self, task_id: str) -> dict[str, Any]:
+        return dict(as_json(self.service.list_attempts(self.producer, task_id)))
+
+    def audit(self, task_id: str) -> list[dict[str, Any]]:
+        view = as_json(self.service.audit_trail(self.producer, task_id))
+        out: list[dict[str, Any]] = view["events"]
+        return out
+
+    def count(self, table: Table) -> int:
+        """The number of rows in ``table``."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+    @contextmanager
+    def other_service(self, seed: int) -> Iterator[Service]:
+        """A second Service on its own engine over the same database (another replica, or
+        another connection); the engine is disposed of afterwards."""
+        engine = create_engine_for(self.url)
+        try:
+            yield Service(engine, self.service.config, self.clock, random.Random(seed))
+        finally:
+            engine.dispose()
 
     def hello(self, instance_id: str | None = None, secret: str = "instance-secret",
               caps: tuple[Capability, ...] = (CAP,)) -> WorkerBinding:
@@ -101,6 +148,35 @@ class World:
 
     def task(self, task_id: str) -> dict[str, Any]:
         return self.service.get_task(self.producer, task_id)
+
+    @staticmethod
+    def receipt_row(msg_id: str, *, at_ms: int = 1, instance_id: str = "0" * 32,
+                    op: str = "renew") -> dict[str, object]:
+        """A receipts row as INSERT_RECEIPT takes it."""
+        return {"instance_id": instance_id, "msg_id": msg_id, "op": op, "answer": "{}",
+                "created_at_ms": at_ms}
+
+    @staticmethod
+    def race(*calls: Callable[[], object], timeout_s: float = 60.0) -> list[BaseException]:
+        """Run each call on its own thread, all released at once; returns what they raised.
+        Bounded: a thread still running after ``timeout_s`` (units) fails the test."""
+        errors: list[BaseException] = []
+        gate = threading.Barrier(len(calls))
+
+        def run(call: Callable[[], object]) -> None:
+            try:
+                gate.wait(timeout=10 * UNIT)
+                call()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(call,)) for call in calls]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=timeout_s * UNIT)
+        assert not any(th.is_alive() for th in threads)
+        return errors
 
 
 def make_world(url: str) -> Iterator[World]:

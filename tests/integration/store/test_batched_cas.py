@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import select, update
-from store_support import CAP, World
+from store_support import World
 
 from orbit_server import domain
 from orbit_server.store.rows import UnitOfWork
@@ -13,16 +13,8 @@ from orbit_server.store.tables import attempts, tasks
 from orbit_wire.errors import ErrorCode, OrbitError
 
 
-def _submit(world: World, n: int) -> list[str]:
-    specs: list[object] = [
-        {"handler": CAP.handler, "handler_version": CAP.handler_version,
-         "payload_version": CAP.payload_version, "payload": {"i": i}} for i in range(n)]
-    made, _ = world.service.submit(world.producer, world.queue_id, specs)
-    return [view["id"] for view, _created in made]
-
-
 def test_many_rows_change_in_one_flush(world: World) -> None:
-    ids = _submit(world, 300)  # more than one statement's chunk on MySQL
+    ids = world.submit_many(300)  # more than one statement's chunk on MySQL
     now = world.clock()
     with world.engine.begin() as conn:
         uow = UnitOfWork(conn, now)
@@ -41,7 +33,7 @@ def test_many_rows_change_in_one_flush(world: World) -> None:
 
 
 def test_one_moved_row_rolls_back_the_whole_batch(world: World) -> None:
-    ids = _submit(world, 5)
+    ids = world.submit_many(5)
     now = world.clock()
     with pytest.raises(OrbitError) as exc, world.engine.begin() as conn:
         uow = UnitOfWork(conn, now)

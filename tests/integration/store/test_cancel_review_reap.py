@@ -10,19 +10,6 @@ from store_support import World, as_json
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.model import Outcome
 
-
-def attempts_of(world: World, task_id: str) -> list[dict[str, Any]]:
-    view = as_json(world.service.list_attempts(world.producer, task_id))
-    out: list[dict[str, Any]] = view["attempts"]
-    return out
-
-
-def audit_of(world: World, task_id: str) -> list[dict[str, Any]]:
-    view = as_json(world.service.audit_trail(world.producer, task_id))
-    out: list[dict[str, Any]] = view["events"]
-    return out
-
-
 # ------------------------------------------------------------------------ cancel
 
 
@@ -34,9 +21,9 @@ def test_cancel_pending_ends_at_once_and_is_idempotent(world: World) -> None:
     again, effects = world.service.cancel_task(world.producer, t["id"], None)
     assert again["state"] == "CANCELLED" and not effects.terminal_tasks
     assert world.service.reserve(world.hello(), 5) == []
-    kinds = [e["kind"] for e in audit_of(world, t["id"])]
+    kinds = [e["kind"] for e in world.audit(t["id"])]
     assert kinds == ["task_submitted", "task_cancelled"]
-    assert audit_of(world, t["id"])[1]["detail"] == {"reason": "not needed"}
+    assert world.audit(t["id"])[1]["detail"] == {"reason": "not needed"}
 
 
 def test_cancel_reserved_releases_and_notifies(world: World) -> None:
@@ -46,7 +33,7 @@ def test_cancel_reserved_releases_and_notifies(world: World) -> None:
     view, effects = world.service.cancel_task(world.producer, t["id"], None)
     assert view["state"] == "CANCELLED" and view["cancel_requested"] is True
     assert effects.cancels == [(b.instance_id, r.attempt_id, r.epoch)]
-    (a,) = attempts_of(world, t["id"])
+    (a,) = world.attempts(t["id"])
     assert a["state"] == "RELEASED" and a["decision_rule"] == "task_cancelled"
     res = world.start(b, r.attempt_id, r.epoch)
     assert not res.ok and res.error_code is ErrorCode.LEASE_EXPIRED
@@ -63,7 +50,7 @@ def test_cancel_running_keeps_the_attempt_outcome_in_history(world: World) -> No
     res, effects = world.finish(b, aid, ep, Outcome.UNKNOWN, code="LEASE_LOST")
     assert res.disposition == "ACCEPTED" and res.task_state == "CANCELLED"
     assert not effects.terminal_tasks
-    (a,) = attempts_of(world, t["id"])
+    (a,) = world.attempts(t["id"])
     assert a["state"] == "FINISHED" and a["outcome"] == "UNKNOWN"
     assert a["decision"] == "CANCELLED"
     assert world.task(t["id"])["state"] == "CANCELLED"
@@ -76,7 +63,7 @@ def test_cancel_running_whose_worker_vanished_is_closed_by_the_reaper(world: Wor
     world.service.cancel_task(world.producer, t["id"], None)
     world.clock.advance(1_000)
     world.service.reap()
-    (a,) = attempts_of(world, t["id"])
+    (a,) = world.attempts(t["id"])
     assert (a["code"], a["decision"]) == ("LEASE_EXPIRED", "CANCELLED")
     assert world.task(t["id"])["state"] == "CANCELLED"
 
@@ -116,7 +103,7 @@ def test_review_succeed_fail_and_conflict(world: World) -> None:
     with pytest.raises(OrbitError) as exc:
         world.service.review(world.producer, t["id"], "retry", None, None)
     assert exc.value.code is ErrorCode.CONFLICT
-    event = audit_of(world, t["id"])[-1]
+    event = world.audit(t["id"])[-1]
     assert event["kind"] == "task_reviewed" and event["actor"].startswith("operator:")
     assert event["detail"] == {"action": "succeed", "reason": "ok"}
 
@@ -161,7 +148,7 @@ def test_reaper_expires_leases_with_kill_grace_and_policy(world: World) -> None:
     assert world.service.reap().ready_queues == {world.queue_id}
     aid2, ep2 = world.run_once(b)
     assert aid2 != aid and ep2 == 2
-    kinds = [(e["kind"], e["actor"]) for e in audit_of(world, t["id"])]
+    kinds = [(e["kind"], e["actor"]) for e in world.audit(t["id"])]
     assert ("attempt_finished", "server") in kinds
 
 
@@ -176,7 +163,7 @@ def test_reaper_releases_stale_reservations(world: World) -> None:
     effects = world.service.reap()
     assert effects.ready_queues == {world.queue_id}
     assert world.task(t["id"])["state"] == "PENDING"
-    assert attempts_of(world, t["id"])[0]["decision_rule"] == "reservation_expired"
+    assert world.attempts(t["id"])[0]["decision_rule"] == "reservation_expired"
 
 
 def test_reaper_fails_pending_tasks_at_their_deadline(world: World) -> None:
@@ -228,7 +215,7 @@ def test_audit_trail_explains_an_attempt(world: World) -> None:
     aid, ep = world.run_once(b)
     world.renew(b, aid, ep)
     world.finish(b, aid, ep, Outcome.FAILED, code="TEMPORARY_REJECTION", retryable=True)
-    events = audit_of(world, t["id"])
+    events = world.audit(t["id"])
     assert [(e["kind"], e["from_state"], e["to_state"]) for e in events] == [
         ("task_submitted", None, "PENDING"),
         ("attempt_reserved", "PENDING", "RUNNING"),

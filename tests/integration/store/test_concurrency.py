@@ -3,16 +3,12 @@ services (two connections, two threads) on one SQLite file never reserve a task 
 
 from __future__ import annotations
 
-import random
-import threading
-
 import pytest
 from sqlalchemy import update
-from store_support import CAP, World
+from store_support import World
 
 from orbit_server import domain
 from orbit_server.service import Service
-from orbit_server.store import create_engine_for
 from orbit_server.store.rows import UnitOfWork
 from orbit_server.store.tables import attempts, tasks
 from orbit_wire.errors import ErrorCode, OrbitError
@@ -36,38 +32,20 @@ def test_lost_compare_and_set_rolls_back_the_whole_transaction(world: World) -> 
 
 
 def test_two_services_on_one_file_never_reserve_a_task_twice(world: World) -> None:
-    specs: list[object] = [
-        {"handler": CAP.handler, "handler_version": CAP.handler_version,
-         "payload_version": CAP.payload_version, "payload": i}
-        for i in range(300)
-    ]
-    world.service.submit(world.producer, world.queue_id, specs)
-    other_engine = create_engine_for(world.url)
-    other = Service(other_engine, world.service.config, world.clock, random.Random(2))
+    world.submit_many(300)
     b1, b2 = world.hello(), world.hello()
     claimed: list[list[str]] = [[], []]
-    errors: list[BaseException] = []
 
     def worker(svc: Service, b: object, out: list[str]) -> None:
-        try:
-            for _ in range(100):  # bounded
-                got = svc.reserve(b, 7)  # type: ignore[arg-type]
-                if not got:
-                    return
-                out.extend(r.task_id for r in got)
-        except BaseException as exc:
-            errors.append(exc)
+        for _ in range(100):  # bounded
+            got = svc.reserve(b, 7)  # type: ignore[arg-type]
+            if not got:
+                return
+            out.extend(r.task_id for r in got)
 
-    threads = [threading.Thread(target=worker, args=(world.service, b1, claimed[0])),
-               threading.Thread(target=worker, args=(other, b2, claimed[1]))]
-    try:
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(timeout=60)
-        assert not any(th.is_alive() for th in threads)
-    finally:
-        other_engine.dispose()
+    with world.other_service(2) as other:
+        errors = world.race(lambda: worker(world.service, b1, claimed[0]),
+                      lambda: worker(other, b2, claimed[1]))
     assert not errors, errors
     all_ids = claimed[0] + claimed[1]
     assert len(all_ids) == 300 and len(set(all_ids)) == 300

@@ -7,7 +7,7 @@ literals the statement carries."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from store_support import World
 
@@ -17,34 +17,24 @@ from orbit_server.store.rows import INSERT_RECEIPT
 from orbit_server.store.tables import receipts
 
 
-def _receipt(msg_id: str) -> dict[str, object]:
-    return {"instance_id": "0" * 32, "msg_id": msg_id, "op": "drain", "answer": "{}",
-            "created_at_ms": 1}
-
-
-def _count(world: World) -> int:
-    with world.engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(receipts)).scalar_one())
-
-
 def test_rows_and_rowcount(world: World) -> None:
     with world.engine.begin() as conn:
-        assert INSERT_RECEIPT.run(conn, [_receipt("a")]) == 1
-        assert INSERT_RECEIPT.run(conn, [_receipt("b"), _receipt("c")]) == 2
+        assert INSERT_RECEIPT.run(conn, [world.receipt_row("a")]) == 1
+        assert INSERT_RECEIPT.run(conn, [world.receipt_row("b"), world.receipt_row("c")]) == 2
         assert INSERT_RECEIPT.run(conn, []) == 0
-    assert _count(world) == 3
+    assert world.count(receipts) == 3
 
 
 def test_a_driver_error_is_sqlalchemys_and_rolls_back(world: World) -> None:
     with pytest.raises(IntegrityError), world.engine.begin() as conn:
-        INSERT_RECEIPT.run(conn, [_receipt("x")])
-        INSERT_RECEIPT.run(conn, [_receipt("y"), _receipt("x")])  # duplicate key
-    assert _count(world) == 0
+        INSERT_RECEIPT.run(conn, [world.receipt_row("x")])
+        INSERT_RECEIPT.run(conn, [world.receipt_row("y"), world.receipt_row("x")])  # duplicate key
+    assert world.count(receipts) == 0
 
 
 def test_select_gives_the_core_statements_rows(world: World) -> None:
     with world.engine.begin() as conn:
-        INSERT_RECEIPT.run(conn, [_receipt(f"m{i}") for i in range(5)])
+        INSERT_RECEIPT.run(conn, [world.receipt_row(f"m{i}") for i in range(5)])
     query = prepared_select(queries.RECEIPTS_BY_MSG)
     assert query is prepared_select(queries.RECEIPTS_BY_MSG)  # rendered once, shared
     assert query.keys == ("msg_id", "op", "answer")

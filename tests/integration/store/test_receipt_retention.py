@@ -4,7 +4,7 @@ twice (on a real SQLite file and on MariaDB)."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from store_support import World, as_json
 
 from orbit_server.store.rows import INSERT_RECEIPT
@@ -12,11 +12,6 @@ from orbit_server.store.tables import receipts
 from orbit_wire.model import Disposition, Outcome
 
 HOUR = 3_600_000
-
-
-def _receipt(i: int, at_ms: int) -> dict[str, object]:
-    return {"instance_id": "f" * 32, "msg_id": f"old-{i}", "op": "renew", "answer": "{}",
-            "created_at_ms": at_ms}
 
 
 def _created(world: World) -> list[int]:
@@ -36,7 +31,8 @@ def test_old_receipts_go_oldest_first_in_batches_fresh_ones_stay(world: World) -
               for i in range(2_500)]
     fresh_at = [cutoff + i for i in range(10)]  # exactly the retention old: kept
     with world.engine.begin() as conn:
-        INSERT_RECEIPT.run(conn, [_receipt(i, at) for i, at in enumerate(old_at + fresh_at)])
+        INSERT_RECEIPT.run(conn, [world.receipt_row(f"old-{i}", at_ms=at, instance_id="f" * 32)
+                                  for i, at in enumerate(old_at + fresh_at)])
 
     # First batch: up to the 1,000th oldest, and the rows sharing its millisecond.
     assert world.service.prune_receipts() == 1_003
@@ -62,8 +58,7 @@ def test_a_resend_after_its_receipt_was_pruned_is_answered_and_applied_once(
 
     world.clock.advance(world.service.config.receipt_retention_ms + 1)
     assert world.service.prune_receipts() >= 2  # this instance's start and finish
-    with world.engine.connect() as conn:
-        assert conn.scalar(select(func.count()).select_from(receipts)) == 0
+    assert world.count(receipts) == 0
 
     # The same finish again: no receipt, so it is decided anew, and the attempt is closed.
     again, effects = world.finish(b, r.attempt_id, r.epoch, Outcome.SUCCEEDED,

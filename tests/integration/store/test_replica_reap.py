@@ -4,25 +4,15 @@ fails (on MySQL/MariaDB the scans skip rows the other reaper holds)."""
 
 from __future__ import annotations
 
-import random
-import threading
-
 from sqlalchemy import func, select
-from store_support import CAP, World
+from store_support import World
 
 from orbit_server.service import Effects, Service
-from orbit_server.store import create_engine_for
 from orbit_server.store.tables import attempts, audit
 
 
 def test_two_reapers_expire_each_lease_once(world: World) -> None:
-    specs: list[object] = [
-        {"handler": CAP.handler, "handler_version": CAP.handler_version,
-         "payload_version": CAP.payload_version, "payload": {"i": i},
-         "idempotency": "IDEMPOTENT", "lease_ttl_ms": 1_000}
-        for i in range(200)
-    ]
-    world.service.submit(world.producer, world.queue_id, specs)
+    world.submit_many(200, idempotency="IDEMPOTENT", lease_ttl_ms=1_000)
     b = world.hello()
     started = 0
     for _ in range(10):  # bounded
@@ -34,29 +24,14 @@ def test_two_reapers_expire_each_lease_once(world: World) -> None:
             started += 1
     assert started == 200
     world.clock.advance(5_000)
-    other_engine = create_engine_for(world.url)
-    other = Service(other_engine, world.service.config, world.clock, random.Random(3))
     results: list[Effects] = []
-    errors: list[BaseException] = []
-    gate = threading.Barrier(2)
 
     def reap(svc: Service) -> None:
-        try:
-            gate.wait(timeout=10)
-            for _ in range(5):  # bounded: each pass may leave rows the other one held
-                results.append(svc.reap())
-        except BaseException as exc:
-            errors.append(exc)
+        for _ in range(5):  # bounded: each pass may leave rows the other one held
+            results.append(svc.reap())
 
-    threads = [threading.Thread(target=reap, args=(s,)) for s in (world.service, other)]
-    try:
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(timeout=60)
-        assert not any(th.is_alive() for th in threads)
-    finally:
-        other_engine.dispose()
+    with world.other_service(3) as other:
+        errors = world.race(lambda: reap(world.service), lambda: reap(other))
     assert not errors, errors
     with world.engine.connect() as conn:
         states = dict(conn.execute(select(attempts.c.state, func.count())

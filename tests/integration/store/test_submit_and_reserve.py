@@ -8,15 +8,10 @@ from store_support import CAP, World
 from orbit_wire.model import Capability
 
 
-def spec(**extra: object) -> dict[str, object]:
-    return {"handler": CAP.handler, "handler_version": CAP.handler_version,
-            "payload_version": CAP.payload_version, "payload": {"x": 1}, **extra}
-
-
 def test_the_new_task_is_reserved_in_the_submit_transaction(world: World) -> None:
     b = world.hello()
     made, effects, reservations = world.service.submit_and_reserve(
-        world.producer, world.queue_id, [spec()], b, 3)
+        world.producer, world.queue_id, [world.spec()], b, 3)
     (task, created), = made
     assert created and task["state"] == "PENDING"  # the view is the submit's
     assert [r.task_id for r in reservations] == [task["id"]]
@@ -29,16 +24,16 @@ def test_the_new_task_is_reserved_in_the_submit_transaction(world: World) -> Non
 def test_a_task_the_worker_cannot_take_still_hints_the_queue(world: World) -> None:
     other = world.hello(caps=(Capability("other", "v1", "v1"),))
     made, effects, reservations = world.service.submit_and_reserve(
-        world.producer, world.queue_id, [spec()], other, 2)
+        world.producer, world.queue_id, [world.spec()], other, 2)
     assert reservations == [] and effects.ready_queues == {world.queue_id}
     assert world.task(made[0][0]["id"])["state"] == "PENDING"
 
 
 def test_a_known_operation_key_reserves_nothing(world: World) -> None:
-    first, _ = world.service.submit(world.producer, world.queue_id, [spec(operation_key="k")])
+    first, _ = world.service.submit(world.producer, world.queue_id, [world.spec(operation_key="k")])
     b = world.hello()
     claimed = world.service.reserve(b, 1)
     assert [r.task_id for r in claimed] == [first[0][0]["id"]]
     made, effects, reservations = world.service.submit_and_reserve(
-        world.producer, world.queue_id, [spec(operation_key="k")], b, 1)
+        world.producer, world.queue_id, [world.spec(operation_key="k")], b, 1)
     assert made[0][1] is False and reservations == [] and not effects.ready_queues

@@ -4,8 +4,6 @@ a real SQLite file."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 from sqlalchemy import text
@@ -26,19 +24,6 @@ from orbit_wire.frames import (
 )
 from orbit_wire.ids import new_id
 from orbit_wire.model import Capability, Outcome
-
-
-def attempts_of(world: World, task_id: str) -> list[dict[str, Any]]:
-    view = as_json(world.service.list_attempts(world.producer, task_id))
-    out: list[dict[str, Any]] = view["attempts"]
-    return out
-
-
-def evidence_of(world: World, task_id: str) -> list[dict[str, Any]]:
-    view = as_json(world.service.list_attempts(world.producer, task_id))
-    out: list[dict[str, Any]] = view["evidence"]
-    return out
-
 
 # ------------------------------------------------------------------------ hello
 
@@ -138,7 +123,7 @@ def test_success_stores_exact_result_text(world: World) -> None:
     view = world.task(t["id"])
     assert orjson.dumps(view["result"]).decode() == text  # exact number text kept
     assert view["state"] == "SUCCEEDED" and view["attempts"] == 1
-    (a,) = attempts_of(world, t["id"])
+    (a,) = world.attempts(t["id"])
     assert a["state"] == "FINISHED" and a["decision"] == "SUCCEEDED"
     assert a["decision_rule"] == "handler_succeeded" and a["child_pid"] == 4242
     assert a["exit_code"] == 0 and a["cpu_ms"] == 5
@@ -152,7 +137,7 @@ def test_object_rejected_fails_with_empty_details(world: World) -> None:
     assert res.task_state == "FAILED"
     view = as_json(world.task(t["id"]))
     assert view["failure"] == {"code": "OBJECT_REJECTED", "details": {}}
-    assert attempts_of(world, t["id"])[0]["decision_rule"] == "explicit_failure"
+    assert world.attempts(t["id"])[0]["decision_rule"] == "explicit_failure"
 
 
 def test_object_rejected_keeps_details(world: World) -> None:
@@ -182,7 +167,7 @@ def test_temporary_rejection_retries_after_backoff_then_exhausts(world: World) -
                           retryable=True)
     assert res.task_state == "FAILED"
     assert world.task(t["id"])["failure"]["code"] == "TEMPORARY_REJECTION"
-    rules = [a["decision_rule"] for a in attempts_of(world, t["id"])]
+    rules = [a["decision_rule"] for a in world.attempts(t["id"])]
     assert rules == ["retryable_failure_retry", "retry_budget_exhausted"]
 
 
@@ -192,7 +177,7 @@ def test_retry_blocked_by_total_deadline(world: World) -> None:
     aid, ep = world.run_once(b)
     res, _ = world.finish(b, aid, ep, Outcome.FAILED, code="TEMPORARY_REJECTION", retryable=True)
     assert res.task_state == "FAILED"
-    assert attempts_of(world, t["id"])[0]["decision_rule"] == "deadline_exhausted"
+    assert world.attempts(t["id"])[0]["decision_rule"] == "deadline_exhausted"
 
 
 @pytest.mark.parametrize("code", ["HANDLER_ERROR", "HANDLER_CRASHED", "INVALID_HANDLER_RESULT",
@@ -204,7 +189,7 @@ def test_unknown_outcomes_non_idempotent_go_to_review(world: World, code: str) -
     res, effects = world.finish(b, aid, ep, Outcome.UNKNOWN, code=code,
                                 report=Report(signal=9, kill_reason="LEASE_LOST"))
     assert res.task_state == "NEEDS_REVIEW" and effects.terminal_tasks == [t["id"]]
-    (a,) = attempts_of(world, t["id"])
+    (a,) = world.attempts(t["id"])
     assert a["outcome"] == "UNKNOWN" and a["code"] == code and a["signal"] == 9
     assert a["decision_rule"] == "unknown_outcome_non_idempotent"
 
@@ -218,7 +203,7 @@ def test_unknown_outcome_idempotent_retries_then_reviews_at_budget(world: World)
     aid, ep = world.run_once(b)
     res, _ = world.finish(b, aid, ep, Outcome.UNKNOWN, code="HANDLER_CRASHED")
     assert res.task_state == "NEEDS_REVIEW"  # uncertain last attempt: review, not FAILED
-    rules = [a["decision_rule"] for a in attempts_of(world, t["id"])]
+    rules = [a["decision_rule"] for a in world.attempts(t["id"])]
     assert rules == ["unknown_outcome_idempotent_retry", "retry_budget_exhausted"]
 
 
@@ -234,7 +219,7 @@ def test_non_idempotent_retryable_failure_after_uncertain_history_goes_to_review
     aid, ep = world.run_once(b)
     res, _ = world.finish(b, aid, ep, Outcome.FAILED, code="TEMPORARY_REJECTION", retryable=True)
     assert res.task_state == "NEEDS_REVIEW"
-    rules = [a["decision_rule"] for a in attempts_of(world, t["id"])]
+    rules = [a["decision_rule"] for a in world.attempts(t["id"])]
     assert rules == ["unknown_outcome_non_idempotent", "uncertain_history"]
 
 
@@ -256,7 +241,7 @@ def test_invalid_result_becomes_unknown_invalid_handler_result(world: World) -> 
         aid, ep = world.run_once(b)
         res, _ = world.finish(b, aid, ep, Outcome.SUCCEEDED, result_json=bad)
         assert res.disposition == "ACCEPTED" and res.task_state == "NEEDS_REVIEW", bad
-        (a,) = attempts_of(world, t["id"])
+        (a,) = world.attempts(t["id"])
         assert (a["outcome"], a["code"]) == ("UNKNOWN", "INVALID_HANDLER_RESULT")
         assert world.task(t["id"])["result"] is None
 
@@ -285,7 +270,7 @@ def test_renew_extends_and_never_past_the_attempt_timeout(world: World) -> None:
     world.clock.advance(1_500)
     res = world.renew(b, aid, ep)
     assert not res.ok and res.error_code is ErrorCode.LEASE_EXPIRED
-    assert attempts_of(world, t["id"])[0]["renewals"] == 2
+    assert world.attempts(t["id"])[0]["renewals"] == 2
 
 
 def test_stale_epoch_and_other_instance_are_fenced(world: World) -> None:
@@ -319,12 +304,12 @@ def test_late_finish_after_lease_expiry_is_evidence_only(world: World) -> None:
     res, effects = world.finish(b, aid, ep, Outcome.SUCCEEDED, result={"late": True})
     assert res.ok and res.disposition == "EVIDENCE_ONLY" and not effects.terminal_tasks
     assert world.task(t["id"])["state"] == "RUNNING"  # the reaper decides, not the report
-    (e,) = evidence_of(world, t["id"])
+    (e,) = world.evidence(t["id"])
     assert e["reason"] == "LEASE_EXPIRED" and e["result"] == {"late": True}
     world.service.reap()
     view = world.task(t["id"])
     assert view["state"] == "NEEDS_REVIEW" and view["result"] is None
-    (a,) = attempts_of(world, t["id"])
+    (a,) = world.attempts(t["id"])
     assert (a["outcome"], a["code"]) == ("UNKNOWN", "LEASE_EXPIRED")
 
 
@@ -346,7 +331,7 @@ def test_evidence_never_clears_uncertainty(world: World) -> None:
     # A stale finish for the first attempt is still evidence (stale epoch for the new one).
     res, _ = world.finish(b, aid, ep, Outcome.SUCCEEDED, result={"ok": 2})
     assert res.disposition == "EVIDENCE_ONLY"
-    reasons = [e["reason"] for e in evidence_of(world, t["id"])]
+    reasons = [e["reason"] for e in world.evidence(t["id"])]
     assert reasons == ["ATTEMPT_FINISHED", "ATTEMPT_FINISHED"]
     with world.engine.connect() as conn:
         uncertain = conn.execute(text("SELECT uncertain FROM tasks WHERE id = :id"),
@@ -363,7 +348,7 @@ def test_finish_with_wrong_epoch_is_evidence(world: World) -> None:
     aid, ep = world.run_once(b)
     res, _ = world.finish(b, aid, ep + 5, Outcome.FAILED, code="X")
     assert res.disposition == "EVIDENCE_ONLY"
-    assert evidence_of(world, t["id"])[0]["reason"] == "STALE_EPOCH"
+    assert world.evidence(t["id"])[0]["reason"] == "STALE_EPOCH"
     assert world.task(t["id"])["state"] == "RUNNING"
 
 
@@ -384,7 +369,7 @@ def test_receipts_replay_the_answer_and_apply_once(world: World) -> None:
     res2, effects = world.finish(b, r.attempt_id, r.epoch, Outcome.UNKNOWN,
                                  code="HANDLER_ERROR", msg="f1")
     assert res1 == res2 and not effects.terminal_tasks and not effects.ready_queues
-    assert len(attempts_of(world, t["id"])) == 1
+    assert len(world.attempts(t["id"])) == 1
     assert world.task(t["id"])["attempts"] == 1
     reused = world.renew(b, r.attempt_id, r.epoch, msg="f1")
     assert not reused.ok and reused.error_code is ErrorCode.MESSAGE_ID_REUSED
@@ -405,9 +390,8 @@ def test_replayed_start_after_lease_end_is_lease_expired(world: World) -> None:
 
 
 def test_batch_of_ops_in_one_request(world: World) -> None:
-    made, _ = world.service.submit(world.producer, world.queue_id, [{
-        "handler": CAP.handler, "handler_version": CAP.handler_version,
-        "payload_version": CAP.payload_version, "payload": i} for i in range(100)])
+    made, _ = world.service.submit(world.producer, world.queue_id,
+                                   [world.spec(payload=i) for i in range(100)])
     b = world.hello()
     res = world.service.reserve(b, 100)
     assert len(res) == 100
@@ -454,7 +438,7 @@ def test_release_returns_unstarted_reservations_without_spending(world: World) -
     view = world.task(t["id"])
     assert view["state"] == "PENDING" and view["attempts"] == 0 and view["epoch"] == 1
     assert world.task(started["id"])["state"] == "RUNNING"
-    (a,) = attempts_of(world, t["id"])
+    (a,) = world.attempts(t["id"])
     assert a["state"] == "RELEASED" and a["decision"] == "RELEASED"
     res2 = world.start(b, res[0].attempt_id, res[0].epoch)
     assert not res2.ok and res2.error_code is ErrorCode.LEASE_EXPIRED
