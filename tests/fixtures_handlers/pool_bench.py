@@ -12,11 +12,9 @@ import time
 import xml.etree.ElementTree  # noqa: F401
 from typing import Any
 
+from common_handlers import noop
+
 from orbit_child import Execution, Handler
-
-
-def noop(execution: Execution) -> Any:
-    return 1
 
 
 def sleep(execution: Execution) -> Any:

@@ -7,7 +7,6 @@ Handlers that start processes write the pids they started, one per line, to
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import signal
 import subprocess
@@ -16,12 +15,21 @@ import time
 from decimal import Decimal
 from typing import Any
 
-from spawning import blocked_read, c_spin, ignores_sigterm, spawn_grandchildren, write_pids
+from common_handlers import (
+    blocked_read,
+    c_spin,
+    crash,
+    ignores_sigterm,
+    memory_hog,
+    sleep,
+    spawn_grandchildren,
+    whoami,
+    write_pids,
+)
 
 from orbit_child import Execution, Handler, RawJSON, WorkerFailure
 
 SECRET_TEXT = "s3cr3t-should-never-leave-the-child"
-IMPORTED_IN = os.getpid()  # proves the module is imported once, in the template
 
 
 def echo(execution: Execution) -> Any:
@@ -35,18 +43,6 @@ def echo(execution: Execution) -> Any:
 async def async_echo(execution: Execution) -> Any:
     await asyncio.sleep(0.01)
     return {"async": True, "payload": execution.payload}
-
-
-def whoami(execution: Execution) -> Any:
-    loaded = sorted({name.split(".")[0] for name in sys.modules})
-    return {"pid": os.getpid(), "imported_in": IMPORTED_IN,
-            "loaded": [m for m in loaded if m in ("orbit_supervisor", "websockets", "psutil")],
-            "policy": os.sched_getscheduler(0)}
-
-
-def sleep(execution: Execution) -> Any:
-    time.sleep(float(execution.payload.get("seconds", 0.1)))
-    return {"slept": execution.payload.get("seconds", 0.1)}
 
 
 def fail(execution: Execution) -> Any:
@@ -95,39 +91,10 @@ def _nest(depth: int) -> Any:
     return value
 
 
-def crash(execution: Execution) -> Any:
-    kind = execution.payload.get("kind")
-    if kind == "segfault":
-        ctypes.string_at(0)
-    if kind == "exit3":
-        os._exit(3)
-    if kind == "close_socket":
-        # A handler that closes every descriptor breaks its own channel to the supervisor.
-        os.closerange(3, 4096)
-        time.sleep(30)
-    if kind == "garbage":
-        for fd in range(3, 64):
-            try:
-                os.write(fd, b"\x00\x00\x00\x05hello")
-            except OSError:
-                continue
-        time.sleep(30)
-    return {"crashed": False}
-
-
 def spawn_and_return(execution: Execution) -> Any:
     """Leaves processes behind on a normal return: the attempt's end must kill them."""
     spawn_grandchildren(execution)
     return {"spawned": True}
-
-
-def memory_hog(execution: Execution) -> Any:
-    size = int(execution.payload.get("mib", 300)) * 1024 * 1024
-    blob = bytearray(size)
-    for i in range(0, size, 4096):  # touch every page so it counts in RSS
-        blob[i] = 1
-    time.sleep(float(execution.payload.get("hold", 30)))
-    return {"held": len(blob)}
 
 
 def grow_then_return(execution: Execution) -> Any:

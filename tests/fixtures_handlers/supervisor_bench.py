@@ -8,17 +8,14 @@ cancellation can interrupt, so only the supervisor's SIGKILL ends it.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
+
+from common_handlers import noop, spin_in_c
 
 from orbit_child import Execution, Handler
 
 CPU_TASK_SECONDS = 0.010
-
-
-def noop(execution: Execution) -> Any:
-    return 1
 
 
 def cpu10(execution: Execution) -> Any:
@@ -31,7 +28,8 @@ def cpu10(execution: Execution) -> Any:
 
 
 def c_spin(execution: Execution) -> Any:
-    re.match(r"(a*)*b", "a" * 40)  # never returns in practice: 2**40 backtracking steps
+    """Unlike common_handlers.c_spin it starts no processes: only the spin."""
+    spin_in_c()
     return 0
 
 

@@ -7,23 +7,26 @@ test can check with psutil that nothing survives; ``append`` appends one line pe
 
 from __future__ import annotations
 
-import ctypes
 import os
 import time
 from typing import Any
 
-from spawning import blocked_read, c_spin, ignores_sigterm, kills_its_template
+from common_handlers import (
+    blocked_read,
+    c_spin,
+    crash,
+    ignores_sigterm,
+    kills_its_template,
+    memory_hog,
+    sleep,
+    whoami,
+)
 
 from orbit_child import Execution, Handler, WorkerFailure
 
 
 def upper(execution: Execution) -> Any:
     return {"text": str(execution.payload["text"]).upper()}
-
-
-def sleep(execution: Execution) -> Any:
-    time.sleep(float(execution.payload.get("seconds", 0.1)))
-    return {"slept": execution.payload.get("seconds", 0.1)}
 
 
 def append(execution: Execution) -> Any:
@@ -34,28 +37,6 @@ def append(execution: Execution) -> Any:
         os.fsync(fh.fileno())
     time.sleep(float(execution.payload.get("seconds", 0)))
     return {"ok": True}
-
-
-def crash(execution: Execution) -> Any:
-    kind = execution.payload.get("kind")
-    if kind == "segfault":
-        ctypes.string_at(0)
-    if kind == "exit3":
-        os._exit(3)
-    return {"crashed": False}
-
-
-def memory_hog(execution: Execution) -> Any:
-    size = int(execution.payload.get("mib", 300)) * 1024 * 1024
-    blob = bytearray(size)
-    for i in range(0, size, 4096):  # touch every page so it counts in RSS
-        blob[i] = 1
-    time.sleep(float(execution.payload.get("hold", 30)))
-    return {"held": len(blob)}
-
-
-def whoami(execution: Execution) -> Any:
-    return {"pid": os.getpid()}
 
 
 def reject(execution: Execution) -> Any:
