@@ -1,6 +1,6 @@
 """Chaos soak: real server, real supervisors, real faults; then check Orbit's promises.
 
-    .venv/bin/python scripts/soak.py [--seconds 120] [--seed N] [--db URL]
+    .venv/bin/python scripts/soak.py [--seconds 120] [--seed N] [--db URL] [--json PATH]
 
 One `orbit-server` (a SQLite file unless --db), a TCP proxy in front of it for the workers,
 and several `orbit-supervise` processes running `append` tasks (each execution appends its
@@ -17,14 +17,16 @@ When the chaos stops, every task must end, and:
 - a non-idempotent task ran at most once; it ends SUCCEEDED by that run, or NEEDS_REVIEW;
 - nothing any supervisor started is still alive.
 
-Exits 0 when all hold, 1 with the violations otherwise. Every process it starts is stopped
-by its PID; the run and every wait are bounded in time.
+Exits 0 when all hold, 1 with the violations otherwise; --json also writes the run's facts
+(seed, tasks, end states, faults by kind, resent batches, executions, violations) to PATH.
+Every process it starts is stopped by its PID; the run and every wait are bounded in time.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import random
 import shutil
 import signal
@@ -74,7 +76,8 @@ class Soak:
     key_idempotency: dict[str, str] = field(default_factory=dict)
     unsent: list[list[dict[str, Any]]] = field(default_factory=list)
     key_conflicts: list[str] = field(default_factory=list)
-    events: collections.Counter[str] = field(default_factory=collections.Counter)
+    faults: collections.Counter[str] = field(default_factory=collections.Counter)
+    resent: int = 0  # batches resent after an unanswered submit
     next_key: int = 0
 
     # ------------------------------------------------------------ processes
@@ -134,7 +137,7 @@ class Soak:
             return
         if self.unsent and self.submit(self.unsent[0]):  # a resend keeps its keys
             self.unsent.pop(0)
-            self.events["batch resent"] += 1
+            self.resent += 1
         batch = self.new_batch()
         if not self.submit(batch):
             self.unsent.append(batch)
@@ -144,7 +147,7 @@ class Soak:
     def fault(self) -> None:
         kind = self.rng.choice(["cut", "cut", "blackhole", "kill_supervisor",
                                 "drain_supervisor", "kill_server"])
-        self.events[kind] += 1
+        self.faults[kind] += 1
         if kind == "cut":
             self.proxy.cut()
         elif kind == "blackhole":
@@ -247,6 +250,8 @@ def main() -> int:
                         help="mean seconds between faults")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (logs, database) after a violation")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the run's facts and violations to this file as JSON")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -260,6 +265,7 @@ def main() -> int:
         env = OrbitEnv(server, admin, http_client(server.url, admin.bearer))
         soak: Soak | None = None
         bad: list[str] = []
+        facts: dict[str, Any] = {"seed": seed, "seconds": args.seconds}
         try:
             queue_id = env.queue("soak")
             soak = Soak(rng, env, proxy, queue_id, env.producer(queue_id),
@@ -281,8 +287,12 @@ def main() -> int:
             runs = soak.runs.read_text().splitlines()
             bad = violations(soak.facts(views), runs, soak.key_conflicts, len(soak.unsent))
             states = collections.Counter(v["state"] for v in views.values())
+            facts |= {"tasks": len(soak.key_to_id), "states": dict(states),
+                      "faults": dict(soak.faults), "resent_batches": soak.resent,
+                      "executions": len(runs)}
             print(f"soak: {len(soak.key_to_id)} tasks {dict(states)}; faults "
-                  f"{dict(soak.events)}; executions {len(runs)}", flush=True)
+                  f"{dict(soak.faults)}; resent batches {soak.resent}; executions {len(runs)}",
+                  flush=True)
         finally:
             if soak is not None:
                 for sup in list(soak.supervisors):
@@ -299,6 +309,8 @@ def main() -> int:
             while alive(seen) and time.monotonic() < deadline:
                 time.sleep(0.05)
             bad += [f"process {pid} outlived its supervisor" for pid in alive(seen)]
+        if args.json is not None:
+            args.json.write_text(json.dumps({**facts, "violations": bad}, indent=1))
         for line in bad[:50]:
             print(f"soak: VIOLATION {line}", flush=True)
         if bad:

@@ -47,15 +47,18 @@ def test_lease_lost_kills_child_and_grandchildren(sup_env: SupEnv, tmp_path: Pat
     task_id = submit(sup_env.producer, sup_env.queue_id, handler, {"pid_file": str(pid_file)},
                      attempt_timeout_ms=500, lease_ttl_ms=2000, max_attempts=1)
     pids = wait_pids(pid_file, "the handler started its grandchildren")
-    seen = time.monotonic()
-    wait_until(lambda: not alive(pids), timeout=0.5 + KILL_BOUND_S,
-               what=f"{handler} processes gone")
-    elapsed = time.monotonic() - seen
+    # Wait well past the bound, so that the bound below is what decides.
+    wait_until(lambda: not alive(pids), timeout=20, what=f"{handler} processes gone")
+    gone_at_ms = time.time() * 1000
     att = _lost_attempt(sup_env, task_id)
     task = wait_task(sup_env.producer, task_id)
     assert task["state"] == "NEEDS_REVIEW"  # uncertain and non-idempotent: never retried
-    assert elapsed < 0.5 + KILL_BOUND_S
-    assert att["child_pid"] in (None, pids[0]) or att["code"] == "LEASE_EXPIRED"
+    # Lease lost (at the expiry the server granted, the attempt timeout) -> all gone.
+    assert gone_at_ms - att["lease_expires_at_ms"] < KILL_BOUND_S * 1000, att
+    if att["code"] == "LEASE_LOST":  # our report decided the attempt: it names the child
+        assert att["child_pid"] == pids[0], att
+    else:  # the server's expiry decided first; our report is only evidence, without facts
+        assert (att["code"], att["child_pid"]) == ("LEASE_EXPIRED", None), att
     # The slot got a fresh child: the next task runs.
     nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "next"})
     assert wait_task(sup_env.producer, nxt)["result"] == {"text": "NEXT"}
@@ -128,7 +131,8 @@ def test_cancel_push_kills_and_the_report_is_accepted(sup_env: SupEnv, tmp_path:
     t0 = time.monotonic()
     task = sup_env.producer.post(f"/v1/tasks/{task_id}/cancel", json={"reason": "test"})
     assert task.status_code == 200 and task.json()["state"] == "CANCELLED"
-    wait_until(lambda: not alive(pids), timeout=KILL_BOUND_S, what="cancelled handler killed")
+    # Wait well past the bound, so that the bound below is what decides.
+    wait_until(lambda: not alive(pids), timeout=20, what="cancelled handler killed")
     assert time.monotonic() - t0 < KILL_BOUND_S
     # The lease was still valid, so our report decided the attempt (history kept).
     history = wait_until(lambda: _with_code(attempts(sup_env.producer, task_id)), timeout=10,

@@ -62,7 +62,8 @@ def test_blackholed_network_kills_at_local_lease_expiry(sup_env: SupEnv, proxy: 
     proxy.blackhole(True)
     cut_at = time.monotonic()
     # The last confirmed lease ends at most 1 s after the blackhole; killing takes < 2 s more.
-    wait_until(lambda: not alive(pids), timeout=1.0 + 2.0,
+    # Wait well past that, so that the bound below is what decides.
+    wait_until(lambda: not alive(pids), timeout=20,
                what="processes killed while the network is dead")
     assert time.monotonic() - cut_at < 3.0
     task = wait_task(sup_env.producer, task_id, timeout_s=20)
