@@ -16,6 +16,8 @@ hold in the suite stretches by that factor (like python-websockets' ``MS`` in it
 ``wait_until`` and ``wait_until_async`` poll a predicate until it returns a true value and
 return that value; both are bounded in time (``timeout``) and in count (one call per
 ``interval``, plus one), and fail with an AssertionError that names what they waited for.
+``hold`` blocks a thread until a gate opens and says when it has begun, so that a test
+waits for "the thread is held" instead of sleeping.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ import asyncio
 import inspect
 import math
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-__all__ = ["UNIT", "ms", "wait_until", "wait_until_async"]
+__all__ = ["UNIT", "hold", "ms", "wait_until", "wait_until_async"]
 
 T = TypeVar("T")
 
@@ -116,3 +119,10 @@ async def wait_until_async(predicate: Callable[[], T | Awaitable[T]], *, timeout
         if pause is None:
             raise polls.failure(what, value)
         await asyncio.sleep(pause)
+
+
+def hold(gate: threading.Event, started: threading.Event, timeout: float = 10.0) -> None:
+    """Block the calling thread (a store thread, a worker) until ``gate`` opens, at most
+    ``timeout`` units; ``started`` is set first, so the test can wait until it is held."""
+    started.set()
+    gate.wait(timeout * UNIT)

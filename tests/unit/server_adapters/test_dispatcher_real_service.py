@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from support.waiting import UNIT, wait_until_async
+from support.waiting import UNIT, hold, wait_until_async
 
 from orbit_server.config import ServerConfig
 from orbit_server.dispatcher import Dispatcher, Session
@@ -94,11 +94,6 @@ async def _reservations(n: int, *frame_lists: list[ServerFrame]) -> None:
                            what=lambda: f"{n} reservations (have {count()})")
 
 
-def _held(gate: threading.Event, started: threading.Event) -> None:
-    """Holds the store thread until ``gate`` opens; ``started`` says it has begun."""
-    started.set()
-    gate.wait(10 * UNIT)
-
 
 async def test_never_more_reservations_than_credit(world: World) -> None:
     world.submit(10)
@@ -118,7 +113,7 @@ async def test_never_more_reservations_than_credit(world: World) -> None:
 async def test_drain_waits_for_a_claim_in_flight_and_stops_dispatch(world: World) -> None:
     session, frames = world.session(capacity=4)
     gate, started = threading.Event(), threading.Event()
-    blocker = asyncio.ensure_future(world.store.call_worker(_held, gate, started))
+    blocker = asyncio.ensure_future(world.store.call_worker(hold, gate, started))
     await wait_until_async(started.is_set, timeout=5, what="the store thread held")
     world.submit(3)  # runs on this thread; the store thread is held by the gate
     world.dispatcher.grant(session, 2)

@@ -6,18 +6,13 @@ import asyncio
 import threading
 
 import pytest
-from support.waiting import UNIT, wait_until_async
+from support.waiting import hold, wait_until_async
 
 from orbit_server.store_thread import WORKER_STREAK, StoreThread
 from orbit_wire.errors import ErrorCode, OrbitError
 
 pytestmark = pytest.mark.asyncio
 
-
-def _held(gate: threading.Event, started: threading.Event) -> None:
-    """Holds the store thread until ``gate`` opens; ``started`` says it has begun."""
-    started.set()
-    gate.wait(10 * UNIT)
 
 
 async def test_runs_on_one_dedicated_thread_in_order() -> None:
@@ -61,7 +56,7 @@ async def test_worker_lane_first_but_normal_lane_not_starved() -> None:
     try:
         gate, started = threading.Event(), threading.Event()
         order: list[str] = []
-        blocker = asyncio.ensure_future(store.call(_held, gate, started))
+        blocker = asyncio.ensure_future(store.call(hold, gate, started))
         await wait_until_async(started.is_set, timeout=5, what="the thread busy with the blocker")
         normal = [asyncio.ensure_future(store.call(order.append, f"n{i}")) for i in range(2)]
         worker = [asyncio.ensure_future(store.call_worker(order.append, f"w{i}"))
@@ -84,7 +79,7 @@ async def test_a_cancelled_caller_does_not_break_the_thread() -> None:
     store.start()
     try:
         gate, started = threading.Event(), threading.Event()
-        slow = asyncio.ensure_future(store.call(_held, gate, started))
+        slow = asyncio.ensure_future(store.call(hold, gate, started))
         await wait_until_async(started.is_set, timeout=5, what="the thread busy with the call")
         slow.cancel()
         gate.set()
