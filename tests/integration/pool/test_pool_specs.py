@@ -91,8 +91,10 @@ def test_a_module_in_the_current_folder_loads_like_python_m(tmp_path: Path,
 def test_handlers_do_not_see_where_the_credentials_are(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORBIT_CREDENTIALS_FILE", "/secret/place.json")
     monkeypatch.setenv("ORBIT_URL", "http://127.0.0.1:1")
-    # .ci/run exports the test database's URL; this test controls the whole ORBIT_* set.
+    # .ci/run exports the test database's URL (and a run may set the tests' time unit);
+    # this test controls the whole ORBIT_* set.
     monkeypatch.delenv("ORBIT_TEST_MYSQL_URL", raising=False)
+    monkeypatch.delenv("ORBIT_TEST_TIME_UNIT", raising=False)
 
     async def scenario() -> ChildOutcome:
         async with running_pool(1) as pool:
