@@ -388,7 +388,7 @@ class Service(WorkerProtocol):
             stale = [uow.adopt_attempt_row(r) for r in conn.execute(
                 queries.STALE_RESERVATIONS, {"before": stale_before, "n": limit}).mappings()]
             uow.load_tasks([a.task_id for a in expired] + [a.task_id for a in stale])
-            lease_ex = domain.Checked(Outcome.UNKNOWN, "LEASE_EXPIRED", False, None, None)
+            lease_ex = domain.CheckedReport(Outcome.UNKNOWN, "LEASE_EXPIRED", False, None, None)
             for attempt in expired:
                 task = uow.tasks[attempt.task_id]
                 before = task.state

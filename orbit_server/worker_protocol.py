@@ -394,7 +394,7 @@ class WorkerProtocol(UseCases):
                 attempt: domain.AttemptRec, op: FinishOp, effects: Effects) -> dict[str, Any]:
         now = uow.now_ms
         r = op.report
-        report = domain.Report(
+        report = domain.FinishReport(
             outcome=op.outcome, code=op.code, retryable=op.retryable,
             result_json=op.result_json, details_json=op.details_json, child_pid=r.child_pid,
             exit_code=r.exit_code, signal=r.signal, cpu_ms=r.cpu_ms,
@@ -423,7 +423,7 @@ class WorkerProtocol(UseCases):
 
     def _after_close(self, uow: UnitOfWork, actor: str, task: domain.TaskRec,
                      attempt: domain.AttemptRec, before_task: TaskState,
-                     checked: domain.Checked, result: domain.FinishResult,
+                     checked: domain.CheckedReport, result: domain.FinishResult,
                      effects: Effects) -> None:
         detail: dict[str, Any] = {
             "outcome": checked.outcome.value, "code": checked.code,
