@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from orbit_server.auth import Principal
 from orbit_server.config import ServerConfig
-from orbit_server.service import Effects, Service, WorkerBinding
+from orbit_server.services import Effects, Services, WorkerBinding
 from orbit_server.store import create_engine_for, migrate
 from orbit_wire.frames import FinishOp, Hello, OpResult, RenewOp, Report, StartOp
 from orbit_wire.ids import new_id
@@ -40,7 +40,7 @@ class Clock:
 
 @dataclass
 class World:
-    service: Service
+    service: Services
     engine: Engine
     clock: Clock
     admin: Principal
@@ -53,12 +53,12 @@ class World:
     def submit(self, **spec: Any) -> dict[str, Any]:
         body = {"handler": CAP.handler, "handler_version": CAP.handler_version,
                 "payload_version": CAP.payload_version, "payload": {"text": "hi"}, **spec}
-        made, _ = self.service.submit(self.producer, self.queue_id, [body])
+        made, _ = self.service.tasks.submit(self.producer, self.queue_id, [body])
         return made[0][0]
 
     def hello(self, instance_id: str | None = None, secret: str = "instance-secret",
               caps: tuple[Capability, ...] = (CAP,)) -> WorkerBinding:
-        return self.service.worker_hello(Hello(
+        return self.service.workers.worker_hello(Hello(
             credential_id=self.worker_cred["credential_id"],
             credential_secret=self.worker_cred["secret"],
             instance_id=instance_id or new_id(self.clock()), instance_secret=secret,
@@ -72,12 +72,13 @@ class World:
     def start(self, b: WorkerBinding, attempt_id: str, epoch: int,
               msg: str | None = None) -> OpResult:
         op = StartOp(msg or self.msg(), attempt_id, epoch, 4242)
-        results, _ = self.service.apply_ops(b, [op])
+        results, _ = self.service.workers.apply_ops(b, [op])
         return results[0]
 
     def renew(self, b: WorkerBinding, attempt_id: str, epoch: int,
               msg: str | None = None) -> OpResult:
-        results, _ = self.service.apply_ops(b, [RenewOp(msg or self.msg(), attempt_id, epoch)])
+        op = RenewOp(msg or self.msg(), attempt_id, epoch)
+        results, _ = self.service.workers.apply_ops(b, [op])
         return results[0]
 
     def finish(self, b: WorkerBinding, attempt_id: str, epoch: int, outcome: Outcome,
@@ -89,18 +90,18 @@ class World:
             result_json = orjson.dumps(result).decode()
         op = FinishOp(msg or self.msg(), attempt_id, epoch, outcome, code, retryable,
                       result_json, details_json, report or Report(exit_code=0, cpu_ms=5))
-        results, effects = self.service.apply_ops(b, [op])
+        results, effects = self.service.workers.apply_ops(b, [op])
         return results[0], effects
 
     def run_once(self, b: WorkerBinding) -> tuple[str, int]:
         """Reserve the next task and start it; returns (attempt_id, epoch)."""
-        (res,) = self.service.reserve(b, 1)
+        (res,) = self.service.workers.reserve(b, 1)
         ok = self.start(b, res.attempt_id, res.epoch)
         assert ok.ok, ok
         return res.attempt_id, res.epoch
 
     def task(self, task_id: str) -> dict[str, Any]:
-        return self.service.get_task(self.producer, task_id)
+        return self.service.tasks.get_task(self.producer, task_id)
 
 
 def make_world(url: str) -> Iterator[World]:
@@ -110,13 +111,13 @@ def make_world(url: str) -> Iterator[World]:
     engine = create_engine_for(url)
     clock = Clock()
     config = ServerConfig(db_url=url, session_ttl_ms=15_000, kill_grace_ms=2_000)
-    service = Service(engine, config, clock, random.Random(7))
-    made = service.bootstrap_admin("root")
-    admin = service.authenticate(f"{made['credential_id']}.{made['secret']}")
-    queue = service.create_queue(admin, "q")
-    prod = service.create_credential(admin, "producer", [queue["id"]], "p")
-    producer = service.authenticate(f"{prod['credential_id']}.{prod['secret']}")
-    worker = service.create_credential(admin, "worker", [queue["id"]], "w")
+    service = Services(engine, config, clock, random.Random(7))
+    made = service.admin.bootstrap_admin("root")
+    admin = service.admin.authenticate(f"{made['credential_id']}.{made['secret']}")
+    queue = service.admin.create_queue(admin, "q")
+    prod = service.admin.create_credential(admin, "producer", [queue["id"]], "p")
+    producer = service.admin.authenticate(f"{prod['credential_id']}.{prod['secret']}")
+    worker = service.admin.create_credential(admin, "worker", [queue["id"]], "w")
     try:
         yield World(service, engine, clock, admin, producer, queue["id"], worker, url)
     finally:

@@ -17,7 +17,7 @@ def _submit(world: World, n: int) -> list[str]:
     specs: list[object] = [
         {"handler": CAP.handler, "handler_version": CAP.handler_version,
          "payload_version": CAP.payload_version, "payload": {"i": i}} for i in range(n)]
-    made, _ = world.service.submit(world.producer, world.queue_id, specs)
+    made, _ = world.service.tasks.submit(world.producer, world.queue_id, specs)
     return [view["id"] for view, _created in made]
 
 

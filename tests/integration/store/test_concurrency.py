@@ -11,7 +11,7 @@ from sqlalchemy import update
 from store_support import CAP, World
 
 from orbit_server import domain
-from orbit_server.service import Service
+from orbit_server.services import Services
 from orbit_server.store import create_engine_for
 from orbit_server.store.rows import UnitOfWork
 from orbit_server.store.tables import attempts, tasks
@@ -41,17 +41,17 @@ def test_two_services_on_one_file_never_reserve_a_task_twice(world: World) -> No
          "payload_version": CAP.payload_version, "payload": i}
         for i in range(300)
     ]
-    world.service.submit(world.producer, world.queue_id, specs)
+    world.service.tasks.submit(world.producer, world.queue_id, specs)
     other_engine = create_engine_for(world.url)
-    other = Service(other_engine, world.service.config, world.clock, random.Random(2))
+    other = Services(other_engine, world.service.tx.config, world.clock, random.Random(2))
     b1, b2 = world.hello(), world.hello()
     claimed: list[list[str]] = [[], []]
     errors: list[BaseException] = []
 
-    def worker(svc: Service, b: object, out: list[str]) -> None:
+    def worker(svc: Services, b: object, out: list[str]) -> None:
         try:
             for _ in range(100):  # bounded
-                got = svc.reserve(b, 7)  # type: ignore[arg-type]
+                got = svc.workers.reserve(b, 7)  # type: ignore[arg-type]
                 if not got:
                     return
                 out.extend(r.task_id for r in got)
@@ -71,4 +71,5 @@ def test_two_services_on_one_file_never_reserve_a_task_twice(world: World) -> No
     assert not errors, errors
     all_ids = claimed[0] + claimed[1]
     assert len(all_ids) == 300 and len(set(all_ids)) == 300
-    assert world.service.queue_stats(world.producer, world.queue_id)["counts"]["RUNNING"] == 300
+    assert world.service.tasks.queue_stats(
+        world.producer, world.queue_id)["counts"]["RUNNING"] == 300

@@ -10,7 +10,7 @@ import threading
 from sqlalchemy import func, select
 from store_support import CAP, World
 
-from orbit_server.service import Effects, Service
+from orbit_server.services import Effects, Services
 from orbit_server.store import create_engine_for
 from orbit_server.store.tables import attempts, audit
 
@@ -22,11 +22,11 @@ def test_two_reapers_expire_each_lease_once(world: World) -> None:
          "idempotency": "IDEMPOTENT", "lease_ttl_ms": 1_000}
         for i in range(200)
     ]
-    world.service.submit(world.producer, world.queue_id, specs)
+    world.service.tasks.submit(world.producer, world.queue_id, specs)
     b = world.hello()
     started = 0
     for _ in range(10):  # bounded
-        got = world.service.reserve(b, 100)
+        got = world.service.workers.reserve(b, 100)
         if not got:
             break
         for r in got:
@@ -35,16 +35,16 @@ def test_two_reapers_expire_each_lease_once(world: World) -> None:
     assert started == 200
     world.clock.advance(5_000)
     other_engine = create_engine_for(world.url)
-    other = Service(other_engine, world.service.config, world.clock, random.Random(3))
+    other = Services(other_engine, world.service.tx.config, world.clock, random.Random(3))
     results: list[Effects] = []
     errors: list[BaseException] = []
     gate = threading.Barrier(2)
 
-    def reap(svc: Service) -> None:
+    def reap(svc: Services) -> None:
         try:
             gate.wait(timeout=10)
             for _ in range(5):  # bounded: each pass may leave rows the other one held
-                results.append(svc.reap())
+                results.append(svc.reaper.reap())
         except BaseException as exc:
             errors.append(exc)
 
@@ -69,5 +69,5 @@ def test_two_reapers_expire_each_lease_once(world: World) -> None:
             select(audit.c.attempt_id, func.count()).where(audit.c.kind == "attempt_finished")
             .group_by(audit.c.attempt_id)).all()
     assert len(per_attempt) == 200 and all(n == 1 for _, n in per_attempt)
-    counts = world.service.queue_stats(world.producer, world.queue_id)["counts"]
+    counts = world.service.tasks.queue_stats(world.producer, world.queue_id)["counts"]
     assert counts["PENDING"] == 200  # idempotent: each goes back for a retry, once
