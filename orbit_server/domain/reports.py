@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orbit_wire.errors import ErrorCode, ValueRejected
+from orbit_wire.frames import Report
 from orbit_wire.jsonvalue import check_text, encode_value
 from orbit_wire.model import Outcome
 
@@ -15,19 +16,15 @@ from .records import AttemptRec
 
 @dataclass(frozen=True, slots=True)
 class FinishReport:
-    """A worker's finish report, value rules not yet applied."""
+    """A worker's finish report, value rules not yet applied; ``facts`` is what the worker
+    observed of the child (the wire's ``Report``)."""
 
     outcome: Outcome
     code: str | None = None
     retryable: bool = False
     result_json: str | None = None
     details_json: str | None = None
-    child_pid: int | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    cpu_ms: int | None = None
-    peak_rss_bytes: int | None = None
-    kill_reason: str | None = None
+    facts: Report = field(default_factory=Report)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +70,14 @@ def _checked_details(text: str | None) -> str | None:
 
 
 def apply_report_facts(attempt: AttemptRec, report: FinishReport) -> None:
-    """Copy what the worker observed of the child onto the attempt (history only)."""
-    if report.child_pid is not None:
-        attempt.child_pid = report.child_pid
-    attempt.exit_code = report.exit_code
-    attempt.signal = report.signal
-    attempt.cpu_ms = report.cpu_ms
-    attempt.peak_rss_bytes = report.peak_rss_bytes
-    attempt.kill_reason = report.kill_reason
+    """Copy what the worker observed of the child onto the attempt (history only). The
+    worker's renewal count is left out: the attempt counts the renewals the server granted,
+    not requests that may never have arrived."""
+    facts = report.facts
+    if facts.child_pid is not None:
+        attempt.child_pid = facts.child_pid
+    attempt.exit_code = facts.exit_code
+    attempt.signal = facts.signal
+    attempt.cpu_ms = facts.cpu_ms
+    attempt.peak_rss_bytes = facts.peak_rss_bytes
+    attempt.kill_reason = facts.kill_reason

@@ -35,18 +35,18 @@ class Reservations(list[Reservation]):
     more: bool = False
 
 
-def reserve_for(uow: UnitOfWork, binding: WorkerBinding, n: int) -> Reservations:
-    """Reserve up to ``n`` tasks in ``uow``, as the reservations a worker receives. The
+def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int) -> Reservations:
+    """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives. The
     caller flushes ``uow`` in the same transaction."""
-    made, more, _used = reserve_in(uow, binding, n)
+    made, more, _used = reserve_in(uow, binding, count)
     out = Reservations(reservation(*made_one) for made_one in made)
     out.more = more
     return out
 
 
-def reserve_in(uow: UnitOfWork, binding: WorkerBinding, n: int,
+def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
                budget: int = MAX_PAYLOAD_BYTES_PER_FRAME) -> tuple[list[Reserved], bool, int]:
-    """Reserve up to ``n`` tasks in ``uow``: (task, RESERVED attempt, task row) each,
+    """Reserve up to ``count`` tasks in ``uow``: (task, RESERVED attempt, task row) each,
     whether more were ready than ``budget`` bytes of payload let in (a frame's whole
     budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
     bytes taken."""
@@ -55,9 +55,9 @@ def reserve_in(uow: UnitOfWork, binding: WorkerBinding, n: int,
     # PENDING (and our own locks never skip them): ask for enough to make up for those.
     taken = uow.moved_from_pending()
     rows = claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now,
-                                 n + len(taken))
+                                 count + len(taken))
     skip = set(taken)
-    rows = [row for row in rows if row["id"] not in skip][:n]
+    rows = [row for row in rows if row["id"] not in skip][:count]
     more = False
     size = 0
     for i, row in enumerate(rows):

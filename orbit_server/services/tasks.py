@@ -57,18 +57,18 @@ class TaskService:
         return made, effects
 
     def submit_and_reserve(self, principal: Principal, queue_id: str, specs: list[object],
-                           binding: WorkerBinding, n: int
+                           binding: WorkerBinding, count: int
                            ) -> tuple[Submitted, Effects, Reservations]:
-        """``submit``, then in the SAME transaction reserve up to ``n`` tasks for a worker of
+        """``submit``, then in the SAME transaction reserve up to ``count`` tasks for a worker of
         this queue that is waiting with credit: the new task reaches it without a separate
         dispatch transaction. The caller sends the reservations. ``effects.ready_queues`` is
         left empty when that worker took every task this call created (no other session
         needs a hint for them)."""
         return self._submit(principal, queue_id, specs, binding,
-                            max(0, min(n, MAX_RESERVATIONS_PER_FRAME)))
+                            max(0, min(count, MAX_RESERVATIONS_PER_FRAME)))
 
     def _submit(self, principal: Principal, queue_id: str, specs: list[object],
-                binding: WorkerBinding | None, n: int
+                binding: WorkerBinding | None, count: int
                 ) -> tuple[Submitted, Effects, Reservations]:
         require_role(principal, _PRODUCERS)
         require_queue(principal, queue_id)
@@ -106,9 +106,10 @@ class TaskService:
                          "to_state": TaskState.PENDING.value, "detail": None}
                         for r in new_rows
                     ])
-                if new_rows and binding is not None and n > 0 and binding.queue_id == queue_id:
+                if (new_rows and binding is not None and count > 0
+                        and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
-                    reservations = reserve_for(uow, binding, n)
+                    reservations = reserve_for(uow, binding, count)
                     uow.flush()
         except IntegrityError:
             # Another replica inserted the same operation key first; a retry finds it.
@@ -159,9 +160,7 @@ class TaskService:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
-            row = _task_row(conn, principal, task_id)
-            uow = UnitOfWork(conn, now)
-            task = uow.adopt_task_row(row)
+            uow, task = _adopt_task(conn, principal, task_id, now)
             attempt = None
             if task.current_attempt_id is not None:
                 uow.load_attempts([task.current_attempt_id])
@@ -177,7 +176,7 @@ class TaskService:
                           "task_cancelled", before, task.state, detail)
                 effects.terminal_tasks.append(task.id)
                 uow.flush()
-            out = conn.execute(select(tasks).where(tasks.c.id == task_id)).mappings().one()
+            out = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().one()
         return task_view(out), effects
 
     def review(self, principal: Principal, task_id: str, action: str, result: object,
@@ -198,9 +197,7 @@ class TaskService:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
-            row = _task_row(conn, principal, task_id)
-            uow = UnitOfWork(conn, now)
-            task = uow.adopt_task_row(row)
+            uow, task = _adopt_task(conn, principal, task_id, now)
             before = task.state
             last = conn.execute(queries.LAST_ATTEMPT_OF_TASK,
                                 {"task_id": task.id}).mappings().first()
@@ -211,7 +208,7 @@ class TaskService:
             uow.audit(task.id, None, principal.operator, "task_reviewed", before, task.state,
                       {"action": review_action.value, **({"reason": reason} if reason else {})})
             uow.flush()
-            out = conn.execute(select(tasks).where(tasks.c.id == task_id)).mappings().one()
+            out = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().one()
         if task.state is not TaskState.PENDING:
             effects.terminal_tasks.append(task.id)
         else:
@@ -261,6 +258,13 @@ def _task_row(conn: Connection, principal: Principal, task_id: str) -> Mapping[A
         raise OrbitError(ErrorCode.NOT_FOUND, f"task {task_id} does not exist")
     require_queue(principal, row["queue_id"])
     return row
+
+
+def _adopt_task(conn: Connection, principal: Principal, task_id: str,
+                now: int) -> tuple[UnitOfWork, domain.TaskRec]:
+    """A unit of work holding the principal's task, for a state change in this transaction."""
+    uow = UnitOfWork(conn, now)
+    return uow, uow.adopt_task_row(_task_row(conn, principal, task_id))
 
 
 def _check_reason(reason: str | None) -> None:

@@ -122,16 +122,16 @@ class WorkerService:
             uow.flush()
         return effects
 
-    def reserve(self, binding: WorkerBinding, n: int) -> Reservations:
-        """Claim up to ``n`` dispatchable tasks of the binding's queue and capabilities:
+    def reserve(self, binding: WorkerBinding, count: int) -> Reservations:
+        """Claim up to ``count`` dispatchable tasks of the binding's queue and capabilities:
         one SELECT, then one executemany each for tasks, attempts and audit rows. The caller
         sends the reservations and spends the session's credit on them."""
-        n = max(0, min(n, MAX_RESERVATIONS_PER_FRAME))
-        if n == 0 or not binding.capabilities:
+        count = max(0, min(count, MAX_RESERVATIONS_PER_FRAME))
+        if count == 0 or not binding.capabilities:
             return Reservations()
         with self._tx.write() as conn:
             uow = UnitOfWork(conn, self._tx.clock())
-            reservations = reserve_for(uow, binding, n)
+            reservations = reserve_for(uow, binding, count)
             uow.flush()
         return reservations
 
@@ -198,9 +198,10 @@ class WorkerService:
         if seen is not None:
             return _replay_claim(uow, op.msg_id, seen)
         now = uow.now_ms
-        n = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
+        wanted = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
         claimed: list[Reservation] = []
-        made, more, used = reserve_in(uow, binding, n, payload_left) if n else ([], False, 0)
+        made, more, used = (reserve_in(uow, binding, wanted, payload_left) if wanted
+                            else ([], False, 0))
         if more:  # the answer's payload budget, not the queue, ended the claim
             effects.ready_queues.add(binding.queue_id)
         for task, attempt, row in made:
@@ -252,14 +253,8 @@ class WorkerService:
     def _finish(self, uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
                 attempt: domain.AttemptRec, op: FinishOp, effects: Effects) -> dict[str, Any]:
         now = uow.now_ms
-        facts = op.report
-        report = domain.FinishReport(
-            outcome=op.outcome, code=op.code, retryable=op.retryable,
-            result_json=op.result_json, details_json=op.details_json,
-            child_pid=facts.child_pid, exit_code=facts.exit_code, signal=facts.signal,
-            cpu_ms=facts.cpu_ms, peak_rss_bytes=facts.peak_rss_bytes,
-            kill_reason=facts.kill_reason,
-        )
+        report = domain.FinishReport(op.outcome, op.code, op.retryable, op.result_json,
+                                     op.details_json, op.report)
         checked = domain.check_report(report)
         before_task = task.state
         result = domain.finish(task, attempt, op.epoch, binding.instance_id, checked, now,
@@ -274,8 +269,6 @@ class WorkerService:
             })
             return {"ok": True, "disposition": Disposition.EVIDENCE_ONLY.value,
                     "task_state": task.state.value}
-        # The attempt's renewal count is the server's own (renewals it granted), not the
-        # worker's figure, which may include requests that never arrived.
         domain.apply_report_facts(attempt, report)
         record_close(uow, self._wakeups, binding.actor, task, attempt, before_task, checked,
                      result, effects)
