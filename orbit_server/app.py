@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 
@@ -34,6 +34,9 @@ from .store.retry import faults_logged
 from .store_thread import StoreThread
 from .waiters import TaskWaiters
 from .ws_endpoint import ws_routes
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger("orbit.server")
 
@@ -161,7 +164,9 @@ class OrbitServer:
             self.engine.dispose()
 
 
-def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> Any:
+def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> uvicorn.Config:
+    """The uvicorn configuration that serves ``server.app``: uvloop and httptools, the
+    WebSocket limits, TLS when configured, and a bounded graceful shutdown."""
     import uvicorn
 
     cfg = server.config

@@ -384,7 +384,8 @@ async def _starlette_error(request: Request, exc: Exception) -> Response:
     return error_response(OrbitError(ErrorCode.INTERNAL, "internal server error"))
 
 
-def http_exception_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+def http_exception_handlers(
+) -> dict[int | type[Exception], Callable[[Request, Exception], Awaitable[Response]]]:
     """Starlette exception handlers that keep every error in ``{"error": {...}}`` form."""
     return {404: _starlette_error, 405: _starlette_error}
 
