@@ -27,6 +27,7 @@ from orbit_wire.frames import Report, Reservation, ServerFrame
 from orbit_wire.ids import new_id, new_secret
 from orbit_wire.model import Outcome, UnknownCode
 
+from . import defaults
 from .actions import (
     Action,
     CloseConnection,
@@ -83,10 +84,10 @@ class Supervisor:
         queue_id: str,
         credentials: Credentials | str | os.PathLike[str],
         url: str | None = None,
-        workers: int = 4,
-        shutdown_timeout: float = 30.0,
-        reconnect_min_delay: float = 0.2,
-        reconnect_max_delay: float = 5.0,
+        workers: int = defaults.WORKERS,
+        shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT,
+        reconnect_min_delay: float = defaults.RECONNECT_MIN_DELAY,
+        reconnect_max_delay: float = defaults.RECONNECT_MAX_DELAY,
         max_tasks_per_child: int | None = None,
         max_memory_per_child: int | None = None,
         *,

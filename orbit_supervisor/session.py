@@ -78,6 +78,7 @@ from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import MAX_BATCH_OPS, MAX_OUTPUT_BYTES_PER_REQUEST
 from orbit_wire.model import Capability, Disposition, Outcome
 
+from . import defaults
 from .actions import (
     Action,
     CloseConnection,
@@ -157,9 +158,9 @@ class SessionConfig:
     queue_id: str
     capabilities: tuple[Capability, ...]
     capacity: int
-    shutdown_timeout: float = 30.0
-    reconnect_min_delay: float = 0.2
-    reconnect_max_delay: float = 5.0
+    shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
+    reconnect_min_delay: float = defaults.RECONNECT_MIN_DELAY
+    reconnect_max_delay: float = defaults.RECONNECT_MAX_DELAY
     # Kill this long before a lease's granted expiry, so the kill's report arrives while the
     # lease still holds (lease.py). The supervisor uses REPORT_MARGIN; 0 keeps exact times.
     report_margin: float = 0.0

@@ -53,6 +53,7 @@ PURE = (
     "orbit_supervisor/batching.py",
     "orbit_supervisor/actions.py",
     "orbit_supervisor/errors.py",
+    "orbit_supervisor/defaults.py",
     "orbit_supervisor/outcomes.py",
     "orbit_client/calls.py",
     "orbit_client/rawjson.py",
