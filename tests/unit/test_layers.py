@@ -57,6 +57,7 @@ PURE = (
     "orbit_supervisor/attempts.py",
     "orbit_supervisor/outbox.py",
     "orbit_supervisor/backoff.py",
+    "orbit_supervisor/slots.py",
     "orbit_supervisor/outcomes.py",
     "orbit_client/calls.py",
     "orbit_client/rawjson.py",
