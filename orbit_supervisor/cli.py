@@ -57,6 +57,7 @@ An unreachable server is retried with backoff, logging each attempt.
 class _SizeType(click.ParamType[int]):
     name = "SIZE"
 
+    # click hands over the raw value: a string from the command line, or the int default.
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
                 ) -> int:
         if isinstance(value, int):
@@ -69,7 +70,7 @@ class _SizeType(click.ParamType[int]):
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "ts": round(record.created, 3), "level": record.levelname,
             "logger": record.name, "message": record.getMessage(),
         }
