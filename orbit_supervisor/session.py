@@ -660,14 +660,13 @@ class Session:
 
     def _progress(self, now: float, actions: list[Action]) -> None:
         """After any input: start what has a slot, send queued ops, offer credit, finish."""
+        outbox = self._outbox
         self._start_reserved()
         if (self.stop_deadline is not None and not self.drain_acked and not self._drain_queued
                 and self.conn is Conn.READY):
-            drain = DrainOp(self._outbox.new_msg_id())
             self._drain_queued = True
-            self._outbox.queue(drain)
+            outbox.queue(DrainOp(outbox.new_msg_id()))
         self._hold_until = None  # re-decided below, only while a request could go out
-        outbox = self._outbox
         self._batching.queued(now, outbox.has_queued)
         if (self.conn is Conn.READY and outbox.in_flight is None and outbox.has_queued
                 and not self._hold(now)):
@@ -710,7 +709,7 @@ class Session:
 
     def _send_request(self, batch: list[Pending], now: float, actions: list[Action]) -> None:
         if len(batch) >= self._max_batch > 1 and self._claim_count(batch):
-            # makes room for the claim; goes out in the next request
+            # The last op makes room for the claim and goes out in the next request.
             self._outbox.queue_first(batch.pop())
         for pending in batch:
             # A renewal's first send is what spaces the next one (lease.py); a resend
