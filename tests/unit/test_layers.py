@@ -47,7 +47,6 @@ PURE = (
     "orbit_server/domain/*.py",
     "orbit_server/auth.py",
     "orbit_supervisor/session.py",
-    "orbit_supervisor/session/*.py",
     "orbit_supervisor/lease.py",
     "orbit_supervisor/batching.py",
     "orbit_supervisor/actions.py",
