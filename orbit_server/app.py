@@ -1,4 +1,4 @@
-"""Composition of the Orbit server: config → engine → store thread → Service → adapters.
+"""Composition of the Orbit server: config → engine → store thread → Services → adapters.
 
 ``OrbitServer`` owns every long-lived part (store thread, dispatcher, reaper and receipt
 prune loops) and the Starlette app; ``serve(config)`` runs it under uvicorn until
@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 
@@ -27,12 +27,16 @@ from orbit_wire.limits import MAX_FRAME_BYTES
 from .config import ServerConfig
 from .dispatcher import Dispatcher
 from .http_api import http_exception_handlers, http_routes
-from .service import Effects, Service
+from .parts import ServerParts
+from .services import Effects, Services
 from .store.db import create_engine_for, is_sqlite, migrate
 from .store.retry import faults_logged
 from .store_thread import StoreThread
 from .waiters import TaskWaiters
 from .ws_endpoint import ws_routes
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger("orbit.server")
 
@@ -60,16 +64,19 @@ class OrbitServer:
         self.clock = wall_clock_ms
         self.store = StoreThread()
         self.engine = create_engine_for(config.db_url)
-        self.service = Service(self.engine, config, wall_clock_ms, random.Random())
+        self.services = Services(self.engine, config, wall_clock_ms, random.Random())
         self.waiters = TaskWaiters()
-        self.dispatcher = Dispatcher(self.store, self.service)
+        self.dispatcher = Dispatcher(self.store, self.services.workers)
         self._reaper_wake = asyncio.Event()
         self._next_due_ms: int | None = None
         # Wall-clock ms of the reaper's next planned pass; "never" while a pass runs, so
         # every due instant reported meanwhile is kept for the next sleep.
         self._reaper_at_ms = _NEVER
         self._tasks: list[asyncio.Task[None]] = []
-        self.app = Starlette(routes=[*http_routes(self), *ws_routes(self)],
+        parts = ServerParts(config=config, clock=self.clock, store=self.store,
+                            services=self.services, dispatcher=self.dispatcher,
+                            waiters=self.waiters, apply=self.apply)
+        self.app = Starlette(routes=[*http_routes(parts), *ws_routes(parts)],
                              exception_handlers=http_exception_handlers(),
                              lifespan=self._lifespan)
 
@@ -92,13 +99,13 @@ class OrbitServer:
     # -------------------------------------------------------------- background loops
 
     async def _reaper_loop(self) -> None:
-        """Run ``service.reap()`` every reaper interval, or earlier at the next known due time
-        (lease expiries, deadlines and backoffs the service reported in ``next_due_ms``).
+        """Run ``Reaper.reap()`` every reaper interval, or earlier at the next known due time
+        (lease expiries, deadlines and backoffs the use cases reported in ``next_due_ms``).
         The reap's own effects make due retries dispatchable (``ready_queues``)."""
         interval_ms = self.config.reaper_interval_ms
         while True:
             with faults_logged(log, "reaper pass failed"):  # the next pass runs anyway
-                effects = await self.store.call(self.service.reap)
+                effects = await self.store.call(self.services.reaper.reap)
                 self.apply(effects)
             planned = wall_clock_ms() + interval_ms
             while True:  # sleep until the planned pass or an earlier due instant
@@ -123,7 +130,7 @@ class OrbitServer:
         while True:
             with faults_logged(log, "receipt prune failed"):  # the next pass runs anyway
                 for _ in range(RECEIPT_PRUNE_MAX_BATCHES):
-                    deleted = await self.store.call(self.service.prune_receipts)
+                    deleted = await self.store.call(self.services.reaper.prune_receipts)
                     if deleted < self.config.reap_batch:
                         break
             await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
@@ -157,7 +164,9 @@ class OrbitServer:
             self.engine.dispose()
 
 
-def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> Any:
+def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> uvicorn.Config:
+    """The uvicorn configuration that serves ``server.app``: uvloop and httptools, the
+    WebSocket limits, TLS when configured, and a bounded graceful shutdown."""
     import uvicorn
 
     cfg = server.config
@@ -190,7 +199,8 @@ def bootstrap_admin(config: ServerConfig, output: Path, server_url: str,
     migrate(config.db_url)
     engine = create_engine_for(config.db_url)
     try:
-        made = Service(engine, config, wall_clock_ms, random.Random()).bootstrap_admin(name)
+        services = Services(engine, config, wall_clock_ms, random.Random())
+        made = services.admin.bootstrap_admin(name)
     finally:
         engine.dispose()
     write_credentials(output, Credentials(

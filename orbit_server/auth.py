@@ -2,8 +2,8 @@
 
 Secrets are 256-bit random hex (orbit_wire.ids.new_secret), so one SHA-256 is a sound
 hash; comparisons use ``hmac.compare_digest``. A bearer token is
-``<credential_id>.<secret>``. Nothing here touches the database: the service loads the
-credential row and calls these helpers.
+``<credential_id>.<secret>``. Nothing here touches the database: the use cases load the
+credential row and call these helpers.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ def secret_matches(secret: str, stored_hash: str) -> bool:
 
 def parse_bearer(bearer: str) -> tuple[str, str]:
     """Split ``<credential_id>.<secret>``; raise AuthError(UNAUTHENTICATED) on any other form."""
-    cid, sep, secret = bearer.partition(".")
-    if not sep or not is_id(cid) or not secret or len(secret) > MAX_SECRET_LEN:
+    credential_id, sep, secret = bearer.partition(".")
+    if not sep or not is_id(credential_id) or not secret or len(secret) > MAX_SECRET_LEN:
         raise AuthError(ErrorCode.UNAUTHENTICATED, "malformed bearer token")
-    return cid, secret
+    return credential_id, secret
 
 
 def unauthenticated() -> AuthError:
@@ -76,17 +76,16 @@ def principal_from_row(row: Mapping[Any, Any] | None, secret: str) -> Principal:
     return Principal(row["id"], Role(row["role"]), frozenset(orjson.loads(row["queues"])))
 
 
-def require_role(p: Principal, roles: Iterable[Role]) -> None:
+def require_role(principal: Principal, roles: Iterable[Role]) -> None:
     allowed = frozenset(roles)
-    if p.role not in allowed:
-        names = ", ".join(sorted(r.value for r in allowed))
-        raise AuthError(
-            ErrorCode.PERMISSION_DENIED, f"role {p.role.value} may not do this (needs {names})"
-        )
+    if principal.role not in allowed:
+        names = ", ".join(sorted(role.value for role in allowed))
+        raise AuthError(ErrorCode.PERMISSION_DENIED,
+                        f"role {principal.role.value} may not do this (needs {names})")
 
 
-def require_queue(p: Principal, queue_id: str) -> None:
-    if not p.may_use_queue(queue_id):
+def require_queue(principal: Principal, queue_id: str) -> None:
+    if not principal.may_use_queue(queue_id):
         raise AuthError(
             ErrorCode.PERMISSION_DENIED, f"credential has no access to queue {queue_id}"
         )

@@ -3,8 +3,8 @@
 A session is one worker connection after a successful ``hello``. Credits are additive and
 spent one per reservation sent; outstanding credit above 2 x capacity is LIMIT_EXCEEDED.
 A dispatch pass claims, for each session that has credit and may have matching work, up to
-its credit with ONE ``service.reserve`` call (one transaction) and sends ONE ``reserve``
-frame for the batch.
+its credit with ONE ``WorkerService.reserve`` call (one transaction) and sends ONE
+``reserve`` frame for the batch.
 
 Passes are triggered by hints: a queue that got dispatchable tasks, new credit, the reaper's
 timer, and a slow poll (tasks made ready by another replica). Everything here runs on the
@@ -19,21 +19,20 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from orbit_wire.errors import ErrorCode, ProtocolError
 from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
+from .services import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerService
 from .store.retry import faults_logged
 from .store_thread import StoreThread
-from .worker_protocol import NO_CLAIMS, ClaimRoom, Reservations
 
 log = logging.getLogger("orbit.dispatch")
 
 
-class Session:
+class WorkerSession:
     """Dispatch state of one connected worker instance.
 
     ``send`` must not block (it queues the frame on the connection); ``close`` asks the
@@ -41,7 +40,7 @@ class Session:
     and its frame queued, so a ``drain`` answer can wait for an in-flight claim.
     """
 
-    def __init__(self, session_id: str, binding: Any, capacity: int,
+    def __init__(self, session_id: str, binding: WorkerBinding, capacity: int,
                  send: Callable[[ServerFrame], None], close: Callable[[int, str], None]) -> None:
         self.session_id = session_id
         self.binding = binding
@@ -60,11 +59,11 @@ class Session:
 
     @property
     def instance_id(self) -> str:
-        return str(self.binding.instance_id)
+        return self.binding.instance_id
 
     @property
     def queue_id(self) -> str:
-        return str(self.binding.queue_id)
+        return self.binding.queue_id
 
     @property
     def wants_work(self) -> bool:
@@ -74,12 +73,12 @@ class Session:
 class Dispatcher:
     """Sessions by instance and queue, and the single task that runs dispatch passes."""
 
-    def __init__(self, store: StoreThread, service: Any) -> None:
+    def __init__(self, store: StoreThread, workers: WorkerService) -> None:
         self._store = store
-        self._service = service
-        self._by_instance: dict[str, Session] = {}
-        self._by_queue: dict[str, dict[str, Session]] = {}
-        self._dirty: dict[str, Session] = {}  # insertion-ordered set, keyed by session_id
+        self._workers = workers
+        self._by_instance: dict[str, WorkerSession] = {}
+        self._by_queue: dict[str, dict[str, WorkerSession]] = {}
+        self._dirty: dict[str, WorkerSession] = {}  # insertion-ordered set, by session_id
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._served = itertools.count(1)
@@ -98,16 +97,16 @@ class Dispatcher:
 
     # -------------------------------------------------------------- sessions
 
-    def current(self, instance_id: str) -> Session | None:
+    def current(self, instance_id: str) -> WorkerSession | None:
         return self._by_instance.get(instance_id)
 
-    def attach(self, session: Session) -> None:
+    def attach(self, session: WorkerSession) -> None:
         """Register a session. The caller has already retired any older session of the
         same instance (``detach`` + release), so there is none here."""
         self._by_instance[session.instance_id] = session
         self._by_queue.setdefault(session.queue_id, {})[session.session_id] = session
 
-    def detach(self, session: Session) -> bool:
+    def detach(self, session: WorkerSession) -> bool:
         """Forget a session; True when it was the instance's current session (then the
         caller releases the instance's unstarted reservations)."""
         session.closed = True
@@ -122,12 +121,12 @@ class Dispatcher:
             return True
         return False
 
-    def sessions(self) -> list[Session]:
+    def sessions(self) -> list[WorkerSession]:
         return list(self._by_instance.values())
 
     # -------------------------------------------------------------- hints
 
-    def grant(self, session: Session, credits: int) -> None:
+    def grant(self, session: WorkerSession, credits: int) -> None:
         """Add credit; raise ProtocolError(LIMIT_EXCEEDED) above 2 x capacity."""
         if session.credits + credits > 2 * session.capacity:
             raise ProtocolError(
@@ -139,7 +138,7 @@ class Dispatcher:
         if session.wants_work and not session.exhausted:
             self._mark(session)
 
-    def check_claims(self, session: Session, ops: Sequence[Op]) -> None:
+    def check_claims(self, session: WorkerSession, ops: Sequence[Op]) -> None:
         """Raise ProtocolError(LIMIT_EXCEEDED) when a request's claims ask for more than
         2 x capacity slots (the bound a ``credit`` frame obeys)."""
         asked = sum(op.count for op in ops if isinstance(op, ClaimOp))
@@ -149,11 +148,11 @@ class Dispatcher:
                 f"claims ask for {asked} slots; at most {2 * session.capacity} (2 x capacity)",
             )
 
-    def idle_session(self, queue_id: str, capability: Capability) -> Session | None:
+    def idle_session(self, queue_id: str, capability: Capability) -> WorkerSession | None:
         """A session of ``queue_id`` serving ``capability`` that waits with credit and is not
         claiming right now (least recently served first), or None. A submit may claim for
         it in its own transaction (under ``session.lock``, then ``book_request_claim``)."""
-        best: Session | None = None
+        best: WorkerSession | None = None
         for session in self._by_queue.get(queue_id, {}).values():
             if (session.wants_work and not session.lock.locked()
                     and capability in session.binding.capabilities
@@ -161,14 +160,15 @@ class Dispatcher:
                 best = session
         return best
 
-    def claim_size(self, session: Session) -> int:
+    def claim_size(self, session: WorkerSession) -> int:
         """How many reservations may be claimed for ``session`` now (its credit). The caller
         holds ``session.lock`` until ``book_reserved``."""
         if session.draining or session.closed:
             return 0
         return min(session.credits, MAX_RESERVATIONS_PER_FRAME)
 
-    def book_reserved(self, session: Session, wanted: int, reservations: Reservations) -> None:
+    def book_reserved(self, session: WorkerSession, wanted: int,
+                      reservations: Reservations) -> None:
         """Spend credit on what a claim of ``wanted`` reserved (the caller sends the
         ``reserve`` frame, still under ``session.lock``)."""
         if reservations:
@@ -181,14 +181,14 @@ class Dispatcher:
             # A full batch, or one a frame's payload budget ended: there may be more work.
             self._mark(session)
 
-    def claim_room(self, session: Session) -> ClaimRoom:
+    def claim_room(self, session: WorkerSession) -> ClaimRoom:
         """What a request's claims may do now. The caller holds ``session.lock`` from here
         until ``book_claims``, so no dispatch pass claims for this session meanwhile."""
         if session.draining or session.closed:
             return NO_CLAIMS
         return ClaimRoom(True, max(0, 2 * session.capacity - session.credits))
 
-    def book_claims(self, session: Session, ops: Sequence[Op],
+    def book_claims(self, session: WorkerSession, ops: Sequence[Op],
                     results: Sequence[OpResult]) -> None:
         """Count what a request's claims started and add the credit they left."""
         started = credited = 0
@@ -205,7 +205,7 @@ class Dispatcher:
             # again (new credit alone would find nothing).
             session.exhausted = True
 
-    def stop_dispatching(self, session: Session) -> None:
+    def stop_dispatching(self, session: WorkerSession) -> None:
         """After a drain: no more reservations for this session."""
         session.draining = True
         self._dirty.pop(session.session_id, None)
@@ -227,7 +227,7 @@ class Dispatcher:
         if session is not None and not session.closed:
             session.send(Cancel(attempt_id, epoch, "TASK_CANCELLED"))
 
-    def _mark(self, session: Session) -> None:
+    def _mark(self, session: WorkerSession) -> None:
         session.exhausted = False
         self._dirty[session.session_id] = session
         self._wake.set()
@@ -252,7 +252,7 @@ class Dispatcher:
             with faults_logged(log, "dispatch claim failed for session %s", session.session_id):
                 await self._claim(session)
 
-    async def _claim(self, session: Session) -> None:
+    async def _claim(self, session: WorkerSession) -> None:
         if not session.wants_work:
             return
         async with session.lock:
@@ -263,7 +263,7 @@ class Dispatcher:
                 return
             wanted = self.claim_size(session)
             reservations = await self._store.call_worker(
-                self._service.reserve, session.binding, wanted
+                self._workers.reserve, session.binding, wanted
             )
             self.book_reserved(session, wanted, reservations)
             if reservations:

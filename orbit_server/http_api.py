@@ -1,6 +1,6 @@
-"""Thin Starlette routes for docs/http-api.md: parse, authenticate, one Service call, encode.
+"""Thin Starlette routes for docs/http-api.md: parse, authenticate, one use case, encode.
 
-Every Service call runs on the store thread; a request authenticates and runs its operation in
+Every use case runs on the store thread; a request authenticates and runs its operation in
 ONE hop (``HttpApi._as``). A missing credential is refused before the body is read. Body
 sizes are checked before parsing (413 PAYLOAD_TOO_LARGE), bodies are parsed with orjson (400
 INVALID_JSON / NESTING_TOO_DEEP / NUMBER_OUT_OF_RANGE), OrbitError maps to a status by code,
@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -27,10 +27,13 @@ from orbit_wire.jsonvalue import check_int_range, walk_json
 from orbit_wire.limits import MAX_SUBMIT_BATCH, MAX_VALUE_DEPTH
 from orbit_wire.model import Capability, TaskState
 
+from .auth import Principal
 from .openapi import openapi_document
+from .parts import ServerParts
+from .services import Effects, Reservations, Submitted
 
-if TYPE_CHECKING:
-    from .app import OrbitServer
+P = ParamSpec("P")
+T = TypeVar("T")
 
 log = logging.getLogger("orbit.http")
 
@@ -160,12 +163,13 @@ def _endpoint(fn: Handler) -> Handler:
 
 
 class HttpApi:
-    """The route handlers; each holds no state beyond the server it serves."""
+    """The route handlers; each holds no state beyond the server parts it serves with."""
 
-    def __init__(self, server: OrbitServer) -> None:
-        self.server = server
-        self.store = server.store
-        self.service = server.service
+    def __init__(self, parts: ServerParts) -> None:
+        self.parts = parts
+        self.store = parts.store
+        self.admin = parts.services.admin
+        self.tasks = parts.services.tasks
         self._openapi = orjson.dumps(openapi_document())
 
     def _bearer(self, request: Request) -> str:
@@ -175,22 +179,24 @@ class HttpApi:
             raise AuthError(ErrorCode.UNAUTHENTICATED, "missing Authorization: Bearer credential")
         return token.strip()
 
-    async def _as(self, bearer: str, fn: Callable[..., Any], *args: Any) -> Any:
+    async def _as(self, bearer: str, fn: Callable[Concatenate[Principal, P], T], /,
+                  *args: P.args, **kwargs: P.kwargs) -> T:
         """Authenticate and run ``fn(principal, *args)`` in ONE hop to the store thread."""
-        authenticate = self.service.authenticate
+        authenticate = self.admin.authenticate
 
-        def run() -> Any:
-            return fn(authenticate(bearer), *args)
+        def run() -> T:
+            return fn(authenticate(bearer), *args, **kwargs)
 
         return await self.store.call(run)
 
-    async def _as_with_principal(self, bearer: str, fn: Callable[..., Any],
-                                 *args: Any) -> tuple[Any, Any]:
-        authenticate = self.service.authenticate
+    async def _as_with_principal(self, bearer: str, fn: Callable[Concatenate[Principal, P], T],
+                                 /, *args: P.args, **kwargs: P.kwargs) -> tuple[Principal, T]:
+        """Like ``_as``, and return the principal too (to reuse without authenticating)."""
+        authenticate = self.admin.authenticate
 
-        def run() -> tuple[Any, Any]:
-            p = authenticate(bearer)
-            return p, fn(p, *args)
+        def run() -> tuple[Principal, T]:
+            principal = authenticate(bearer)
+            return principal, fn(principal, *args, **kwargs)
 
         return await self.store.call(run)
 
@@ -208,7 +214,7 @@ class HttpApi:
         bearer = self._bearer(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
         name = _opt_str(body, "name", 256)
-        queue = await self._as(bearer, self.service.create_queue, name)
+        queue = await self._as(bearer, self.admin.create_queue, name)
         return JSONResponse(queue, status_code=201)
 
     async def create_credential(self, request: Request) -> Response:
@@ -220,20 +226,20 @@ class HttpApi:
         queues = body.get("queues", [])
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
             raise _bad("queues must be a list of queue IDs")
-        made = await self._as(bearer, self.service.create_credential, role, queues,
+        made = await self._as(bearer, self.admin.create_credential, role, queues,
                               _opt_str(body, "name", 256))
         return JSONResponse(made, status_code=201)
 
     async def revoke_credential(self, request: Request) -> Response:
         credential_id = _path_id(request, "credential_id")
         bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.service.revoke_credential,
+        return JSONResponse(await self._as(bearer, self.admin.revoke_credential,
                                            credential_id))
 
     async def queue_stats(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
         bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.service.queue_stats, queue_id))
+        return JSONResponse(await self._as(bearer, self.tasks.queue_stats, queue_id))
 
     # -------------------------------------------------------------- producer
 
@@ -242,15 +248,16 @@ class HttpApi:
         bearer = self._bearer(request)
         spec = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)), "TaskSpec")
         made, effects = await self._submit_one(bearer, queue_id, spec)
-        self.server.apply(effects)
+        self.parts.apply(effects)
         task, created = made[0]
         return JSONResponse(task, status_code=201 if created else 200)
 
-    async def _submit_one(self, bearer: str, queue_id: str, spec: dict[str, Any]) -> Any:
+    async def _submit_one(self, bearer: str, queue_id: str,
+                          spec: dict[str, Any]) -> tuple[Submitted, Effects]:
         """Submit one task; when a worker of the queue waits with credit for its capability,
         claim for it in the submit's own transaction and send its ``reserve`` frame at once
         (one store hop and one commit less between a submit and its dispatch)."""
-        dispatcher = self.server.dispatcher
+        dispatcher = self.parts.dispatcher
         session = None
         handler, version, payload_version = (spec.get("handler"), spec.get("handler_version"),
                                              spec.get("payload_version"))
@@ -259,13 +266,14 @@ class HttpApi:
             session = dispatcher.idle_session(queue_id,
                                               Capability(handler, version, payload_version))
         if session is None:
-            return await self._as(bearer, self.service.submit, queue_id, [spec])
-        authenticate, submit = self.service.authenticate, self.service.submit_and_reserve
+            return await self._as(bearer, self.tasks.submit, queue_id, [spec])
+        authenticate, submit = self.admin.authenticate, self.tasks.submit_and_reserve
         async with session.lock:
             wanted = dispatcher.claim_size(session)
+            binding = session.binding
 
-            def run() -> Any:
-                return submit(authenticate(bearer), queue_id, [spec], session.binding, wanted)
+            def run() -> tuple[Submitted, Effects, Reservations]:
+                return submit(authenticate(bearer), queue_id, [spec], binding, wanted)
 
             # The worker lane, like every claim: a release for this session (its connection
             # closing) is submitted later and so runs after this reserve (FIFO per lane).
@@ -284,8 +292,8 @@ class HttpApi:
             raise _bad("tasks must be a non-empty list of TaskSpec objects")
         if len(specs) > MAX_SUBMIT_BATCH:
             raise _bad(f"a batch holds at most {MAX_SUBMIT_BATCH} tasks")
-        made, effects = await self._as(bearer, self.service.submit, queue_id, specs)
-        self.server.apply(effects)
+        made, effects = await self._as(bearer, self.tasks.submit, queue_id, specs)
+        self.parts.apply(effects)
         return JSONResponse({"tasks": [task for task, _created in made]}, status_code=201)
 
     async def get_task(self, request: Request) -> Response:
@@ -293,17 +301,17 @@ class HttpApi:
         bearer = self._bearer(request)
         wait_ms = _wait_ms(request)
         if wait_ms == 0:
-            return JSONResponse(await self._as(bearer, self.service.get_task, task_id))
+            return JSONResponse(await self._as(bearer, self.tasks.get_task, task_id))
         return JSONResponse(await self._wait_for_task(bearer, task_id, wait_ms))
 
-    async def _wait_for_task(self, bearer: str, task_id: str, wait_ms: int) -> Any:
+    async def _wait_for_task(self, bearer: str, task_id: str, wait_ms: int) -> dict[str, Any]:
         """Read the task until it is terminal or NEEDS_REVIEW, or ``wait_ms`` has passed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
-        waiters = self.server.waiters
+        waiters = self.parts.waiters
         event = waiters.register(task_id)  # before the read, so no wake-up is missed
         try:
-            p, task = await self._as_with_principal(bearer, self.service.get_task, task_id)
+            principal, task = await self._as_with_principal(bearer, self.tasks.get_task, task_id)
             while not TaskState(task["state"]).settled:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -317,7 +325,7 @@ class HttpApi:
                     # was already allowed to read: no second read needed.
                     task = view
                     break
-                task = await self.store.call(self.service.get_task, p, task_id)
+                task = await self.store.call(self.tasks.get_task, principal, task_id)
             return task
         finally:
             waiters.unregister(task_id, event)
@@ -326,20 +334,20 @@ class HttpApi:
         task_id = _path_id(request, "task_id")
         bearer = self._bearer(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
-        task, effects = await self._as(bearer, self.service.cancel_task, task_id,
+        task, effects = await self._as(bearer, self.tasks.cancel_task, task_id,
                                        _opt_str(body, "reason"))
-        self.server.apply(effects)
+        self.parts.apply(effects)
         return JSONResponse(task)
 
     async def list_attempts(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
         bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.service.list_attempts, task_id))
+        return JSONResponse(await self._as(bearer, self.tasks.list_attempts, task_id))
 
     async def audit_trail(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
         bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.service.audit_trail, task_id))
+        return JSONResponse(await self._as(bearer, self.tasks.audit_trail, task_id))
 
     async def review(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
@@ -348,9 +356,9 @@ class HttpApi:
         action = body.get("action")
         if action not in ("retry", "succeed", "fail"):
             raise _bad("action must be one of retry, succeed, fail")
-        task, effects = await self._as(bearer, self.service.review, task_id, action,
+        task, effects = await self._as(bearer, self.tasks.review, task_id, action,
                                        body.get("result"), _opt_str(body, "reason"))
-        self.server.apply(effects)
+        self.parts.apply(effects)
         return JSONResponse(task)
 
 
@@ -376,14 +384,15 @@ async def _starlette_error(request: Request, exc: Exception) -> Response:
     return error_response(OrbitError(ErrorCode.INTERNAL, "internal server error"))
 
 
-def http_exception_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+def http_exception_handlers(
+) -> dict[int | type[Exception], Callable[[Request, Exception], Awaitable[Response]]]:
     """Starlette exception handlers that keep every error in ``{"error": {...}}`` form."""
     return {404: _starlette_error, 405: _starlette_error}
 
 
-def http_routes(server: OrbitServer) -> list[Route]:
+def http_routes(parts: ServerParts) -> list[Route]:
     """Every HTTP route (the OpenAPI document must list each one; a test checks it)."""
-    api = HttpApi(server)
+    api = HttpApi(parts)
     e = _endpoint
     return [
         Route("/healthz", e(api.healthz), methods=["GET"]),

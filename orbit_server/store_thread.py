@@ -1,6 +1,6 @@
-"""The one thread that runs every Service call.
+"""The one thread that runs every use case (``orbit_server.services``).
 
-SQLite has a single writer, and every Service method is exactly one transaction, so the
+SQLite has a single writer, and every use case is exactly one transaction, so the
 adapters hop to this thread once per transaction (never per statement).
 
 Two lanes share the thread. The *worker* lane (dispatch claims, worker requests, releases)

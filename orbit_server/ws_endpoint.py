@@ -1,4 +1,4 @@
-"""The worker WebSocket endpoint (docs/protocol.md): decode a frame, call the Service, encode.
+"""The worker WebSocket endpoint (docs/protocol.md): decode a frame, call a use case, encode.
 
 One ``WorkerConnection`` per socket, with three tasks it owns: the reader (frames in, in
 order), the writer (frames out, in order, never blocking the rest of the server), and the
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
 
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
@@ -22,6 +21,7 @@ from starlette.websockets import WebSocket
 from orbit_wire.errors import ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
     ClaimOp,
+    ClientFrame,
     Credit,
     DrainOp,
     ErrorFrame,
@@ -39,13 +39,10 @@ from orbit_wire.frames import (
 from orbit_wire.ids import new_id
 from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
-from .dispatcher import Session
+from .dispatcher import WorkerSession
+from .parts import ServerParts
+from .services import NO_CLAIMS, ClaimRoom, Effects
 from .store.retry import faults_logged
-from .use_cases import Effects
-from .worker_protocol import NO_CLAIMS, ClaimRoom
-
-if TYPE_CHECKING:
-    from .app import OrbitServer
 
 log = logging.getLogger("orbit.ws")
 
@@ -98,11 +95,12 @@ class _Close:
 class WorkerConnection:
     """One worker socket from accept to cleanup. ``run()`` returns when it is closed."""
 
-    def __init__(self, server: OrbitServer, websocket: WebSocket) -> None:
-        self.server = server
+    def __init__(self, parts: ServerParts, websocket: WebSocket) -> None:
+        self.parts = parts
+        self.workers = parts.services.workers
         self.ws = websocket
-        self.config = server.config
-        self.session: Session | None = None
+        self.config = parts.config
+        self.session: WorkerSession | None = None
         self.closing = False
         self._out: asyncio.Queue[str | _Close] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
@@ -142,17 +140,17 @@ class WorkerConnection:
         session, self.session = self.session, None
         if session is None:
             return
-        if self.server.dispatcher.detach(session):
+        if self.parts.dispatcher.detach(session):
             await self._release_reservations(session.instance_id)
 
     async def _release_reservations(self, instance_id: str) -> None:
         """Release the instance's unstarted reservations. On failure the reaper releases them
         once they time out, so the error is only logged (a bug with its traceback)."""
-        server = self.server
+        parts = self.parts
         with faults_logged(log, "releasing reservations of instance %s failed", instance_id):
-            effects = await server.store.call_worker(server.service.release_reservations,
-                                                     instance_id)
-            server.apply(effects)
+            effects = await parts.store.call_worker(self.workers.release_reservations,
+                                                    instance_id)
+            parts.apply(effects)
 
     # -------------------------------------------------------------- output
 
@@ -222,7 +220,7 @@ class WorkerConnection:
                 self.fatal(exc.code, exc.message)
                 return
 
-    async def _handle(self, frame: Any) -> None:
+    async def _handle(self, frame: ClientFrame) -> None:
         session = self.session
         if session is None:
             if not isinstance(frame, Hello):
@@ -233,7 +231,7 @@ class WorkerConnection:
             case Heartbeat():
                 self.send(HeartbeatAck())
             case Credit(credits=credits):
-                self.server.dispatcher.grant(session, credits)
+                self.parts.dispatcher.grant(session, credits)
             case Request():
                 self._request(session, frame)
             case Hello():
@@ -245,9 +243,9 @@ class WorkerConnection:
                 ErrorCode.UNSUPPORTED_PROTOCOL,
                 f"protocol {hello.protocol} is not supported; use {PROTOCOL_VERSION}",
             )
-        server = self.server
+        parts = self.parts
         try:
-            binding = await server.store.call_worker(server.service.worker_hello, hello)
+            binding = await parts.store.call_worker(self.workers.worker_hello, hello)
         except OrbitError as exc:
             self.fatal(exc.code, exc.message, retryable=exc.retryable)
             return
@@ -258,7 +256,7 @@ class WorkerConnection:
             return
         if self.closing:
             return
-        dispatcher = server.dispatcher
+        dispatcher = parts.dispatcher
         older = dispatcher.current(binding.instance_id)
         if older is not None:
             # The same instance reconnected: the older connection goes, and its unstarted
@@ -268,8 +266,8 @@ class WorkerConnection:
             await self._release_reservations(binding.instance_id)
         if self.closing:
             return
-        now_ms = server.clock()
-        session = Session(new_id(now_ms), binding, hello.capacity, self.send, self.close)
+        now_ms = parts.clock()
+        session = WorkerSession(new_id(now_ms), binding, hello.capacity, self.send, self.close)
         self.session = session
         dispatcher.attach(session)
         cfg = self.config
@@ -282,7 +280,7 @@ class WorkerConnection:
             max_batch_ops=MAX_BATCH_OPS,
         ))
 
-    def _request(self, session: Session, request: Request) -> None:
+    def _request(self, session: WorkerSession, request: Request) -> None:
         if self._in_flight:
             raise ProtocolError(ErrorCode.CONCURRENT_REQUEST,
                                 "a request is already in flight on this connection")
@@ -290,27 +288,27 @@ class WorkerConnection:
             raise ProtocolError(ErrorCode.OUT_OF_ORDER,
                                 f"request id {request.id} was not greater than the previous "
                                 f"({self._last_request_id})")
-        self.server.dispatcher.check_claims(session, request.ops)
+        self.parts.dispatcher.check_claims(session, request.ops)
         self._last_request_id = request.id
         self._in_flight = True
         self._request_task = asyncio.create_task(self._process(session, request))
 
-    async def _apply(self, session: Session, request: Request,
+    async def _apply(self, session: WorkerSession, request: Request,
                      room: ClaimRoom) -> tuple[list[OpResult], Effects | None]:
         """Apply the ops in one transaction (claims within ``room``); an answer for every
         op and the transaction's effects (None if it failed), never raises."""
-        server = self.server
+        parts = self.parts
         try:
-            results, effects = await server.store.call_worker(
-                server.service.apply_ops, session.binding, request.ops, room,
-                server.waiters.watching,
+            results, effects = await parts.store.call_worker(
+                self.workers.apply_ops, session.binding, request.ops, room,
+                parts.waiters.watching,
             )
         except Exception as exc:
             return failed_request_answers(request, exc), None
         return list(results), effects
 
-    async def _process(self, session: Session, request: Request) -> None:
-        dispatcher = self.server.dispatcher
+    async def _process(self, session: WorkerSession, request: Request) -> None:
+        dispatcher = self.parts.dispatcher
         drain = any(isinstance(op, DrainOp) for op in request.ops)
         try:
             if drain:
@@ -327,7 +325,7 @@ class WorkerConnection:
             if effects is not None:
                 # After book_claims: a claim its answer's payload budget ended leaves a work
                 # hint for this session's queue, which must not read as "the queue is empty".
-                self.server.apply(effects)
+                self.parts.apply(effects)
             if drain:
                 # A dispatch pass already under way sends its reserve frame before this answer.
                 async with session.lock:
@@ -337,10 +335,12 @@ class WorkerConnection:
             self._in_flight = False
 
 
-def ws_routes(server: OrbitServer) -> list[WebSocketRoute]:
+def ws_routes(parts: ServerParts) -> list[WebSocketRoute]:
+    """The worker endpoint, one ``WorkerConnection`` per socket."""
+
     async def worker_endpoint(websocket: WebSocket) -> None:
         try:
-            await WorkerConnection(server, websocket).run()
+            await WorkerConnection(parts, websocket).run()
         except Exception:  # one connection's failure must never reach the server
             log.exception("worker connection failed")
 

@@ -20,13 +20,13 @@ import random
 import time
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
-from typing import Any
 
 from orbit_host.credentials import Credentials, load_credentials
 from orbit_wire.frames import Report, Reservation, ServerFrame
 from orbit_wire.ids import new_id, new_secret
 from orbit_wire.model import Outcome, UnknownCode
 
+from . import defaults
 from .actions import (
     Action,
     CloseConnection,
@@ -43,7 +43,7 @@ from .errors import SupervisorError, WorkerAlreadyRun
 from .events import EventStream
 from .options import SupervisorOptions
 from .pool import ChildOutcome, ChildPool, ExecutionRequest, PoolClosed, PoolStats
-from .session import REPORT_MARGIN, Session, SessionConfig
+from .session import REPORT_MARGIN, Session, SessionConfig, SessionStats
 
 log = logging.getLogger("orbit.supervisor")
 
@@ -51,6 +51,8 @@ log = logging.getLogger("orbit.supervisor")
 # only a safety net (e.g. a replacement that never comes while the template restarts).
 _REPLACING_POLL = 0.5
 _EXECUTIONS_GRACE = 5.0  # after the pool is closed, executions end within this bound
+_NOTHING_YET = SessionStats(running=0, started=0, renewals_confirmed=0, reports_confirmed=0,
+                            evidence_confirmed=0, reconnects=0)  # before run() made a session
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +85,10 @@ class Supervisor:
         queue_id: str,
         credentials: Credentials | str | os.PathLike[str],
         url: str | None = None,
-        workers: int = 4,
-        shutdown_timeout: float = 30.0,
-        reconnect_min_delay: float = 0.2,
-        reconnect_max_delay: float = 5.0,
+        workers: int = defaults.WORKERS,
+        shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT,
+        reconnect_min_delay: float = defaults.RECONNECT_MIN_DELAY,
+        reconnect_max_delay: float = defaults.RECONNECT_MAX_DELAY,
         max_tasks_per_child: int | None = None,
         max_memory_per_child: int | None = None,
         *,
@@ -154,13 +156,13 @@ class Supervisor:
         self._apply(self._session.request_stop(self._loop.time(), force=force))
 
     def stats(self) -> SupervisorStats:
-        s = self._session.stats() if self._session is not None else None
+        session = self._session.stats() if self._session is not None else _NOTHING_YET
         return SupervisorStats(
-            running=s.running if s else 0, started=s.started if s else 0,
-            renewals_confirmed=s.renewals_confirmed if s else 0,
-            reports_confirmed=s.reports_confirmed if s else 0,
-            evidence_confirmed=s.evidence_confirmed if s else 0,
-            reconnects=s.reconnects if s else 0, dropped_events=self._events.dropped,
+            running=session.running, started=session.started,
+            renewals_confirmed=session.renewals_confirmed,
+            reports_confirmed=session.reports_confirmed,
+            evidence_confirmed=session.evidence_confirmed, reconnects=session.reconnects,
+            dropped_events=self._events.dropped,
             children=self._pool.stats() if self._pool is not None else None,
         )
 
@@ -265,7 +267,7 @@ class Supervisor:
         self._watch_replacing()
         self._rearm()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
         assert self._tasks is not None
         return self._tasks.create_task(coro)
 
@@ -333,11 +335,7 @@ class Supervisor:
 
     def _replacing_tick(self) -> None:
         self._replacing_poll = None
-        try:
-            self._watch_replacing()
-            self._rearm()
-        except Exception as exc:
-            self._internal_error("the pool watch", exc)
+        self._replacing_ready()
 
     def _cancel_timers(self) -> None:
         for handle in (self._timer, self._replacing_poll):
@@ -409,7 +407,7 @@ class Supervisor:
             attempt_number=res.attempt_number, capability=res.capability, payload=res.payload,
             deadline_at_ms=res.deadline_at_ms, idempotency=str(res.idempotency),
         )
-        outcome: Any
+        outcome: ChildOutcome
         try:
             outcome = await pool.execute(request)
         except asyncio.CancelledError:

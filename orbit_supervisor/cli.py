@@ -19,6 +19,7 @@ from orbit_host.credentials import CredentialsFileError, load_credentials
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.ids import is_id
 
+from . import defaults
 from .app import Supervisor
 from .errors import FatalSessionError, ShutdownTimeoutError, SupervisorError
 from .options import (
@@ -56,6 +57,7 @@ An unreachable server is retried with backoff, logging each attempt.
 class _SizeType(click.ParamType[int]):
     name = "SIZE"
 
+    # click hands over the raw value: a string from the command line, or the int default.
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
                 ) -> int:
         if isinstance(value, int):
@@ -68,7 +70,7 @@ class _SizeType(click.ParamType[int]):
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "ts": round(record.created, 3), "level": record.levelname,
             "logger": record.name, "message": record.getMessage(),
         }
@@ -100,15 +102,16 @@ def _fail(code: int, message: str) -> None:
               type=click.Path(dir_okay=False), help="Worker credentials file (0600).")
 @click.option("--queue", "queue_id", envvar="ORBIT_QUEUE_ID",
               help="Queue ID; default: the credentials file's only queue.")
-@click.option("--workers", default=4, show_default=True, type=click.IntRange(*WORKERS_RANGE),
+@click.option("--workers", default=defaults.WORKERS, show_default=True,
+              type=click.IntRange(*WORKERS_RANGE),
               help="Child processes (handlers running at once).")
-@click.option("--shutdown-timeout", default=30.0, show_default=True,
+@click.option("--shutdown-timeout", default=defaults.SHUTDOWN_TIMEOUT, show_default=True,
               type=click.FloatRange(*SHUTDOWN_TIMEOUT_RANGE),
               help="Seconds for the whole wind-down, counted from the stop signal.")
-@click.option("--reconnect-min-delay", default=0.2, show_default=True,
+@click.option("--reconnect-min-delay", default=defaults.RECONNECT_MIN_DELAY, show_default=True,
               type=click.FloatRange(RECONNECT_MIN_DELAY_FLOOR, RECONNECT_MAX_DELAY_CEILING),
               help="Seconds; backoff start.")
-@click.option("--reconnect-max-delay", default=5.0, show_default=True,
+@click.option("--reconnect-max-delay", default=defaults.RECONNECT_MAX_DELAY, show_default=True,
               type=click.FloatRange(RECONNECT_MIN_DELAY_FLOOR, RECONNECT_MAX_DELAY_CEILING),
               help="Seconds; backoff cap (>= min).")
 @click.option("--max-tasks-per-child", type=click.IntRange(1, 2**31),

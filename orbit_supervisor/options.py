@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from orbit_wire.ids import is_id
 from orbit_wire.limits import MAX_CAPACITY
 
+from . import defaults
+
 WORKERS_RANGE = (1, MAX_CAPACITY)
 SHUTDOWN_TIMEOUT_RANGE = (0.001, 300.0)
 RECONNECT_MIN_DELAY_FLOOR = 0.01
@@ -23,10 +25,10 @@ class OptionError(ValueError):
 @dataclass(frozen=True, slots=True)
 class SupervisorOptions:
     queue_id: str
-    workers: int = 4
-    shutdown_timeout: float = 30.0
-    reconnect_min_delay: float = 0.2
-    reconnect_max_delay: float = 5.0
+    workers: int = defaults.WORKERS
+    shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
+    reconnect_min_delay: float = defaults.RECONNECT_MIN_DELAY
+    reconnect_max_delay: float = defaults.RECONNECT_MAX_DELAY
     max_tasks_per_child: int | None = None
     max_memory_per_child: int | None = None
 

@@ -19,26 +19,29 @@ carries the exit status and the rusage figures. The replacement is forked right 
 signal, while the old child dies (a ``_Dying`` record waits for its reap report). Children
 that die on their own are replaced when their death is seen; one that dies before it was
 ever ready is respawned with backoff, so a broken environment cannot fork in a tight loop.
-The template module (template_link.py) and the answer checks (outcomes.py) live apart.
+The parts live apart: each slot's lifecycle as a transition table (slots.py), the child's
+socket I/O (channel.py), the memory watch (memory.py), the template process
+(template_link.py) and the answer checks (outcomes.py). What stays here is the pool's own
+decisions: which child serves which call, when a child is killed, replaced or recycled,
+and how a lost template is restarted; it is one owner of the children, and longer than
+its parts for that reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
+import functools
 import itertools
 import logging
 import socket
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 from orbit_host import procutil
-from orbit_host.framing import FrameDecoder, FrameError, encode_frame
+from orbit_host.framing import FrameError, encode_frame
 from orbit_host.messages import (
     CancelTask,
     ChildReady,
@@ -53,8 +56,11 @@ from orbit_wire.frames import Report
 from orbit_wire.model import Capability, UnknownCode
 from orbit_wire.names import is_code
 
+from .channel import ChildChannel
+from .memory import ChildMemory
 from .orphans import OrphanReaper
 from .outcomes import ChildOutcome, outcome_from_done, uncertain
+from .slots import SlotCounts, SlotLifecycle, SlotState, replacing
 from .template_link import TemplateLink
 
 __all__ = [
@@ -103,57 +109,33 @@ class PoolStats:
     busy: int
 
 
-class _State(enum.Enum):
-    SPAWNING = "spawning"  # fork requested; waiting for the pid and the child's ready frame
-    IDLE = "idle"
-    BUSY = "busy"  # handed to an execute() call (running, or about to)
-    KILLING = "killing"  # signalled; waiting for the template's reap report
-    EXITING = "exiting"  # asked to leave (recycling); waiting for the reap report
-    CLOSED = "closed"
-
-
-_REPLACING = frozenset({_State.SPAWNING, _State.KILLING, _State.EXITING})
-
-
 @dataclass(eq=False)
 class _Slot:
-    """One place in the pool; its child changes, identified by the generation. Setting
-    ``state`` keeps ``counts`` (the pool's slots per state, shared by all its slots)."""
+    """One place in the pool; its child changes, identified by the generation. Its state
+    changes only through ``move`` (slots.py), which keeps the pool's per-state counts."""
 
     index: int
-    counts: Counter[_State]
-    _state: _State = _State.CLOSED
+    lifecycle: SlotLifecycle
     generation: int = 0
-    sock: socket.socket | None = None
-    decoder: FrameDecoder = field(default_factory=FrameDecoder)
-    outbuf: bytearray = field(default_factory=bytearray)
-    writing: bool = False  # a writer callback is registered for the socket
+    channel: ChildChannel | None = None  # the current child's socket; None between children
+    memory: ChildMemory = field(default_factory=ChildMemory)
     pid: int | None = None
     ready: bool = False
-    eof: bool = False
     tasks: int = 0
     attempt_id: str | None = None
     future: asyncio.Future[ChildOutcome] | None = None
     kill_reason: str | None = None
     kill_code: str | None = None
-    tracked: dict[int, psutil.Process] = field(default_factory=dict)
-    watcher: asyncio.Task[None] | None = None
     timer: asyncio.TimerHandle | None = None
     startup_failures: int = 0
     ready_event: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def __post_init__(self) -> None:
-        self.counts[self._state] += 1
-
     @property
-    def state(self) -> _State:
-        return self._state
+    def state(self) -> SlotState:
+        return self.lifecycle.state
 
-    @state.setter
-    def state(self, to: _State) -> None:
-        self.counts[self._state] -= 1
-        self.counts[to] += 1
-        self._state = to
+    def move(self, to: SlotState) -> None:
+        self.lifecycle.move(to)  # raises on a move outside slots.TRANSITIONS
 
 
 @dataclass(eq=False)
@@ -196,8 +178,8 @@ class ChildPool:
         self._max_memory = max_memory_bytes
         self._interval = memory_check_interval
         self._log = logger or logging.getLogger("orbit.pool")
-        self._state_counts: Counter[_State] = Counter()
-        self._slots = [_Slot(i, self._state_counts) for i in range(size)]
+        self._state_counts: SlotCounts = SlotCounts()
+        self._slots = [_Slot(i, SlotLifecycle(i, self._state_counts)) for i in range(size)]
         self._by_gen: dict[int, _Slot] = {}
         self._dying: dict[int, _Dying] = {}
         self._by_attempt: dict[str, _Slot] = {}
@@ -274,12 +256,16 @@ class ChildPool:
                                 ) from None
         self._send_child(slot, data)
         if self._max_memory is not None and not future.done():
-            slot.watcher = loop.create_task(self._watch_memory(slot, slot.generation,
-                                                               request.attempt_id))
+            generation, attempt_id = slot.generation, request.attempt_id
+            slot.memory.watch(
+                loop, slot.pid, self._max_memory, self._interval,
+                running=lambda: (slot.generation == generation and slot.attempt_id == attempt_id
+                                 and slot.state is SlotState.BUSY),
+                kill=lambda rss: self._over_memory(slot, attempt_id, rss))
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            if slot.attempt_id == request.attempt_id and slot.state is _State.BUSY:
+            if slot.attempt_id == request.attempt_id and slot.state is SlotState.BUSY:
                 self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
             raise
 
@@ -288,7 +274,7 @@ class ChildPool:
         ``attempt_id``, synchronously. Its execute() returns UNKNOWN with ``code`` and
         report.kill_reason = ``reason``. False if no child runs that attempt now."""
         slot = self._by_attempt.get(attempt_id)
-        if slot is None or slot.state is not _State.BUSY or slot.attempt_id != attempt_id:
+        if slot is None or slot.state is not SlotState.BUSY or slot.attempt_id != attempt_id:
             return False
         # Kill first: a malformed reason must never stop the signal (it goes on the wire, so
         # it is replaced rather than passed on).
@@ -302,7 +288,7 @@ class ChildPool:
         Cooperative only; it never replaces kill(). False if no child runs that attempt.
         """
         slot = self._by_attempt.get(attempt_id)
-        if slot is None or slot.state is not _State.BUSY or slot.sock is None:
+        if slot is None or slot.state is not SlotState.BUSY or slot.channel is None:
             return False
         self._send_child(slot, encode_frame(CancelTask(slot.generation, attempt_id).to_wire()))
         return True
@@ -312,7 +298,7 @@ class ChildPool:
         return PoolStats(
             spawned=self._spawned, killed=dict(self._killed), recycled=self._recycled,
             crashed=self._crashed, replacing=self.replacing,
-            idle=counts[_State.IDLE], busy=counts[_State.BUSY],
+            idle=counts[SlotState.IDLE], busy=counts[SlotState.BUSY],
         )
 
     async def wait_idle(self, count: int = 1) -> None:
@@ -330,8 +316,7 @@ class ChildPool:
 
     @property
     def replacing(self) -> int:
-        counts = self._state_counts
-        return sum(counts[state] for state in _REPLACING)
+        return replacing(self._state_counts)
 
     @property
     def size(self) -> int:
@@ -344,7 +329,7 @@ class ChildPool:
     def child_pids(self) -> dict[int, int]:
         """Generation -> pid of every child the pool believes alive (for tests and tools)."""
         return {s.generation: s.pid for s in self._slots if s.pid is not None
-                and s.state is not _State.CLOSED}
+                and s.state is not SlotState.CLOSED}
 
     async def close(self, *, kill: bool = True) -> None:
         """Kill all children and the template, reap them, close sockets. Idempotent.
@@ -361,7 +346,7 @@ class ChildPool:
         if self._closed:
             return
         self._closing = True
-        if self._restart is not None and self._restart is not _current_task():
+        if self._restart is not None and self._restart is not asyncio.current_task():
             self._restart.cancel()
             with contextlib.suppress(asyncio.CancelledError, OrbitError):
                 await self._restart
@@ -374,7 +359,7 @@ class ChildPool:
             if not watcher.done():
                 watcher.set_exception(PoolClosed())
         for slot in self._slots:
-            if slot.state is _State.BUSY and slot.future is not None:
+            if slot.state is SlotState.BUSY and slot.future is not None:
                 self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
             elif slot.pid is not None:
                 procutil.killpg(slot.pid)
@@ -386,7 +371,7 @@ class ChildPool:
         for slot in self._slots:
             self._retire(slot)
             self._end_future(slot, None)
-            slot.state = _State.CLOSED
+            slot.move(SlotState.CLOSED)
         await self._orphans.close()
 
     # ---------------------------------------------------------------------------- template
@@ -409,10 +394,10 @@ class ChildPool:
 
     def _on_forked(self, generation: int, pid: int) -> None:
         slot = self._by_gen.get(generation)
-        if slot is None or slot.state is not _State.SPAWNING:
+        if slot is None or slot.state is not SlotState.SPAWNING:
             return
         slot.pid = pid
-        if slot.eof:
+        if slot.channel is not None and slot.channel.eof:
             self._kill_slot(slot, None, None)
         else:
             self._maybe_ready(slot)
@@ -428,11 +413,11 @@ class ChildPool:
         for slot in self._slots:
             if slot.pid is not None:
                 procutil.killpg(slot.pid)
-                if slot.state is not _State.SPAWNING:
+                if slot.state is not SlotState.SPAWNING:
                     self._crashed += 1
             self._retire(slot)
             self._end_future(slot, None, default_reason="TEMPLATE_LOST")
-            slot.state = _State.SPAWNING
+            slot.move(SlotState.SPAWNING)
         self._orphans.after_template_loss()  # what the children started in other sessions
         self._restart = self._require_loop().create_task(self._restart_template())
 
@@ -465,35 +450,36 @@ class ChildPool:
 
     def _spawn(self, slot: _Slot) -> None:
         if self._closing:
-            slot.state = _State.CLOSED
+            slot.move(SlotState.CLOSED)
             return
         if not self._can_spawn():
-            slot.state = _State.SPAWNING  # the template restart refills every slot
+            slot.move(SlotState.SPAWNING)  # the template restart refills every slot
             return
-        if slot.sock is not None:
+        if slot.channel is not None:
             self._retire(slot)
         loop = self._require_loop()
         generation = next(self._generations)
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         parent_end.setblocking(False)
-        slot.state = _State.SPAWNING
+        slot.move(SlotState.SPAWNING)
         slot.generation = generation
-        slot.sock = parent_end
-        slot.decoder = FrameDecoder()
         slot.pid = None
-        slot.ready = slot.eof = False
+        slot.ready = False
         slot.tasks = 0
-        slot.tracked = {}
+        slot.memory.forget()
         slot.kill_reason = slot.kill_code = None
         self._by_gen[generation] = slot
-        loop.add_reader(parent_end.fileno(), self._on_child_readable, slot, generation)
+        slot.channel = ChildChannel(
+            loop, parent_end, on_frame=functools.partial(self._on_child_frame, slot),
+            on_eof=functools.partial(self._on_child_eof, slot),
+            on_broken=functools.partial(self._on_broken_frame, slot))
         self._spawned += 1
         template = self._template
         assert template is not None  # _can_spawn() checked it
         template.fork(generation, child_end.detach())
 
     def _maybe_ready(self, slot: _Slot) -> None:
-        if slot.state is _State.SPAWNING and slot.ready and slot.pid is not None:
+        if slot.state is SlotState.SPAWNING and slot.ready and slot.pid is not None:
             slot.startup_failures = 0
             slot.ready_event.set()
             self._release(slot)
@@ -505,13 +491,13 @@ class ChildPool:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                slot.state = _State.BUSY
+                slot.move(SlotState.BUSY)
                 waiter.set_result(slot)
                 return
-        slot.state = _State.IDLE
+        slot.move(SlotState.IDLE)
         self._idle.append(slot)
         if self._idle_watchers:
-            idle = sum(1 for s in self._slots if s.state is _State.IDLE)
+            idle = self._state_counts[SlotState.IDLE]
             for count, watcher in self._idle_watchers:
                 if count <= idle and not watcher.done():
                     watcher.set_result(None)
@@ -523,8 +509,8 @@ class ChildPool:
                 raise PoolClosed()
             while self._idle:
                 slot = self._idle.popleft()
-                if slot.state is _State.IDLE:  # stale entries for replaced children are skipped
-                    slot.state = _State.BUSY
+                if slot.state is SlotState.IDLE:  # stale entries for replaced children are skipped
+                    slot.move(SlotState.BUSY)
                     return slot
             waiter: asyncio.Future[_Slot] = self._require_loop().create_future()
             self._waiters.append(waiter)
@@ -536,34 +522,12 @@ class ChildPool:
                 with contextlib.suppress(ValueError):
                     self._waiters.remove(waiter)
                 raise
-            if slot.state is _State.BUSY and slot.attempt_id is None:
+            if slot.state is SlotState.BUSY and slot.attempt_id is None:
                 return slot
 
-    def _on_child_readable(self, slot: _Slot, generation: int) -> None:
-        sock = slot.sock
-        if sock is None:
-            return
-        # A frame may kill and replace this child: stop as soon as the slot moved on.
-        while slot.generation == generation and slot.sock is sock:
-            try:
-                data = sock.recv(256 * 1024)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._on_child_eof(slot)
-                return
-            try:
-                frames = slot.decoder.feed(data)
-            except FrameError as exc:
-                self._log.error("child %s sent a broken frame (%s); killing it", slot.pid, exc)
-                self._kill_slot(slot, "PROTOCOL_ERROR", UnknownCode.HANDLER_CRASHED.value)
-                return
-            for frame in frames:
-                if slot.generation != generation:
-                    return
-                self._on_child_frame(slot, frame)
+    def _on_broken_frame(self, slot: _Slot, exc: FrameError) -> None:
+        self._log.error("child %s sent a broken frame (%s); killing it", slot.pid, exc)
+        self._kill_slot(slot, "PROTOCOL_ERROR", UnknownCode.HANDLER_CRASHED.value)
 
     def _on_child_frame(self, slot: _Slot, frame: dict[str, Any]) -> None:
         if frame.get("g") != slot.generation:
@@ -576,11 +540,11 @@ class ChildPool:
             self._log.warning("ignored a %r frame from child %s", frame.get("t"), slot.pid)
             return
         if isinstance(message, ChildReady):
-            if slot.state is _State.SPAWNING:
+            if slot.state is SlotState.SPAWNING:
                 slot.ready = True
                 self._maybe_ready(slot)
         else:
-            if slot.state is not _State.BUSY or message.attempt_id != slot.attempt_id:
+            if slot.state is not SlotState.BUSY or message.attempt_id != slot.attempt_id:
                 self._log.info("dropped a result for attempt %r: no longer running on child %s",
                                message.attempt_id, slot.pid)
                 return
@@ -606,60 +570,33 @@ class ChildPool:
         if self._max_tasks is not None and slot.tasks >= self._max_tasks:
             reason = "max tasks"
         elif self._max_memory is not None and slot.pid is not None:
-            rss = self._tree_rss(slot)
-            if rss is not None and rss > self._max_memory:
+            rss = slot.memory.over_limit(slot.pid, self._max_memory)
+            if rss is not None:
                 reason = f"memory {rss} bytes over the limit"
         if reason is None:
             self._release(slot)
             return
         self._log.info("recycling child %s (%s)", slot.pid, reason)
-        slot.state = _State.EXITING
+        slot.move(SlotState.EXITING)
         self._send_child(slot, encode_frame(LeaveChild(slot.generation).to_wire()))
         slot.timer = self._require_loop().call_later(
             _GRACEFUL_EXIT_S, self._force_exit, slot, slot.generation)
 
     def _force_exit(self, slot: _Slot, generation: int) -> None:
-        if slot.generation == generation and slot.state is _State.EXITING and slot.pid:
+        if slot.generation == generation and slot.state is SlotState.EXITING and slot.pid:
             self._log.warning("recycled child %s did not exit; killing it", slot.pid)
             procutil.killpg(slot.pid)
 
     def _send_child(self, slot: _Slot, data: bytes) -> None:
-        """Queue bytes for the child; what the socket does not take now is written when it
-        becomes writable. A broken socket is handled like an EOF (the child is killed)."""
-        slot.outbuf += data
-        self._flush_child(slot, slot.generation)
+        """Queue bytes for the child (channel.py); a broken socket is handled like an EOF."""
+        if slot.channel is not None:
+            slot.channel.send(data)
 
-    def _flush_child(self, slot: _Slot, generation: int) -> None:
-        sock = slot.sock
-        if slot.generation != generation or sock is None:
-            return
-        loop = self._require_loop()
-        while slot.outbuf:
-            try:
-                sent = sock.send(slot.outbuf)
-            except BlockingIOError:
-                if not slot.writing:
-                    loop.add_writer(sock.fileno(), self._flush_child, slot, generation)
-                    slot.writing = True
-                return
-            except OSError as exc:
-                self._log.warning("writing to child %s failed: %s", slot.pid, exc)
-                slot.outbuf.clear()
-                self._on_child_eof(slot)
-                break
-            del slot.outbuf[:sent]
-        if slot.writing:
-            loop.remove_writer(sock.fileno())
-            slot.writing = False
-
-    def _on_child_eof(self, slot: _Slot) -> None:
+    def _on_child_eof(self, slot: _Slot, write_error: OSError | None) -> None:
         """The child's socket closed: it died, or broke its end. Make sure it is dead."""
-        if slot.sock is not None and self._loop is not None:
-            self._loop.remove_reader(slot.sock.fileno())
-        if slot.eof:
-            return
-        slot.eof = True
-        if slot.state in (_State.KILLING, _State.EXITING, _State.CLOSED):
+        if write_error is not None:
+            self._log.warning("writing to child %s failed: %s", slot.pid, write_error)
+        if slot.state in (SlotState.KILLING, SlotState.EXITING, SlotState.CLOSED):
             return
         if slot.pid is None:
             return  # killed as soon as the template tells us its pid
@@ -670,20 +607,18 @@ class ChildPool:
         pid = slot.pid
         if pid is not None:
             procutil.kill_tree(pid)
-            for proc in list(slot.tracked.values()):  # seen by the memory watch, maybe moved
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()  # psutil refuses if the pid was reused
+            slot.memory.kill_descendants()  # seen by the memory watch, maybe moved away
         if reason is not None:
             self._killed[reason] = self._killed.get(reason, 0) + 1
         slot.kill_reason = reason
         slot.kill_code = code
         if slot.attempt_id is not None:
             self._by_attempt.pop(slot.attempt_id, None)
-        self._stop_watcher(slot)
+        slot.memory.stop()
         if pid is not None and slot.ready and self._can_spawn():
             self._replace_now(slot, pid)
             return
-        slot.state = _State.KILLING
+        slot.move(SlotState.KILLING)
         if self._loop is not None and slot.timer is None:
             slot.timer = self._loop.call_later(_REAP_TIMEOUT_S, self._reap_overdue, slot,
                                                slot.generation)
@@ -703,12 +638,7 @@ class ChildPool:
         self._dying.pop(dying.generation, None)
         if dying.timer is not None:
             dying.timer.cancel()
-        future = dying.future
-        if future is not None and not future.done():
-            if report is None:
-                report = Report(child_pid=dying.pid, kill_reason=dying.kill_reason or "SHUTDOWN")
-            future.set_result(uncertain(dying.kill_code or UnknownCode.HANDLER_CRASHED.value,
-                                        report))
+        _resolve_gone(dying.future, dying.pid, dying.kill_reason, dying.kill_code, report)
 
     def _dying_overdue(self, dying: _Dying) -> None:
         self._log.error("no reap report for killed child %s", dying.pid)
@@ -720,7 +650,7 @@ class ChildPool:
                 and self._template.connected)
 
     def _reap_overdue(self, slot: _Slot, generation: int) -> None:
-        if slot.generation != generation or slot.state is not _State.KILLING:
+        if slot.generation != generation or slot.state is not SlotState.KILLING:
             return
         self._log.error("no reap report for child %s; replacing it anyway", slot.pid)
         slot.timer = None
@@ -730,36 +660,34 @@ class ChildPool:
         self._respawn(slot, early_death=False)
 
     def _on_reaped(self, msg: ChildReaped) -> None:
-        generation, exit_code, sig = msg.generation, msg.exit_code, msg.signal
-        dying = self._dying.get(generation)
-        if dying is not None:
-            if dying.kill_reason is None and not self._closing:
-                self._crashed += 1
-                self._log.warning("child %s died (exit code %s, signal %s)", dying.pid,
-                                  exit_code, sig)
-            self._settle_dying(dying, Report(
-                child_pid=dying.pid, exit_code=exit_code, signal=sig, cpu_ms=msg.cpu_ms,
-                peak_rss_bytes=msg.peak_rss_bytes, kill_reason=dying.kill_reason))
+        """The template reaped a child: a dying one (its slot was refilled already) or the
+        current child of its slot, which is then replaced."""
+        dying = self._dying.get(msg.generation)
+        slot = None if dying is not None else self._by_gen.pop(msg.generation, None)
+        gone: _Dying | _Slot | None = dying or slot
+        if gone is None or gone.generation != msg.generation:
             return
-        slot = self._by_gen.pop(generation, None)
-        if slot is None or slot.generation != generation:
-            return
-        early_death = not slot.ready  # died before it ever served: back off
-        if slot.state is _State.EXITING:
+        if slot is not None and slot.state is SlotState.EXITING:
             self._recycled += 1
-        elif slot.kill_reason is None and not self._closing:
+        elif gone.kill_reason is None and not self._closing:
             self._crashed += 1
-            self._log.warning("child %s died (exit code %s, signal %s)", slot.pid, exit_code, sig)
-        report = Report(child_pid=slot.pid, exit_code=exit_code, signal=sig,
+            self._log.warning("child %s died (exit code %s, signal %s)", gone.pid,
+                              msg.exit_code, msg.signal)
+        report = Report(child_pid=gone.pid, exit_code=msg.exit_code, signal=msg.signal,
                         cpu_ms=msg.cpu_ms, peak_rss_bytes=msg.peak_rss_bytes,
-                        kill_reason=slot.kill_reason)
+                        kill_reason=gone.kill_reason)
+        if dying is not None:
+            self._settle_dying(dying, report)
+            return
+        assert slot is not None
+        early_death = not slot.ready  # died before it ever served: back off
         self._end_future(slot, report)
         self._retire(slot)
         self._respawn(slot, early_death=early_death)
 
     def _respawn(self, slot: _Slot, *, early_death: bool) -> None:
         if self._closing:
-            slot.state = _State.CLOSED
+            slot.move(SlotState.CLOSED)
             return
         if not early_death:
             self._spawn(slot)
@@ -767,23 +695,18 @@ class ChildPool:
         # A child that dies before it is ready would otherwise respawn in a tight loop.
         slot.startup_failures += 1
         delay = min(0.05 * 2 ** (slot.startup_failures - 1), _MAX_RESPAWN_DELAY_S)
-        slot.state = _State.SPAWNING
+        slot.move(SlotState.SPAWNING)
         self._require_loop().call_later(delay, self._spawn_if_pending, slot)
 
     def _spawn_if_pending(self, slot: _Slot) -> None:
-        if not self._closing and slot.sock is None:
+        if not self._closing and slot.channel is None:
             self._spawn(slot)
 
     def _end_future(self, slot: _Slot, report: Report | None, *,
                     default_reason: str = "SHUTDOWN") -> None:
         """Resolve a pending execute() for a child that is gone."""
-        future = slot.future
-        if future is not None and not future.done():
-            reason = slot.kill_reason or (None if report is not None else default_reason)
-            code = slot.kill_code or UnknownCode.HANDLER_CRASHED.value
-            if report is None:
-                report = Report(child_pid=slot.pid, kill_reason=reason)
-            future.set_result(uncertain(code, report))
+        _resolve_gone(slot.future, slot.pid, slot.kill_reason, slot.kill_code, report,
+                      default_reason)
         self._finish_attempt(slot)
 
     def _finish_attempt(self, slot: _Slot) -> None:
@@ -791,73 +714,25 @@ class ChildPool:
             del self._by_attempt[slot.attempt_id]
         slot.attempt_id = None
         slot.future = None
-        self._stop_watcher(slot)
+        slot.memory.stop()
 
     def _retire(self, slot: _Slot) -> None:
-        """Forget the current child of ``slot``: reader, socket, timers."""
+        """Forget the current child of ``slot``: its socket, its timer, its memory watch."""
         if slot.timer is not None:
             slot.timer.cancel()
             slot.timer = None
-        self._stop_watcher(slot)
-        if slot.sock is not None:
-            if self._loop is not None:
-                self._loop.remove_reader(slot.sock.fileno())
-                if slot.writing:
-                    self._loop.remove_writer(slot.sock.fileno())
-            slot.sock.close()
-            slot.sock = None
-        slot.outbuf.clear()
-        slot.writing = False
+        slot.memory.forget()
+        if slot.channel is not None:
+            slot.channel.close()
+            slot.channel = None
         self._by_gen.pop(slot.generation, None)
         slot.pid = None
-        slot.tracked = {}
 
-    def _stop_watcher(self, slot: _Slot) -> None:
-        watcher = slot.watcher
-        slot.watcher = None
-        if watcher is not None and watcher is not _current_task():
-            watcher.cancel()
-
-    # ----------------------------------------------------------------------------- memory
-
-    async def _watch_memory(self, slot: _Slot, generation: int, attempt_id: str) -> None:
-        """Sample the child's tree RSS while ``attempt_id`` runs; kill it over the limit."""
-        limit = self._max_memory
-        assert limit is not None
-        # The child was under the limit when the task started (checked between tasks), so
-        # the first look is one interval in.
-        while True:
-            await asyncio.sleep(self._interval)
-            if not (slot.generation == generation and slot.attempt_id == attempt_id
-                    and slot.state is _State.BUSY):
-                return
-            rss = self._tree_rss(slot)
-            if rss is not None and rss > limit:
-                self._log.warning("attempt %s: child %s uses %d bytes, over %d; killing it",
-                                  attempt_id, slot.pid, rss, limit)
-                slot.watcher = None
-                self._kill_slot(slot, "MEMORY_LIMIT", UnknownCode.HANDLER_CRASHED.value)
-                return
-
-    def _tree_rss(self, slot: _Slot) -> int | None:
-        """RSS of the child plus its descendants; refreshes ``slot.tracked``."""
-        if slot.pid is None:
-            return None
-        pids = [slot.pid, *procutil.descendant_pids(slot.pid)]
-        tracked: dict[int, psutil.Process] = {}
-        total = 0
-        for pid in pids:
-            proc = slot.tracked.get(pid)
-            try:
-                if proc is None:
-                    proc = psutil.Process(pid)
-                total += proc.memory_info().rss
-            except psutil.Error:
-                continue
-            if pid != slot.pid:
-                tracked[pid] = proc
-        slot.tracked = tracked
-        return total
+    def _over_memory(self, slot: _Slot, attempt_id: str, rss: int) -> None:
+        """The memory watch found the tree of ``attempt_id``'s child over the limit."""
+        self._log.warning("attempt %s: child %s uses %d bytes, over %d; killing it",
+                          attempt_id, slot.pid, rss, self._max_memory)
+        self._kill_slot(slot, "MEMORY_LIMIT", UnknownCode.HANDLER_CRASHED.value)
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -865,9 +740,13 @@ class ChildPool:
         return self._loop
 
 
-def _current_task() -> asyncio.Task[Any] | None:
-    try:
-        return asyncio.current_task()
-    except RuntimeError:
-        return None
-
+def _resolve_gone(future: asyncio.Future[ChildOutcome] | None, pid: int | None,
+                  kill_reason: str | None, kill_code: str | None, report: Report | None,
+                  default_reason: str = "SHUTDOWN") -> None:
+    """End a pending execute() whose child is gone: UNKNOWN with the kill's code (or
+    HANDLER_CRASHED), and ``report`` from the reap, or a bare one if none came."""
+    if future is None or future.done():
+        return
+    if report is None:
+        report = Report(child_pid=pid, kill_reason=kill_reason or default_reason)
+    future.set_result(uncertain(kill_code or UnknownCode.HANDLER_CRASHED.value, report))

@@ -34,15 +34,21 @@ Rules it keeps (docs/protocol.md, docs/supervisor.md):
 - On reconnect: same identity, RESERVED attempts forgotten (the server released them),
   pending start/renew/finish/claim resent with their original msg_ids after the resume.
 
-Attempt phases (a transition outside ``_TRANSITIONS`` is a bug and raises):
+Attempt phases (attempts.py; a transition outside ``TRANSITIONS`` is a bug and raises):
 
     RESERVED ──► STARTING ──► RUNNING ──► KILLING ──► REPORTING ──► (forgotten)
                      └───────────┴────────────────────►┘
+
+The session composes pure parts: the attempt table with its phase index (attempts.py), the
+outbox of queued and in-flight operations (outbox.py), the reconnect backoff (backoff.py),
+each attempt's lease (lease.py) and the batch hold (batching.py). What stays here is the
+protocol's decisions, one input method and one answer handler at a time; it is one state
+machine, and longer than the other modules for that reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import islice
@@ -65,7 +71,6 @@ from orbit_wire.frames import (
     OpResult,
     RenewOp,
     Report,
-    Request,
     Reservation,
     Reserve,
     Response,
@@ -74,10 +79,10 @@ from orbit_wire.frames import (
     StartOp,
     Welcome,
 )
-from orbit_wire.jsonvalue import utf8_len
-from orbit_wire.limits import MAX_BATCH_OPS, MAX_OUTPUT_BYTES_PER_REQUEST
+from orbit_wire.limits import MAX_BATCH_OPS
 from orbit_wire.model import Capability, Disposition, Outcome
 
+from . import defaults
 from .actions import (
     Action,
     CloseConnection,
@@ -89,30 +94,16 @@ from .actions import (
     SendFrame,
     SupervisorEvent,
 )
+from .attempts import Attempt, AttemptTable, Phase
+from .backoff import backoff
 from .batching import BatchHold
 from .errors import FatalSessionError, ShutdownTimeoutError
 from .lease import Lease
+from .outbox import Outbox, Pending
 
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
 MAX_HEARTBEAT_MS = 5000  # docs/protocol.md: heartbeat every TTL/3, at most 5 s
-
-
-class Phase(StrEnum):
-    RESERVED = "RESERVED"  # reservation held; start not queued yet (waiting for a free slot)
-    STARTING = "STARTING"  # start queued or in flight
-    RUNNING = "RUNNING"  # start confirmed; the handler executes in a child
-    KILLING = "KILLING"  # kill ordered; waiting for the pool's outcome
-    REPORTING = "REPORTING"  # outcome known; finish queued or in flight
-
-
-_TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.RESERVED: frozenset({Phase.STARTING}),
-    Phase.STARTING: frozenset({Phase.RUNNING, Phase.REPORTING}),
-    Phase.RUNNING: frozenset({Phase.KILLING, Phase.REPORTING}),
-    Phase.KILLING: frozenset({Phase.REPORTING}),
-    Phase.REPORTING: frozenset(),
-}
 
 
 class Conn(StrEnum):
@@ -157,9 +148,9 @@ class SessionConfig:
     queue_id: str
     capabilities: tuple[Capability, ...]
     capacity: int
-    shutdown_timeout: float = 30.0
-    reconnect_min_delay: float = 0.2
-    reconnect_max_delay: float = 5.0
+    shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
+    reconnect_min_delay: float = defaults.RECONNECT_MIN_DELAY
+    reconnect_max_delay: float = defaults.RECONNECT_MAX_DELAY
     # Kill this long before a lease's granted expiry, so the kill's report arrives while the
     # lease still holds (lease.py). The supervisor uses REPORT_MARGIN; 0 keeps exact times.
     report_margin: float = 0.0
@@ -169,48 +160,6 @@ class SessionConfig:
 
 
 REPORT_MARGIN = 0.050  # seconds: covers kill latency (p99 ~15 ms) plus one report round trip
-
-
-@dataclass(slots=True)
-class Attempt:
-    reservation: Reservation
-    lease: Lease
-    phase: Phase = Phase.RESERVED
-    kill_reason: str | None = None
-    cancelled: bool = False
-    running_since: float | None = None  # when Execute was emitted
-
-    @property
-    def attempt_id(self) -> str:
-        return self.reservation.attempt_id
-
-    def move(self, to: Phase) -> None:
-        if to not in _TRANSITIONS[self.phase]:
-            raise AssertionError(f"attempt {self.attempt_id}: illegal {self.phase} -> {to}")
-        self.phase = to
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A queued or in-flight operation; ``sent_at`` is its FIRST send (kept on resends)."""
-
-    op: Op
-    sent_at: float | None = None
-
-
-def _output_bytes(op: Op) -> int:
-    """An upper bound of what a finish's result and details add to a request frame: they
-    travel as JSON strings, and escaping at most doubles their UTF-8 bytes."""
-    if not isinstance(op, FinishOp):
-        return 0
-    return 2 * sum(utf8_len(text) for text in (op.result_json, op.details_json) if text)
-
-
-@dataclass(slots=True)
-class _InFlight:
-    request_id: int
-    ops: list[_Pending]
-    sent_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,17 +178,10 @@ class Session:
     def __init__(self, config: SessionConfig, rng: Callable[[], float]) -> None:
         self.config = config
         self._rng = rng  # uniform [0, 1): backoff jitter
+        self._backoff = self._new_backoff()
         self.conn = Conn.IDLE
-        self.attempts: dict[str, Attempt] = {}  # changed only by _add, _forget and _move
-        # The same attempts by phase, kept with every change: the slot arithmetic counts
-        # them on every input, and the timers, lease checks, starts and the batch hold look
-        # at the running or reserved ones only; a pass over up to 2 x 256 attempts on every
-        # input would dominate the supervisor's CPU.
-        self._by_phase: dict[Phase, dict[str, Attempt]] = {phase: {} for phase in Phase}
-        self._pending: dict[str, _Pending] = {}  # msg_id -> op, in queue order
-        self._inflight: _InFlight | None = None
-        self._next_request_id = 1
-        self._next_msg = 1
+        self._attempts = AttemptTable()
+        self._outbox = Outbox()
         self.outstanding_credit = 0
         self._claiming = 0  # slots asked for by claims queued or in flight
         self.replacing = 0
@@ -248,7 +190,6 @@ class Session:
         self._max_batch = MAX_BATCH_OPS
         self._last_sent = 0.0
         self._last_received = 0.0
-        self._backoff_step = 0
         self._welcomed_once = False
         self.stop_deadline: float | None = None
         self.drain_acked = False
@@ -298,16 +239,9 @@ class Session:
         if self.conn not in (Conn.HELLO_SENT, Conn.RESUMING, Conn.READY):
             return []
         actions: list[Action] = [_event("disconnected", classification=reason)]
-        inflight, self._inflight = self._inflight, None
-        if inflight is not None:
-            # In-flight operations go back to the front of the queue with their msg_ids; the
-            # resume and the drain are per connection and are not resent.
-            kept = {p.op.msg_id: p for p in inflight.ops
-                    if isinstance(p.op, StartOp | RenewOp | FinishOp | ClaimOp)}
-            self._pending = {**kept, **self._pending}
-        for pending in list(self._pending.values()):
-            if isinstance(pending.op, DrainOp):
-                del self._pending[pending.op.msg_id]
+        # In-flight operations go back to the front of the queue with their msg_ids; the
+        # resume and the drain are per connection and are not resent.
+        self._outbox.connection_lost()
         self._drain_queued = False
         if self.stop_deadline is not None:
             # The connection that could still send reservations is gone and the next one gets
@@ -315,11 +249,12 @@ class Session:
             self.drain_acked = True
         # The server releases every reservation of this instance that was not started. A start
         # that was sent may have been applied: it stays and is resent after the resume.
-        for att in list(self.attempts.values()):
-            start_sent = att.phase is Phase.STARTING and self._start_was_sent(att.attempt_id)
+        for att in list(self._attempts):
+            start_sent = (att.phase is Phase.STARTING
+                          and self._outbox.start_was_sent(att.attempt_id))
             if att.phase is Phase.RESERVED or (att.phase is Phase.STARTING and not start_sent):
-                self._drop_queued_ops(att.attempt_id)
-                self._forget(att)
+                self._outbox.drop_ops_of(att.attempt_id)
+                self._attempts.forget(att)
                 actions.append(_event("reservation_released", att, "CONNECTION_LOST"))
         self.outstanding_credit = 0
         actions += self._disconnected(now)
@@ -353,7 +288,7 @@ class Session:
     def execution_finished(self, attempt_id: str, result: ExecutionOutcome,
                            now: float) -> list[Action]:
         """The child pool returned the outcome of an Execute action."""
-        att = self.attempts.get(attempt_id)
+        att = self._attempts.get(attempt_id)
         if att is None or att.phase not in (Phase.RUNNING, Phase.KILLING) or self._done:
             return []
         actions: list[Action] = []
@@ -371,7 +306,7 @@ class Session:
             kill_reason=result.report.kill_reason or (att.kill_reason if killed else None),
         )
         finish = FinishOp(
-            msg_id=self._msg_id(), attempt_id=attempt_id, epoch=att.reservation.epoch,
+            msg_id=self._outbox.new_msg_id(), attempt_id=attempt_id, epoch=att.reservation.epoch,
             outcome=result.outcome, code=result.code, retryable=result.retryable,
             result_json=result.result_json if result.outcome is Outcome.SUCCEEDED else None,
             details_json=result.details_json if result.outcome is Outcome.FAILED else None,
@@ -380,10 +315,10 @@ class Session:
         # Its start was answered, so a queued renewal is all there can be: one it is waiting
         # for, or one resent after a reconnect although the kill came first.
         if att.lease.renewing or att.phase is Phase.KILLING:
-            self._drop_queued_ops(attempt_id)
+            self._outbox.drop_ops_of(attempt_id)
         att.lease.lost = True  # nothing runs any more; no renewal is needed
-        self._move(att, Phase.REPORTING)
-        self._pending[finish.msg_id] = _Pending(finish)
+        self._attempts.move(att, Phase.REPORTING)
+        self._outbox.queue(finish)
         label = result.outcome.value if result.code is None else f"{result.outcome}:{result.code}"
         actions.append(_event("finished", att, label))
         self._progress(now, actions)
@@ -424,14 +359,14 @@ class Session:
             self._end_with_timeout(now, actions)
             return actions
         # Leases first: a dead or silent connection must never delay a kill.
-        for att in list(self._by_phase[Phase.RUNNING].values()):  # a kill moves it
+        for att in list(self._attempts.in_phase(Phase.RUNNING).values()):  # a kill moves it
             if att.lease.check(now):
                 reason = KILL_ATTEMPT_TIMEOUT if att.lease.capped else KILL_LEASE_LOST
                 self._kill(att, reason, actions)
             elif att.lease.renewal_due(now):
-                renew = RenewOp(self._msg_id(), att.attempt_id, att.reservation.epoch)
+                renew = RenewOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch)
                 att.lease.renewing = True
-                self._pending[renew.msg_id] = _Pending(renew)
+                self._outbox.queue(renew)
         if self.conn is Conn.HELLO_SENT and now >= self._last_received + HELLO_TIMEOUT:
             actions.append(CloseConnection("WELCOME_TIMEOUT"))
             return actions
@@ -452,14 +387,14 @@ class Session:
         if self.stop_deadline is not None:
             times.append(self.stop_deadline)
         if (self._hold_until is not None and self.conn is Conn.READY
-                and self._inflight is None):
+                and self._outbox.in_flight is None):
             times.append(self._hold_until)
         if self.conn is Conn.HELLO_SENT:
             times.append(self._last_received + HELLO_TIMEOUT)
         if self.conn in (Conn.RESUMING, Conn.READY):
             times.append(self._last_received + self._session_ttl)
             times.append(self._last_sent + self._heartbeat)
-        for att in self._by_phase[Phase.RUNNING].values():
+        for att in self._attempts.in_phase(Phase.RUNNING).values():
             deadline = att.lease.deadline()
             if deadline is not None:
                 times.append(deadline)
@@ -476,19 +411,33 @@ class Session:
         )
 
     @property
+    def attempts(self) -> Mapping[str, Attempt]:
+        """Every known attempt by id (read-only: only the session's inputs change them)."""
+        return self._attempts.by_id()
+
+    def queued_ops(self) -> tuple[Op, ...]:
+        """The operations waiting for the next request, in queue order (a copy)."""
+        return self._outbox.queued_ops()
+
+    def in_flight_ops(self) -> tuple[Op, ...]:
+        """The operations of the request awaiting its response, or ()."""
+        return self._outbox.in_flight_ops()
+
+    @property
     def executing(self) -> int:
-        return self._count(Phase.RUNNING, Phase.KILLING)
+        return self._attempts.count(Phase.RUNNING, Phase.KILLING)
 
     @property
     def unconfirmed(self) -> int:
         """Started attempts whose final report the server has not confirmed."""
-        return self._count(Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
+        return self._attempts.count(Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
 
     def free_slots(self, finishing: int = 0) -> int:
         """Slots that may be offered; ``finishing``: that many REPORTING attempts count as
         confirmed (their finishes ride in the request being built)."""
-        busy = (self.executing + self._count(Phase.RESERVED, Phase.STARTING)
-                + self._count(Phase.REPORTING) - finishing + self.replacing + self._claiming)
+        # Every known attempt holds a slot, whatever its phase: reserved or starting ones
+        # will run, running and killing ones execute, reporting ones await confirmation.
+        busy = len(self._attempts) - finishing + self.replacing + self._claiming
         return max(0, self.config.capacity - busy)
 
     @property
@@ -504,25 +453,25 @@ class Session:
         self._heartbeat = min(frame.heartbeat_ms, MAX_HEARTBEAT_MS) / 1000.0
         self._session_ttl = frame.session_ttl_ms / 1000.0
         self._max_batch = max(1, min(frame.max_batch_ops, MAX_BATCH_OPS))
-        self._backoff_step = 0
+        self._backoff = self._new_backoff()
         if self._welcomed_once:
             self.reconnects += 1
         self._welcomed_once = True
         actions.append(_event("connected", classification=frame.session_id))
         refs = tuple(
             AttemptRef(att.attempt_id, att.reservation.epoch)
-            for att in self.attempts.values()
+            for att in self._attempts
             if att.phase in (Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
         )
         if not refs:
             self.conn = Conn.READY
             return
         self.conn = Conn.RESUMING
-        resume = _Pending(ResumeOp(self._msg_id(), refs), sent_at=now)
+        resume = Pending(ResumeOp(self._outbox.new_msg_id(), refs), sent_at=now)
         self._send_request([resume], now, actions)
 
     def _on_response(self, frame: Response, now: float, actions: list[Action]) -> None:
-        inflight = self._inflight
+        inflight = self._outbox.in_flight
         if inflight is None or frame.id != inflight.request_id:
             self._fatal(ErrorCode.OUT_OF_ORDER, f"response {frame.id} answers no request",
                         actions)
@@ -531,7 +480,7 @@ class Session:
             self._fatal(ErrorCode.BAD_FRAME, "response has a different number of results",
                         actions)
             return
-        self._inflight = None
+        self._outbox.answered()
         self._batching.round_trip(max(0.0, now - inflight.sent_at))
         for pending, result in zip(inflight.ops, frame.results, strict=True):
             sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
@@ -556,14 +505,14 @@ class Session:
 
     def _on_start_result(self, op: StartOp, result: OpResult, sent_at: float, now: float,
                          actions: list[Action]) -> None:
-        att = self.attempts.get(op.attempt_id)
+        att = self._attempts.get(op.attempt_id)
         if att is None or att.phase is not Phase.STARTING:
             return  # a duplicate confirmation only reconciles
         if not result.ok:
             if result.error_code in RETRYABLE_CODES:
-                self._pending[op.msg_id] = _Pending(op, sent_at)  # same msg_id, later
+                self._outbox.queue(op, sent_at)  # same msg_id, later
                 return
-            self._forget(att)
+            self._attempts.forget(att)
             actions.append(_event("start_rejected", att, str(result.error_code)))
             return
         self._started(att, sent_at, result.lease_ms or 0, now, actions)
@@ -573,7 +522,7 @@ class Session:
         """The server confirmed the start of a STARTING attempt: run it, unless the lease
         already ran out locally or the task was cancelled meanwhile."""
         if att.lease.grant(sent_at, lease_ms, now) and not att.cancelled:
-            self._move(att, Phase.RUNNING)
+            self._attempts.move(att, Phase.RUNNING)
             self.started += 1
             att.running_since = now
             actions.append(_event("started", att))
@@ -584,11 +533,11 @@ class Session:
         reason = KILL_TASK_CANCELLED if att.cancelled else KILL_LEASE_LOST
         att.lease.lost = True
         att.kill_reason = reason
-        self._move(att, Phase.REPORTING)
-        finish = FinishOp(self._msg_id(), att.attempt_id, att.reservation.epoch,
+        self._attempts.move(att, Phase.REPORTING)
+        finish = FinishOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch,
                           Outcome.UNKNOWN, code="LEASE_LOST",
                           report=Report(kill_reason=reason, renewals=0))
-        self._pending[finish.msg_id] = _Pending(finish)
+        self._outbox.queue(finish)
         actions.append(_event("not_run", att, reason))
 
     def _on_claim_result(self, op: ClaimOp, result: OpResult, sent_at: float, now: float,
@@ -596,24 +545,23 @@ class Session:
         if not result.ok and result.error_code in RETRYABLE_CODES:
             # The claim may have been applied (a commit whose answer was lost): only its
             # receipt tells, so it goes again with its msg_id and keeps its slots meanwhile.
-            self._pending[op.msg_id] = _Pending(op, sent_at)
+            self._outbox.queue(op, sent_at)
             return
         self._claiming = max(0, self._claiming - op.count)
         if not result.ok:
             return  # nothing was claimed; the slots are offered again as credit
         self.outstanding_credit += result.credited or 0
         for res in result.claimed or ():
-            if res.attempt_id in self.attempts:
+            if res.attempt_id in self._attempts:
                 continue  # a duplicate confirmation only reconciles
-            att = Attempt(res, Lease(res.lease_ttl_ms, margin=self.config.report_margin),
-                          phase=Phase.STARTING)
-            self._add(att)
+            att = self._new_attempt(res, Phase.STARTING)
+            self._attempts.add(att)
             actions.append(_event("reserved", att))
             self._started(att, sent_at, res.lease_ms or 0, now, actions)
 
     def _on_renew_result(self, op: RenewOp, result: OpResult, sent_at: float, now: float,
                          actions: list[Action]) -> None:
-        att = self.attempts.get(op.attempt_id)
+        att = self._attempts.get(op.attempt_id)
         if att is None:
             return
         if att.phase is not Phase.RUNNING:
@@ -634,13 +582,13 @@ class Session:
 
     def _on_finish_result(self, op: FinishOp, result: OpResult, now: float,
                           actions: list[Action]) -> None:
-        att = self.attempts.get(op.attempt_id)
+        att = self._attempts.get(op.attempt_id)
         if att is None or att.phase is not Phase.REPORTING:
             return
         if not result.ok and result.error_code in RETRYABLE_CODES:
-            self._pending[op.msg_id] = _Pending(op)
+            self._outbox.queue(op)
             return
-        self._forget(att)
+        self._attempts.forget(att)
         if not result.ok:
             actions.append(_event("report_rejected", att, str(result.error_code)))
         elif result.disposition is Disposition.EVIDENCE_ONLY:
@@ -655,7 +603,7 @@ class Session:
         if not result.ok:
             return  # nothing learnt; local leases still decide
         for entry in result.attempts or ():
-            att = self.attempts.get(entry.attempt_id)
+            att = self._attempts.get(entry.attempt_id)
             if att is None or att.phase is not Phase.RUNNING:
                 continue
             if entry.status == "RUNNING" and entry.lease_ms is not None:
@@ -669,11 +617,11 @@ class Session:
         for res in frame.reservations:
             self.outstanding_credit = max(0, self.outstanding_credit - 1)
             reason = None
-            if res.attempt_id in self.attempts:
+            if res.attempt_id in self._attempts:
                 reason = "DUPLICATE"
             elif self.stop_deadline is not None and self.drain_acked:
                 reason = "AFTER_DRAIN"
-            elif len(self.attempts) >= 2 * self.config.capacity:
+            elif len(self._attempts) >= 2 * self.config.capacity:
                 reason = "OVER_BOUND"
             elif res.capability not in self.config.capabilities:
                 reason = "UNKNOWN_CAPABILITY"
@@ -682,11 +630,11 @@ class Session:
                     self.dropped_reservations += 1
                 actions.append(_event("reservation_dropped", None, reason, res))
                 continue
-            self._add(Attempt(res, Lease(res.lease_ttl_ms, margin=self.config.report_margin)))
+            self._attempts.add(self._new_attempt(res, Phase.RESERVED))
             actions.append(_event("reserved", None, None, res))
 
     def _on_cancel(self, frame: Cancel, now: float, actions: list[Action]) -> None:
-        att = self.attempts.get(frame.attempt_id)
+        att = self._attempts.get(frame.attempt_id)
         if att is None or att.reservation.epoch != frame.epoch:
             return
         actions.append(_event("cancel_received", att, frame.reason))
@@ -696,7 +644,7 @@ class Session:
         elif att.phase is Phase.STARTING:
             att.cancelled = True
         elif att.phase is Phase.RESERVED:
-            self._forget(att)
+            self._attempts.forget(att)
 
     def _on_error(self, frame: ErrorFrame, now: float, actions: list[Action]) -> None:
         if frame.code in FATAL_CODES:
@@ -712,47 +660,30 @@ class Session:
 
     def _progress(self, now: float, actions: list[Action]) -> None:
         """After any input: start what has a slot, send queued ops, offer credit, finish."""
+        outbox = self._outbox
         self._start_reserved()
         if (self.stop_deadline is not None and not self.drain_acked and not self._drain_queued
                 and self.conn is Conn.READY):
-            drain = DrainOp(self._msg_id())
             self._drain_queued = True
-            self._pending[drain.msg_id] = _Pending(drain)
+            outbox.queue(DrainOp(outbox.new_msg_id()))
         self._hold_until = None  # re-decided below, only while a request could go out
-        self._batching.queued(now, bool(self._pending))
-        if (self.conn is Conn.READY and self._inflight is None and self._pending
+        self._batching.queued(now, outbox.has_queued)
+        if (self.conn is Conn.READY and outbox.in_flight is None and outbox.has_queued
                 and not self._hold(now)):
             # Renewals first: when more is queued than one batch holds, leases must not wait.
-            queued = sorted(self._pending.values(), key=lambda p: not isinstance(p.op, RenewOp))
-            batch = self._batch_of(queued)
-            for pending in batch:
-                del self._pending[pending.op.msg_id]
-            self._batching.sent(now, bool(self._pending))
+            batch = outbox.take_batch(self._max_batch)
+            self._batching.sent(now, outbox.has_queued)
             self._send_request(batch, now, actions)
         self._grant_credit(now, actions)
         self._check_done(now, actions)
 
-    def _batch_of(self, queued: list[_Pending]) -> list[_Pending]:
-        """The first queued ops one request carries: at most max_batch_ops of them, and at
-        most MAX_OUTPUT_BYTES_PER_REQUEST of results and details, so that the frame stays
-        below the server's limit however large the results (always at least one op)."""
-        batch: list[_Pending] = []
-        size = 0
-        for pending in queued[: self._max_batch]:
-            size += _output_bytes(pending.op)
-            if batch and size > MAX_OUTPUT_BYTES_PER_REQUEST:
-                break
-            batch.append(pending)
-        return batch
-
     def _hold(self, now: float) -> bool:  # sets _hold_until (None: no hold)
         """True to hold back a request while only starts and finishes are queued and a
         handler's finish may join them (batching.py). Never while stopping."""
-        if self.stop_deadline is not None or not all(
-                isinstance(p.op, StartOp | FinishOp) for p in self._pending.values()):
+        if self.stop_deadline is not None or not self._outbox.only_starts_and_finishes():
             return False
         self._hold_until = self._batching.until(
-            now, (a.running_since for a in self._by_phase[Phase.RUNNING].values()
+            now, (a.running_since for a in self._attempts.in_phase(Phase.RUNNING).values()
                   if a.running_since is not None),
             self.executing)
         return self._hold_until is not None
@@ -760,13 +691,13 @@ class Session:
     def _start_reserved(self) -> None:
         # A start goes out only when a child slot is free, so a confirmed lease never ticks
         # while its handler waits for a child.
-        slots = self.config.capacity - self.executing - self._count(Phase.STARTING)
+        slots = self.config.capacity - self.executing - self._attempts.count(Phase.STARTING)
         if slots <= 0:
             return
-        for att in list(islice(self._by_phase[Phase.RESERVED].values(), slots)):
-            self._move(att, Phase.STARTING)
-            op = StartOp(self._msg_id(), att.attempt_id, att.reservation.epoch)
-            self._pending[op.msg_id] = _Pending(op)
+        for att in list(islice(self._attempts.in_phase(Phase.RESERVED).values(), slots)):
+            self._attempts.move(att, Phase.STARTING)
+            op = StartOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch)
+            self._outbox.queue(op)
 
     def _grant_credit(self, now: float, actions: list[Action]) -> None:
         if self.conn is not Conn.READY or self.stop_deadline is not None:
@@ -776,35 +707,32 @@ class Session:
             self.outstanding_credit += grant
             actions.append(self._send(Credit(grant), now))
 
-    def _send_request(self, batch: list[_Pending], now: float, actions: list[Action]) -> None:
+    def _send_request(self, batch: list[Pending], now: float, actions: list[Action]) -> None:
         if len(batch) >= self._max_batch > 1 and self._claim_count(batch):
-            last = batch.pop()  # makes room for the claim; goes out in the next request
-            self._pending = {last.op.msg_id: last, **self._pending}
+            # The last op makes room for the claim and goes out in the next request.
+            self._outbox.queue_first(batch.pop())
         for pending in batch:
-            if pending.sent_at is None:
-                pending.sent_at = now
-                if isinstance(pending.op, RenewOp):
-                    att = self.attempts.get(pending.op.attempt_id)
-                    if att is not None:
-                        att.lease.renew_sent(now)
+            # A renewal's first send is what spaces the next one (lease.py); a resend
+            # after a reconnect keeps the first.
+            if pending.sent_at is None and isinstance(pending.op, RenewOp):
+                att = self._attempts.get(pending.op.attempt_id)
+                if att is not None:
+                    att.lease.renew_sent(now)
         count = self._claim_count(batch)
         if count and len(batch) < self._max_batch:
-            claim = ClaimOp(self._msg_id(), count)
+            claim = ClaimOp(self._outbox.new_msg_id(), count)
             self._claiming += count
-            batch.append(_Pending(claim, sent_at=now))
-        request = Request(self._next_request_id, tuple(p.op for p in batch))
-        self._next_request_id += 1
-        self._inflight = _InFlight(request.id, batch, now)
-        actions.append(self._send(request, now))
+            batch.append(Pending(claim, sent_at=now))
+        actions.append(self._send(self._outbox.send(batch, now), now))
 
-    def _claim_count(self, batch: list[_Pending]) -> int:
+    def _claim_count(self, batch: list[Pending]) -> int:
         """Slots a claim at the end of this request may fill: those free once its finishes
         are confirmed (the server applies the claim only if they all are), less the credit
         already outstanding."""
         if self.conn is not Conn.READY or self.stop_deadline is not None:
             return 0
         finishing = sum(1 for p in batch if isinstance(p.op, FinishOp)
-                        and (att := self.attempts.get(p.op.attempt_id)) is not None
+                        and (att := self._attempts.get(p.op.attempt_id)) is not None
                         and att.phase is Phase.REPORTING)
         if not finishing:
             return 0
@@ -817,16 +745,16 @@ class Session:
     def _kill(self, att: Attempt, reason: str, actions: list[Action]) -> None:
         if att.phase is not Phase.RUNNING:
             return
-        self._move(att, Phase.KILLING)
+        self._attempts.move(att, Phase.KILLING)
         att.kill_reason = reason
-        self._drop_queued_ops(att.attempt_id)
+        self._outbox.drop_ops_of(att.attempt_id)
         att.lease.renewing = False
         actions.append(Kill(att.attempt_id, reason))
         actions.append(_event("killed", att, reason))
 
     def _check_done(self, now: float, actions: list[Action]) -> None:
-        if (self.stop_deadline is None or not self.drain_acked or self.attempts
-                or self._pending or self._inflight is not None or self._done):
+        if (self.stop_deadline is None or not self.drain_acked or self._attempts
+                or not self._outbox.idle or self._done):
             return
         self.conn = Conn.DONE
         actions.append(_event("drained"))
@@ -837,10 +765,10 @@ class Session:
         running, unconfirmed = self.executing, self.unconfirmed
         why = ("forced stop" if forced
                else f"shutdown timeout ({self.config.shutdown_timeout:g} s) ran out")
-        for att in self.attempts.values():
+        for att in self._attempts:
             self._kill(att, KILL_SHUTDOWN, actions)
         self.conn = Conn.DONE
-        self._inflight = None
+        self._outbox.abandon()
         actions.append(_event("shutdown_timeout"))
         actions.append(Finish(ShutdownTimeoutError(
             f"{why} with {unconfirmed} unconfirmed result(s) and {running} running "
@@ -849,10 +777,10 @@ class Session:
 
     def _fatal(self, code: ErrorCode, message: str, actions: list[Action]) -> None:
         running, unconfirmed = self.executing, self.unconfirmed
-        for att in self.attempts.values():
+        for att in self._attempts:
             self._kill(att, KILL_SHUTDOWN, actions)
         self.conn = Conn.DONE
-        self._inflight = None
+        self._outbox.abandon()
         actions.append(_event("fatal", classification=str(code)))
         actions.append(Finish(FatalSessionError(code, message, unconfirmed=unconfirmed,
                                                 running=running)))
@@ -861,56 +789,24 @@ class Session:
         if self._check_stopped_idle():
             self.conn = Conn.DONE
             return [_event("drained"), Finish(None)]
-        cfg = self.config
-        base = min(cfg.reconnect_max_delay, cfg.reconnect_min_delay * 2.0 ** self._backoff_step)
-        self._backoff_step = min(self._backoff_step + 1, 32)
-        delay = max(cfg.reconnect_min_delay, base * (0.5 + 0.5 * self._rng()))
         self.conn = Conn.CONNECTING
-        return [Connect(delay)]
+        return [Connect(next(self._backoff))]
+
+    def _new_backoff(self) -> Iterator[float]:
+        cfg = self.config
+        return backoff(cfg.reconnect_min_delay, cfg.reconnect_max_delay, self._rng)
 
     def _check_stopped_idle(self) -> bool:
-        return (self.stop_deadline is not None and not self.attempts and not self._pending
-                and self._inflight is None)
+        return (self.stop_deadline is not None and not self._attempts
+                and self._outbox.idle)
 
-    def _start_was_sent(self, attempt_id: str) -> bool:
-        for pending in self._pending.values():
-            if isinstance(pending.op, StartOp) and pending.op.attempt_id == attempt_id:
-                return pending.sent_at is not None
-        return True  # not queued any more: it is in flight (or was answered)
-
-    def _drop_queued_ops(self, attempt_id: str) -> None:
-        for msg_id, pending in list(self._pending.items()):
-            op = pending.op
-            if isinstance(op, StartOp | RenewOp) and op.attempt_id == attempt_id:
-                del self._pending[msg_id]
-
-    def _count(self, *phases: Phase) -> int:
-        by_phase = self._by_phase
-        return sum(len(by_phase[phase]) for phase in phases)
+    def _new_attempt(self, res: Reservation, phase: Phase) -> Attempt:
+        return Attempt(res, Lease(res.lease_ttl_ms, margin=self.config.report_margin),
+                       phase=phase)
 
     def phase_counts(self) -> dict[Phase, int]:
         """Known attempts per phase (kept incrementally; tests check it against a count)."""
-        return {phase: len(known) for phase, known in self._by_phase.items()}
-
-    def _add(self, att: Attempt) -> None:
-        self.attempts[att.attempt_id] = att
-        self._by_phase[att.phase][att.attempt_id] = att
-
-    def _forget(self, att: Attempt) -> None:
-        del self.attempts[att.attempt_id]
-        del self._by_phase[att.phase][att.attempt_id]
-
-    def _move(self, att: Attempt, to: Phase) -> None:
-        before = att.phase
-        att.move(to)  # raises on a transition outside _TRANSITIONS
-        del self._by_phase[before][att.attempt_id]
-        self._by_phase[to][att.attempt_id] = att
-
-    def _msg_id(self) -> str:
-        # Unique for the instance's lifetime: the instance ID itself is never reused.
-        msg_id = f"m{self._next_msg}"
-        self._next_msg += 1
-        return msg_id
+        return self._attempts.phase_counts()
 
 
 def _event(kind: str, att: Attempt | None = None, classification: str | None = None,

@@ -391,7 +391,7 @@ class KillProbe:
 
         def _maybe_ready(self: Any, slot: Any) -> Any:
             result = maybe_ready(self, slot)
-            if slot.state is not pool_module._State.SPAWNING and slot.index in probe._killed_at:
+            if slot.state is not pool_module.SlotState.SPAWNING and slot.index in probe._killed_at:
                 probe.replace_ms.append(
                     (time.perf_counter() - probe._killed_at.pop(slot.index)) * 1000)
             return result

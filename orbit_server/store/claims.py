@@ -1,25 +1,61 @@
-"""Dispatch claims on a shared database (MySQL/MariaDB), where several servers reserve at once.
+"""The rows a dispatch claim takes: the oldest-available PENDING tasks of a queue for exactly
+a worker's capabilities, within their deadline (``claimable_rows``).
 
-Each capability's range is read with ``SELECT … FOR UPDATE SKIP LOCKED`` (queries.DISPATCH_ONE
-carries the locking clause; SQLite ignores it, having one writer): a row another server is
-claiming right now is skipped rather than waited for or handed out twice. MySQL allows no
-locking clause inside a UNION, so several capabilities take one locking range each and the
-oldest ``n`` are kept; the extra rows stay locked only until this transaction ends.
+On SQLite, and for one capability anywhere, that is one statement built once
+(queries.DISPATCH_ONE, or queries.dispatch_many for several), run as a prepared SELECT.
+On a shared database (MySQL/MariaDB), where several servers reserve at once, each
+capability's range is read with ``SELECT … FOR UPDATE SKIP LOCKED`` (DISPATCH_ONE carries
+the locking clause; SQLite ignores it, having one writer): a row another server is claiming
+right now is skipped rather than waited for or handed out twice. MySQL allows no locking
+clause inside a UNION, so several capabilities take one locking range each and the oldest
+``n`` are kept; the extra rows stay locked only until this transaction ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Select
 
 from orbit_wire.model import Capability
 
 from . import queries
+from .prepared import prepared_select
+
+__all__ = ["claimable_rows", "dispatch_query", "lock_each"]
 
 
-def lock_each(conn: Connection, queue_id: str, caps: Iterable[Capability], now: int,
+def claimable_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
+                   n: int) -> list[dict[str, Any]]:
+    """Up to ``n`` claimable task rows of ``queue_id`` over ``caps``, oldest-available
+    first, each a full task row (the caller reserves them in this transaction)."""
+    if len(caps) > 1 and conn.dialect.name != "sqlite":
+        return lock_each(conn, queue_id, caps, now, n)
+    stmt, params = dispatch_query(queue_id, caps, now, n)
+    query = prepared_select(stmt)
+    names = query.keys
+    return [dict(zip(names, r, strict=True)) for r in query.all(conn, params)]
+
+
+def dispatch_query(queue_id: str, caps: Sequence[Capability], now: int,
+                   n: int) -> tuple[Select[Any], dict[str, Any]]:
+    """The dispatch statement for these capabilities and its parameters (statements built
+    once, see queries.dispatch_many)."""
+    params: dict[str, Any] = {"queue_id": queue_id, "now": now, "n": n}
+    if len(caps) == 1:
+        cap = caps[0]
+        params.update(handler=cap.handler, handler_version=cap.handler_version,
+                      payload_version=cap.payload_version)
+        return queries.DISPATCH_ONE, params
+    for i, cap in enumerate(caps):
+        params[f"handler_{i}"] = cap.handler
+        params[f"handler_version_{i}"] = cap.handler_version
+        params[f"payload_version_{i}"] = cap.payload_version
+    return queries.dispatch_many(len(caps)), params
+
+
+def lock_each(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
               n: int) -> list[dict[str, Any]]:
     """The oldest-available ``n`` claimable task rows over ``caps``, each locked by us."""
     found: list[dict[str, Any]] = []

@@ -33,10 +33,9 @@ from orbit_wire.errors import ErrorCode, OrbitError
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 BUSY_TIMEOUT_MS = 10_000
-# WAL pages between automatic checkpoints (SQLite's default is 1000). A worker request
-# writes about 24 pages, mostly the same hot index and table pages each time; checkpointing
-# every 10,000 copies each of those once per ~500 requests instead of once per ~50, which
-# took a tenth of the store time off a finish + claim request. The WAL file grows to ~40 MiB.
+# WAL pages between automatic checkpoints (SQLite's default is 1000). Worker requests rewrite
+# the same hot pages, so a rarer checkpoint copies each of them less often; the WAL file then
+# grows to about 40 MiB (docs/benchmarks.md, "Store settings").
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 # MySQL: seconds a statement waits for a row lock before failing (then retried, bounded).
 LOCK_WAIT_TIMEOUT_S = 5

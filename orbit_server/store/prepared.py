@@ -128,10 +128,11 @@ def _fetch_all(cursor: Any, sql: str, params: list[Any]) -> list[Any]:
 
 def _on_sqlite_cursor(conn: Connection, sql: str, params: list[Any],
                       run: Callable[[Any, str, list[Any]], T]) -> T:
-    """SQLite: straight to the driver's cursor, inside the connection's transaction. About a
-    tenth of a worker request's store time is SQLAlchemy's per-statement execution context,
-    which these plain statements do not need. Driver errors are raised as SQLAlchemy's, so
-    the retry and fault translation (store.retry) treat them as for any other statement."""
+    """SQLite: straight to the driver's cursor, inside the connection's transaction, because
+    these plain statements do not need SQLAlchemy's per-statement execution context, which
+    costs a worker request a share of its store time (docs/benchmarks.md, "Store settings").
+    Driver errors are raised as SQLAlchemy's, so the retry and fault translation
+    (store.retry) treat them as for any other statement."""
     dbapi_conn: Any = conn.connection.dbapi_connection
     cursor = dbapi_conn.cursor()
     try:

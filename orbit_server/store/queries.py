@@ -157,3 +157,8 @@ OLDEST_RESERVATION = select(func.min(attempts.c.reserved_at_ms)).where(
     attempts.c.state == AttemptState.RESERVED.value)
 NEXT_PENDING_DEADLINE = select(func.min(tasks.c.deadline_at_ms)).where(
     tasks.c.state == TaskState.PENDING.value)
+# When each queue's waiting tasks become dispatchable: the reaper's wake-ups after a start.
+FIRST_AVAILABLE_BY_QUEUE = (
+    select(tasks.c.queue_id, func.min(tasks.c.available_at_ms))
+    .where(tasks.c.state == TaskState.PENDING.value).group_by(tasks.c.queue_id)
+)

@@ -1,7 +1,8 @@
 """Bounded retry of transactions that lost to another writer, and typed database faults.
 
-Every public ``Service`` method is one transaction, so a method that failed before its commit
-can run again from the start. ``transactional`` wraps a class's public methods so that:
+Every public method of a use-case class (``orbit_server.services``) is one transaction, so a
+method that failed before its commit can run again from the start. ``transactional`` wraps a
+class's public methods so that:
 
 * a deadlock (MySQL 1213), a lock-wait timeout (1205) or a lost compare-and-set
   (``OrbitError(UNAVAILABLE, retryable=True)`` from ``store.rows``) runs the method again, at

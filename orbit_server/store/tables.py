@@ -180,7 +180,7 @@ receipts = Table(
     Column("op", String(STATE), nullable=False),
     Column("answer", Text, nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
-    # Receipts older than the retention are pruned by age (service.prune_receipts).
+    # Receipts older than the retention are pruned by age (services.reaper.Reaper.prune_receipts).
     Index("ix_receipts_created", "created_at_ms"),
     **MYSQL_OPTIONS,
 )

@@ -20,7 +20,7 @@ from support.waiting import UNIT
 
 from orbit_server.auth import Principal
 from orbit_server.config import ServerConfig
-from orbit_server.service import Effects, Service, WorkerBinding
+from orbit_server.services import Effects, Services, WorkerBinding
 from orbit_server.store import create_engine_for, migrate
 from orbit_wire.frames import FinishOp, Hello, OpResult, RenewOp, Report, StartOp
 from orbit_wire.ids import new_id
@@ -46,7 +46,7 @@ class Clock:
 
 @dataclass
 class World:
-    service: Service
+    service: Services
     engine: Engine
     clock: Clock
     admin: Principal
@@ -63,13 +63,13 @@ class World:
                 "payload_version": CAP.payload_version, "payload": {"text": "hi"}, **extra}
 
     def submit(self, **spec: Any) -> dict[str, Any]:
-        made, _ = self.service.submit(self.producer, self.queue_id, [self.spec(**spec)])
+        made, _ = self.service.tasks.submit(self.producer, self.queue_id, [self.spec(**spec)])
         return made[0][0]
 
     def submit_many(self, n: int, **spec: Any) -> list[str]:
         """Submit ``n`` tasks in one batch (payloads ``{"i": i}``); their ids in order."""
         specs: list[object] = [self.spec(payload={"i": i}, **spec) for i in range(n)]
-        made, _ = self.service.submit(self.producer, self.queue_id, specs)
+        made, _ = self.service.tasks.submit(self.producer, self.queue_id, specs)
         return [view["id"] for view, _created in made]
 
     def attempts(self, task_id: str) -> list[dict[str, Any]]:
@@ -81,10 +81,10 @@ class World:
         return out
 
     def _history(self, task_id: str) -> dict[str, Any]:
-        return dict(as_json(self.service.list_attempts(self.producer, task_id)))
+        return dict(as_json(self.service.tasks.list_attempts(self.producer, task_id)))
 
     def audit(self, task_id: str) -> list[dict[str, Any]]:
-        view = as_json(self.service.audit_trail(self.producer, task_id))
+        view = as_json(self.service.tasks.audit_trail(self.producer, task_id))
         out: list[dict[str, Any]] = view["events"]
         return out
 
@@ -94,18 +94,18 @@ class World:
             return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
     @contextmanager
-    def other_service(self, seed: int) -> Iterator[Service]:
-        """A second Service on its own engine over the same database (another replica, or
+    def other_service(self, seed: int) -> Iterator[Services]:
+        """A second Services on its own engine over the same database (another replica, or
         another connection); the engine is disposed of afterwards."""
         engine = create_engine_for(self.url)
         try:
-            yield Service(engine, self.service.config, self.clock, random.Random(seed))
+            yield Services(engine, self.service.tx.config, self.clock, random.Random(seed))
         finally:
             engine.dispose()
 
     def hello(self, instance_id: str | None = None, secret: str = "instance-secret",
               caps: tuple[Capability, ...] = (CAP,)) -> WorkerBinding:
-        return self.service.worker_hello(Hello(
+        return self.service.workers.worker_hello(Hello(
             credential_id=self.worker_cred["credential_id"],
             credential_secret=self.worker_cred["secret"],
             instance_id=instance_id or new_id(self.clock()), instance_secret=secret,
@@ -119,12 +119,13 @@ class World:
     def start(self, b: WorkerBinding, attempt_id: str, epoch: int,
               msg: str | None = None) -> OpResult:
         op = StartOp(msg or self.msg(), attempt_id, epoch, 4242)
-        results, _ = self.service.apply_ops(b, [op])
+        results, _ = self.service.workers.apply_ops(b, [op])
         return results[0]
 
     def renew(self, b: WorkerBinding, attempt_id: str, epoch: int,
               msg: str | None = None) -> OpResult:
-        results, _ = self.service.apply_ops(b, [RenewOp(msg or self.msg(), attempt_id, epoch)])
+        op = RenewOp(msg or self.msg(), attempt_id, epoch)
+        results, _ = self.service.workers.apply_ops(b, [op])
         return results[0]
 
     def finish(self, b: WorkerBinding, attempt_id: str, epoch: int, outcome: Outcome,
@@ -136,18 +137,18 @@ class World:
             result_json = orjson.dumps(result).decode()
         op = FinishOp(msg or self.msg(), attempt_id, epoch, outcome, code, retryable,
                       result_json, details_json, report or Report(exit_code=0, cpu_ms=5))
-        results, effects = self.service.apply_ops(b, [op])
+        results, effects = self.service.workers.apply_ops(b, [op])
         return results[0], effects
 
     def run_once(self, b: WorkerBinding) -> tuple[str, int]:
         """Reserve the next task and start it; returns (attempt_id, epoch)."""
-        (res,) = self.service.reserve(b, 1)
+        (res,) = self.service.workers.reserve(b, 1)
         ok = self.start(b, res.attempt_id, res.epoch)
         assert ok.ok, ok
         return res.attempt_id, res.epoch
 
     def task(self, task_id: str) -> dict[str, Any]:
-        return self.service.get_task(self.producer, task_id)
+        return self.service.tasks.get_task(self.producer, task_id)
 
     @staticmethod
     def receipt_row(msg_id: str, *, at_ms: int = 1, instance_id: str = "0" * 32,
@@ -186,13 +187,13 @@ def make_world(url: str) -> Iterator[World]:
     engine = create_engine_for(url)
     clock = Clock()
     config = ServerConfig(db_url=url, session_ttl_ms=15_000, kill_grace_ms=2_000)
-    service = Service(engine, config, clock, random.Random(7))
-    made = service.bootstrap_admin("root")
-    admin = service.authenticate(f"{made['credential_id']}.{made['secret']}")
-    queue = service.create_queue(admin, "q")
-    prod = service.create_credential(admin, "producer", [queue["id"]], "p")
-    producer = service.authenticate(f"{prod['credential_id']}.{prod['secret']}")
-    worker = service.create_credential(admin, "worker", [queue["id"]], "w")
+    service = Services(engine, config, clock, random.Random(7))
+    made = service.admin.bootstrap_admin("root")
+    admin = service.admin.authenticate(f"{made['credential_id']}.{made['secret']}")
+    queue = service.admin.create_queue(admin, "q")
+    prod = service.admin.create_credential(admin, "producer", [queue["id"]], "p")
+    producer = service.admin.authenticate(f"{prod['credential_id']}.{prod['secret']}")
+    worker = service.admin.create_credential(admin, "worker", [queue["id"]], "w")
     try:
         yield World(service, engine, clock, admin, producer, queue["id"], worker, url)
     finally:

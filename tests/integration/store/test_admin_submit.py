@@ -13,33 +13,33 @@ from orbit_wire.model import Role
 
 
 def test_bootstrap_admin_authenticates_and_bad_tokens_do_not(world: World) -> None:
-    made = world.service.bootstrap_admin(None)
-    p = world.service.authenticate(f"{made['credential_id']}.{made['secret']}")
+    made = world.service.admin.bootstrap_admin(None)
+    p = world.service.admin.authenticate(f"{made['credential_id']}.{made['secret']}")
     assert p.role is Role.ADMIN and made["role"] == "admin"
     for bad in ("", "nodot", f"{made['credential_id']}.wrong", "x" * 32 + ".s",
                 f"{made['credential_id']}."):
         with pytest.raises(AuthError) as exc:
-            world.service.authenticate(bad)
+            world.service.admin.authenticate(bad)
         assert exc.value.code is ErrorCode.UNAUTHENTICATED
 
 
 def test_revoked_credential_is_refused_at_once(world: World) -> None:
-    made = world.service.create_credential(world.admin, "producer", [world.queue_id], None)
+    made = world.service.admin.create_credential(world.admin, "producer", [world.queue_id], None)
     token = f"{made['credential_id']}.{made['secret']}"
-    world.service.authenticate(token)  # now cached
-    assert world.service.revoke_credential(world.admin, made["credential_id"]) == {
+    world.service.admin.authenticate(token)  # now cached
+    assert world.service.admin.revoke_credential(world.admin, made["credential_id"]) == {
         "credential_id": made["credential_id"], "revoked": True}
     with pytest.raises(AuthError):
-        world.service.authenticate(token)
+        world.service.admin.authenticate(token)
     # Revoking twice is fine; an unknown ID is NOT_FOUND.
-    world.service.revoke_credential(world.admin, made["credential_id"])
+    world.service.admin.revoke_credential(world.admin, made["credential_id"])
     with pytest.raises(OrbitError) as exc:
-        world.service.revoke_credential(world.admin, "0" * 32)
+        world.service.admin.revoke_credential(world.admin, "0" * 32)
     assert exc.value.code is ErrorCode.NOT_FOUND
 
 
 def test_secrets_are_stored_hashed(world: World) -> None:
-    made = world.service.create_credential(world.admin, "worker", [world.queue_id], "w2")
+    made = world.service.admin.create_credential(world.admin, "worker", [world.queue_id], "w2")
     with world.engine.connect() as conn:
         stored = conn.execute(
             text("SELECT secret_hash FROM credentials WHERE id = :id"),
@@ -50,25 +50,25 @@ def test_secrets_are_stored_hashed(world: World) -> None:
 
 def test_roles_and_scopes(world: World) -> None:
     with pytest.raises(AuthError) as denied:
-        world.service.create_queue(world.producer, "nope")
+        world.service.admin.create_queue(world.producer, "nope")
     assert denied.value.code is ErrorCode.PERMISSION_DENIED
-    other = world.service.create_queue(world.admin, "other")
+    other = world.service.admin.create_queue(world.admin, "other")
     with pytest.raises(AuthError):
-        world.service.submit(world.producer, other["id"], [{}])
+        world.service.tasks.submit(world.producer, other["id"], [{}])
     with pytest.raises(OrbitError) as exc:
-        world.service.create_credential(world.admin, "root", [world.queue_id], None)
+        world.service.admin.create_credential(world.admin, "root", [world.queue_id], None)
     assert exc.value.code is ErrorCode.BAD_REQUEST
     with pytest.raises(OrbitError) as exc:
-        world.service.create_credential(world.admin, "producer", ["f" * 32], None)
+        world.service.admin.create_credential(world.admin, "producer", ["f" * 32], None)
     assert exc.value.code is ErrorCode.NOT_FOUND
     with pytest.raises(OrbitError) as exc:
-        world.service.create_credential(world.admin, "worker", [], None)
+        world.service.admin.create_credential(world.admin, "worker", [], None)
     assert exc.value.code is ErrorCode.BAD_REQUEST
     # A task of another queue is invisible to this producer.
-    admin_task, _ = world.service.submit(world.admin, other["id"], [{
+    admin_task, _ = world.service.tasks.submit(world.admin, other["id"], [{
         "handler": "h", "handler_version": "1", "payload_version": "1", "payload": 1}])
     with pytest.raises(AuthError):
-        world.service.get_task(world.producer, admin_task[0][0]["id"])
+        world.service.tasks.get_task(world.producer, admin_task[0][0]["id"])
 
 
 def test_submit_fills_defaults_and_view_matches_contract(world: World) -> None:
@@ -111,23 +111,24 @@ def test_bad_specs_are_rejected_with_typed_codes(world: World, spec: dict[str, A
 def test_batch_is_all_or_nothing_and_names_the_index(world: World) -> None:
     good = {"handler": "h", "handler_version": "1", "payload_version": "1", "payload": [1]}
     with pytest.raises(OrbitError) as exc:
-        world.service.submit(world.producer, world.queue_id,
-                             [good, good, {**good, "max_attempts": -1}])
+        world.service.tasks.submit(world.producer, world.queue_id,
+                                   [good, good, {**good, "max_attempts": -1}])
     assert "tasks[2]" in exc.value.message
-    stats = world.service.queue_stats(world.producer, world.queue_id)
+    stats = world.service.tasks.queue_stats(world.producer, world.queue_id)
     assert stats["counts"]["PENDING"] == 0
-    made, effects = world.service.submit(world.producer, world.queue_id, [good] * 1000)
+    made, effects = world.service.tasks.submit(world.producer, world.queue_id, [good] * 1000)
     assert len(made) == 1000 and all(created for _t, created in made)
     assert len({t["id"] for t, _c in made}) == 1000
     assert effects.ready_queues == {world.queue_id}
-    assert world.service.queue_stats(world.producer, world.queue_id)["counts"]["PENDING"] == 1000
+    assert world.service.tasks.queue_stats(
+        world.producer, world.queue_id)["counts"]["PENDING"] == 1000
     with pytest.raises(OrbitError):
-        world.service.submit(world.producer, world.queue_id, [good] * 1001)
+        world.service.tasks.submit(world.producer, world.queue_id, [good] * 1001)
 
 
 def test_operation_key_returns_the_existing_task(world: World) -> None:
     first = world.submit(operation_key="order-42")
-    again, effects = world.service.submit(world.producer, world.queue_id, [{
+    again, effects = world.service.tasks.submit(world.producer, world.queue_id, [{
         "handler": "other", "handler_version": "2", "payload_version": "2", "payload": 0,
         "operation_key": "order-42"}])
     assert again[0][1] is False and again[0][0]["id"] == first["id"]
@@ -135,19 +136,21 @@ def test_operation_key_returns_the_existing_task(world: World) -> None:
     # Within one batch, the second use of a key refers to the first.
     spec = {"handler": "h", "handler_version": "1", "payload_version": "1", "payload": 1,
             "operation_key": "k2"}
-    made, _ = world.service.submit(world.producer, world.queue_id, [spec, spec])
+    made, _ = world.service.tasks.submit(world.producer, world.queue_id, [spec, spec])
     assert [c for _t, c in made] == [True, False]
     assert made[0][0]["id"] == made[1][0]["id"]
     # The same key in another queue is another task.
-    other = world.service.create_queue(world.admin, None)
-    there, _ = world.service.submit(world.admin, other["id"], [spec])
+    other = world.service.admin.create_queue(world.admin, None)
+    there, _ = world.service.tasks.submit(world.admin, other["id"], [spec])
     assert there[0][1] is True and there[0][0]["id"] != made[0][0]["id"]
 
 
 def test_unknown_queue_and_task(world: World) -> None:
     with pytest.raises(OrbitError) as exc:
-        world.service.submit(world.admin, "a" * 32, [{"handler": "h", "handler_version": "1",
-                                                     "payload_version": "1", "payload": 1}])
+        world.service.tasks.submit(world.admin, "a" * 32, [{"handler": "h",
+                                                            "handler_version": "1",
+                                                            "payload_version": "1",
+                                                            "payload": 1}])
     assert exc.value.code is ErrorCode.NOT_FOUND
     for bad in ("b" * 32, "not-an-id"):
         with pytest.raises(OrbitError) as exc:

@@ -8,7 +8,7 @@ from sqlalchemy import update
 from store_support import World
 
 from orbit_server import domain
-from orbit_server.service import Service
+from orbit_server.services import Services
 from orbit_server.store.rows import UnitOfWork
 from orbit_server.store.tables import attempts, tasks
 from orbit_wire.errors import ErrorCode, OrbitError
@@ -36,9 +36,9 @@ def test_two_services_on_one_file_never_reserve_a_task_twice(world: World) -> No
     b1, b2 = world.hello(), world.hello()
     claimed: list[list[str]] = [[], []]
 
-    def worker(svc: Service, b: object, out: list[str]) -> None:
+    def worker(svc: Services, b: object, out: list[str]) -> None:
         for _ in range(100):  # bounded
-            got = svc.reserve(b, 7)  # type: ignore[arg-type]
+            got = svc.workers.reserve(b, 7)  # type: ignore[arg-type]
             if not got:
                 return
             out.extend(r.task_id for r in got)
@@ -49,4 +49,5 @@ def test_two_services_on_one_file_never_reserve_a_task_twice(world: World) -> No
     assert not errors, errors
     all_ids = claimed[0] + claimed[1]
     assert len(all_ids) == 300 and len(set(all_ids)) == 300
-    assert world.service.queue_stats(world.producer, world.queue_id)["counts"]["RUNNING"] == 300
+    assert world.service.tasks.queue_stats(
+        world.producer, world.queue_id)["counts"]["RUNNING"] == 300

@@ -22,12 +22,12 @@ def test_reserve_over_three_capabilities_is_oldest_first_and_bounded(world: Worl
         world.clock.advance(1)
     stranger = world.submit(handler="stranger")
     b = world.hello(caps=(CAP, OTHER, THIRD))
-    first = world.service.reserve(b, 4)
+    first = world.service.workers.reserve(b, 4)
     assert [r.task_id for r in first] == [tid for tid, _ in order[:4]]
     assert [r.capability for r in first] == [cap for _, cap in order[:4]]
-    rest = world.service.reserve(b, 10)
+    rest = world.service.workers.reserve(b, 10)
     assert [r.task_id for r in rest] == [tid for tid, _ in order[4:]]
-    assert world.service.reserve(b, 10) == []
+    assert world.service.workers.reserve(b, 10) == []
     assert world.task(stranger["id"])["state"] == "PENDING"
 
 
@@ -36,7 +36,7 @@ def test_reserve_over_two_capabilities_skips_tasks_past_their_deadline(world: Wo
     world.clock.advance(200)
     live = world.submit(deadline_ms=60_000)
     b = world.hello(caps=(OTHER, CAP))
-    assert [r.task_id for r in world.service.reserve(b, 5)] == [live["id"]]
+    assert [r.task_id for r in world.service.workers.reserve(b, 5)] == [live["id"]]
     assert world.task(expired["id"])["state"] == "PENDING"  # the reaper fails it, not dispatch
 
 

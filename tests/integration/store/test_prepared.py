@@ -51,7 +51,7 @@ def test_select_gives_the_core_statements_rows(world: World) -> None:
 def test_select_keeps_the_statements_literals(world: World) -> None:
     """DISPATCH_ONE binds PENDING and OFFSET 0 itself: only PENDING tasks come back."""
     first, second = world.submit()["id"], world.submit()["id"]
-    world.service.cancel_task(world.producer, second, None)
+    world.service.tasks.cancel_task(world.producer, second, None)
     params = {"queue_id": world.queue_id, "handler": "text.normalize", "handler_version": "v1",
               "payload_version": "v1", "now": world.clock() + 1, "n": 10}
     with world.engine.connect() as conn:

@@ -21,8 +21,8 @@ def _created(world: World) -> list[int]:
 
 
 def test_old_receipts_go_oldest_first_in_batches_fresh_ones_stay(world: World) -> None:
-    retention = world.service.config.receipt_retention_ms
-    batch = world.service.config.reap_batch
+    retention = world.service.tx.config.receipt_retention_ms
+    batch = world.service.tx.config.reap_batch
     assert (retention, batch) == (24 * HOUR, 1_000)  # the defaults
     cutoff = world.clock() - retention
     # 2,500 receipts past the retention, one per millisecond, except that the 999th to the
@@ -35,14 +35,14 @@ def test_old_receipts_go_oldest_first_in_batches_fresh_ones_stay(world: World) -
                                   for i, at in enumerate(old_at + fresh_at)])
 
     # First batch: up to the 1,000th oldest, and the rows sharing its millisecond.
-    assert world.service.prune_receipts() == 1_003
+    assert world.service.reaper.prune_receipts() == 1_003
     assert _created(world) == sorted(old_at[1_003:] + fresh_at)
-    assert world.service.prune_receipts() == 1_000
-    assert world.service.prune_receipts() == 497  # fewer than a batch: none left
+    assert world.service.reaper.prune_receipts() == 1_000
+    assert world.service.reaper.prune_receipts() == 497  # fewer than a batch: none left
     assert _created(world) == fresh_at
-    assert world.service.prune_receipts() == 0
+    assert world.service.reaper.prune_receipts() == 0
     world.clock.advance(5)  # the five oldest fresh ones pass the retention
-    assert world.service.prune_receipts() == 5
+    assert world.service.reaper.prune_receipts() == 5
     assert _created(world) == fresh_at[5:]
 
 
@@ -50,14 +50,14 @@ def test_a_resend_after_its_receipt_was_pruned_is_answered_and_applied_once(
         world: World) -> None:
     t = world.submit()
     b = world.hello()
-    (r,) = world.service.reserve(b, 1)
+    (r,) = world.service.workers.reserve(b, 1)
     assert world.start(b, r.attempt_id, r.epoch, msg="s1").ok
     first, _ = world.finish(b, r.attempt_id, r.epoch, Outcome.SUCCEEDED, result={"n": 1},
                             msg="f1")
     assert first.ok and first.disposition is Disposition.ACCEPTED
 
-    world.clock.advance(world.service.config.receipt_retention_ms + 1)
-    assert world.service.prune_receipts() >= 2  # this instance's start and finish
+    world.clock.advance(world.service.tx.config.receipt_retention_ms + 1)
+    assert world.service.reaper.prune_receipts() >= 2  # this instance's start and finish
     assert world.count(receipts) == 0
 
     # The same finish again: no receipt, so it is decided anew, and the attempt is closed.

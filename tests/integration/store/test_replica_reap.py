@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from store_support import World
 
-from orbit_server.service import Effects, Service
+from orbit_server.services import Effects, Services
 from orbit_server.store.tables import attempts, audit
 
 
@@ -16,7 +16,7 @@ def test_two_reapers_expire_each_lease_once(world: World) -> None:
     b = world.hello()
     started = 0
     for _ in range(10):  # bounded
-        got = world.service.reserve(b, 100)
+        got = world.service.workers.reserve(b, 100)
         if not got:
             break
         for r in got:
@@ -26,9 +26,9 @@ def test_two_reapers_expire_each_lease_once(world: World) -> None:
     world.clock.advance(5_000)
     results: list[Effects] = []
 
-    def reap(svc: Service) -> None:
+    def reap(svc: Services) -> None:
         for _ in range(5):  # bounded: each pass may leave rows the other one held
-            results.append(svc.reap())
+            results.append(svc.reaper.reap())
 
     with world.other_service(3) as other:
         errors = world.race(lambda: reap(world.service), lambda: reap(other))
@@ -44,5 +44,5 @@ def test_two_reapers_expire_each_lease_once(world: World) -> None:
             select(audit.c.attempt_id, func.count()).where(audit.c.kind == "attempt_finished")
             .group_by(audit.c.attempt_id)).all()
     assert len(per_attempt) == 200 and all(n == 1 for _, n in per_attempt)
-    counts = world.service.queue_stats(world.producer, world.queue_id)["counts"]
+    counts = world.service.tasks.queue_stats(world.producer, world.queue_id)["counts"]
     assert counts["PENDING"] == 200  # idempotent: each goes back for a retry, once

@@ -15,12 +15,12 @@ from orbit_wire.model import Outcome
 def test_finish_of_a_watched_task_carries_its_view(world: World) -> None:
     watched_task, other = world.submit(), world.submit()
     b = world.hello()
-    got = world.service.reserve(b, 2)
+    got = world.service.workers.reserve(b, 2)
     starts = [StartOp(world.msg(), r.attempt_id, r.epoch) for r in got]
-    world.service.apply_ops(b, starts)
+    world.service.workers.apply_ops(b, starts)
     finishes = [FinishOp(world.msg(), r.attempt_id, r.epoch, Outcome.SUCCEEDED,
                          result_json='{"n":1234567890123456789}') for r in got]
-    results, effects = world.service.apply_ops(
+    results, effects = world.service.workers.apply_ops(
         b, finishes, watched=lambda task_id: task_id == watched_task["id"])
     assert all(r.ok for r in results)
     assert set(effects.terminal_tasks) == {watched_task["id"], other["id"]}

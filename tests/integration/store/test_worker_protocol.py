@@ -44,10 +44,10 @@ def test_hello_binds_instance_and_rejects_conflicts(world: World) -> None:
 
 def test_drain_is_answered_and_replayed(world: World) -> None:
     b = world.hello()
-    (first,), _ = world.service.apply_ops(b, [DrainOp("d")])
-    (again,), _ = world.service.apply_ops(b, [DrainOp("d")])
+    (first,), _ = world.service.workers.apply_ops(b, [DrainOp("d")])
+    (again,), _ = world.service.workers.apply_ops(b, [DrainOp("d")])
     assert first.ok and again == first
-    (reused,), _ = world.service.apply_ops(b, [StartOp("d", "a" * 32, 1)])
+    (reused,), _ = world.service.workers.apply_ops(b, [StartOp("d", "a" * 32, 1)])
     assert reused.error_code is ErrorCode.MESSAGE_ID_REUSED
 
 
@@ -56,22 +56,23 @@ def test_hello_auth_role_scope_and_protocol(world: World) -> None:
                 credential_secret=world.worker_cred["secret"], instance_id=new_id(1),
                 instance_secret="s", queue_id=world.queue_id, capabilities=(CAP,), capacity=1)
     with pytest.raises(AuthError) as exc:
-        world.service.worker_hello(Hello(**{**base, "credential_secret": "nope"}))
+        world.service.workers.worker_hello(Hello(**{**base, "credential_secret": "nope"}))
     assert exc.value.code is ErrorCode.UNAUTHENTICATED
     with pytest.raises(AuthError) as exc:
-        world.service.worker_hello(Hello(**{**base, "queue_id": "c" * 32}))
+        world.service.workers.worker_hello(Hello(**{**base, "queue_id": "c" * 32}))
     assert exc.value.code is ErrorCode.PERMISSION_DENIED
-    prod = world.service.create_credential(world.admin, "producer", [world.queue_id], None)
+    prod = world.service.admin.create_credential(world.admin, "producer", [world.queue_id], None)
     with pytest.raises(AuthError) as exc:
-        world.service.worker_hello(Hello(**{**base, "credential_id": prod["credential_id"],
-                                            "credential_secret": prod["secret"]}))
+        world.service.workers.worker_hello(Hello(**{**base,
+                                                    "credential_id": prod["credential_id"],
+                                                    "credential_secret": prod["secret"]}))
     assert exc.value.code is ErrorCode.PERMISSION_DENIED
     with pytest.raises(ProtocolError) as perr:
-        world.service.worker_hello(Hello(**{**base, "protocol": 2}))
+        world.service.workers.worker_hello(Hello(**{**base, "protocol": 2}))
     assert perr.value.code is ErrorCode.UNSUPPORTED_PROTOCOL
-    world.service.revoke_credential(world.admin, world.worker_cred["credential_id"])
+    world.service.admin.revoke_credential(world.admin, world.worker_cred["credential_id"])
     with pytest.raises(AuthError):
-        world.service.worker_hello(Hello(**base))
+        world.service.workers.worker_hello(Hello(**base))
 
 
 # ------------------------------------------------------------------------ reserve
@@ -82,7 +83,7 @@ def test_reserve_only_exact_capability_and_encodes(world: World) -> None:
     wrong_version = world.submit(handler_version="v2")
     t = world.submit(payload={"big": 123456789012345678})
     b = world.hello()
-    got = world.service.reserve(b, 10)
+    got = world.service.workers.reserve(b, 10)
     assert [r.task_id for r in got] == [t["id"]]
     r = got[0]
     assert r.epoch == 1 and r.attempt_number == 1 and r.capability == CAP
@@ -91,10 +92,10 @@ def test_reserve_only_exact_capability_and_encodes(world: World) -> None:
     assert b'123456789012345678' in encode(Reserve(tuple(got)))
     assert world.task(t["id"])["state"] == "RUNNING"
     assert world.task(t["id"])["attempts"] == 0  # not spent before start
-    assert world.service.reserve(b, 10) == []
+    assert world.service.workers.reserve(b, 10) == []
     both = world.hello(caps=(Capability("other", "v1", "v1"),
                              Capability("text.normalize", "v2", "v1")))
-    claimed = {r.task_id for r in world.service.reserve(both, 10)}
+    claimed = {r.task_id for r in world.service.workers.reserve(both, 10)}
     assert claimed == {other["id"], wrong_version["id"]}
 
 
@@ -104,9 +105,9 @@ def test_reserve_claims_oldest_first_up_to_n(world: World) -> None:
         ids.append(world.submit()["id"])
         world.clock.advance(1)
     b = world.hello()
-    assert [r.task_id for r in world.service.reserve(b, 3)] == ids[:3]
-    assert [r.task_id for r in world.service.reserve(b, 3)] == ids[3:]
-    assert world.service.reserve(b, 0) == []
+    assert [r.task_id for r in world.service.workers.reserve(b, 3)] == ids[:3]
+    assert [r.task_id for r in world.service.workers.reserve(b, 3)] == ids[3:]
+    assert world.service.workers.reserve(b, 0) == []
 
 
 # ------------------------------------------------------------------------ outcome table rows
@@ -158,9 +159,9 @@ def test_temporary_rejection_retries_after_backoff_then_exhausts(world: World) -
     view = world.task(t["id"])
     assert view["next_attempt_at_ms"] == world.clock() + 1000
     assert effects.next_due_ms == world.clock() + 1000 and not effects.ready_queues
-    assert world.service.reserve(b, 1) == []  # backoff not over
+    assert world.service.workers.reserve(b, 1) == []  # backoff not over
     world.clock.advance(1000)
-    assert world.service.reap().ready_queues == {world.queue_id}  # the wake-up fires
+    assert world.service.reaper.reap().ready_queues == {world.queue_id}  # the wake-up fires
     aid2, ep2 = world.run_once(b)
     assert ep2 == ep + 1
     res, _ = world.finish(b, aid2, ep2, Outcome.FAILED, code="TEMPORARY_REJECTION",
@@ -214,7 +215,7 @@ def test_non_idempotent_retryable_failure_after_uncertain_history_goes_to_review
     aid, ep = world.run_once(b)
     world.finish(b, aid, ep, Outcome.UNKNOWN, code="HANDLER_ERROR")
     assert world.task(t["id"])["state"] == "NEEDS_REVIEW"
-    _view, effects = world.service.review(world.producer, t["id"], "retry", None, "checked")
+    _view, effects = world.service.tasks.review(world.producer, t["id"], "retry", None, "checked")
     assert effects.ready_queues == {world.queue_id}
     aid, ep = world.run_once(b)
     res, _ = world.finish(b, aid, ep, Outcome.FAILED, code="TEMPORARY_REJECTION", retryable=True)
@@ -252,10 +253,10 @@ def test_invalid_result_becomes_unknown_invalid_handler_result(world: World) -> 
 def test_start_grants_min_of_ttl_timeout_deadline(world: World) -> None:
     world.submit(lease_ttl_ms=30_000, attempt_timeout_ms=10_000)
     b = world.hello()
-    (r,) = world.service.reserve(b, 1)
+    (r,) = world.service.workers.reserve(b, 1)
     assert world.start(b, r.attempt_id, r.epoch).lease_ms == 10_000
     world.submit(lease_ttl_ms=30_000, deadline_ms=4_000)
-    (r,) = world.service.reserve(b, 1)
+    (r,) = world.service.workers.reserve(b, 1)
     assert world.start(b, r.attempt_id, r.epoch).lease_ms == 4_000
 
 
@@ -306,7 +307,7 @@ def test_late_finish_after_lease_expiry_is_evidence_only(world: World) -> None:
     assert world.task(t["id"])["state"] == "RUNNING"  # the reaper decides, not the report
     (e,) = world.evidence(t["id"])
     assert e["reason"] == "LEASE_EXPIRED" and e["result"] == {"late": True}
-    world.service.reap()
+    world.service.reaper.reap()
     view = world.task(t["id"])
     assert view["state"] == "NEEDS_REVIEW" and view["result"] is None
     (a,) = world.attempts(t["id"])
@@ -319,11 +320,11 @@ def test_evidence_never_clears_uncertainty(world: World) -> None:
     b = world.hello()
     aid, ep = world.run_once(b)
     world.clock.advance(1_000)
-    world.service.reap()  # UNKNOWN/LEASE_EXPIRED: idempotent, retry after the kill grace
+    world.service.reaper.reap()  # UNKNOWN/LEASE_EXPIRED: idempotent, retry after the kill grace
     view = world.task(t["id"])
     assert view["state"] == "PENDING"
     assert view["next_attempt_at_ms"] == world.clock() + 2_000  # expiry + kill grace
-    assert world.service.reserve(b, 1) == []
+    assert world.service.workers.reserve(b, 1) == []
     res, _ = world.finish(b, aid, ep, Outcome.SUCCEEDED, result={"ok": 1})
     assert res.disposition == "EVIDENCE_ONLY" and res.task_state == "PENDING"
     world.clock.advance(2_000)
@@ -358,7 +359,7 @@ def test_finish_with_wrong_epoch_is_evidence(world: World) -> None:
 def test_receipts_replay_the_answer_and_apply_once(world: World) -> None:
     t = world.submit(idempotency="IDEMPOTENT", backoff={"initial_ms": 0})
     b = world.hello()
-    (r,) = world.service.reserve(b, 1)
+    (r,) = world.service.workers.reserve(b, 1)
     first = world.start(b, r.attempt_id, r.epoch, msg="s1")
     world.clock.advance(10_000)
     again = world.start(b, r.attempt_id, r.epoch, msg="s1")
@@ -382,7 +383,7 @@ def test_receipts_replay_the_answer_and_apply_once(world: World) -> None:
 def test_replayed_start_after_lease_end_is_lease_expired(world: World) -> None:
     world.submit(lease_ttl_ms=1_000)
     b = world.hello()
-    (r,) = world.service.reserve(b, 1)
+    (r,) = world.service.workers.reserve(b, 1)
     assert world.start(b, r.attempt_id, r.epoch, msg="s").ok
     world.clock.advance(1_000)
     res = world.start(b, r.attempt_id, r.epoch, msg="s")
@@ -390,21 +391,21 @@ def test_replayed_start_after_lease_end_is_lease_expired(world: World) -> None:
 
 
 def test_batch_of_ops_in_one_request(world: World) -> None:
-    made, _ = world.service.submit(world.producer, world.queue_id,
+    made, _ = world.service.tasks.submit(world.producer, world.queue_id,
                                    [world.spec(payload=i) for i in range(100)])
     b = world.hello()
-    res = world.service.reserve(b, 100)
+    res = world.service.workers.reserve(b, 100)
     assert len(res) == 100
     starts = [StartOp(f"s{i}", r.attempt_id, r.epoch) for i, r in enumerate(res)]
-    results, _ = world.service.apply_ops(b, starts)
+    results, _ = world.service.workers.apply_ops(b, starts)
     assert all(x.ok for x in results)
     finishes = [FinishOp(f"f{i}", r.attempt_id, r.epoch, Outcome.SUCCEEDED,
                          result_json=str(i)) for i, r in enumerate(res)]
     # Start-then-finish in the same request also works (records are shared in the batch).
-    results, effects = world.service.apply_ops(b, [*finishes, DrainOp("d1")])
+    results, effects = world.service.workers.apply_ops(b, [*finishes, DrainOp("d1")])
     assert all(x.ok and x.disposition == "ACCEPTED" for x in results[:-1])
     assert results[-1].ok and len(effects.terminal_tasks) == 100
-    stats = world.service.queue_stats(world.producer, world.queue_id)
+    stats = world.service.tasks.queue_stats(world.producer, world.queue_id)
     assert stats["counts"]["SUCCEEDED"] == 100 and stats["running_attempts"] == 0
     assert {world.task(t["id"])["state"] for t, _ in made} == {"SUCCEEDED"}
 
@@ -412,8 +413,8 @@ def test_batch_of_ops_in_one_request(world: World) -> None:
 def test_start_and_finish_in_one_request(world: World) -> None:
     t = world.submit()
     b = world.hello()
-    (r,) = world.service.reserve(b, 1)
-    results, _ = world.service.apply_ops(b, [
+    (r,) = world.service.workers.reserve(b, 1)
+    results, _ = world.service.workers.apply_ops(b, [
         StartOp("a", r.attempt_id, r.epoch), RenewOp("b", r.attempt_id, r.epoch),
         FinishOp("c", r.attempt_id, r.epoch, Outcome.SUCCEEDED, result_json="1"),
         FinishOp("c", r.attempt_id, r.epoch, Outcome.SUCCEEDED, result_json="1"),
@@ -431,9 +432,9 @@ def test_release_returns_unstarted_reservations_without_spending(world: World) -
     started = world.submit()
     b = world.hello()
     # Tasks submitted in the same millisecond come back in no fixed order on every engine.
-    res = sorted(world.service.reserve(b, 2), key=lambda r: r.task_id != t["id"])
+    res = sorted(world.service.workers.reserve(b, 2), key=lambda r: r.task_id != t["id"])
     assert world.start(b, res[1].attempt_id, res[1].epoch).ok
-    effects = world.service.release_reservations(b.instance_id)
+    effects = world.service.workers.release_reservations(b.instance_id)
     assert effects.ready_queues == {world.queue_id}
     view = world.task(t["id"])
     assert view["state"] == "PENDING" and view["attempts"] == 0 and view["epoch"] == 1
@@ -442,7 +443,7 @@ def test_release_returns_unstarted_reservations_without_spending(world: World) -
     assert a["state"] == "RELEASED" and a["decision"] == "RELEASED"
     res2 = world.start(b, res[0].attempt_id, res[0].epoch)
     assert not res2.ok and res2.error_code is ErrorCode.LEASE_EXPIRED
-    (again,) = world.service.reserve(b, 5)
+    (again,) = world.service.workers.reserve(b, 5)
     assert again.task_id == t["id"] and again.epoch == 2 and again.attempt_number == 1
 
 
@@ -451,14 +452,14 @@ def test_resume_reports_running_or_lost(world: World) -> None:
     world.clock.advance(1)  # FIFO by available_at; ties have no order on every engine
     world.submit(lease_ttl_ms=1_000)
     b = world.hello()
-    (r1,) = world.service.reserve(b, 1)
-    (r2,) = world.service.reserve(b, 1)
+    (r1,) = world.service.workers.reserve(b, 1)
+    (r2,) = world.service.workers.reserve(b, 1)
     world.start(b, r1.attempt_id, r1.epoch)
     world.start(b, r2.attempt_id, r2.epoch)
     world.clock.advance(2_000)
     refs = (AttemptRef(r1.attempt_id, r1.epoch), AttemptRef(r2.attempt_id, r2.epoch),
             AttemptRef(r1.attempt_id, r1.epoch + 1), AttemptRef("e" * 32, 1))
-    (out,), _ = world.service.apply_ops(b, [ResumeOp("r1", refs)])
+    (out,), _ = world.service.workers.apply_ops(b, [ResumeOp("r1", refs)])
     assert out.ok and out.attempts is not None
     statuses = [(e.status, e.lease_ms, e.reason) for e in out.attempts]
     assert statuses == [("RUNNING", 8_000, None), ("LOST", None, "LEASE_EXPIRED"),
@@ -468,7 +469,7 @@ def test_resume_reports_running_or_lost(world: World) -> None:
 def test_start_after_task_deadline_ends_the_task(world: World) -> None:
     t = world.submit(deadline_ms=1_000)
     b = world.hello()
-    (r,) = world.service.reserve(b, 1)
+    (r,) = world.service.workers.reserve(b, 1)
     world.clock.advance(1_000)
     res = world.start(b, r.attempt_id, r.epoch)
     assert not res.ok and res.error_code is ErrorCode.LEASE_EXPIRED

@@ -22,7 +22,7 @@ from hypothesis.stateful import (
 )
 
 from orbit_server import domain
-from orbit_server.domain import AttemptRec, Backoff, Checked, Decision, TaskRec
+from orbit_server.domain import AttemptRec, Backoff, CheckedReport, Decision, TaskRec
 from orbit_wire.errors import OrbitError
 from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
@@ -33,10 +33,10 @@ OPEN = (AttemptState.RESERVED, AttemptState.RUNNING)
 TERMINAL = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED)
 
 reports = st.one_of(
-    st.just(Checked(Outcome.SUCCEEDED, None, False, "1", None)),
-    st.builds(lambda r: Checked(Outcome.FAILED, "X", r, None, "{}"), st.booleans()),
+    st.just(CheckedReport(Outcome.SUCCEEDED, None, False, "1", None)),
+    st.builds(lambda r: CheckedReport(Outcome.FAILED, "X", r, None, "{}"), st.booleans()),
     st.sampled_from(["HANDLER_ERROR", "HANDLER_CRASHED", "LEASE_LOST"]).map(
-        lambda c: Checked(Outcome.UNKNOWN, c, False, None, None)),
+        lambda c: CheckedReport(Outcome.UNKNOWN, c, False, None, None)),
 )
 
 
@@ -99,7 +99,7 @@ class TaskMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.attempts)
                   and self.attempts[-1].state is AttemptState.RUNNING)
     @rule(draw=st.floats(0, 0.999), report=reports)
-    def lease_lost_then_eager_worker(self, draw: float, report: Checked) -> None:
+    def lease_lost_then_eager_worker(self, draw: float, report: CheckedReport) -> None:
         """A worker vanishes, and another asks for work as early as the server allows."""
         self.worker_vanishes(draw)
         assert self.task is not None
@@ -109,7 +109,7 @@ class TaskMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.task is not None
                   and self.task.state is TaskState.PENDING)
     @rule(report=reports, draw=st.floats(0, 0.999), wait=st.booleans())
-    def worker_runs_one(self, report: Checked, draw: float, wait: bool) -> None:
+    def worker_runs_one(self, report: CheckedReport, draw: float, wait: bool) -> None:
         """A well-behaved worker: wait for availability, reserve, start, report at once."""
         assert self.task is not None
         if wait:
@@ -163,7 +163,7 @@ class TaskMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.attempts))
     @rule(report=reports, which=st.integers(0, 3), draw=st.floats(0, 0.999))
-    def finish(self, report: Checked, which: int, draw: float) -> None:
+    def finish(self, report: CheckedReport, which: int, draw: float) -> None:
         assert self.task is not None
         a = self.attempts[-1 - min(which, len(self.attempts) - 1)]
         before = (copy.deepcopy(self.task), copy.deepcopy(self.attempts))

@@ -12,7 +12,7 @@ from orbit_server.domain import (
     TASK_TRANSITIONS,
     AttemptEvent,
     Backoff,
-    Checked,
+    CheckedReport,
     Decision,
     EvidenceReason,
     Rule,
@@ -23,7 +23,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
 NOW = 1_000_000
-OK = Checked(Outcome.SUCCEEDED, None, False, '{"a":1}', None)
+OK = CheckedReport(Outcome.SUCCEEDED, None, False, '{"a":1}', None)
 
 
 def task(**kw: object) -> TaskRec:
@@ -217,23 +217,23 @@ def test_finish_success_and_evidence_cases() -> None:
 
 
 def test_check_report_value_rules() -> None:
-    bad = domain.check_report(domain.Report(Outcome.SUCCEEDED, result_json="[1,"))
+    bad = domain.check_report(domain.FinishReport(Outcome.SUCCEEDED, result_json="[1,"))
     assert (bad.outcome, bad.code) == (Outcome.UNKNOWN, "INVALID_HANDLER_RESULT")
     assert bad.details == '{"reason":"INVALID_JSON"}'
-    missing = domain.check_report(domain.Report(Outcome.SUCCEEDED))
+    missing = domain.check_report(domain.FinishReport(Outcome.SUCCEEDED))
     assert missing.outcome is Outcome.UNKNOWN
-    null = domain.check_report(domain.Report(Outcome.SUCCEEDED, result_json="null"))
+    null = domain.check_report(domain.FinishReport(Outcome.SUCCEEDED, result_json="null"))
     assert null.outcome is Outcome.UNKNOWN
-    exact = domain.check_report(domain.Report(Outcome.SUCCEEDED, result_json="1.50"))
+    exact = domain.check_report(domain.FinishReport(Outcome.SUCCEEDED, result_json="1.50"))
     assert exact.result == "1.50"
-    failed = domain.check_report(domain.Report(Outcome.FAILED, code="OBJECT_REJECTED"))
+    failed = domain.check_report(domain.FinishReport(Outcome.FAILED, code="OBJECT_REJECTED"))
     assert failed.details == "{}" and not failed.retryable
-    details = domain.check_report(domain.Report(Outcome.FAILED, code="X", retryable=True,
-                                                details_json='{"k":[1]}'))
+    details = domain.check_report(domain.FinishReport(Outcome.FAILED, code="X", retryable=True,
+                                                      details_json='{"k":[1]}'))
     assert details.details == '{"k":[1]}' and details.retryable
-    broken = domain.check_report(domain.Report(Outcome.FAILED, code="X", details_json="{"))
+    broken = domain.check_report(domain.FinishReport(Outcome.FAILED, code="X", details_json="{"))
     assert broken.outcome is Outcome.FAILED and "invalid_details" in (broken.details or "")
-    unknown = domain.check_report(domain.Report(Outcome.UNKNOWN, retryable=True))
+    unknown = domain.check_report(domain.FinishReport(Outcome.UNKNOWN, retryable=True))
     assert unknown.code == "HANDLER_ERROR" and unknown.retryable is False
 
 

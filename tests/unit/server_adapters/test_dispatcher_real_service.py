@@ -1,4 +1,4 @@
-"""The dispatcher in process, on a real Service over a real SQLite file and the real store
+"""The dispatcher in process, on the real use cases over a real SQLite file and the real store
 thread. The session's ``send`` collects frames (it stands in for the socket, the boundary)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest_asyncio
 from support.waiting import UNIT, hold, wait_until_async
 
 from orbit_server.config import ServerConfig
-from orbit_server.dispatcher import Dispatcher, Session
-from orbit_server.service import Service
+from orbit_server.dispatcher import Dispatcher, WorkerSession
+from orbit_server.services import Services
 from orbit_server.store.db import create_engine_for, migrate
 from orbit_server.store_thread import StoreThread
 from orbit_wire.errors import ProtocolError
@@ -36,27 +36,27 @@ def _now() -> int:
 
 @dataclass
 class World:
-    service: Service
+    service: Services
     store: StoreThread
     dispatcher: Dispatcher
     principal: Any
     queue: str
     worker: dict[str, Any]
 
-    def session(self, capacity: int) -> tuple[Session, list[ServerFrame]]:
-        binding = self.service.worker_hello(Hello(
+    def session(self, capacity: int) -> tuple[WorkerSession, list[ServerFrame]]:
+        binding = self.service.workers.worker_hello(Hello(
             self.worker["credential_id"], self.worker["secret"], new_id(_now()), new_secret(),
             self.queue, (CAP,), capacity))
         frames: list[ServerFrame] = []
-        session = Session(new_id(_now()), binding, capacity, frames.append,
-                          lambda code, reason: None)
+        session = WorkerSession(new_id(_now()), binding, capacity, frames.append,
+                                lambda code, reason: None)
         self.dispatcher.attach(session)
         return session, frames
 
     def submit(self, n: int) -> None:
         spec = {"handler": CAP.handler, "handler_version": CAP.handler_version,
                 "payload_version": CAP.payload_version, "payload": {"n": 1}}
-        _made, effects = self.service.submit(self.principal, self.queue, [spec] * n)
+        _made, effects = self.service.tasks.submit(self.principal, self.queue, [spec] * n)
         self.dispatcher.queues_ready(effects.ready_queues)
 
 
@@ -65,14 +65,14 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     url = f"sqlite:///{tmp_path / 'd.db'}"
     migrate(url)
     engine = create_engine_for(url)
-    service = Service(engine, ServerConfig(db_url=url), _now, random.Random(7))
-    admin = service.bootstrap_admin(None)
-    principal = service.authenticate(f"{admin['credential_id']}.{admin['secret']}")
-    queue = service.create_queue(principal, None)["id"]
-    worker = service.create_credential(principal, "worker", [queue], None)
+    service = Services(engine, ServerConfig(db_url=url), _now, random.Random(7))
+    admin = service.admin.bootstrap_admin(None)
+    principal = service.admin.authenticate(f"{admin['credential_id']}.{admin['secret']}")
+    queue = service.admin.create_queue(principal, None)["id"]
+    worker = service.admin.create_credential(principal, "worker", [queue], None)
     store = StoreThread()
     store.start()
-    dispatcher = Dispatcher(store, service)
+    dispatcher = Dispatcher(store, service.workers)
     dispatcher.start()
     try:
         yield World(service, store, dispatcher, principal, queue, worker)

@@ -144,7 +144,7 @@ def test_only_one_renewal_per_attempt_is_ever_queued() -> None:
     (req,) = requests(s.handle_timer(1.0))  # renewal in flight, never answered
     for t in (1.5, 2.0, 2.5):
         assert requests(s.handle_timer(t)) == []
-    queued = [p.op for p in s._pending.values() if isinstance(p.op, RenewOp)]
+    queued = [op for op in s.queued_ops() if isinstance(op, RenewOp)]
     assert queued == []
     assert s.attempts[res.attempt_id].lease.renewing
     del req

@@ -22,7 +22,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from supervisor_session_harness import FakeOutcome, make_session, reservation, welcome
 
-from orbit_supervisor.actions import Action, CloseConnection, Connect, Execute, Kill, SendFrame
+from orbit_supervisor.actions import (
+    Action,
+    CloseConnection,
+    Connect,
+    Execute,
+    Finish,
+    Kill,
+    SendFrame,
+)
 from orbit_supervisor.session import Conn, Phase
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import (
@@ -108,9 +116,8 @@ class SessionMachine(RuleBasedStateMachine):
                     self.pending_connect = self.now + delay
                 case CloseConnection():
                     self.drop()
-                case _:
-                    if type(action).__name__ == "Finish":
-                        self.finished = True
+                case Finish():
+                    self.finished = True
 
     def drop(self) -> None:
         if not self.online:
@@ -345,9 +352,7 @@ class SessionMachine(RuleBasedStateMachine):
         session, or the op that started it is still to be (re)sent: its answer says which."""
         if self.finished:
             return
-        outstanding = {p.op.msg_id for p in self.s._pending.values()}
-        if self.s._inflight is not None:
-            outstanding |= {p.op.msg_id for p in self.s._inflight.ops}
+        outstanding = {op.msg_id for op in (*self.s.queued_ops(), *self.s.in_flight_ops())}
         for msg_id, result in self.server.receipts.items():
             started = [r.attempt_id for r in result.claimed or ()]
             for attempt_id in started:
@@ -365,15 +370,15 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def a_queued_renewal_belongs_to_a_renewing_running_attempt(self) -> None:
         """What lets a finish skip looking for queued ops of its attempt unless renewing."""
-        for pending in self.s._pending.values():
-            if isinstance(pending.op, RenewOp):
-                att = self.s.attempts.get(pending.op.attempt_id)
+        for op in self.s.queued_ops():
+            if isinstance(op, RenewOp):
+                att = self.s.attempts.get(op.attempt_id)
                 # A renewal in flight when its attempt was killed is queued again for the
                 # resend when the connection drops.
                 assert att is not None and (att.phase is Phase.KILLING or (
                     att.phase is Phase.RUNNING and att.lease.renewing)), att
-            if isinstance(pending.op, StartOp):
-                att = self.s.attempts.get(pending.op.attempt_id)
+            if isinstance(op, StartOp):
+                att = self.s.attempts.get(op.attempt_id)
                 assert att is not None and att.phase is Phase.STARTING
 
     @invariant()

@@ -1,0 +1,95 @@
+"""The pure rules of Orbit's server: task specs, the frozen policy, the task and attempt state
+machines, the retry decision, backoff and lease arithmetic.
+
+Everything that decides a state lives in this package (h11 style), one concern a module:
+
+    spec          TaskSpec, Policy, Backoff, parse_task_spec (a submission and its defaults)
+    states        TaskEvent, AttemptEvent, the transition tables, IllegalTransition
+    records       TaskRec, AttemptRec (what the rules read and mutate)
+    decisions     Decision, Rule, Verdict, decide (the retry policy), lease arithmetic
+    reports       FinishReport, CheckedReport, check_report (a worker's finish report)
+    transitions   reserve, release, start, renew, finish, expire, cancel, the deadline,
+                  review, resume
+
+The tables ``TASK_TRANSITIONS`` and ``ATTEMPT_TRANSITIONS`` list every legal move; a function
+that would make an illegal one raises ``IllegalTransition`` (code CONFLICT) *before* changing
+anything, so a record is never left half-updated. Time is always an argument (``now_ms``,
+wall-clock milliseconds) and every random draw is passed in (``draw`` in [0, 1)). No I/O, no
+clock, no database.
+
+The services load rows into ``TaskRec``/``AttemptRec``, call these functions (which mutate
+the records in place after checking) and write the records back with compare-and-set.
+Import from this package; the modules are its layout, not its interface.
+"""
+
+from .decisions import Decision, Rule, Verdict, decide, lease_holds, lease_ms
+from .records import AttemptRec, TaskRec
+from .reports import CheckedReport, FinishReport, apply_report_facts, check_report
+from .spec import Backoff, Policy, TaskSpec, parse_task_spec
+from .states import (
+    ATTEMPT_TRANSITIONS,
+    TASK_TRANSITIONS,
+    AttemptEvent,
+    IllegalTransition,
+    TaskEvent,
+    next_attempt_state,
+    next_task_state,
+)
+from .transitions import (
+    EvidenceReason,
+    FinishResult,
+    ResumeStatus,
+    ReviewAction,
+    cancel,
+    expire,
+    expire_deadline,
+    finish,
+    release,
+    renew,
+    reserve,
+    resume_status,
+    retry_not_before,
+    review,
+    start,
+)
+
+__all__ = [
+    "ATTEMPT_TRANSITIONS",
+    "TASK_TRANSITIONS",
+    "AttemptEvent",
+    "AttemptRec",
+    "Backoff",
+    "CheckedReport",
+    "Decision",
+    "EvidenceReason",
+    "FinishReport",
+    "FinishResult",
+    "IllegalTransition",
+    "Policy",
+    "ResumeStatus",
+    "ReviewAction",
+    "Rule",
+    "TaskEvent",
+    "TaskRec",
+    "TaskSpec",
+    "Verdict",
+    "apply_report_facts",
+    "cancel",
+    "check_report",
+    "decide",
+    "expire",
+    "expire_deadline",
+    "finish",
+    "lease_holds",
+    "lease_ms",
+    "next_attempt_state",
+    "next_task_state",
+    "parse_task_spec",
+    "release",
+    "renew",
+    "reserve",
+    "resume_status",
+    "retry_not_before",
+    "review",
+    "start",
+]

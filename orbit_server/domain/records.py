@@ -1,0 +1,65 @@
+"""The records the rules read and mutate: a task row's mutable part with the policy fields
+the rules need (``TaskRec``), and an attempt row (``AttemptRec``). ``store.rows`` loads them
+from rows and writes them back with compare-and-set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
+
+from .spec import Backoff
+
+
+@dataclass(slots=True)
+class TaskRec:
+    """The mutable part of a task row plus the policy fields the rules read."""
+
+    id: str
+    queue_id: str
+    state: TaskState
+    idempotency: Idempotency
+    max_attempts: int
+    backoff: Backoff
+    attempt_timeout_ms: int
+    lease_ttl_ms: int
+    deadline_at_ms: int
+    available_at_ms: int
+    epoch: int = 0
+    attempts_started: int = 0
+    uncertain: bool = False
+    cancel_requested: bool = False
+    current_attempt_id: str | None = None
+    result: str | None = None
+    failure_code: str | None = None
+    failure_details: str | None = None
+    updated_at_ms: int = 0
+
+
+@dataclass(slots=True)
+class AttemptRec:
+    id: str
+    task_id: str
+    queue_id: str
+    epoch: int
+    attempt_number: int
+    state: AttemptState
+    instance_id: str
+    reserved_at_ms: int
+    child_pid: int | None = None
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    lease_expires_at_ms: int | None = None
+    attempt_deadline_at_ms: int | None = None
+    renewals: int = 0
+    outcome: Outcome | None = None
+    code: str | None = None
+    retryable: bool | None = None
+    details: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    cpu_ms: int | None = None
+    peak_rss_bytes: int | None = None
+    kill_reason: str | None = None
+    decision: str | None = None
+    decision_rule: str | None = None

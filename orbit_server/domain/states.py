@@ -1,0 +1,79 @@
+"""The task and attempt state machines as tables (h11 style): ``TASK_TRANSITIONS`` and
+``ATTEMPT_TRANSITIONS`` list every legal move, and ``next_task_state``/``next_attempt_state``
+raise ``IllegalTransition`` (code CONFLICT) for any other, before a caller changes anything."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Final
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.model import AttemptState, TaskState
+
+
+class TaskEvent(StrEnum):
+    RESERVE = "RESERVE"  # a worker got a reservation
+    RELEASE = "RELEASE"  # the reservation came back unstarted
+    SUCCEED = "SUCCEED"
+    FAIL = "FAIL"
+    RETRY = "RETRY"  # back to PENDING after backoff
+    NEED_REVIEW = "NEED_REVIEW"
+    CANCEL = "CANCEL"
+    DEADLINE = "DEADLINE"  # still PENDING at its deadline
+    OPERATOR_RETRY = "OPERATOR_RETRY"
+    OPERATOR_SUCCEED = "OPERATOR_SUCCEED"
+    OPERATOR_FAIL = "OPERATOR_FAIL"
+
+
+class AttemptEvent(StrEnum):
+    START = "START"
+    RELEASE = "RELEASE"
+    FINISH = "FINISH"
+
+
+_T = TaskState
+TASK_TRANSITIONS: Final[Mapping[tuple[TaskState, TaskEvent], TaskState]] = {
+    (_T.PENDING, TaskEvent.RESERVE): _T.RUNNING,
+    (_T.PENDING, TaskEvent.CANCEL): _T.CANCELLED,
+    (_T.PENDING, TaskEvent.DEADLINE): _T.FAILED,
+    (_T.RUNNING, TaskEvent.RELEASE): _T.PENDING,
+    (_T.RUNNING, TaskEvent.SUCCEED): _T.SUCCEEDED,
+    (_T.RUNNING, TaskEvent.FAIL): _T.FAILED,
+    (_T.RUNNING, TaskEvent.RETRY): _T.PENDING,
+    (_T.RUNNING, TaskEvent.NEED_REVIEW): _T.NEEDS_REVIEW,
+    (_T.RUNNING, TaskEvent.CANCEL): _T.CANCELLED,
+    (_T.NEEDS_REVIEW, TaskEvent.OPERATOR_RETRY): _T.PENDING,
+    (_T.NEEDS_REVIEW, TaskEvent.OPERATOR_SUCCEED): _T.SUCCEEDED,
+    (_T.NEEDS_REVIEW, TaskEvent.OPERATOR_FAIL): _T.FAILED,
+    # An operator may also give up on a task waiting for review.
+    (_T.NEEDS_REVIEW, TaskEvent.CANCEL): _T.CANCELLED,
+}
+
+_A = AttemptState
+ATTEMPT_TRANSITIONS: Final[Mapping[tuple[AttemptState, AttemptEvent], AttemptState]] = {
+    (_A.RESERVED, AttemptEvent.START): _A.RUNNING,
+    (_A.RESERVED, AttemptEvent.RELEASE): _A.RELEASED,
+    (_A.RUNNING, AttemptEvent.FINISH): _A.FINISHED,
+}
+
+
+class IllegalTransition(OrbitError):
+    """A move the state tables do not allow; nothing was changed."""
+
+    def __init__(self, what: str, state: str, event: str):
+        super().__init__(ErrorCode.CONFLICT, f"{what} in state {state} cannot {event.lower()}")
+
+
+def next_task_state(state: TaskState, event: TaskEvent) -> TaskState:
+    try:
+        return TASK_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition("task", state.value, event.value) from None
+
+
+def next_attempt_state(state: AttemptState, event: AttemptEvent) -> AttemptState:
+    try:
+        return ATTEMPT_TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition("attempt", state.value, event.value) from None

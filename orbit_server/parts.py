@@ -1,0 +1,27 @@
+"""``ServerParts``: what the HTTP and WebSocket adapters use of a running server, and nothing
+more. ``OrbitServer`` builds it; the adapters never see the server itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .config import ServerConfig
+from .dispatcher import Dispatcher
+from .services import Effects, Services
+from .store_thread import StoreThread
+from .waiters import TaskWaiters
+
+
+@dataclass(frozen=True, slots=True)
+class ServerParts:
+    """The parts an adapter works with. Run every ``services`` call on ``store`` (one hop per
+    transaction), then hand the ``Effects`` it returned to ``apply`` on the event loop."""
+
+    config: ServerConfig
+    clock: Callable[[], int]  # wall-clock milliseconds
+    store: StoreThread
+    services: Services
+    dispatcher: Dispatcher
+    waiters: TaskWaiters
+    apply: Callable[[Effects], None]

@@ -1,0 +1,66 @@
+"""The server's use cases, one group a module, each a class composed over one transaction
+context (``TxContext``: engine, configuration, clock, randomness), none inheriting another:
+
+    admin          AdminService    authenticate, queues, credentials, the bootstrap admin
+    tasks          TaskService     submit (and submit-and-reserve), read, cancel, review, stats
+    reaper         Reaper          lapsed leases, stale reservations, deadlines, receipt pruning
+    workers        WorkerService   hello, release, reserve, a control request's ops
+
+and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
+inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
+attempt), ``effects`` (what the adapters do after a transaction), ``binding`` (a worker
+connection's identity).
+
+Every public method of a group is exactly one transaction, retried by
+``store.retry.transactional`` when it lost to another writer. The adapters call every method
+on ONE store thread (SQLite has one writer), so a method is plain synchronous code on a sync
+SQLAlchemy engine; after a call they act on the returned ``Effects`` (wake waiters, run a
+dispatch pass, push ``cancel`` frames, re-arm the reaper).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from sqlalchemy import Engine
+
+from ..config import ServerConfig
+from .admin import AdminService
+from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding
+from .context import TxContext
+from .effects import Effects
+from .reaper import Reaper
+from .reservations import Reservations
+from .tasks import Submitted, TaskService
+from .wakeups import Wakeups
+from .workers import WorkerService
+
+__all__ = [
+    "NO_CLAIMS",
+    "AdminService",
+    "ClaimRoom",
+    "Effects",
+    "Reaper",
+    "Reservations",
+    "Services",
+    "Submitted",
+    "TaskService",
+    "TxContext",
+    "WorkerBinding",
+    "WorkerService",
+]
+
+
+class Services:
+    """The four groups of use cases over one context, sharing one ``Wakeups``: what the app
+    composes and the adapters call (``services.tasks.submit(...)``)."""
+
+    def __init__(self, engine: Engine, config: ServerConfig, clock: Callable[[], int],
+                 rng: random.Random) -> None:
+        self.tx = TxContext(engine, config, clock, rng)
+        wakeups = Wakeups()
+        self.admin = AdminService(self.tx)
+        self.tasks = TaskService(self.tx, wakeups)
+        self.reaper = Reaper(self.tx, wakeups)
+        self.workers = WorkerService(self.tx, wakeups)

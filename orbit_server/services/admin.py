@@ -1,0 +1,126 @@
+"""Credentials and queues: authenticate a bearer token, create queues, create and revoke
+credentials, and the CLI's bootstrap admin. Every public method is one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import select
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.ids import is_id, new_id, new_secret
+from orbit_wire.limits import MAX_NAME_LEN
+from orbit_wire.model import Role
+
+from ..auth import Principal, hash_secret, parse_bearer, principal_from_row, require_role
+from ..store.retry import transactional
+from ..store.tables import credentials, queues
+from ..store.views import queue_view
+from .context import TxContext
+
+# Verified tokens kept at most; past it the cache starts over rather than tracking age.
+_AUTH_CACHE_MAX = 10_000
+
+
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
+class AdminService:
+    """The admin's use cases and authentication, with a short cache of verified tokens
+    (``config.auth_cache_ms``, so another replica's revocation applies soon)."""
+
+    def __init__(self, tx: TxContext) -> None:
+        self._tx = tx
+        self._auth_cache: dict[tuple[str, str], tuple[Principal, int]] = {}
+
+    def authenticate(self, bearer: str) -> Principal:
+        """Verify ``<credential_id>.<secret>``; raise AuthError(UNAUTHENTICATED)."""
+        credential_id, secret = parse_bearer(bearer)
+        key = (credential_id, hash_secret(secret))
+        now = self._tx.clock()
+        cached = self._auth_cache.get(key)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        with self._tx.read() as conn:
+            stmt = select(credentials).where(credentials.c.id == credential_id)
+            row = conn.execute(stmt).mappings().first()
+        principal = principal_from_row(row, secret)
+        if len(self._auth_cache) >= _AUTH_CACHE_MAX:
+            self._auth_cache.clear()
+        self._auth_cache[key] = (principal, now + self._tx.config.auth_cache_ms)
+        return principal
+
+    def create_queue(self, principal: Principal, name: str | None) -> dict[str, Any]:
+        """Admin only: a new queue's view."""
+        require_role(principal, (Role.ADMIN,))
+        _check_name(name)
+        now = self._tx.clock()
+        row = {"id": new_id(now), "name": name, "created_at_ms": now}
+        with self._tx.write() as conn:
+            conn.execute(queues.insert(), row)
+        return queue_view(row)
+
+    def create_credential(self, principal: Principal, role: str, queue_ids: list[str],
+                          name: str | None) -> dict[str, Any]:
+        """Admin only. The answer carries the secret; it is never shown again."""
+        require_role(principal, (Role.ADMIN,))
+        return self._create_credential(role, queue_ids, name)
+
+    def bootstrap_admin(self, name: str | None) -> dict[str, Any]:
+        """Create an admin credential without a principal (the CLI's bootstrap-admin)."""
+        return self._create_credential(Role.ADMIN.value, [], name)
+
+    def _create_credential(self, role: str, queue_ids: Sequence[str],
+                           name: str | None) -> dict[str, Any]:
+        try:
+            role_ = Role(role)
+        except ValueError:
+            raise OrbitError(ErrorCode.BAD_REQUEST,
+                             "role must be one of admin, producer, worker") from None
+        _check_name(name)
+        if not isinstance(queue_ids, (list, tuple)) or not all(is_id(q) for q in queue_ids):
+            raise OrbitError(ErrorCode.BAD_REQUEST, "queues must be a list of queue IDs")
+        wanted = list(dict.fromkeys(queue_ids))
+        if role_ is not Role.ADMIN and not wanted:
+            raise OrbitError(ErrorCode.BAD_REQUEST, f"a {role_.value} credential needs a queue")
+        now = self._tx.clock()
+        secret = new_secret()
+        row = {
+            "id": new_id(now), "secret_hash": hash_secret(secret), "role": role_.value,
+            "queues": orjson.dumps(wanted).decode(), "name": name, "created_at_ms": now,
+            "revoked_at_ms": None,
+        }
+        with self._tx.write() as conn:
+            if wanted:
+                found = set(conn.scalars(select(queues.c.id).where(queues.c.id.in_(wanted))))
+                missing = [q for q in wanted if q not in found]
+                if missing:
+                    raise OrbitError(ErrorCode.NOT_FOUND, f"queue {missing[0]} does not exist")
+            conn.execute(credentials.insert(), row)
+        return {"credential_id": row["id"], "secret": secret, "role": role_.value,
+                "queues": wanted, "name": name}
+
+    def revoke_credential(self, principal: Principal, credential_id: str) -> dict[str, Any]:
+        """Admin only; revoking twice is harmless. This server forgets the credential's
+        cached tokens at once, other replicas within ``config.auth_cache_ms``."""
+        require_role(principal, (Role.ADMIN,))
+        if not is_id(credential_id):
+            raise OrbitError(ErrorCode.NOT_FOUND, "no such credential")
+        now = self._tx.clock()
+        with self._tx.write() as conn:
+            found = conn.execute(
+                select(credentials.c.revoked_at_ms).where(credentials.c.id == credential_id)
+            ).first()
+            if found is None:
+                raise OrbitError(ErrorCode.NOT_FOUND, "no such credential")
+            if found[0] is None:
+                conn.execute(credentials.update().where(credentials.c.id == credential_id)
+                             .values(revoked_at_ms=now))
+        for key in [k for k in self._auth_cache if k[0] == credential_id]:
+            del self._auth_cache[key]
+        return {"credential_id": credential_id, "revoked": True}
+
+
+def _check_name(name: str | None) -> None:
+    if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_LEN):
+        raise OrbitError(ErrorCode.BAD_REQUEST, f"name must be 1-{MAX_NAME_LEN} characters")

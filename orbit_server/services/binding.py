@@ -1,0 +1,38 @@
+"""What the adapters hold about a worker connection: its verified identity (``WorkerBinding``,
+the answer to ``hello``) and what a request's ``claim`` ops may do on it (``ClaimRoom``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orbit_wire.model import Capability
+
+
+@dataclass(frozen=True)
+class WorkerBinding:
+    """A worker connection's verified identity (the answer to ``hello``)."""
+
+    instance_id: str
+    credential_id: str
+    queue_id: str
+    capabilities: tuple[Capability, ...]
+
+    @property
+    def actor(self) -> str:
+        return worker_actor(self.instance_id)
+
+
+def worker_actor(instance_id: str) -> str:
+    """How audit rows name a worker instance."""
+    return f"worker:{instance_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRoom:
+    """What a request's ``claim`` ops may do on its connection (the dispatcher decides)."""
+
+    allowed: bool  # False while the session drains or closes: a claim answers nothing
+    credit_room: int  # connection credit may still grow by this much (2 x capacity bound)
+
+
+NO_CLAIMS = ClaimRoom(False, 0)

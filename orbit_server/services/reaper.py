@@ -1,0 +1,91 @@
+"""The reaper: what the server decides by itself when time passes. Lapsed leases end
+UNKNOWN/LEASE_EXPIRED (then the retry policy), stale reservations go back, PENDING tasks past
+their deadline fail, due wake-ups become ready queues, and old receipts are pruned. Every
+public method is one transaction; the app's loops call them on the store thread.
+"""
+
+from __future__ import annotations
+
+from orbit_wire.model import Outcome, TaskState
+
+from .. import domain
+from ..store import queries
+from ..store.retry import transactional
+from ..store.rows import UnitOfWork
+from .context import TxContext
+from .effects import Effects
+from .recording import SERVER, fail_at_deadline, record_close, release_all
+from .wakeups import Wakeups
+
+# What the reaper records for every attempt whose lease lapsed.
+_LEASE_EXPIRED = domain.CheckedReport(Outcome.UNKNOWN, "LEASE_EXPIRED", False, None, None)
+
+
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
+class Reaper:
+    """Reaper passes and receipt pruning; due wake-ups come from the shared ``Wakeups``."""
+
+    def __init__(self, tx: TxContext, wakeups: Wakeups) -> None:
+        self._tx = tx
+        self._wakeups = wakeups
+
+    def reap(self) -> Effects:
+        """One reaper pass, one transaction: expire lapsed leases (UNKNOWN/LEASE_EXPIRED and
+        the policy), release stale reservations, fail PENDING tasks past their deadline.
+        ``next_due_ms`` is when something is next known to fall due (now if a batch was
+        full): the caller runs the next pass then at the latest."""
+        now = self._tx.clock()
+        cfg = self._tx.config
+        rng = self._tx.rng
+        limit = cfg.reap_batch
+        effects = Effects()
+        with self._tx.write() as conn:
+            uow = UnitOfWork(conn, now)
+            self._wakeups.load_once(conn)
+            expired = [uow.adopt_attempt_row(r) for r in conn.execute(
+                queries.EXPIRED_LEASES, {"now": now, "n": limit}).mappings()]
+            stale_before = now - cfg.reservation_ttl_ms
+            stale = [uow.adopt_attempt_row(r) for r in conn.execute(
+                queries.STALE_RESERVATIONS, {"before": stale_before, "n": limit}).mappings()]
+            uow.load_tasks([a.task_id for a in expired] + [a.task_id for a in stale])
+            for attempt in expired:
+                task = uow.tasks[attempt.task_id]
+                before = task.state
+                result = domain.expire(task, attempt, now, rng.random(), cfg.kill_grace_ms)
+                record_close(uow, self._wakeups, SERVER, task, attempt, before, _LEASE_EXPIRED,
+                             result, effects)
+            release_all(uow, stale, domain.Rule.RESERVATION_EXPIRED, SERVER, effects)
+            overdue = [uow.adopt_task_row(r) for r in conn.execute(
+                queries.OVERDUE_PENDING, {"now": now, "n": limit}).mappings()]
+            # Tasks released just above are PENDING in memory only; include them too.
+            overdue_ids = {t.id for t in overdue}
+            overdue += [t for t in uow.tasks.values() if t.id not in overdue_ids
+                        and t.state is TaskState.PENDING and t.deadline_at_ms <= now]
+            for task in overdue:
+                if task.state is TaskState.PENDING:
+                    fail_at_deadline(uow, task, effects)
+            uow.flush()
+            full = len(expired) >= limit or len(stale) >= limit or len(overdue) >= limit
+            effects.due(now if full else None)
+            effects.due(conn.scalar(queries.NEXT_LEASE_EXPIRY))
+            oldest_reserved = conn.scalar(queries.OLDEST_RESERVATION)
+            if oldest_reserved is not None:
+                effects.due(oldest_reserved + cfg.reservation_ttl_ms)
+            effects.due(conn.scalar(queries.NEXT_PENDING_DEADLINE))
+        self._wakeups.take_due(now, effects)
+        return effects
+
+    def prune_receipts(self) -> int:
+        """Delete the oldest receipts past the retention, about ``reap_batch`` of them in one
+        transaction; the number deleted (fewer than ``reap_batch``: none are left, so the
+        caller stops until its next period). A receipt only answers a resent op, and past
+        the retention every lease it concerned is long over: a resend then gets the
+        attempt's current answer (docs/protocol.md)."""
+        cfg = self._tx.config
+        before = self._tx.clock() - cfg.receipt_retention_ms
+        with self._tx.write() as conn:
+            nth = conn.scalar(queries.NTH_OLD_RECEIPT,
+                              {"before": before, "skip": cfg.reap_batch - 1})
+            upto = before - 1 if nth is None else nth  # rows of nth's millisecond go too
+            deleted: int = conn.execute(queries.DELETE_RECEIPTS_UP_TO, {"upto": upto}).rowcount
+        return deleted

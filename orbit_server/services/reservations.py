@@ -1,0 +1,101 @@
+"""Reserving tasks for a worker inside a caller's transaction, and the ``Reservation`` frames
+it receives. Shared by the worker protocol (``reserve``, ``claim``) and by a submit that
+claims for a waiting worker in its own transaction (``submit_and_reserve``).
+
+One SELECT (``store.claims.claimable_rows``), then the records are changed in the caller's
+``UnitOfWork``, which writes tasks, attempts and audit rows with one executemany each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from orbit_wire.frames import Reservation
+from orbit_wire.ids import new_id
+from orbit_wire.jsonvalue import utf8_len
+from orbit_wire.limits import MAX_PAYLOAD_BYTES_PER_FRAME
+from orbit_wire.model import Capability, Idempotency, TaskState
+
+from .. import domain
+from ..store import claims
+from ..store.rows import UnitOfWork
+from .binding import WorkerBinding
+
+# A reserved task: its record, its new RESERVED attempt and the task row it was read from.
+Reserved = tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]
+
+
+class Reservations(list[Reservation]):
+    """The reservations one call made; ``more`` when a frame's payload budget, not the
+    queue, ended them (the dispatcher then claims again instead of waiting for work)."""
+
+    more: bool = False
+
+
+def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int) -> Reservations:
+    """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives. The
+    caller flushes ``uow`` in the same transaction."""
+    made, more, _used = reserve_in(uow, binding, count)
+    out = Reservations(reservation(*made_one) for made_one in made)
+    out.more = more
+    return out
+
+
+def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
+               budget: int = MAX_PAYLOAD_BYTES_PER_FRAME) -> tuple[list[Reserved], bool, int]:
+    """Reserve up to ``count`` tasks in ``uow``: (task, RESERVED attempt, task row) each,
+    whether more were ready than ``budget`` bytes of payload let in (a frame's whole
+    budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
+    bytes taken."""
+    now = uow.now_ms
+    # Rows this transaction changed are not written yet, so the query still sees them
+    # PENDING (and our own locks never skip them): ask for enough to make up for those.
+    taken = uow.moved_from_pending()
+    rows = claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now,
+                                 count + len(taken))
+    skip = set(taken)
+    rows = [row for row in rows if row["id"] not in skip][:count]
+    more = False
+    size = 0
+    for i, row in enumerate(rows):
+        row_bytes = utf8_len(row["payload"])
+        if size + row_bytes > budget and (i or budget < MAX_PAYLOAD_BYTES_PER_FRAME):
+            rows, more = rows[:i], True
+            break
+        size += row_bytes
+    out: list[Reserved] = []
+    actor = binding.actor
+    for row in rows:
+        task = uow.adopt_task_row(row)
+        attempt = domain.reserve(task, new_id(now), binding.instance_id, now)
+        uow.add_attempt(attempt)
+        uow.audit(task.id, attempt.id, actor, "attempt_reserved",
+                  TaskState.PENDING.value, task.state.value, None)
+        out.append((task, attempt, row))
+    return out, more, size
+
+
+def reservation(task: domain.TaskRec, attempt: domain.AttemptRec, row: Mapping[str, Any],
+                lease_ms: int | None = None) -> Reservation:
+    """The reservation frame entry of a task reserved in this transaction."""
+    return reservation_of(row, task.id, attempt.id, attempt.epoch, attempt.attempt_number,
+                          lease_ms)
+
+
+def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch: int,
+                   attempt_number: int, lease_ms: int | None) -> Reservation:
+    """A reservation from a row holding the task's capability, payload and policy."""
+    return Reservation(
+        attempt_id=attempt_id, task_id=task_id, epoch=epoch,
+        attempt_number=attempt_number,
+        capability=Capability(row["handler"], row["handler_version"], row["payload_version"]),
+        payload=orjson.Fragment(row["payload"]),
+        idempotency=Idempotency(row["idempotency"]),
+        lease_ttl_ms=row["lease_ttl_ms"],
+        attempt_timeout_ms=row["attempt_timeout_ms"],
+        deadline_at_ms=row["deadline_at_ms"],
+        lease_ms=lease_ms,
+    )

@@ -1,0 +1,306 @@
+"""The producer's and the operator's use cases: submit (alone, or claiming for a waiting
+worker in the same transaction), read a task, its attempts and its audit trail, cancel,
+review, and a queue's stats. Every public method is one transaction.
+
+``submit`` is a hot path: one SELECT for the queue, one per 500 operation keys if the specs
+carry any, then one executemany each for tasks and audit rows, never a statement per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, func, select
+from sqlalchemy.exc import IntegrityError
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.ids import is_id, new_id
+from orbit_wire.jsonvalue import encode_value
+from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME, MAX_SUBMIT_BATCH
+from orbit_wire.model import AttemptState, Role, TaskState
+
+from .. import domain
+from ..auth import Principal, require_queue, require_role
+from ..store import queries
+from ..store.retry import transactional
+from ..store.rows import IN_CHUNK, INSERT_AUDIT, INSERT_TASK, UnitOfWork
+from ..store.tables import attempts, audit, evidence, queues, tasks
+from ..store.views import attempt_view, audit_view, evidence_view, task_view
+from .binding import WorkerBinding
+from .context import TxContext
+from .effects import Effects
+from .reservations import Reservations, reserve_for
+from .wakeups import Wakeups
+
+_PRODUCERS = (Role.ADMIN, Role.PRODUCER)
+
+# (Task view, created) per submitted spec, in order.
+Submitted = list[tuple[dict[str, Any], bool]]
+
+
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
+class TaskService:
+    """Tasks as producers and operators see them. Reviews that retry later are scheduled
+    on the shared ``Wakeups``."""
+
+    def __init__(self, tx: TxContext, wakeups: Wakeups) -> None:
+        self._tx = tx
+        self._wakeups = wakeups
+
+    def submit(self, principal: Principal, queue_id: str,
+               specs: list[object]) -> tuple[Submitted, Effects]:
+        """Create tasks, all or nothing. Returns (Task view, created) per spec, in order; a
+        spec whose operation key already exists in the queue answers the existing task."""
+        made, effects, _ = self._submit(principal, queue_id, specs, None, 0)
+        return made, effects
+
+    def submit_and_reserve(self, principal: Principal, queue_id: str, specs: list[object],
+                           binding: WorkerBinding, count: int
+                           ) -> tuple[Submitted, Effects, Reservations]:
+        """``submit``, then in the SAME transaction reserve up to ``count`` tasks for a worker of
+        this queue that is waiting with credit: the new task reaches it without a separate
+        dispatch transaction. The caller sends the reservations. ``effects.ready_queues`` is
+        left empty when that worker took every task this call created (no other session
+        needs a hint for them)."""
+        return self._submit(principal, queue_id, specs, binding,
+                            max(0, min(count, MAX_RESERVATIONS_PER_FRAME)))
+
+    def _submit(self, principal: Principal, queue_id: str, specs: list[object],
+                binding: WorkerBinding | None, count: int
+                ) -> tuple[Submitted, Effects, Reservations]:
+        require_role(principal, _PRODUCERS)
+        require_queue(principal, queue_id)
+        if not isinstance(specs, list) or not specs:
+            raise OrbitError(ErrorCode.BAD_REQUEST, "at least one task is required")
+        if len(specs) > MAX_SUBMIT_BATCH:
+            raise OrbitError(ErrorCode.BAD_REQUEST, f"at most {MAX_SUBMIT_BATCH} tasks at once")
+        parsed = [domain.parse_task_spec(s, "task" if len(specs) == 1 else f"tasks[{i}]")
+                  for i, s in enumerate(specs)]
+        now = self._tx.clock()
+        out: Submitted = []
+        new_rows: list[dict[str, Any]] = []
+        reservations = Reservations()
+        try:
+            with self._tx.write() as conn:
+                if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
+                    raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+                keyed = _existing_by_key(conn, queue_id,
+                                         [s.operation_key for s in parsed if s.operation_key])
+                for spec in parsed:
+                    if spec.operation_key is not None and spec.operation_key in keyed:
+                        out.append((task_view(keyed[spec.operation_key]), False))
+                        continue
+                    row = _new_task_row(queue_id, spec, now)
+                    new_rows.append(row)
+                    if spec.operation_key is not None:
+                        keyed[spec.operation_key] = row
+                    out.append((task_view(row), True))
+                if new_rows:
+                    INSERT_TASK.run(conn, new_rows)
+                    actor = principal.actor
+                    INSERT_AUDIT.run(conn, [
+                        {"task_id": r["id"], "attempt_id": None, "at_ms": now, "actor": actor,
+                         "kind": "task_submitted", "from_state": None,
+                         "to_state": TaskState.PENDING.value, "detail": None}
+                        for r in new_rows
+                    ])
+                if (new_rows and binding is not None and count > 0
+                        and binding.queue_id == queue_id):
+                    uow = UnitOfWork(conn, now)
+                    reservations = reserve_for(uow, binding, count)
+                    uow.flush()
+        except IntegrityError:
+            # Another replica inserted the same operation key first; a retry finds it.
+            raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
+                             retryable=True) from None
+        effects = Effects()
+        claimed = {r.task_id for r in reservations}
+        if any(row["id"] not in claimed for row in new_rows):
+            effects.ready_queues.add(queue_id)
+        return out, effects, reservations
+
+    def get_task(self, principal: Principal, task_id: str) -> dict[str, Any]:
+        """The Task view; NOT_FOUND also for a task of a queue the principal may not use."""
+        with self._tx.read() as conn:
+            return task_view(_task_row(conn, principal, task_id))
+
+    def list_attempts(self, principal: Principal, task_id: str) -> dict[str, Any]:
+        """A task's attempts (by epoch) and the evidence stored for it."""
+        with self._tx.read() as conn:
+            _task_row(conn, principal, task_id)
+            attempt_rows = conn.execute(
+                select(attempts).where(attempts.c.task_id == task_id)
+                .order_by(attempts.c.epoch)
+            ).mappings()
+            attempt_views = [attempt_view(r) for r in attempt_rows]
+            evidence_rows = conn.execute(
+                select(evidence).where(evidence.c.task_id == task_id)
+                .order_by(evidence.c.received_at_ms, evidence.c.id)
+            ).mappings()
+            return {"attempts": attempt_views,
+                    "evidence": [evidence_view(r) for r in evidence_rows]}
+
+    def audit_trail(self, principal: Principal, task_id: str) -> dict[str, Any]:
+        """A task's audit events, oldest first."""
+        with self._tx.read() as conn:
+            _task_row(conn, principal, task_id)
+            rows = conn.execute(
+                select(audit).where(audit.c.task_id == task_id)
+                .order_by(audit.c.at_ms, audit.c.id)
+            ).mappings()
+            return {"events": [audit_view(r) for r in rows]}
+
+    def cancel_task(self, principal: Principal, task_id: str, reason: str | None
+                    ) -> tuple[dict[str, Any], Effects]:
+        """PENDING/NEEDS_REVIEW end CANCELLED at once; RUNNING ends CANCELLED and its worker
+        is told (Effects.cancels). Idempotent on CANCELLED; CONFLICT on SUCCEEDED/FAILED."""
+        _check_reason(reason)
+        now = self._tx.clock()
+        effects = Effects()
+        with self._tx.write() as conn:
+            uow, task = _adopt_task(conn, principal, task_id, now)
+            attempt = None
+            if task.current_attempt_id is not None:
+                uow.load_attempts([task.current_attempt_id])
+                attempt = uow.attempts.get(task.current_attempt_id)
+            before = task.state
+            before_attempt = attempt.state if attempt is not None else None
+            if domain.cancel(task, attempt, now):
+                detail: dict[str, Any] = {"reason": reason} if reason else {}
+                if attempt is not None and before is TaskState.RUNNING:
+                    detail["attempt_state"] = [before_attempt, attempt.state]
+                    effects.cancels.append((attempt.instance_id, attempt.id, attempt.epoch))
+                uow.audit(task.id, attempt.id if attempt else None, principal.actor,
+                          "task_cancelled", before, task.state, detail)
+                effects.terminal_tasks.append(task.id)
+                uow.flush()
+            out = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().one()
+        return task_view(out), effects
+
+    def review(self, principal: Principal, task_id: str, action: str, result: object,
+               reason: str | None) -> tuple[dict[str, Any], Effects]:
+        """Resolve NEEDS_REVIEW (retry / succeed / fail); CONFLICT in any other state."""
+        try:
+            review_action = domain.ReviewAction(action)
+        except ValueError:
+            raise OrbitError(ErrorCode.BAD_REQUEST,
+                             "action must be one of retry, succeed, fail") from None
+        _check_reason(reason)
+        result_json = None
+        if review_action is domain.ReviewAction.SUCCEED:
+            if result is None:
+                raise OrbitError(ErrorCode.BAD_REQUEST, "succeed needs a non-null result")
+            result_json = encode_value(result, what="result").decode()
+        reason_json = orjson.dumps({"reason": reason} if reason else {}).decode()
+        now = self._tx.clock()
+        effects = Effects()
+        with self._tx.write() as conn:
+            uow, task = _adopt_task(conn, principal, task_id, now)
+            before = task.state
+            last = conn.execute(queries.LAST_ATTEMPT_OF_TASK,
+                                {"task_id": task.id}).mappings().first()
+            not_before = domain.retry_not_before(
+                uow.adopt_attempt_row(last) if last is not None else None,
+                self._tx.config.kill_grace_ms)
+            domain.review(task, review_action, result_json, reason_json, now, not_before)
+            uow.audit(task.id, None, principal.operator, "task_reviewed", before, task.state,
+                      {"action": review_action.value, **({"reason": reason} if reason else {})})
+            uow.flush()
+            out = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().one()
+        if task.state is not TaskState.PENDING:
+            effects.terminal_tasks.append(task.id)
+        else:
+            self._wakeups.schedule(task.queue_id, task.available_at_ms, now, effects)
+        return task_view(out), effects
+
+    def queue_stats(self, principal: Principal, queue_id: str) -> dict[str, Any]:
+        """Task counts by state, running attempts and the oldest pending task's age."""
+        require_role(principal, _PRODUCERS)
+        require_queue(principal, queue_id)
+        now = self._tx.clock()
+        with self._tx.read() as conn:
+            if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
+                raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+            counts = {s.value: 0 for s in TaskState}
+            for state, count in conn.execute(
+                select(tasks.c.state, func.count()).where(tasks.c.queue_id == queue_id)
+                .group_by(tasks.c.state)
+            ):
+                counts[state] = count
+            running = conn.scalar(
+                select(func.count()).select_from(attempts).where(
+                    attempts.c.state == AttemptState.RUNNING.value,
+                    attempts.c.queue_id == queue_id,
+                )
+            )
+            oldest = conn.scalar(
+                select(func.min(tasks.c.created_at_ms)).where(
+                    tasks.c.queue_id == queue_id, tasks.c.state == TaskState.PENDING.value
+                )
+            )
+        return {
+            "queue_id": queue_id,
+            "counts": counts,
+            "running_attempts": running or 0,
+            "oldest_pending_age_ms": None if oldest is None else max(0, now - oldest),
+        }
+
+
+def _task_row(conn: Connection, principal: Principal, task_id: str) -> Mapping[Any, Any]:
+    """The task's row, if the principal is a producer (or admin) of its queue."""
+    require_role(principal, _PRODUCERS)
+    row = None
+    if is_id(task_id):
+        row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
+    if row is None:
+        raise OrbitError(ErrorCode.NOT_FOUND, f"task {task_id} does not exist")
+    require_queue(principal, row["queue_id"])
+    return row
+
+
+def _adopt_task(conn: Connection, principal: Principal, task_id: str,
+                now: int) -> tuple[UnitOfWork, domain.TaskRec]:
+    """A unit of work holding the principal's task, for a state change in this transaction."""
+    uow = UnitOfWork(conn, now)
+    return uow, uow.adopt_task_row(_task_row(conn, principal, task_id))
+
+
+def _check_reason(reason: str | None) -> None:
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 1024):
+        raise OrbitError(ErrorCode.BAD_REQUEST, "reason must be a string of at most 1024 chars")
+
+
+def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, Any]:
+    policy = spec.policy
+    cap = spec.capability
+    return {
+        "id": new_id(now), "queue_id": queue_id, "state": TaskState.PENDING.value,
+        "handler": cap.handler, "handler_version": cap.handler_version,
+        "payload_version": cap.payload_version, "payload": spec.payload_json,
+        "idempotency": policy.idempotency.value, "max_attempts": policy.max_attempts,
+        "backoff_initial_ms": policy.backoff.initial_ms,
+        "backoff_max_ms": policy.backoff.max_ms,
+        "backoff_multiplier": policy.backoff.multiplier,
+        "backoff_jitter": policy.backoff.jitter,
+        "attempt_timeout_ms": policy.attempt_timeout_ms, "lease_ttl_ms": policy.lease_ttl_ms,
+        "deadline_at_ms": now + policy.deadline_ms, "operation_key": spec.operation_key,
+        "created_at_ms": now, "updated_at_ms": now, "available_at_ms": now, "epoch": 0,
+        "attempts_started": 0, "uncertain": False, "result": None, "failure_code": None,
+        "failure_details": None, "cancel_requested": False, "current_attempt_id": None,
+    }
+
+
+def _existing_by_key(conn: Connection, queue_id: str,
+                     keys: list[str | None]) -> dict[str, Mapping[Any, Any]]:
+    """The queue's tasks that already carry one of these operation keys, by key."""
+    found: dict[str, Mapping[Any, Any]] = {}
+    wanted = [k for k in dict.fromkeys(keys) if k is not None]
+    for start in range(0, len(wanted), IN_CHUNK):
+        chunk = wanted[start:start + IN_CHUNK]
+        for row in conn.execute(
+            select(tasks).where(tasks.c.queue_id == queue_id, tasks.c.operation_key.in_(chunk))
+        ).mappings():
+            found[row["operation_key"]] = row
+    return found

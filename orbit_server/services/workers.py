@@ -1,0 +1,354 @@
+"""The worker protocol's use cases (docs/protocol.md): hello, the release of a closed
+connection's reservations, reserve, and the operations of a control request (resume, start,
+renew, finish, drain, claim), each call one transaction. The rules come from ``domain``.
+
+Receipts make every op apply once: an op's answer is stored in the transaction that applied
+it, and a retransmitted ``msg_id`` gets the stored answer (a lease in it re-based on the
+stored expiry, so a replay never lengthens a lease; ``store.receipts``).
+
+``reserve`` and ``apply_ops`` are hot paths: a handful of set-based statements per call (one
+SELECT each for receipts and for attempts with their tasks, one executemany per table
+written), never one SELECT per op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
+from orbit_wire.frames import (
+    ClaimOp,
+    DrainOp,
+    FinishOp,
+    Hello,
+    Op,
+    OpResult,
+    RenewOp,
+    Reservation,
+    ResumeEntry,
+    ResumeOp,
+    StartOp,
+)
+from orbit_wire.ids import new_id
+from orbit_wire.jsonvalue import utf8_len
+from orbit_wire.limits import (
+    MAX_PAYLOAD_BYTES_PER_FRAME,
+    MAX_RESERVATIONS_PER_FRAME,
+    PROTOCOL_VERSION,
+)
+from orbit_wire.model import AttemptState, Disposition, Role, TaskState
+
+from .. import domain
+from ..auth import hash_secret, principal_from_row, require_queue, secret_matches
+from ..store import queries
+from ..store.receipts import Receipt, answer_result, load_receipts, receipt_row, replay
+from ..store.retry import transactional
+from ..store.rows import UnitOfWork
+from ..store.tables import attempts, credentials, instances
+from ..store.views import task_view
+from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding, worker_actor
+from .context import TxContext
+from .effects import Effects
+from .recording import fail_at_deadline, record_close, release_all
+from .reservations import Reservations, reservation, reservation_of, reserve_for, reserve_in
+from .wakeups import Wakeups
+
+
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
+class WorkerService:
+    """The worker protocol's use cases; every public method is one transaction. Finishes
+    that retry later are scheduled on the shared ``Wakeups``."""
+
+    def __init__(self, tx: TxContext, wakeups: Wakeups) -> None:
+        self._tx = tx
+        self._wakeups = wakeups
+
+    def worker_hello(self, hello: Hello) -> WorkerBinding:
+        """Authenticate a worker and bind or re-attach its instance.
+
+        Raises ProtocolError(UNSUPPORTED_PROTOCOL), AuthError(UNAUTHENTICATED /
+        PERMISSION_DENIED) or OrbitError(INSTANCE_CONFLICT) when the instance ID is bound to
+        another secret, credential or queue.
+        """
+        if hello.protocol != PROTOCOL_VERSION:
+            raise ProtocolError(ErrorCode.UNSUPPORTED_PROTOCOL,
+                                f"protocol {hello.protocol} is not supported")
+        now = self._tx.clock()
+        with self._tx.write() as conn:
+            row = conn.execute(
+                select(credentials).where(credentials.c.id == hello.credential_id)
+            ).mappings().first()
+            principal = principal_from_row(row, hello.credential_secret)
+            if principal.role is not Role.WORKER:
+                raise AuthError(ErrorCode.PERMISSION_DENIED, "only a worker credential may connect")
+            require_queue(principal, hello.queue_id)
+            instance = conn.execute(
+                select(instances).where(instances.c.id == hello.instance_id)
+            ).mappings().first()
+            if instance is None:
+                conn.execute(instances.insert(), {
+                    "id": hello.instance_id, "secret_hash": hash_secret(hello.instance_secret),
+                    "credential_id": hello.credential_id, "queue_id": hello.queue_id,
+                    "created_at_ms": now, "last_seen_at_ms": now,
+                })
+            else:
+                if not (secret_matches(hello.instance_secret, instance["secret_hash"])
+                        and instance["credential_id"] == hello.credential_id
+                        and instance["queue_id"] == hello.queue_id):
+                    raise OrbitError(ErrorCode.INSTANCE_CONFLICT,
+                                     "instance ID is bound to another secret, credential or queue")
+                conn.execute(instances.update().where(instances.c.id == hello.instance_id)
+                             .values(last_seen_at_ms=now))
+        return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
+                             tuple(dict.fromkeys(hello.capabilities)))
+
+    def release_reservations(self, instance_id: str) -> Effects:
+        """The instance's connection ended: every unstarted reservation is released (task
+        back to PENDING, available now, no attempt spent)."""
+        effects = Effects()
+        with self._tx.write() as conn:
+            uow = UnitOfWork(conn, self._tx.clock())
+            for row in conn.execute(
+                select(attempts).where(attempts.c.instance_id == instance_id,
+                                       attempts.c.state == AttemptState.RESERVED.value)
+                .with_for_update()
+            ).mappings():
+                uow.adopt_attempt_row(row)
+            release_all(uow, list(uow.attempts.values()), domain.Rule.SESSION_ENDED,
+                        worker_actor(instance_id), effects)
+            uow.flush()
+        return effects
+
+    def reserve(self, binding: WorkerBinding, count: int) -> Reservations:
+        """Claim up to ``count`` dispatchable tasks of the binding's queue and capabilities:
+        one SELECT, then one executemany each for tasks, attempts and audit rows. The caller
+        sends the reservations and spends the session's credit on them."""
+        count = max(0, min(count, MAX_RESERVATIONS_PER_FRAME))
+        if count == 0 or not binding.capabilities:
+            return Reservations()
+        with self._tx.write() as conn:
+            uow = UnitOfWork(conn, self._tx.clock())
+            reservations = reserve_for(uow, binding, count)
+            uow.flush()
+        return reservations
+
+    def apply_ops(self, binding: WorkerBinding, ops: Sequence[Op], room: ClaimRoom = NO_CLAIMS,
+                  watched: Callable[[str], bool] | None = None
+                  ) -> tuple[list[OpResult], Effects]:
+        """Apply a control request's operations in order, in one transaction.
+
+        Receipts, attempts and tasks are loaded with one SELECT each (by id IN ...); every
+        op's answer is stored as a receipt (resume excepted: it changes nothing and its
+        answer must be fresh). A retransmitted msg_id gets its stored answer; start/renew
+        answers are re-based on the stored lease expiry so a replay never lengthens a lease.
+        A ``claim`` reserves and starts within ``room`` (docs/protocol.md), and only if every
+        ``finish`` before it was answered ok.
+
+        ``watched(task_id)`` (optional, called on this thread) says whether a long poll
+        waits on a task; the views of such tasks that became terminal are read in the same
+        transaction into ``effects.terminal_views``."""
+        now = self._tx.clock()
+        effects = Effects()
+        with self._tx.write() as conn:
+            uow = UnitOfWork(conn, now)
+            stored = load_receipts(conn, binding.instance_id,
+                                   [op.msg_id for op in ops if not isinstance(op, ResumeOp)])
+            wanted: list[str] = []
+            for op in ops:
+                if isinstance(op, ResumeOp):
+                    wanted.extend(ref.attempt_id for ref in op.attempts)
+                elif isinstance(op, (StartOp, RenewOp, FinishOp)) and op.msg_id not in stored:
+                    wanted.append(op.attempt_id)
+            uow.load_attempts_and_tasks(wanted)
+            results: list[OpResult] = []
+            # The claims' answers share one response frame: one payload budget for all.
+            payload_left = MAX_PAYLOAD_BYTES_PER_FRAME
+            for op in ops:
+                if isinstance(op, ClaimOp):
+                    may = room if finishes_confirmed(ops, results) else NO_CLAIMS
+                    result, used = self._claim(uow, binding, op, stored, may, effects,
+                                               payload_left)
+                    payload_left -= used
+                    results.append(result)
+                else:
+                    results.append(self._apply_op(uow, binding, op, stored, effects))
+            uow.flush()
+            if watched is not None:
+                for task_id in effects.terminal_tasks:
+                    if watched(task_id):
+                        row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
+                        if row is not None:
+                            effects.terminal_views[task_id] = task_view(row)
+        return results, effects
+
+    # ------------------------------------------------------------------ the ops
+
+    def _claim(self, uow: UnitOfWork, binding: WorkerBinding, op: ClaimOp,
+               stored: dict[str, Receipt], room: ClaimRoom, effects: Effects,
+               payload_left: int) -> tuple[OpResult, int]:
+        """Reserve and start up to ``op.count`` tasks, within ``payload_left`` bytes of
+        payload; unfilled slots become credit. Returns the answer and the payload bytes it
+        carries. The receipt keeps the attempt IDs; a replay reads them again with their
+        current lease and grants no credit (credit belongs to the connection that applied
+        the claim)."""
+        seen = stored.get(op.msg_id)
+        if seen is not None:
+            return _replay_claim(uow, op.msg_id, seen)
+        now = uow.now_ms
+        wanted = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
+        claimed: list[Reservation] = []
+        made, more, used = (reserve_in(uow, binding, wanted, payload_left) if wanted
+                            else ([], False, 0))
+        if more:  # the answer's payload budget, not the queue, ended the claim
+            effects.ready_queues.add(binding.queue_id)
+        for task, attempt, row in made:
+            granted = domain.start(task, attempt, attempt.epoch, binding.instance_id, None, now)
+            _audit_started(uow, binding, task, attempt, AttemptState.RESERVED, None, granted)
+            effects.due(attempt.lease_expires_at_ms)
+            claimed.append(reservation(task, attempt, row, granted))
+        credited = min(op.count - len(claimed), room.credit_room) if room.allowed else 0
+        answer = {"ok": True, "claimed": [r.attempt_id for r in claimed], "credited": credited}
+        stored[op.msg_id] = (op.op, answer)
+        uow.receipt_rows.append(receipt_row(binding.instance_id, op.msg_id, op.op, answer, now))
+        return OpResult(op.msg_id, True, claimed=tuple(claimed), credited=credited), used
+
+    def _apply_op(self, uow: UnitOfWork, binding: WorkerBinding, op: Op,
+                  stored: dict[str, Receipt], effects: Effects) -> OpResult:
+        if isinstance(op, ResumeOp):
+            return _resume(uow, binding, op)
+        kind = op.op
+        seen = stored.get(op.msg_id)
+        if seen is not None:
+            return replay(op.msg_id, kind, seen, uow.now_ms)
+        try:
+            answer = self._op_answer(uow, binding, op, effects)
+        except OrbitError as exc:
+            answer = {"ok": False, "error_code": exc.code.value, "error_message": exc.message}
+        stored[op.msg_id] = (kind, answer)
+        uow.receipt_rows.append(receipt_row(binding.instance_id, op.msg_id, kind, answer,
+                                            uow.now_ms))
+        return answer_result(op.msg_id, answer)
+
+    def _op_answer(self, uow: UnitOfWork, binding: WorkerBinding, op: Op,
+                   effects: Effects) -> dict[str, Any]:
+        if isinstance(op, DrainOp):
+            return {"ok": True}
+        assert isinstance(op, (StartOp, RenewOp, FinishOp))
+        attempt = uow.attempts.get(op.attempt_id)
+        task = uow.tasks.get(attempt.task_id) if attempt is not None else None
+        if attempt is None or task is None:
+            raise OrbitError(ErrorCode.NOT_FOUND, f"attempt {op.attempt_id} does not exist")
+        if isinstance(op, StartOp):
+            return _start(uow, binding, task, attempt, op, effects)
+        if isinstance(op, RenewOp):
+            granted = domain.renew(task, attempt, op.epoch, binding.instance_id, uow.now_ms)
+            effects.due(attempt.lease_expires_at_ms)
+            return {"ok": True, "lease_ms": granted,
+                    "lease_expires_at_ms": attempt.lease_expires_at_ms}
+        return self._finish(uow, binding, task, attempt, op, effects)
+
+    def _finish(self, uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
+                attempt: domain.AttemptRec, op: FinishOp, effects: Effects) -> dict[str, Any]:
+        now = uow.now_ms
+        report = domain.FinishReport(op.outcome, op.code, op.retryable, op.result_json,
+                                     op.details_json, op.report)
+        checked = domain.check_report(report)
+        before_task = task.state
+        result = domain.finish(task, attempt, op.epoch, binding.instance_id, checked, now,
+                               self._tx.rng.random())
+        if result.evidence is not None:
+            uow.evidence_rows.append({
+                "id": new_id(now), "task_id": task.id, "attempt_id": attempt.id,
+                "epoch": op.epoch, "instance_id": binding.instance_id, "received_at_ms": now,
+                "outcome": checked.outcome.value, "code": checked.code,
+                "reason": result.evidence.value, "result": checked.result,
+                "details": checked.details,
+            })
+            return {"ok": True, "disposition": Disposition.EVIDENCE_ONLY.value,
+                    "task_state": task.state.value}
+        domain.apply_report_facts(attempt, report)
+        record_close(uow, self._wakeups, binding.actor, task, attempt, before_task, checked,
+                     result, effects)
+        return {"ok": True, "disposition": Disposition.ACCEPTED.value,
+                "task_state": task.state.value}
+
+
+def _start(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
+           attempt: domain.AttemptRec, op: StartOp, effects: Effects) -> dict[str, Any]:
+    now = uow.now_ms
+    before = attempt.state
+    try:
+        granted = domain.start(task, attempt, op.epoch, binding.instance_id, op.child_pid, now)
+    except OrbitError as exc:
+        if (exc.code is ErrorCode.LEASE_EXPIRED and attempt.state is AttemptState.RESERVED
+                and attempt.instance_id == binding.instance_id and attempt.epoch == op.epoch
+                and task.deadline_at_ms <= now):
+            # Too late to start: the reservation goes back and the deadline ends the task.
+            _release_past_deadline(uow, binding, task, attempt, effects)
+        raise
+    if before is AttemptState.RESERVED:
+        _audit_started(uow, binding, task, attempt, before, op.child_pid, granted)
+    effects.due(attempt.lease_expires_at_ms)
+    return {"ok": True, "lease_ms": granted, "lease_expires_at_ms": now + granted}
+
+
+def _release_past_deadline(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
+                           attempt: domain.AttemptRec, effects: Effects) -> None:
+    rule = domain.Rule.DEADLINE_PASSED
+    domain.release(task, attempt, uow.now_ms, rule)
+    uow.audit(task.id, attempt.id, binding.actor, "attempt_released", TaskState.RUNNING.value,
+              task.state.value, {"rule": rule.value})
+    if task.state is TaskState.PENDING:
+        fail_at_deadline(uow, task, effects)
+
+
+def _replay_claim(uow: UnitOfWork, msg_id: str, seen: Receipt) -> tuple[OpResult, int]:
+    """A resent claim: its attempts again, with their current lease, and no credit."""
+    kind, answer = seen
+    if kind != "claim":
+        return replay(msg_id, "claim", seen, uow.now_ms), 0
+    ids = answer["claimed"]
+    rows = {row["attempt_id"]: row for row in uow.conn.execute(
+        queries.CLAIMED_ATTEMPTS, {"ids": ids}).mappings()} if ids else {}
+    claimed = []
+    used = 0
+    for attempt_id in ids:
+        row = rows.get(attempt_id)
+        if row is None:
+            continue
+        used += utf8_len(row["payload"])
+        expires = row["lease_expires_at_ms"]
+        held = row["attempt_state"] == AttemptState.RUNNING.value and expires is not None
+        claimed.append(reservation_of(row, row["task_id"], attempt_id, row["epoch"],
+                                      row["attempt_number"],
+                                      max(0, expires - uow.now_ms) if held else 0))
+    return OpResult(msg_id, True, claimed=tuple(claimed), credited=0), used
+
+
+def _resume(uow: UnitOfWork, binding: WorkerBinding, op: ResumeOp) -> OpResult:
+    entries = []
+    for ref in op.attempts:
+        attempt = uow.attempts.get(ref.attempt_id)
+        task = uow.tasks.get(attempt.task_id) if attempt is not None else None
+        status, lease, reason = domain.resume_status(task, attempt, ref.epoch,
+                                                     binding.instance_id, uow.now_ms)
+        entries.append(ResumeEntry(ref.attempt_id, status.value, lease, reason))
+    return OpResult(op.msg_id, True, attempts=tuple(entries))
+
+
+def _audit_started(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
+                   attempt: domain.AttemptRec, before: AttemptState, child_pid: int | None,
+                   granted: int) -> None:
+    uow.audit(task.id, attempt.id, binding.actor, "attempt_started", task.state.value,
+              task.state.value, {"attempt_state": [before.value, attempt.state.value],
+                                 "child_pid": child_pid, "lease_ms": granted})
+
+
+def finishes_confirmed(ops: Sequence[Op], results: Sequence[OpResult]) -> bool:
+    """True when every ``finish`` among ``ops`` answered so far was ok: a claim after them
+    offers the slots those finishes free, so it applies only then (docs/protocol.md)."""
+    return all(result.ok for op, result in zip(ops, results, strict=False)  # results so far
+               if isinstance(op, FinishOp))

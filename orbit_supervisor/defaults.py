@@ -1,0 +1,14 @@
+"""The supervisor's option defaults, read by every layer that offers the options (pure).
+
+``SupervisorOptions`` (options.py), ``SessionConfig`` (session.py), ``Supervisor.__init__``
+(app.py) and the ``orbit-supervise`` flags (cli.py) all take their defaults from here, so
+the documented defaults (docs/supervisor.md, "Options") have one source. The allowed
+ranges live beside the validation, in options.py.
+"""
+
+from __future__ import annotations
+
+WORKERS = 4  # child processes = handlers running at once = the session's capacity
+SHUTDOWN_TIMEOUT = 30.0  # seconds for the whole wind-down, counted from the stop signal
+RECONNECT_MIN_DELAY = 0.2  # seconds: the reconnect backoff's first delay
+RECONNECT_MAX_DELAY = 5.0  # seconds: the reconnect backoff's cap
