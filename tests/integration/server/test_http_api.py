@@ -86,6 +86,7 @@ def test_long_poll_wakes_on_cancel(orbit: OrbitEnv) -> None:
         assert time.monotonic() - t0 < 10
     finally:
         timer.cancel()
+        timer.join(10 * UNIT)  # its cancel request ends before the fixture closes the client
 
 
 def test_cancel_pending_and_terminal_rules(orbit: OrbitEnv) -> None:
