@@ -872,7 +872,7 @@ def render(result: dict[str, Any]) -> str:
         "",
         "Rerun: `.venv/bin/pip install -e '.[test,bench]'` (Celery and Dramatiq), a "
         "`redis-server` binary (`apt install redis-server` / `brew install redis`), then "
-        "`.venv/bin/python scripts/bench_peers.py` (about 10 minutes; `--quick` for a smoke "
+        "`.venv/bin/python scripts/bench_peers.py` (several minutes; `--quick` for a smoke "
         "run, `--only orbit,celery` to pick systems, `--no-write` to leave this file).",
         END,
     ])
