@@ -41,7 +41,14 @@ def test_empty_database_has_no_revision(tmp_path: Path) -> None:
 
 def test_the_migrations_form_one_chain() -> None:
     # Branches that each add a revision on the same parent give alembic two heads, and
-    # `upgrade head` would refuse to run; head_revision() names them.
-    assert head_revision() == max(
-        p.name.split("_", 1)[0]
-        for p in (Path(migrations.__file__).parent / "versions").glob("0*.py"))
+    # `upgrade head` would refuse to run; head_revision() names them. The chain from the head
+    # down must also reach every revision file.
+    from alembic.script import ScriptDirectory
+
+    from orbit_server.store.db import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    chain = [rev.revision for rev in script.walk_revisions(base="base", head=head_revision())]
+    files = {p.name.split("_", 1)[0]
+             for p in (Path(migrations.__file__).parent / "versions").glob("0*.py")}
+    assert sorted(chain) == sorted(files)
