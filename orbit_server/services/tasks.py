@@ -32,7 +32,7 @@ from ..auth import (
 from ..store import queries
 from ..store.retry import transactional
 from ..store.rows import IN_CHUNK, INSERT_AUDIT, INSERT_TASK, UnitOfWork
-from ..store.tables import attempts, audit, evidence, queues, tasks
+from ..store.tables import attempts, audit, evidence, priority_of, queues, rank_of, tasks
 from ..store.views import attempt_view, audit_view, evidence_view, task_view
 from .binding import WorkerBinding
 from .context import TxContext
@@ -123,8 +123,11 @@ class TaskService:
                              retryable=True) from None
         effects = Effects()
         claimed = {r.task_id for r in reservations}
-        if any(row["id"] not in claimed for row in new_rows):
+        later = [row["available_at_ms"] for row in new_rows if row["available_at_ms"] > now]
+        if any(row["id"] not in claimed and row["available_at_ms"] <= now for row in new_rows):
             effects.ready_queues.add(queue_id)
+        if later:
+            self._wakeups.schedule(queue_id, min(later), now, effects)
         return out, effects, reservations
 
     def get_task(self, principal: Principal, task_id: str) -> dict[str, Any]:
@@ -246,11 +249,25 @@ class TaskService:
                     tasks.c.queue_id == queue_id, tasks.c.state == TaskState.PENDING.value
                 )
             )
+            by_priority: dict[str, int] = {}
+            delayed = 0
+            for rank, later, count in conn.execute(
+                select(tasks.c.dispatch_rank, tasks.c.available_at_ms > now, func.count())
+                .where(tasks.c.queue_id == queue_id, tasks.c.state == TaskState.PENDING.value)
+                .group_by(tasks.c.dispatch_rank, tasks.c.available_at_ms > now)
+            ):
+                key = str(priority_of(rank))
+                by_priority[key] = by_priority.get(key, 0) + count
+                delayed += count if later else 0
         return {
             "queue_id": queue_id,
             "counts": counts,
             "running_attempts": running or 0,
             "oldest_pending_age_ms": None if oldest is None else max(0, now - oldest),
+            # PENDING tasks by priority (highest first), and how many of them wait for a
+            # delay or a retry backoff (available_at_ms still ahead).
+            "pending_by_priority": dict(sorted(by_priority.items(), key=lambda kv: -int(kv[0]))),
+            "pending_delayed": delayed,
         }
 
 
@@ -280,6 +297,7 @@ def _check_reason(reason: str | None) -> None:
 def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, Any]:
     policy = spec.policy
     cap = spec.capability
+    start = spec.start_at(now)
     return {
         "id": new_id(now), "queue_id": queue_id, "state": TaskState.PENDING.value,
         "handler": cap.handler, "handler_version": cap.handler_version,
@@ -290,10 +308,11 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "backoff_multiplier": policy.backoff.multiplier,
         "backoff_jitter": policy.backoff.jitter,
         "attempt_timeout_ms": policy.attempt_timeout_ms, "lease_ttl_ms": policy.lease_ttl_ms,
-        "deadline_at_ms": now + policy.deadline_ms, "operation_key": spec.operation_key,
-        "created_at_ms": now, "updated_at_ms": now, "available_at_ms": now, "epoch": 0,
+        "deadline_at_ms": start + policy.deadline_ms, "operation_key": spec.operation_key,
+        "created_at_ms": now, "updated_at_ms": now, "available_at_ms": start, "epoch": 0,
         "attempts_started": 0, "uncertain": False, "result": None, "failure_code": None,
         "failure_details": None, "cancel_requested": False, "current_attempt_id": None,
+        "dispatch_rank": rank_of(spec.priority),
     }
 
 
