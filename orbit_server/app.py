@@ -169,6 +169,8 @@ def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> uvicorn.C
     WebSocket limits, TLS when configured, and a bounded graceful shutdown."""
     import uvicorn
 
+    from .ws_transport import OrbitWebSocketProtocol
+
     cfg = server.config
     return uvicorn.Config(
         server.app,
@@ -176,7 +178,8 @@ def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> uvicorn.C
         port=cfg.port,
         loop="uvloop",
         http="httptools",
-        ws="websockets-sansio",
+        # uvicorn's sans-I/O WebSocket implementation, with a typed close for invalid UTF-8.
+        ws=OrbitWebSocketProtocol,
         # Frames between MAX_FRAME_BYTES and this size get a typed FRAME_TOO_LARGE error;
         # larger ones are cut by the WebSocket layer itself (close 1009).
         ws_max_size=MAX_FRAME_BYTES + 1024 * 1024,
