@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from orbit_host.isolation import ChildIsolation
 from orbit_host.messages import (
     ChildForked,
     ChildReaped,
@@ -60,8 +61,10 @@ _DEATH_SIGNAL = signal.SIGUSR1  # catchable, and used for nothing else
 
 
 class Template:
-    def __init__(self, ctl: socket.socket, handlers: tuple[Handler, ...]) -> None:
+    def __init__(self, ctl: socket.socket, handlers: tuple[Handler, ...],
+                 isolation: ChildIsolation | None = None) -> None:
         self._ctl = ctl
+        self._isolation = isolation or ChildIsolation()
         self._handlers = {h.capability: h for h in handlers}
         self._children: dict[int, int] = {}  # pid -> generation
         self._wake_r, self._wake_w = os.pipe()
@@ -145,6 +148,7 @@ class Template:
                 os._exit(1)  # the template died between fork and prctl
             set_child_subreaper()
             set_batch_scheduling()
+            self._isolation.enter_child()
             self._ctl.detach()  # its descriptor is closed below; the object must not reuse it
             close_fds_except({child_fd})
             sock = socket.socket(fileno=child_fd)
@@ -260,7 +264,14 @@ def main(argv: list[str] | None = None) -> NoReturn:
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--sys-path", default="[]")
+    for flag in ("--child-uid", "--child-gid", "--rlimit-as", "--rlimit-cpu", "--nofile"):
+        parser.add_argument(flag, type=int)
     args = parser.parse_args(argv)
+    isolation = ChildIsolation(args.child_uid, args.child_gid, args.rlimit_as,
+                               args.rlimit_cpu, args.nofile)
+    # The child user and the limits, before anything else (the parent-death signal below
+    # would be cleared by a change of user) and before any handler code is imported.
+    isolation.enter_template()
 
     # Terminal Ctrl-C and a service-wide SIGTERM are the supervisor's to handle (it drains);
     # the template only ends when told, when its control socket closes, or when the
@@ -290,7 +301,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         ctl.send(orjson.dumps(HandlersRejected(exc.message).to_wire()))
         os._exit(2)
     ctl.send(orjson.dumps(HandlersLoaded(tuple(h.capability for h in handlers)).to_wire()))
-    template = Template(ctl, handlers)
+    template = Template(ctl, handlers, isolation)
     template_holder.append(template)
     template.serve()
 
