@@ -52,10 +52,12 @@ class _OrbitGroup(click.Group):
 
 
 class _Settings:
-    def __init__(self, url: str | None, credentials_file: str | None, timeout: float):
+    def __init__(self, url: str | None, credentials_file: str | None, timeout: float,
+                 ca_file: str | None = None):
         self.url = url
         self.credentials_file = credentials_file
         self.timeout = timeout
+        self.ca_file = ca_file
         self._client: OrbitClient | None = None
 
     def client(self, ctx: click.Context, *, needs_credentials: bool = True) -> OrbitClient:
@@ -67,7 +69,8 @@ class _Settings:
                 raise CredentialsFileError(
                     "no credentials: pass --credentials-file or set ORBIT_CREDENTIALS_FILE"
                 )
-            self._client = OrbitClient(self.url, creds, timeout=self.timeout)
+            self._client = OrbitClient(self.url, creds, timeout=self.timeout,
+                                       ca_file=self.ca_file)
             ctx.call_on_close(self._client.close)
         return self._client
 
@@ -134,10 +137,15 @@ _EPILOG = (
     "--timeout", type=click.FloatRange(min=0.001), default=30.0, show_default=True,
     help="Seconds to wait for the server (long polls add their wait).",
 )
+@click.option(
+    "--ca-file", envvar="ORBIT_CA_FILE", type=click.Path(dir_okay=False),
+    help="CA certificates (PEM) that verify the server's TLS certificate.",
+)
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, credentials_file: str | None, timeout: float) -> None:
+def cli(ctx: click.Context, url: str | None, credentials_file: str | None, timeout: float,
+        ca_file: str | None) -> None:
     """Submit and inspect Orbit tasks, and manage queues and credentials."""
-    ctx.obj = _Settings(url, credentials_file, timeout)
+    ctx.obj = _Settings(url, credentials_file, timeout, ca_file)
 
 
 @cli.command()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 import httpx
 
 from orbit_host.credentials import Credentials, load_credentials, write_credentials
+from orbit_host.tls import ca_file_from, certificate_failure, client_ssl_context
 from orbit_wire.model import TaskState
 
 from . import calls
@@ -100,11 +102,22 @@ def _limits(max_connections: int) -> httpx.Limits:
     )
 
 
+def _verify(verify: bool | str, ca_file: str | None) -> bool | str | ssl.SSLContext:
+    """``ca_file`` (else ORBIT_CA_FILE) as the trust for the server's certificate."""
+    ca = ca_file_from(ca_file)
+    if ca is None or verify is False:
+        return verify
+    return client_ssl_context(ca)
+
+
 def _transport_error(url: str, exc: httpx.HTTPError) -> OrbitApiError:
     """No usable answer. The class name says what went wrong (httpx messages may hold the
     URL, never headers). Connect, read and protocol failures mean the server did not answer;
     anything else httpx raises (e.g. a redirect loop) is not the server being down."""
     if isinstance(exc, httpx.TransportError):
+        tls = certificate_failure(exc)
+        if tls is not None:
+            return ServerUnreachable(f"no TLS connection to {url}: {tls}")
         return ServerUnreachable(f"no answer from {url}: {type(exc).__name__}")
     return OrbitApiError("INTERNAL", f"request to {url} failed: {type(exc).__name__}",
                          retryable=False)
@@ -122,10 +135,11 @@ class OrbitClient(_Base):
         timeout: float = 30.0,
         verify: bool | str = True,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        ca_file: str | None = None,
     ):
         super().__init__(url, credentials, timeout)
         self._http = httpx.Client(
-            base_url=self.url, headers=self._headers, verify=verify,
+            base_url=self.url, headers=self._headers, verify=_verify(verify, ca_file),
             limits=_limits(max_connections),
         )
         # Threads sharing this client queue here, so httpx's pool timeout never fires for a
@@ -224,10 +238,11 @@ class AsyncOrbitClient(_Base):
         timeout: float = 30.0,
         verify: bool | str = True,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        ca_file: str | None = None,
     ):
         super().__init__(url, credentials, timeout)
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=self._headers, verify=verify,
+            base_url=self.url, headers=self._headers, verify=_verify(verify, ca_file),
             limits=_limits(max_connections),
         )
         # Requests beyond the pool size wait here, not in httpx's pool: there they would count

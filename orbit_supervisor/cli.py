@@ -24,6 +24,7 @@ from orbit_host.isolation import (
     secret_variables,
     set_not_dumpable,
 )
+from orbit_host.tls import CaFileError
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.ids import is_id
 
@@ -170,7 +171,10 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child,
             reap_orphans=True,  # this process starts nothing but the template
+            ca_file=ca_file,
         )
+    except CaFileError as exc:
+        _fail(EXIT_USAGE, exc.message)
     except (OptionError, ValueError) as exc:
         _fail(EXIT_USAGE, str(exc))
     sys.exit(asyncio.run(_run(sup)))
