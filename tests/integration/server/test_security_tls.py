@@ -46,6 +46,11 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Credential
         srv.stop()
 
 
+def _wait_logged(log: Path, text: str) -> None:
+    wait_until(lambda: text in log.read_text(), timeout=20,
+               what=lambda: f"{text!r} in {log.read_text()[-2000:]}")
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ORBIT_", "SSL_CERT"))}
     env.update(extra)
@@ -54,7 +59,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def test_cli_and_client_take_a_ca_file(tls_server: tuple[ServerProcess, Path, Credentials, Path]
                                        ) -> None:
-    srv, cert, admin, admin_file = tls_server
+    _srv, cert, admin, admin_file = tls_server
     orbit = [str(BIN / "orbit"), "--credentials-file", str(admin_file)]
     refused = subprocess.run([*orbit, "queues", "create"], capture_output=True, text=True,
                              timeout=60 * UNIT, env=_env())
@@ -74,7 +79,7 @@ def test_cli_and_client_take_a_ca_file(tls_server: tuple[ServerProcess, Path, Cr
 
 def test_supervisor_takes_a_ca_file(tls_server: tuple[ServerProcess, Path, Credentials, Path],
                                     tmp_path: Path) -> None:
-    srv, cert, admin, _ = tls_server
+    _srv, cert, admin, _ = tls_server
     with OrbitClient(credentials=admin, ca_file=str(cert)) as client:
         queue = client.create_queue()["id"]
         worker_file = tmp_path / "worker.json"
@@ -98,8 +103,7 @@ def test_supervisor_takes_a_ca_file(tls_server: tuple[ServerProcess, Path, Crede
                     done = client.wait(task["id"], timeout=20 * UNIT)
                     assert done["state"] == "SUCCEEDED", (done, log.read_text())
                 else:
-                    wait_until(lambda: expect in log.read_text(), timeout=20,
-                               what=lambda: f"{expect!r} in {log.read_text()[-2000:]}")
+                    _wait_logged(log, expect)
                     assert "--ca-file" in log.read_text()
             finally:
                 proc.kill()
