@@ -29,6 +29,7 @@ from .dispatcher import Dispatcher
 from .http_api import http_exception_handlers, http_routes
 from .parts import ServerParts
 from .services import Effects, Services
+from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
 from .store.db import create_engine_for, is_sqlite, migrate
 from .store.retry import faults_logged
 from .store_thread import StoreThread
@@ -50,6 +51,7 @@ DISPATCH_POLL_SQLITE_S = 2.0
 RECEIPT_PRUNE_PERIOD_S = 60.0
 RECEIPT_PRUNE_MAX_BATCHES = 1_000
 _NEVER = 2**63
+REVOKED_MESSAGE = "the worker's credential was revoked"
 
 
 def wall_clock_ms() -> int:
@@ -90,6 +92,8 @@ class OrbitServer:
             self.dispatcher.queues_ready(effects.ready_queues)
         for instance_id, attempt_id, epoch in effects.cancels:
             self.dispatcher.push_cancel(instance_id, attempt_id, epoch)
+        for credential_id in effects.revoked_credentials:
+            self.dispatcher.close_credential(credential_id, REVOKED_MESSAGE)
         due = effects.next_due_ms
         if due is not None and due < self._reaper_at_ms:
             # Only an instant earlier than the reaper's next planned pass is worth a wake-up.
@@ -133,7 +137,37 @@ class OrbitServer:
                     deleted = await self.store.call(self.services.reaper.prune_receipts)
                     if deleted < self.config.reap_batch:
                         break
+                await self.store.call(self.services.pushes.prune)
             await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
+
+    async def _push_poll_loop(self) -> None:
+        """Act on the cancels and revocations other replicas wrote (services/pushes.py),
+        every ``push_poll_ms`` (within a heartbeat). One SQLite file has one server, which
+        acts on its own at once: there is nothing to poll."""
+        if is_sqlite(self.config.db_url):
+            return
+        seen: dict[int, int] = {}  # push id -> created_at_ms, for the poll window
+        period = self.config.push_poll_ms / 1000
+        started = wall_clock_ms()
+        while True:
+            await asyncio.sleep(period)
+            with faults_logged(log, "reading pushes failed"):  # the next poll reads again
+                for push in await self.store.call(self.services.pushes.recent):
+                    if push.id in seen or push.created_at_ms < started - PUSH_WINDOW_MS:
+                        continue
+                    seen[push.id] = push.created_at_ms
+                    await self._act_on_push(push)
+                horizon = wall_clock_ms() - 2 * PUSH_WINDOW_MS
+                for push_id in [i for i, at in seen.items() if at < horizon]:
+                    del seen[push_id]
+
+    async def _act_on_push(self, push: Push) -> None:
+        if push.kind is PushKind.CANCEL and push.instance_id and push.attempt_id:
+            self.dispatcher.push_cancel(push.instance_id, push.attempt_id, push.epoch or 0)
+        elif push.credential_id is not None:
+            await self.store.call(self.services.admin.forget, push.credential_id)
+            if push.kind is PushKind.REVOKE:
+                self.dispatcher.close_credential(push.credential_id, REVOKED_MESSAGE)
 
     async def _dispatch_poll_loop(self) -> None:
         period = DISPATCH_POLL_SQLITE_S if is_sqlite(self.config.db_url) else DISPATCH_POLL_S
@@ -149,6 +183,7 @@ class OrbitServer:
             asyncio.create_task(self._reaper_loop(), name="orbit-reaper"),
             asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
             asyncio.create_task(self._receipt_prune_loop(), name="orbit-receipt-prune"),
+            asyncio.create_task(self._push_poll_loop(), name="orbit-push-poll"),
         ]
         log.info("orbit-server ready on %s:%s", self.config.host, self.config.port)
         try:

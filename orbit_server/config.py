@@ -42,11 +42,13 @@ class ServerConfig:
     auth_cache_ms: int = 5_000
     # Rows the reaper (and the receipt pruner) handles per category in one transaction.
     reap_batch: int = 1_000
+    # Replicas on a shared database read each other's cancels and revocations this often.
+    push_poll_ms: int = 500
     # Operation receipts are deleted this long after they were written.
     receipt_retention_ms: int = 24 * HOUR_MS
 
     def __post_init__(self) -> None:
-        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch"):
+        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms"):
             if getattr(self, name) <= 0:
                 raise OrbitError(ErrorCode.BAD_REQUEST, f"{name} must be positive")
         if self.receipt_retention_ms < MIN_RECEIPT_RETENTION_MS:

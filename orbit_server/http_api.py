@@ -137,6 +137,15 @@ def _opt_str(body: dict[str, Any], key: str, max_len: int = 1024) -> str | None:
     return value
 
 
+def _opt_instant(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _bad(f"{key} must be an integer instant in ms since the epoch")
+    return value
+
+
 def _path_id(request: Request, key: str) -> str:
     value = request.path_params[key]
     if not is_id(value):
@@ -237,14 +246,33 @@ class HttpApi:
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
             raise _bad("queues must be a list of queue IDs")
         made = await self.store.call(self.admin.create_credential, principal, role, queues,
-                                     _opt_str(body, "name", 256))
+                                     _opt_str(body, "name", 256),
+                                     _opt_instant(body, "expires_at_ms"))
         return JSONResponse(made, status_code=201)
 
     async def revoke_credential(self, request: Request) -> Response:
         credential_id = _path_id(request, "credential_id")
         bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.admin.revoke_credential,
-                                           credential_id))
+        answer, effects = await self._as(bearer, self.admin.revoke_credential, credential_id)
+        self.parts.apply(effects)
+        return JSONResponse(answer)
+
+    async def list_credentials(self, request: Request) -> Response:
+        bearer = self._bearer(request)
+        return JSONResponse(await self._as(bearer, self.admin.list_credentials))
+
+    async def rotate_credential(self, request: Request) -> Response:
+        credential_id = _path_id(request, "credential_id")
+        principal = await self._principal(request)
+        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
+        grace_ms = body.get("grace_ms", 0)
+        if not isinstance(grace_ms, int) or isinstance(grace_ms, bool):
+            raise _bad("grace_ms must be an integer")
+        answer, effects = await self.store.call(self.admin.rotate_credential, principal,
+                                                credential_id, grace_ms,
+                                                _opt_instant(body, "expires_at_ms"))
+        self.parts.apply(effects)
+        return JSONResponse(answer)
 
     async def queue_stats(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
@@ -410,6 +438,9 @@ def http_routes(parts: ServerParts) -> list[Route]:
         Route("/v1/queues", e(api.create_queue), methods=["POST"]),
         Route("/v1/queues/{queue_id}/stats", e(api.queue_stats), methods=["GET"]),
         Route("/v1/credentials", e(api.create_credential), methods=["POST"]),
+        Route("/v1/credentials", e(api.list_credentials), methods=["GET"]),
+        Route("/v1/credentials/{credential_id}/rotate", e(api.rotate_credential),
+              methods=["POST"]),
         Route("/v1/credentials/{credential_id}", e(api.revoke_credential), methods=["DELETE"]),
         Route("/v1/queues/{queue_id}/tasks", e(api.submit), methods=["POST"]),
         Route("/v1/queues/{queue_id}/tasks/batch", e(api.submit_batch), methods=["POST"]),

@@ -125,12 +125,30 @@ _SCHEMAS: dict[str, Any] = {
     "CredentialRequest": _obj({
         "role": {"type": "string", "enum": ["admin", "producer", "worker"]},
         "queues": {"type": "array", "items": _ID}, "name": {"type": "string"},
+        "expires_at_ms": {"type": "integer", "description": "refused from this instant on"},
     }, ["role"]),
     "Credential": _obj({
         "credential_id": _ID, "secret": {"type": "string", "description": "shown once"},
         "role": {"type": "string"}, "queues": {"type": "array", "items": _ID},
-        "name": _NULLABLE_STR,
+        "name": _NULLABLE_STR, "expires_at_ms": _NULLABLE_INT,
     }, ["credential_id", "secret", "role", "queues"]),
+    "CredentialInfo": _obj({
+        "credential_id": _ID, "name": _NULLABLE_STR, "role": {"type": "string"},
+        "queues": {"type": "array", "items": _ID}, "created_at_ms": _MS,
+        "last_used_at_ms": _NULLABLE_INT, "expires_at_ms": _NULLABLE_INT,
+        "revoked_at_ms": _NULLABLE_INT, "previous_secret_until_ms": _NULLABLE_INT,
+    }, ["credential_id", "role", "queues", "created_at_ms"]),
+    "CredentialList": _obj({"credentials": {"type": "array", "items": _ref("CredentialInfo")}},
+                           ["credentials"]),
+    "RotateRequest": _obj({
+        "grace_ms": {"type": "integer", "minimum": 0, "maximum": 30 * 86_400_000,
+                     "description": "the old secret still works this long (default 0)"},
+        "expires_at_ms": {"type": "integer"},
+    }),
+    "Rotated": _obj({
+        "credential_id": _ID, "secret": {"type": "string", "description": "shown once"},
+        "previous_secret_until_ms": _NULLABLE_INT,
+    }, ["credential_id", "secret"]),
     "Revoked": _obj({"credential_id": _ID, "revoked": {"type": "boolean"}},
                     ["credential_id", "revoked"]),
     "ReviewRequest": _obj({
@@ -200,9 +218,14 @@ def openapi_document() -> dict[str, Any]:
         "/v1/queues/{queue_id}/stats": {"get": _op("Queue statistics (admin, producer)",
                                                    "statistics", "QueueStats",
                                                    params=["queue_id"])},
-        "/v1/credentials": {"post": _op("Create a credential (admin); the secret is shown once",
-                                        "created", "Credential", body="CredentialRequest",
-                                        status="201")},
+        "/v1/credentials": {
+            "post": _op("Create a credential (admin); the secret is shown once",
+                        "created", "Credential", body="CredentialRequest", status="201"),
+            "get": _op("List credentials without secrets (admin)", "credentials",
+                       "CredentialList")},
+        "/v1/credentials/{credential_id}/rotate": {"post": _op(
+            "A new secret (admin); the old one works for grace_ms more", "rotated", "Rotated",
+            body="RotateRequest", params=["credential_id"])},
         "/v1/credentials/{credential_id}": {"delete": _op("Revoke a credential (admin)",
                                                           "revoked", "Revoked",
                                                           params=["credential_id"])},

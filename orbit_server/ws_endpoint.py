@@ -18,7 +18,7 @@ import logging
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from orbit_wire.errors import ErrorCode, OrbitError, ProtocolError
+from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
     ClaimOp,
     ClientFrame,
@@ -108,6 +108,8 @@ class WorkerConnection:
         self._in_flight = False
         self._last_request_id: int | None = None
         self._request_task: asyncio.Task[None] | None = None
+        # Loop time at which the hello's credential stops holding (expiry, rotation grace).
+        self._valid_until: float | None = None
 
     # -------------------------------------------------------------- lifecycle
 
@@ -189,11 +191,18 @@ class WorkerConnection:
     async def _watch(self) -> None:
         ttl = self.config.session_ttl_ms / 1000
         while True:
-            remaining = self._last_seen + ttl - self._loop.time()
+            now = self._loop.time()
+            remaining = self._last_seen + ttl - now
             if remaining <= 0:
                 log.info("closing a worker connection silent for %s ms", self.config.session_ttl_ms)
                 self.close(CLOSE_SESSION_EXPIRED, "session expired")
                 return
+            if self._valid_until is not None:
+                if self._valid_until <= now:
+                    log.info("closing a worker connection: its credential expired")
+                    self.fatal(ErrorCode.UNAUTHENTICATED, "the worker's credential expired")
+                    return
+                remaining = min(remaining, self._valid_until - now)
             await asyncio.sleep(remaining)
 
     # -------------------------------------------------------------- input
@@ -267,6 +276,8 @@ class WorkerConnection:
         if self.closing:
             return
         now_ms = parts.clock()
+        if binding.valid_until_ms is not None:
+            self._valid_until = self._loop.time() + (binding.valid_until_ms - now_ms) / 1000
         session = WorkerSession(new_id(now_ms), binding, hello.capacity, self.send, self.close)
         self.session = session
         dispatcher.attach(session)
@@ -303,6 +314,10 @@ class WorkerConnection:
                 self.workers.apply_ops, session.binding, request.ops, room,
                 parts.waiters.watching,
             )
+        except AuthError as exc:
+            # Fenced (services.workers): the credential was revoked or expired meanwhile.
+            self.fatal(exc.code, exc.message)
+            return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops], None
         except Exception as exc:
             return failed_request_answers(request, exc), None
         return list(results), effects

@@ -5,6 +5,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     tasks          TaskService     submit (and submit-and-reserve), read, cancel, review, stats
     reaper         Reaper          lapsed leases, stale reservations, deadlines, receipt pruning
     workers        WorkerService   hello, release, reserve, a control request's ops
+    pushes         PushService     cancels and revocations read by every replica
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
@@ -30,6 +31,7 @@ from .admin import AdminService
 from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding
 from .context import TxContext
 from .effects import Effects
+from .pushes import PushService
 from .reaper import Reaper
 from .reservations import Reservations
 from .tasks import Submitted, TaskService
@@ -41,6 +43,7 @@ __all__ = [
     "AdminService",
     "ClaimRoom",
     "Effects",
+    "PushService",
     "Reaper",
     "Reservations",
     "Services",
@@ -64,3 +67,4 @@ class Services:
         self.tasks = TaskService(self.tx, wakeups)
         self.reaper = Reaper(self.tx, wakeups)
         self.workers = WorkerService(self.tx, wakeups)
+        self.pushes = PushService(self.tx)

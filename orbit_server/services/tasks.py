@@ -37,6 +37,7 @@ from ..store.views import attempt_view, audit_view, evidence_view, task_view
 from .binding import WorkerBinding
 from .context import TxContext
 from .effects import Effects
+from .pushes import PushKind, record_push
 from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
 
@@ -181,6 +182,9 @@ class TaskService:
                 if attempt is not None and before is TaskState.RUNNING:
                     detail["attempt_state"] = [before_attempt, attempt.state]
                     effects.cancels.append((attempt.instance_id, attempt.id, attempt.epoch))
+                    # For the replica the worker is connected to, if it is another one.
+                    record_push(conn, now, PushKind.CANCEL, instance_id=attempt.instance_id,
+                                attempt_id=attempt.id, epoch=attempt.epoch)
                 uow.audit(task.id, attempt.id if attempt else None, principal.actor,
                           "task_cancelled", before, task.state, detail)
                 effects.terminal_tasks.append(task.id)
