@@ -8,6 +8,7 @@ sending, 3 credentials file problem, 4 server unreachable. Errors are one line o
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,7 @@ def queues_stats(ctx: click.Context, queue_id: str) -> None:
 
 @cli.group()
 def credentials() -> None:
-    """Create and revoke credentials (admin)."""
+    """Create, list, rotate and revoke credentials (admin)."""
 
 
 @credentials.command("create")
@@ -204,6 +205,7 @@ def credentials() -> None:
     help="Credentials file to write (mode 0600); '-' prints it, secret included, to stdout.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the credential (no secret) as JSON.")
+@click.option("--expires-in", default=None, help="Refused after this long (e.g. 30d).")
 @click.pass_context
 def credentials_create(
     ctx: click.Context,
@@ -212,14 +214,17 @@ def credentials_create(
     name: str | None,
     output: str,
     as_json: bool,
+    expires_in: str | None,
 ) -> None:
     """Create a credential and write its credentials file; print its ID, never the secret."""
     client = _client(ctx)
+    expires = _expiry(expires_in)
     if output == "-":
-        creds = client.create_credential(role, list(queue_ids), name)
+        creds = client.create_credential(role, list(queue_ids), name, expires_at_ms=expires)
         click.echo(creds.to_json().decode())
         return
-    creds = client.create_credential(role, list(queue_ids), name, path=output)
+    creds = client.create_credential(role, list(queue_ids), name, path=output,
+                                     expires_at_ms=expires)
     if as_json:
         _print_json(
             {"credential_id": creds.credential_id, "role": creds.role,
@@ -227,6 +232,48 @@ def credentials_create(
         )
     else:
         click.echo(creds.credential_id)
+
+
+def _duration_ms(text: str | None) -> int | None:
+    """``90s``, ``10m``, ``12h``, ``30d`` or plain milliseconds."""
+    if text is None:
+        return None
+    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    for suffix in ("ms", "s", "m", "h", "d"):
+        number = text[:-len(suffix)]
+        if text.endswith(suffix) and number.isdigit():
+            return int(number) * units[suffix]
+    if text.isdigit():
+        return int(text)
+    raise click.BadParameter(f"{text!r}: a duration such as 90s, 10m, 12h, 30d")
+
+
+def _expiry(expires_in: str | None) -> int | None:
+    ttl = _duration_ms(expires_in)
+    return None if ttl is None else time.time_ns() // 1_000_000 + ttl
+
+
+@credentials.command("list")
+@click.pass_context
+def credentials_list(ctx: click.Context) -> None:
+    """Every credential: role, queues, created, last used, expiry, revoked (no secrets)."""
+    _print_json({"credentials": _client(ctx).list_credentials()})
+
+
+@credentials.command("rotate")
+@click.argument("credential_id")
+@click.option("--grace", default="0", show_default=True,
+              help="How long the old secret keeps working (e.g. 10m).")
+@click.option("--expires-in", default=None, help="A new expiry from now (e.g. 30d).")
+@click.option("-o", "--output", required=True,
+              help="Credentials file to write with the new secret (mode 0600).")
+@click.pass_context
+def credentials_rotate(ctx: click.Context, credential_id: str, grace: str,
+                       expires_in: str | None, output: str) -> None:
+    """Give a credential a new secret; print its ID, never the secret."""
+    creds = _client(ctx).rotate_credential(credential_id, _duration_ms(grace) or 0,
+                                           path=output, expires_at_ms=_expiry(expires_in))
+    click.echo(creds.credential_id)
 
 
 @credentials.command("revoke")

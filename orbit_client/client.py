@@ -179,9 +179,26 @@ class OrbitClient(_Base):
         name: str | None = None,
         *,
         path: str | os.PathLike[str] | None = None,
+        expires_at_ms: int | None = None,
     ) -> Credentials:
         """Create a credential; with ``path`` also write its credentials file (mode 0600)."""
-        creds = self._new_credentials(self._send(calls.create_credential(role, queues, name)))
+        creds = self._new_credentials(self._send(calls.create_credential(
+            role, queues, name, expires_at_ms)))
+        if path is not None:
+            write_credentials(path, creds)
+        return creds
+
+    def list_credentials(self) -> list[dict[str, Any]]:
+        """Every credential, without secrets (admin)."""
+        return list(self._send(calls.list_credentials())["credentials"])
+
+    def rotate_credential(self, credential_id: str, grace_ms: int = 0, *,
+                          path: str | os.PathLike[str] | None = None,
+                          expires_at_ms: int | None = None) -> Credentials:
+        """A new secret; the old one works ``grace_ms`` more. With ``path`` the new
+        credentials file is written (mode 0600)."""
+        creds = self._new_credentials(self._send(calls.rotate_credential(
+            credential_id, grace_ms, expires_at_ms)))
         if path is not None:
             write_credentials(path, creds)
         return creds

@@ -147,8 +147,9 @@ _SCHEMAS: dict[str, Any] = {
     }),
     "Rotated": _obj({
         "credential_id": _ID, "secret": {"type": "string", "description": "shown once"},
+        "role": {"type": "string"}, "queues": {"type": "array", "items": _ID},
         "previous_secret_until_ms": _NULLABLE_INT,
-    }, ["credential_id", "secret"]),
+    }, ["credential_id", "secret", "role", "queues"]),
     "Revoked": _obj({"credential_id": _ID, "revoked": {"type": "boolean"}},
                     ["credential_id", "revoked"]),
     "ReviewRequest": _obj({

@@ -137,7 +137,8 @@ class AdminService:
         effects = Effects()
         if not grace_ms:
             effects.revoked_credentials.append(credential_id)  # sessions on the old secret
-        return {"credential_id": credential_id, "secret": secret,
+        return {"credential_id": credential_id, "secret": secret, "role": row["role"],
+                "queues": orjson.loads(row["queues"]),
                 "previous_secret_until_ms": values["previous_secret_until_ms"]}, effects
 
     def bootstrap_admin(self, name: str | None) -> dict[str, Any]:
