@@ -221,6 +221,9 @@ def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> uvicorn.C
         ws_ping_interval=None,  # the protocol has its own heartbeat and session TTL
         # Frames are small JSON; compressing each costs more CPU and latency than it saves.
         ws_per_message_deflate=False,
+        # uvicorn's own limits (docs/security.md): concurrent connections, idle keep-alive.
+        limit_concurrency=cfg.limit_concurrency,
+        timeout_keep_alive=cfg.timeout_keep_alive,
         log_level=log_level,
         access_log=False,
         ssl_certfile=cfg.tls_cert,
