@@ -297,7 +297,37 @@ def _lost_op(kind: str, lose: str) -> Body:
                          _applied_once(stage, facts, tap))
         stage.row.merge_facts(facts, stage.journal())
 
+    body.__doc__ = _LOST_DOC[(kind, lose)]
     return body
+
+
+_LOST_DOC = {
+    ("start", "request"): "The first request holding a start never reaches the server and "
+    "the connection is cut. The server releases the reservation with the session; the "
+    "supervisor resends the start with its msg_id after the resume, is refused, and the task "
+    "is dispatched again: its handler runs once, after a confirmed start.",
+    ("start", "answer"): "The server applies a start, its answer is lost and the connection "
+    "cut. After the resume the supervisor resends the start with its original msg_id; the "
+    "receipt answers it, and the handler runs once.",
+    ("renew", "request"): "The first renew never reaches the server and the connection is "
+    "cut while the handlers run; after the reconnect the resume and the resent renew (same "
+    "msg_id) keep the leases, or the handler is killed at its local expiry.",
+    ("renew", "answer"): "The server applies a renew, its answer is lost and the connection "
+    "cut; the renew resent with its msg_id is answered from the receipt, and the attempt's "
+    "renewal count equals the renew msg_ids the server answered ok (none counted twice).",
+    ("finish", "request"): "The first finish never reaches the server and the connection is "
+    "cut; after the resume the supervisor resends it with its msg_id and the result is "
+    "accepted once.",
+    ("finish", "answer"): "The server applies a finish (and the claim riding on it), its "
+    "answer is lost and the connection cut; the finish and claim resent with their msg_ids "
+    "get the stored answers: one outcome, the same claimed attempts.",
+    ("drain", "request"): "SIGTERM while two handlers run; the drain request never reaches "
+    "the server and the connection is cut. The drain is per connection (the next one gets no "
+    "credit): the supervisor finishes its handlers, confirms every result and exits 0.",
+    ("drain", "answer"): "SIGTERM while two handlers run; the server applies the drain, its "
+    "answer is lost and the connection cut. The supervisor reconnects, confirms every result "
+    "and exits 0; a second supervisor would run anything left to retry.",
+}
 
 
 def _unreported(facts: list[TaskFacts], attempts: set[str]) -> list[str]:
@@ -538,7 +568,7 @@ def _scenarios() -> dict[str, Scenario]:
         out[f"cut_{kind}"] = Scenario(f"cut_{kind}", f"connection cut during {kind}",
                                       _lost_op(kind, "request"), tapped=(kind, "request"))
         out[f"lost_answer_{kind}"] = Scenario(
-            f"lost_answer_{kind}", f"answer to {kind} lost (retransmit, same msg_id)",
+            f"lost_answer_{kind}", f"answer to {kind} lost",
             _lost_op(kind, "answer"), tapped=(kind, "answer"))
     out["outage_past_ttl"] = Scenario("outage_past_ttl", "outage longer than the lease TTL",
                                       _outage, tapped=None,
