@@ -34,8 +34,11 @@ def test_fault_scenario_on_sqlite(name: str, tmp_path: Path, shared_server: Serv
 
 
 @pytest.mark.parametrize("name", SIGKILL)
-def test_sigkill_scenario(name: str, tmp_path: Path, db_url: str, orbit_store: str) -> None:
-    row = run_scenario(name, Ctx(tmp_path, db_url, orbit_store))
+def test_sigkill_scenario(name: str, tmp_path: Path, db_url: str, orbit_store: str,
+                          request: pytest.FixtureRequest) -> None:
+    # On SQLite the shared server serves these too (a restarted one comes back on its file).
+    shared = request.getfixturevalue("shared_server") if orbit_store == "sqlite" else None
+    row = run_scenario(name, Ctx(tmp_path, db_url, orbit_store), shared)
     assert row.ok, row.explain()
 
 
