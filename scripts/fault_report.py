@@ -290,7 +290,8 @@ recorded lease end (negative: it stopped before the lease ran out; the local exp
 the 50 ms report margin before it); *kill logged - lease end* is the supervisor's log line of
 the kill (written just after the SIGKILL) against the same end; *SIGKILL → whole tree gone*
 polls every child and grandchild with psutil every 2 ms after `orbit-supervise` is SIGKILLed;
-*child SIGKILL → attempt closed* is the attempt's recorded end minus the instant of the kill.
+*child SIGKILL → attempt closed* is the attempt's recorded end minus the instant of the kill;
+*cut -> reconnected* runs from the tap's cut to the supervisor's next "connected to" log line.
 """
 
 

@@ -286,8 +286,11 @@ def _lost_op(kind: str, lose: str) -> Body:
         if drain:
             stage.row.expect("exit 0 after the drain: every attempt it ran was reported",
                              _unreported(facts, ran_before_exit))
+        back = _reconnected_after(sup, tap.lost_at[0])
         stage.row.expect("the supervisor saw the connection end and reconnected",
-                         [] if "connection lost" in sup.log() else ["no 'connection lost'"])
+                         [] if back is not None else ["no reconnection logged after the cut"])
+        if back is not None:
+            stage.row.measure("cut -> reconnected", [back])
         if not drain:
             stage.row.expect("the lost op was resent with its original msg_id",
                              _resent(tap, lose))
@@ -328,6 +331,18 @@ _LOST_DOC = {
     "answer is lost and the connection cut. The supervisor reconnects, confirms every result "
     "and exits 0; a second supervisor would run anything left to retry.",
 }
+
+
+def _reconnected_after(sup: SupervisorProcess, cut_at: float) -> float | None:
+    """ms from ``cut_at`` (wall-clock s) to the supervisor's next "connected to" log line."""
+    for line in sup.log().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if str(record.get("message", "")).startswith("connected to") and record["ts"] >= cut_at:
+            return (float(record["ts"]) - cut_at) * 1000
+    return None
 
 
 def _unreported(facts: list[TaskFacts], attempts: set[str]) -> list[str]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -112,6 +113,7 @@ class OpTap:
     lose: Literal["request", "answer"]
     times: int = 1
     lost: list[list[dict[str, Any]]] = field(default_factory=list)  # the ops of each loss
+    lost_at: list[float] = field(default_factory=list)  # wall-clock seconds of each loss
     received: dict[str, list[dict[str, Any]]] = field(
         default_factory=lambda: collections.defaultdict(list))
     answers: dict[str, list[dict[str, Any]]] = field(
@@ -136,6 +138,7 @@ class OpTap:
                 op.get("op") == self.kind for op in ops):
             if self.lose == "request":
                 self.lost.append(ops)
+                self.lost_at.append(time.time())
                 return "drop_and_cut"
             self._armed = {str(op.get("msg_id")): op for op in ops}
         for op in ops:
@@ -151,6 +154,7 @@ class OpTap:
             self.answers[str(result.get("msg_id"))].append(result)
         if self._armed.keys() & set(ids):
             self.lost.append(list(self._armed.values()))
+            self.lost_at.append(time.time())
             self._armed = {}
             return "drop_and_cut"
         return "forward"
@@ -159,6 +163,7 @@ class OpTap:
         """Forget what was seen and lost: the next ``times`` losses are for a new run."""
         with self._lock:
             self.lost.clear()
+            self.lost_at.clear()
             self.received.clear()
             self.answers.clear()
             self._armed = {}
