@@ -4,11 +4,14 @@ delay. Pure: no I/O, and the jitter's random draw is an argument."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
+
+import orjson
 
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.jsonvalue import encode_value
@@ -32,7 +35,7 @@ _SPEC_KEYS = frozenset(
     {
         "handler", "handler_version", "payload_version", "payload", "idempotency",
         "max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms", "lease_ttl_ms",
-        "operation_key",
+        "operation_key", "schedule_to_start_ms",
     }
 )
 _BACKOFF_KEYS = frozenset({"initial_ms", "max_ms", "multiplier", "jitter"})
@@ -75,6 +78,9 @@ class Policy:
     attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS
     deadline_ms: int = DEFAULT_DEADLINE_MS
     lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
+    # None: no bound. Else a task no attempt started within this long of its submit ends
+    # FAILED/NOT_STARTED_IN_TIME (a typo'd capability fails fast instead of at the deadline).
+    schedule_to_start_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,9 @@ class TaskSpec:
     payload_json: str
     policy: Policy
     operation_key: str | None
+    # SHA-256 hex of the capability, the payload (keys sorted) and the whole policy: two
+    # submissions of one operation key must agree on it.
+    digest: str = ""
 
 
 def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
@@ -140,6 +149,8 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
                                 DAY_MS, where),
         deadline_ms=_int(obj, "deadline_ms", DEFAULT_DEADLINE_MS, 100, 31 * DAY_MS, where),
         lease_ttl_ms=_int(obj, "lease_ttl_ms", DEFAULT_LEASE_TTL_MS, 100, 600_000, where),
+        schedule_to_start_ms=(None if obj.get("schedule_to_start_ms") is None else
+                              _int(obj, "schedule_to_start_ms", 0, 100, 31 * DAY_MS, where)),
     )
     key = obj.get("operation_key")
     if key is not None and (not isinstance(key, str) or not _OPERATION_KEY_RE.fullmatch(key)):
@@ -148,7 +159,16 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
             f"operation_key must be 1-{MAX_OPERATION_KEY_LEN} printable ASCII characters "
             "without spaces",
         )
-    return TaskSpec(capability, payload_json, policy, key)
+    digest = hashlib.sha256(orjson.dumps({
+        "capability": capability.to_dict(), "payload": obj["payload"],
+        "policy": {"idempotency": policy.idempotency.value, "max_attempts": policy.max_attempts,
+                   "backoff": [backoff.initial_ms, backoff.max_ms, backoff.multiplier,
+                               backoff.jitter],
+                   "attempt_timeout_ms": policy.attempt_timeout_ms,
+                   "deadline_ms": policy.deadline_ms, "lease_ttl_ms": policy.lease_ttl_ms,
+                   "schedule_to_start_ms": policy.schedule_to_start_ms},
+    }, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return TaskSpec(capability, payload_json, policy, key, digest)
 
 
 def _bad(where: str, message: str) -> OrbitError:
