@@ -61,6 +61,11 @@ _SCHEMAS: dict[str, Any] = {
                                  "maximum": 31 * 86_400_000,
                                  "description": "unstarted this long after submit: "
                                                 "FAILED/NOT_STARTED_IN_TIME"},
+        "priority": {"type": "integer", "minimum": 0, "maximum": 9, "default": 5,
+                     "description": "higher is dispatched first within the queue"},
+        "delay_ms": {"type": "integer", "minimum": 0, "maximum": 31 * 86_400_000},
+        "not_before_at_ms": {"type": "integer", "minimum": 0,
+                             "description": "instant (ms since the epoch); not with delay_ms"},
     }, ["handler", "handler_version", "payload_version", "payload"]),
     "Policy": _obj({
         "idempotency": {"type": "string", "enum": ["IDEMPOTENT", "NON_IDEMPOTENT"]},
@@ -74,7 +79,8 @@ _SCHEMAS: dict[str, Any] = {
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
         "capability": _ref("Capability"), "payload": {}, "policy": _ref("Policy"),
-        "operation_key": _NULLABLE_STR, "created_at_ms": _MS, "updated_at_ms": _MS,
+        "operation_key": _NULLABLE_STR, "priority": {"type": "integer"},
+        "created_at_ms": _MS, "updated_at_ms": _MS,
         "deadline_at_ms": _MS, "next_attempt_at_ms": _NULLABLE_INT,
         "attempts": {"type": "integer", "description": "started attempts"},
         "epoch": {"type": "integer"},
@@ -82,6 +88,9 @@ _SCHEMAS: dict[str, Any] = {
         "failure": {"oneOf": [{"type": "null"}, _obj({"code": {"type": "string"}, "details": {}})]},
         "cancel_requested": {"type": "boolean"}, "finished_at_ms": _NULLABLE_INT,
         "waiting": _ref("Waiting"),
+        "attempt_outcome_pending": {
+            "type": "boolean",
+            "description": "CANCELLED while its running attempt has no outcome yet"},
     }, ["id", "queue_id", "state", "capability", "payload", "policy", "created_at_ms",
         "updated_at_ms", "deadline_at_ms", "attempts", "epoch", "result", "failure",
         "cancel_requested"]),
@@ -96,6 +105,10 @@ _SCHEMAS: dict[str, Any] = {
         "retryable": {"type": ["boolean", "null"]}, "details": {},
         "exit_code": _NULLABLE_INT, "signal": _NULLABLE_INT, "cpu_ms": _NULLABLE_INT,
         "peak_rss_bytes": _NULLABLE_INT, "kill_reason": _NULLABLE_STR,
+        "killed_at_ms": _NULLABLE_INT,
+        "kill_after_lease_end_ms": {"type": ["integer", "null"],
+                                    "description": "the SIGKILL's instant less the lease end"},
+        "reap_ms": _NULLABLE_INT,
         "decision": _NULLABLE_STR, "decision_rule": _NULLABLE_STR,
     }, ["id", "task_id", "attempt_number", "epoch", "state"]),
     "Evidence": _obj({
@@ -118,6 +131,8 @@ _SCHEMAS: dict[str, Any] = {
         "capabilities": {"type": "array", "items": _obj({
             "capability": _ref("Capability"), "pending": {"type": "integer"},
             "live_workers": {"type": "integer"}, "waiting": _ref("Waiting")})},
+        "pending_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "pending_delayed": {"type": "integer"},
     }, ["queue_id", "counts"]),
     "TaskPage": _obj({
         "tasks": {"type": "array", "items": _ref("Task"),

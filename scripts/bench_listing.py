@@ -132,7 +132,7 @@ def _task(task_id: str, queue_id: str, state: str, created: int,
         "failure_code": "E" if state == "FAILED" else None,
         "failure_details": "{}" if state == "FAILED" else None, "cancel_requested": False,
         "current_attempt_id": None, "finished_at_ms": finished, "schedule_to_start_ms": None,
-        "start_by_at_ms": None, "spec_digest": None,
+        "start_by_at_ms": None, "spec_digest": None, "dispatch_rank": 4,
     }
 
 
@@ -148,7 +148,8 @@ def _attempt(attempt_id: str, task_id: str, queue_id: str, created: int,
         "outcome": "SUCCEEDED" if ok else "UNKNOWN" if state == "NEEDS_REVIEW" else "FAILED",
         "code": None if ok else "E", "retryable": False, "details": None, "exit_code": 0,
         "signal": None, "cpu_ms": 1, "peak_rss_bytes": 1, "kill_reason": None,
-        "decision": "SUCCEEDED" if ok else state, "decision_rule": "bench",
+        "killed_at_ms": None, "reap_ms": None, "decision": "SUCCEEDED" if ok else state,
+        "decision_rule": "bench",
     }
 
 

@@ -67,6 +67,10 @@ _PRESENCE = instances.update().where(_THIS_CONNECTION).values(
 _DISCONNECTED = instances.update().where(
     _THIS_CONNECTION, instances.c.disconnected_at_ms.is_(None)).values(
     disconnected_at_ms=bindparam("_seen"), last_seen_at_ms=bindparam("_seen"), credit=0)
+# Evidence of the attempt's own epoch whose kill facts the attempt keeps (domain
+# keep_late_facts): the lease ran out before the report came, or the reaper closed it.
+_LATE_FACTS_KEPT = frozenset({domain.EvidenceReason.LEASE_EXPIRED,
+                              domain.EvidenceReason.ATTEMPT_FINISHED})
 
 
 @transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
@@ -302,6 +306,8 @@ class WorkerService:
         result = domain.finish(task, attempt, op.epoch, binding.instance_id, checked, now,
                                self._tx.rng.random())
         if result.evidence is not None:
+            if result.evidence in _LATE_FACTS_KEPT:
+                domain.keep_late_facts(attempt, report, now)
             uow.evidence_rows.append({
                 "id": new_id(now), "task_id": task.id, "attempt_id": attempt.id,
                 "epoch": op.epoch, "instance_id": binding.instance_id, "received_at_ms": now,
@@ -311,7 +317,7 @@ class WorkerService:
             })
             return {"ok": True, "disposition": Disposition.EVIDENCE_ONLY.value,
                     "task_state": task.state.value}
-        domain.apply_report_facts(attempt, report)
+        domain.apply_report_facts(attempt, report, now)
         record_close(uow, self._wakeups, binding.actor, task, attempt, before_task, checked,
                      result, effects)
         return {"ok": True, "disposition": Disposition.ACCEPTED.value,

@@ -13,6 +13,8 @@ import orjson
 
 from orbit_wire.model import TaskState
 
+from .tables import priority_of
+
 
 def fragment(text: str | None) -> orjson.Fragment | None:
     return None if text is None else orjson.Fragment(text)
@@ -49,6 +51,7 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
             "schedule_to_start_ms": row["schedule_to_start_ms"],
         },
         "operation_key": row["operation_key"],
+        "priority": priority_of(row["dispatch_rank"]),
         "created_at_ms": row["created_at_ms"],
         "updated_at_ms": row["updated_at_ms"],
         "finished_at_ms": row["finished_at_ms"],
@@ -60,6 +63,9 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
         "cancel_requested": bool(row["cancel_requested"]),
         # Filled by the reads that know the live workers (services.listing.with_waiting).
         "waiting": None,
+        # A cancelled task whose running attempt has no outcome yet (docs/http-api.md).
+        "attempt_outcome_pending": (state == TaskState.CANCELLED
+                                    and row.get("current_attempt_id") is not None),
     }
     if full:
         view["payload"] = fragment(row["payload"])
@@ -90,9 +96,17 @@ def attempt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
         "cpu_ms": row["cpu_ms"],
         "peak_rss_bytes": row["peak_rss_bytes"],
         "kill_reason": row["kill_reason"],
+        "killed_at_ms": row["killed_at_ms"],
+        # Negative: the SIGKILL went out before the server's lease end (docs/http-api.md).
+        "kill_after_lease_end_ms": _difference(row["killed_at_ms"], row["lease_expires_at_ms"]),
+        "reap_ms": row["reap_ms"],
         "decision": row["decision"],
         "decision_rule": row["decision_rule"],
     }
+
+
+def _difference(at_ms: int | None, since_ms: int | None) -> int | None:
+    return None if at_ms is None or since_ms is None else at_ms - since_ms
 
 
 def evidence_view(row: Mapping[Any, Any]) -> dict[str, Any]:

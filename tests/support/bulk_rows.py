@@ -19,7 +19,7 @@ def task_row(i: int, state: str) -> dict[str, Any]:
         "operation_key": f"k{i}", "created_at_ms": NOW - i, "updated_at_ms": NOW,
         "available_at_ms": NOW - i, "epoch": 1, "attempts_started": 1, "uncertain": False,
         "result": "1", "failure_code": None, "failure_details": None,
-        "cancel_requested": False, "current_attempt_id": None,
+        "cancel_requested": False, "current_attempt_id": None, "dispatch_rank": 4,
         "finished_at_ms": NOW if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None,
         "schedule_to_start_ms": None, "start_by_at_ms": None, "spec_digest": None,
     }
@@ -33,5 +33,6 @@ def attempt_row(i: int, state: str) -> dict[str, Any]:
         "lease_expires_at_ms": NOW + i, "attempt_deadline_at_ms": NOW + i, "renewals": 0,
         "outcome": "SUCCEEDED", "code": None, "retryable": False, "details": None,
         "exit_code": 0, "signal": None, "cpu_ms": 1, "peak_rss_bytes": 1, "kill_reason": None,
+        "killed_at_ms": None, "reap_ms": None,
         "decision": "SUCCEEDED", "decision_rule": "handler_succeeded",
     }

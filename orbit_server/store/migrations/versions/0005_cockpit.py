@@ -2,7 +2,7 @@
 retention and start-by indexes, and what an instance's connection offers.
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0007
 Create Date: 2026-12-02
 
 ``tasks.finished_at_ms`` is set when a task becomes SUCCEEDED, FAILED or CANCELLED (existing
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
