@@ -163,6 +163,8 @@ class SessionConfig:
     # CPUs the children share. With more handlers running than that, a held finish idles no
     # CPU, so it may wait for the next handlers' finishes (batching.py); None: never.
     cpus: int | None = None
+    # What hello announces of this runtime (e.g. "orbit-supervise/0.1.0"), for operators.
+    agent: str | None = None
 
 
 REPORT_MARGIN = 0.050  # seconds: the margin's floor (margin.py measures what it must cover)
@@ -241,6 +243,7 @@ class Session:
             credential_id=cfg.credential_id, credential_secret=cfg.credential_secret,
             instance_id=cfg.instance_id, instance_secret=cfg.instance_secret,
             queue_id=cfg.queue_id, capabilities=cfg.capabilities, capacity=cfg.capacity,
+            agent=cfg.agent,
         )
         return [self._send(hello, now)]
 

@@ -6,6 +6,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     reaper         Reaper          lapsed leases, stale reservations, deadlines, receipt pruning
     workers        WorkerService   hello, release, reserve, a control request's ops, presence
     listing        ListingService  task pages, queues with counts, live workers, unserved work
+    retention      Retention       old finished tasks and long-unseen instances deleted
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
@@ -34,6 +35,7 @@ from .effects import Effects
 from .listing import ListingService
 from .reaper import Reaper
 from .reservations import Reservations
+from .retention import Retention
 from .tasks import Submitted, TaskService
 from .wakeups import Wakeups
 from .workers import WorkerService
@@ -46,6 +48,7 @@ __all__ = [
     "ListingService",
     "Reaper",
     "Reservations",
+    "Retention",
     "Services",
     "Submitted",
     "TaskService",
@@ -68,3 +71,4 @@ class Services:
         self.reaper = Reaper(self.tx, wakeups)
         self.workers = WorkerService(self.tx, wakeups, replica)
         self.listing = ListingService(self.tx)
+        self.retention = Retention(self.tx)

@@ -6,6 +6,8 @@ public method is one transaction; the app's loops call them on the store thread.
 
 from __future__ import annotations
 
+import logging
+
 from orbit_wire.model import Capability, Outcome, TaskState
 
 from .. import domain
@@ -18,6 +20,10 @@ from .effects import Effects
 from .listing import Offers, queue_offers
 from .recording import SERVER, fail_at_deadline, record_close, release_all
 from .wakeups import Wakeups
+
+log = logging.getLogger("orbit.reaper")
+# Lease expiries logged one by one per pass; more are summed up in one line.
+_LOGGED_EXPIRIES = 10
 
 # What the reaper records for every attempt whose lease lapsed.
 _LEASE_EXPIRED = domain.CheckedReport(Outcome.UNKNOWN, "LEASE_EXPIRED", False, None, None)
@@ -50,12 +56,14 @@ class Reaper:
             stale = [uow.adopt_attempt_row(r) for r in conn.execute(
                 queries.STALE_RESERVATIONS, {"before": stale_before, "n": limit}).mappings()]
             uow.load_tasks([a.task_id for a in expired] + [a.task_id for a in stale])
+            lines = []
             for attempt in expired:
                 task = uow.tasks[attempt.task_id]
                 before = task.state
                 result = domain.expire(task, attempt, now, rng.random(), cfg.kill_grace_ms)
                 record_close(uow, self._wakeups, SERVER, task, attempt, before, _LEASE_EXPIRED,
                              result, effects)
+                lines.append((attempt.id, task.id, attempt.instance_id, task.state.value))
             release_all(uow, stale, domain.Rule.RESERVATION_EXPIRED, SERVER, effects)
             overdue = [uow.adopt_task_row(r) for r in conn.execute(
                 queries.OVERDUE_PENDING, {"now": now, "n": limit}).mappings()]
@@ -78,6 +86,11 @@ class Reaper:
             effects.due(conn.scalar(queries.NEXT_PENDING_DEADLINE))
             effects.due(conn.scalar(queries.NEXT_START_BY))
         self._wakeups.take_due(now, effects)
+        for attempt_id, task_id, instance_id, state in lines[:_LOGGED_EXPIRIES]:
+            log.info("lease of attempt %s (task %s, worker %s) expired; the task is %s",
+                     attempt_id, task_id, instance_id, state)
+        if len(lines) > _LOGGED_EXPIRIES:
+            log.info("%d more leases expired in this pass", len(lines) - _LOGGED_EXPIRIES)
         return effects
 
     def _not_started(self, uow: UnitOfWork, now: int, limit: int, effects: Effects) -> int:
