@@ -202,6 +202,8 @@ def _close(task: TaskRec, attempt: AttemptRec, report: CheckedReport, now_ms: in
         attempt.decision_rule = Rule.TASK_CANCELLED
         if report.outcome is Outcome.UNKNOWN:
             task.uncertain = True
+        if task.current_attempt_id == attempt.id:
+            task.current_attempt_id = None  # the cancel has landed whole: no outcome pending
         task.updated_at_ms = now_ms
         return FinishResult(cancelled=True)
     if task.state is not TaskState.RUNNING or task.current_attempt_id != attempt.id:
@@ -241,7 +243,11 @@ def cancel(task: TaskRec, attempt: AttemptRec | None, now_ms: int) -> bool:
     """Cancel a task. PENDING/NEEDS_REVIEW end at once; RUNNING ends CANCELLED with
     ``cancel_requested`` and a RESERVED attempt released (a RUNNING one keeps its lease until
     the worker reports). Idempotent on CANCELLED (returns False: nothing changed); raises
-    CONFLICT on SUCCEEDED/FAILED. ``attempt`` is the task's current attempt, if any."""
+    CONFLICT on SUCCEEDED/FAILED. ``attempt`` is the task's current attempt, if any.
+
+    A RUNNING attempt stays the task's ``current_attempt_id`` until its outcome is recorded
+    (the worker's report or the reaper), so a reader can tell that the attempt's outcome is
+    still pending; a released one is not current any more."""
     if task.state is TaskState.CANCELLED:
         return False
     new_state = next_task_state(task.state, TaskEvent.CANCEL)
@@ -253,6 +259,7 @@ def cancel(task: TaskRec, attempt: AttemptRec | None, now_ms: int) -> bool:
             attempt.finished_at_ms = now_ms
             attempt.decision = Decision.RELEASED
             attempt.decision_rule = Rule.TASK_CANCELLED
+            task.current_attempt_id = None
     task.state = new_state
     task.updated_at_ms = now_ms
     return True
