@@ -96,8 +96,9 @@ def task_summary(
     grid.add_row("created", f"{ago(created, now_ms)} ({stamp(created)})")
     updated = task.get("updated_at_ms")
     if state in SETTLED and state != "NEEDS_REVIEW":
-        took = None if created is None or updated is None else updated - created
-        grid.add_row("finished", f"{ago(updated, now_ms)}, {duration(took)} after submit")
+        finished = task.get("finished_at_ms") or updated
+        took = None if created is None or finished is None else finished - created
+        grid.add_row("finished", f"{ago(finished, now_ms)}, {duration(took)} after submit")
     elif state == "NEEDS_REVIEW":
         grid.add_row("in review", f"since {ago(updated, now_ms)}: resolve it with "
                                   "`orbit tasks review ID --retry|--succeed|--fail`")
@@ -315,7 +316,89 @@ def stats_view(stats: Mapping[str, Any], now_ms: int) -> RenderableType:
     facts.add_row("running attempts", str(stats.get("running_attempts", 0)))
     oldest = stats.get("oldest_pending_age_ms")
     facts.add_row("oldest pending", "-" if oldest is None else f"waiting {duration(oldest)}")
-    known = {"queue_id", "counts", "running_attempts", "oldest_pending_age_ms"}
+    known = {"queue_id", "counts", "running_attempts", "oldest_pending_age_ms", "capabilities"}
     for key in sorted(set(stats) - known):  # fields added later still show, as JSON
         facts.add_row(key.replace("_", " "), compact(stats[key], 400))
-    return Group(head, table, Text(""), facts)
+    parts: list[RenderableType] = [head, table, Text(""), facts]
+    caps = stats.get("capabilities")
+    if isinstance(caps, list) and caps:
+        parts += [Text(""), capabilities_table(caps, now_ms)]
+    return Group(*parts)
+
+
+def tasks_table(tasks: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableType:
+    """A page of ``orbit tasks list``: full IDs (to copy into the next command)."""
+    if not tasks:
+        return Text("No tasks match.")
+    table = _table("id", "state", "handler", "tries", "created", "finished", "note")
+    table.columns[0].no_wrap = True
+    for t in tasks:
+        note = ""
+        failure = t.get("failure")
+        if isinstance(failure, Mapping) and failure.get("code"):
+            note = str(failure["code"])
+        waiting = t.get("waiting")
+        if t.get("state") == "PENDING" and isinstance(waiting, Mapping):
+            note = _waiting_words({**waiting, "capability": None}, now_ms)
+        cap = t.get("capability") or {}
+        table.add_row(str(t.get("id")), state_text(str(t.get("state"))),
+                      f"{cap.get('handler', '?')} {cap.get('handler_version', '?')}",
+                      str(t.get("attempts", 0)), ago(t.get("created_at_ms"), now_ms),
+                      ago(t.get("finished_at_ms"), now_ms), note)
+    return table
+
+
+def queues_table(queues: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableType:
+    if not queues:
+        return Text("No queues.")
+    table = _table("id", "name", "created", *ORDERED_STATES)
+    table.columns[0].no_wrap = True
+    for column in table.columns[3:]:
+        column.justify = "right"
+    for q in queues:
+        counts: Mapping[str, int] = q.get("counts") or {}
+        created = q.get("created_at", q.get("created_at_ms"))
+        table.add_row(str(q.get("queue_id", q.get("id"))), str(q.get("name") or "-"),
+                      ago(created if isinstance(created, int) else None, now_ms),
+                      *(str(counts.get(s, 0)) for s in ORDERED_STATES))
+    return table
+
+
+def workers_view(workers: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableType:
+    """Live workers, then what each is running."""
+    if not workers:
+        return Text("No live workers.")
+    table = _table("instance", "queue", "replica", "version", "capabilities", "slots",
+                   "credit", "busy", "connected", "heartbeat")
+    table.columns[0].no_wrap = True
+    running = _table("instance", "task", "attempt", "pid", "running for",
+                     title="Running attempts")
+    for w in workers:
+        caps = ", ".join(f"{c.get('handler')} {c.get('handler_version')}/"
+                         f"{c.get('payload_version')}" for c in w.get("capabilities") or [])
+        busy: Sequence[Mapping[str, Any]] = w.get("running") or []
+        table.add_row(str(w.get("instance_id")), _short(w.get("queue_id")),
+                      _short(w.get("replica")), _short(w.get("version")), caps or "-",
+                      str(w.get("slots", "-")), str(w.get("credit", "-")), str(len(busy)),
+                      ago(w.get("connected_at"), now_ms), ago(w.get("last_heartbeat_at"), now_ms))
+        for r in busy:
+            running.add_row(str(w.get("instance_id")), _short(r.get("task_id")),
+                            _short(r.get("attempt_id")), str(r.get("child_pid") or "-"),
+                            duration(r.get("running_ms")))
+    if not running.rows:
+        return table
+    return Group(table, Text(""), running)
+
+
+def capabilities_table(rows: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableType:
+    """Queue stats per capability: pending tasks beside the live workers offering it."""
+    table = _table("capability", "pending", "live workers", "waiting")
+    table.columns[1].justify = table.columns[2].justify = "right"
+    for row in rows:
+        waiting = row.get("waiting")
+        live = int(row.get("live_workers") or 0)
+        table.add_row(capability(row.get("capability")), str(row.get("pending", 0)),
+                      Text(str(live), style="" if live or not row.get("pending") else "red"),
+                      _waiting_words({**waiting, "capability": None}, now_ms)
+                      if isinstance(waiting, Mapping) else "")
+    return table

@@ -6,11 +6,14 @@ from __future__ import annotations
 import io
 from datetime import UTC, datetime
 
+import click
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
 from orbit_client.cli import exits, render
+from orbit_client.cli.args import parse_instant
 from orbit_client.cli.timefmt import ago, duration, stamp
 
 NOW = 1_796_180_409_313
@@ -115,3 +118,64 @@ def test_stats_and_attempts_tables() -> None:
     text = text_of(render.attempts_view({"attempts": [ATTEMPT], "evidence": []}, NOW), 240)
     assert "UNKNOWN (LEASE_EXPIRED)" in text and "killed: lease expired, signal 9" in text
     assert "57 s" in text and "120.0 MiB" in text
+
+
+def test_list_tables_show_full_ids_and_why_tasks_wait() -> None:
+    tasks = [
+        {**TASK, "id": "1" * 32, "state": "FAILED", "failure": {"code": "HANDLER_ERROR"},
+         "finished_at_ms": NOW - 2_000},
+        {**TASK, "id": "2" * 32, "state": "PENDING", "attempts": 0,
+         "waiting": {"reason": "NO_LIVE_WORKER", "capability": TASK["capability"],
+                     "since": NOW - 30_000}},
+    ]
+    text = text_of(render.tasks_table(tasks, NOW), 200)
+    assert "1" * 32 in text and "2" * 32 in text
+    assert "HANDLER_ERROR" in text and "2 s ago" in text
+    assert "no live worker, since 30 s ago" in text
+    assert text_of(render.tasks_table([], NOW)).strip() == "No tasks match."
+
+    queues = [{"queue_id": "b" * 32, "name": "demo", "created_at": NOW - 3_600_000,
+               "counts": {"PENDING": 3, "NEEDS_REVIEW": 2}}]
+    text = text_of(render.queues_table(queues, NOW), 200)
+    assert "b" * 32 in text and "demo" in text and "1 h ago" in text
+    header, row = text.splitlines()[:2]
+    assert header.split()[3:] == ["PENDING", "RUNNING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED",
+                                  "CANCELLED"]
+    assert row.split()[-6:] == ["3", "0", "2", "0", "0", "0"]
+
+
+def test_workers_view_lists_what_each_runs() -> None:
+    workers = [{
+        "instance_id": "c" * 32, "queue_id": "b" * 32, "replica": "127.0.0.1:8080",
+        "version": "orbit-supervise/0.1.0", "capabilities": [TASK["capability"]], "slots": 8,
+        "credit": 6, "connected_at": NOW - 600_000, "last_heartbeat_at": NOW - 1_500,
+        "running": [{"task_id": "d" * 32, "attempt_id": "e" * 32, "child_pid": 4321,
+                     "running_ms": 12_500}],
+    }]
+    text = text_of(render.workers_view(workers, NOW), 260)
+    assert "c" * 32 in text and "127.0.0.1:8080" in text and "orbit-supervise/0.1.0" in text
+    assert "text.normalize v1/v1" in text and "10 min ago" in text and "1 s ago" in text
+    assert "Running attempts" in text and "d" * 32 in text and "4321" in text
+    assert "12 s" in text
+    assert text_of(render.workers_view([], NOW)).strip() == "No live workers."
+
+
+def test_stats_show_pending_per_capability_beside_live_workers() -> None:
+    stats = {"queue_id": "b" * 32, "counts": {"PENDING": 4}, "running_attempts": 0,
+             "oldest_pending_age_ms": 60_000, "capabilities": [
+                 {"capability": TASK["capability"], "pending": 4, "live_workers": 0,
+                  "waiting": {"reason": "NO_LIVE_WORKER", "since": NOW - 60_000}}]}
+    rows = [line.split() for line in text_of(render.stats_view(stats, NOW), 200).splitlines()]
+    assert ["text.normalize", "v1", "·", "payload", "v1", "4", "0", "no", "live", "worker,",
+            "since", "1", "min", "ago"] in rows
+
+
+def test_time_filters_accept_relative_iso_and_epoch_times() -> None:
+    assert parse_instant("15m", NOW, "--x") == NOW - 15 * 60_000
+    assert parse_instant("2h", NOW, "--x") == NOW - 2 * 3_600_000
+    assert parse_instant("1w", NOW, "--x") == NOW - 7 * 86_400_000
+    assert parse_instant("1796180409313", NOW, "--x") == 1_796_180_409_313
+    assert parse_instant("2026-12-02", NOW, "--x") == 1_796_169_600_000
+    assert parse_instant("2026-12-02T01:00+01:00", NOW, "--x") == 1_796_169_600_000
+    with pytest.raises(click.BadParameter, match="is not a time"):
+        parse_instant("yesterday", NOW, "--created-after")
