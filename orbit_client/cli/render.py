@@ -106,6 +106,8 @@ def task_summary(
     idem = "idempotent" if policy.get("idempotency") == "IDEMPOTENT" else "not idempotent"
     grid.add_row("attempts", f"{task.get('attempts', 0)} of {policy.get('max_attempts', '?')}"
                              f" · {idem}")
+    if task.get("priority") is not None:
+        grid.add_row("priority", str(task["priority"]))
     if task.get("operation_key"):
         grid.add_row("operation key", str(task["operation_key"]))
     waiting = task.get("waiting")
@@ -316,7 +318,16 @@ def stats_view(stats: Mapping[str, Any], now_ms: int) -> RenderableType:
     facts.add_row("running attempts", str(stats.get("running_attempts", 0)))
     oldest = stats.get("oldest_pending_age_ms")
     facts.add_row("oldest pending", "-" if oldest is None else f"waiting {duration(oldest)}")
-    known = {"queue_id", "counts", "running_attempts", "oldest_pending_age_ms", "capabilities"}
+    by_priority = stats.get("pending_by_priority")
+    if isinstance(by_priority, Mapping) and by_priority:
+        order = sorted(by_priority, key=lambda p: -int(p) if str(p).isdigit() else 0)
+        facts.add_row("pending by priority",
+                      " · ".join(f"{p}: {by_priority[p]}" for p in order))
+    if stats.get("pending_delayed") is not None:
+        facts.add_row("delayed", f"{stats['pending_delayed']} pending tasks wait for a delay "
+                                 "or a retry backoff")
+    known = {"queue_id", "counts", "running_attempts", "oldest_pending_age_ms", "capabilities",
+             "pending_by_priority", "pending_delayed"}
     for key in sorted(set(stats) - known):  # fields added later still show, as JSON
         facts.add_row(key.replace("_", " "), compact(stats[key], 400))
     parts: list[RenderableType] = [head, table, Text(""), facts]
