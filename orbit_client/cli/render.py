@@ -112,7 +112,10 @@ def task_summary(
         grid.add_row("operation key", str(task["operation_key"]))
     waiting = task.get("waiting")
     if state == "PENDING" and isinstance(waiting, Mapping):
-        grid.add_row("waiting", Text(_waiting_words(waiting, now_ms), style="yellow"))
+        words = _waiting_words(waiting, now_ms)
+        if waiting.get("reason") == "NO_LIVE_WORKER":
+            words += ": check the handler and versions against `orbit workers list`"
+        grid.add_row("waiting", Text(words, style="yellow"))
     nxt = task.get("next_attempt_at_ms")
     if state == "PENDING" and isinstance(nxt, int) and nxt > now_ms:
         grid.add_row("next attempt", ago(nxt, now_ms))
