@@ -25,6 +25,7 @@ STATE_STYLES = {
     "NEEDS_REVIEW": "yellow",
     "CANCELLED": "magenta",
 }
+DEFAULT_PRIORITY = 5  # shown only when a task has another
 SETTLED = ("SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED")
 ORDERED_STATES = ("PENDING", "RUNNING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -106,7 +107,7 @@ def task_summary(
     idem = "idempotent" if policy.get("idempotency") == "IDEMPOTENT" else "not idempotent"
     grid.add_row("attempts", f"{task.get('attempts', 0)} of {policy.get('max_attempts', '?')}"
                              f" · {idem}")
-    if task.get("priority") is not None:
+    if task.get("priority") not in (None, DEFAULT_PRIORITY):
         grid.add_row("priority", str(task["priority"]))
     if task.get("operation_key"):
         grid.add_row("operation key", str(task["operation_key"]))
@@ -326,7 +327,7 @@ def stats_view(stats: Mapping[str, Any], now_ms: int) -> RenderableType:
         order = sorted(by_priority, key=lambda p: -int(p) if str(p).isdigit() else 0)
         facts.add_row("pending by priority",
                       " · ".join(f"{p}: {by_priority[p]}" for p in order))
-    if stats.get("pending_delayed") is not None:
+    if stats.get("pending_delayed"):
         facts.add_row("delayed", f"{stats['pending_delayed']} pending tasks wait for a delay "
                                  "or a retry backoff")
     known = {"queue_id", "counts", "running_attempts", "oldest_pending_age_ms", "capabilities",
