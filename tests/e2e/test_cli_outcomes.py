@@ -210,6 +210,13 @@ def test_queue_defaults_to_the_credentials_one_queue(admin_cli: Cli, tmp_path: P
     task_id = submit(producer, NOBODY)
     assert producer.json("tasks", "get", task_id)["queue_id"] == queue
     assert producer.json("queues", "stats")["queue_id"] == queue
+    # A delayed, urgent task: the summary says when it may run and its priority.
+    later = submit(producer, NOBODY, "{}", "--delay", "1h", "--priority", "9")
+    assert producer.json("tasks", "get", later)["priority"] == 9
+    rows = [line.split() for line in producer.tty("tasks", "get", later).text.splitlines()]
+    assert ["priority", "9"] in rows
+    assert any(r[:3] == ["next", "attempt", "in"] and ("min" in r or "h" in r)
+               for r in rows), rows
     # An admin is not scoped to one queue: it must say which.
     result = admin_cli.run("tasks", "submit", "--handler", NOBODY, "--handler-version", "v1",
                            "--payload-version", "v1", "--payload", "{}")
