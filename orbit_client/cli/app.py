@@ -16,7 +16,7 @@ from orbit_host.credentials import Credentials, CredentialsFileError, load_crede
 from orbit_wire.errors import OrbitError
 
 from ..client import OrbitClient
-from .exits import EPILOG, HOW_TO_GET_CREDENTIALS, exit_code_for, next_step
+from .exits import EPILOG, EXIT_INTERRUPTED, HOW_TO_GET_CREDENTIALS, exit_code_for, next_step
 from .output import OUTPUT_MODES, Output, human_wanted
 
 # Where `orbit-server serve` listens by default; used only when nothing names a server.
@@ -108,6 +108,10 @@ class _OrbitGroup(click.Group):
             found = ctx.find_object(Settings)
             click.echo(error_line(exc, found.server_url() if found else None), err=True)
             ctx.exit(exit_code_for(exc))
+        except KeyboardInterrupt:
+            # Ctrl-C only stops this command (a --wait, say); the task itself goes on.
+            click.echo("orbit: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
 
 
 def error_line(exc: OrbitError, url: str | None, subject: str = "") -> str:

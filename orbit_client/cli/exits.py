@@ -10,6 +10,7 @@
     11  --wait: the task NEEDS_REVIEW
     12  --wait: the task was CANCELLED
     13  --wait: the wait ended before the task finished (still PENDING or RUNNING)
+    130 interrupted (Ctrl-C); a task being waited for goes on
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ EXIT_FAILED = 10
 EXIT_NEEDS_REVIEW = 11
 EXIT_CANCELLED = 12
 EXIT_WAIT_ENDED = 13
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 _BY_STATE = {
     "SUCCEEDED": EXIT_OK,

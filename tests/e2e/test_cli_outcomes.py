@@ -5,13 +5,23 @@ to do next, the default queue, and reviewing several tasks at once."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import orjson
 import pytest
-from support.cli import Cli, closed_port_url, one_error_line, run_orbit, run_orbit_tty
+from support.cli import (
+    Cli,
+    closed_port_url,
+    one_error_line,
+    read_until,
+    run_orbit,
+    run_orbit_tty,
+    spawn_tty,
+)
 from support.orbit_http import WorkerCredential
 from support.protocol_client import ECHO, ProtocolClient
 from support.server import ServerProcess
@@ -141,6 +151,22 @@ def test_wait_shows_progress_on_a_terminal(admin_cli: Cli, tmp_path: Path) -> No
     assert shown.returncode == 13, shown.text
     assert "PENDING · no attempt yet ·" in shown.text  # the status line, drawn as it waits
     assert "of 1.5 s" in shown.text
+
+
+def test_ctrl_c_stops_the_wait_not_the_task(admin_cli: Cli, tmp_path: Path) -> None:
+    _, producer, _ = lane(admin_cli, tmp_path)
+    task_id = submit(producer, NOBODY)
+    proc, master = spawn_tty("tasks", "get", task_id, "--wait", "60", env=producer.env)
+    try:
+        read_until(master, "PENDING · no attempt yet")  # the wait has begun
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30 * UNIT) == 130
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30 * UNIT)
+    assert producer.json("tasks", "get", task_id)["state"] == "PENDING"
 
 
 def test_errors_say_what_to_do_next(

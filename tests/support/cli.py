@@ -55,11 +55,11 @@ class TtyResult:
         return _ANSI.sub("", self.raw)
 
 
-def run_orbit_tty(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60, columns: int = 160
-) -> TtyResult:
-    """Run `orbit ARGS` on a pseudo-terminal (as a person at a shell would); ``timeout`` in
-    units. The process is killed by its PID if it outlives the bound."""
+def spawn_tty(
+    *args: str, env: dict[str, str] | None = None, columns: int = 160
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start `orbit ARGS` on a new pseudo-terminal; returns the process and the terminal's
+    master side (the caller closes it, and stops the process by its PID)."""
     master, slave = os.openpty()
     environ = clean_env({"TERM": "xterm-256color", "COLUMNS": str(columns), **(env or {})})
     environ.pop("NO_COLOR", None)
@@ -68,6 +68,34 @@ def run_orbit_tty(
                                 env=environ, close_fds=True)
     finally:
         os.close(slave)
+    return proc, master
+
+
+def read_until(master: int, marker: str, timeout: float = 30) -> str:
+    """Read the terminal until ``marker`` shows (bounded; ``timeout`` in units)."""
+    seen = b""
+    deadline = time.monotonic() + timeout * UNIT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            seen += data
+            if marker in _ANSI.sub("", seen.decode(errors="replace")):
+                return seen.decode(errors="replace")
+    raise AssertionError(f"{marker!r} did not show within {timeout} units: {seen[-500:]!r}")
+
+
+def run_orbit_tty(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60, columns: int = 160
+) -> TtyResult:
+    """Run `orbit ARGS` on a pseudo-terminal (as a person at a shell would); ``timeout`` in
+    units. The process is killed by its PID if it outlives the bound."""
+    proc, master = spawn_tty(*args, env=env, columns=columns)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout * UNIT
     try:
