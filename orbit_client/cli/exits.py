@@ -95,5 +95,6 @@ def next_step(exc: OrbitError, url: str | None) -> str | None:
         return ("use a credential that may do this: admin for queues and credentials, a "
                 "producer of the task's queue for tasks")
     if code is ErrorCode.NOT_FOUND:
-        return "check the ID, and that your credential may use its queue"
+        return ("check the ID (`orbit tasks list` finds tasks), and that your credential "
+                "may use its queue")
     return None

@@ -135,6 +135,9 @@ def task_summary(
     if isinstance(failure, Mapping):
         details = failure.get("details")
         text = str(failure.get("code"))
+        if isinstance(details, Mapping) and details.get("exception_type"):
+            text += f": {details['exception_type']} (the traceback is in the worker's log)"
+            details = {k: v for k, v in details.items() if k != "exception_type"}
         if details:
             text += " " + compact(details)
         grid.add_row("failure", Text(text, style="red"))
@@ -194,8 +197,8 @@ def _ending(attempt: Mapping[str, Any]) -> str:
     if attempt.get("code"):
         text += f" ({attempt['code']})"
     details = attempt.get("details")
-    if isinstance(details, Mapping) and details.get("error_type"):
-        text += f" {details['error_type']}"
+    if isinstance(details, Mapping) and details.get("exception_type"):
+        text += f": {details['exception_type']}"  # the handler's exception, by type name
     facts = []
     if attempt.get("kill_reason"):
         facts.append(f"killed: {str(attempt['kill_reason']).replace('_', ' ').lower()}")
@@ -268,6 +271,9 @@ def attempts_view(history: Mapping[str, Any], now_ms: int) -> RenderableType:
             outcome = str(a.get("outcome") or a.get("state") or "-")
             if a.get("code"):
                 outcome += f" ({a['code']})"
+            details = a.get("details")
+            if isinstance(details, Mapping) and details.get("exception_type"):
+                outcome += f": {details['exception_type']}"
             then = DECISION_WORDS.get(str(a.get("decision")), str(a.get("decision") or "-"))
             rule = a.get("decision_rule")
             if rule and a.get("decision") != "SUCCEEDED":

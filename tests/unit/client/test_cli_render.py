@@ -108,6 +108,18 @@ def test_summary_shows_the_exact_result_text_and_why_a_task_waits() -> None:
     assert line.startswith("PENDING · no attempt yet · 1.5 s of 10 s · no live worker")
 
 
+def test_a_handler_exception_is_named_by_its_type() -> None:
+    failed = {**ATTEMPT, "outcome": "UNKNOWN", "code": "HANDLER_ERROR", "kill_reason": None,
+              "signal": None, "details": {"exception_type": "KeyError"}}
+    assert "ended UNKNOWN (HANDLER_ERROR): KeyError" in render.attempt_story(failed, NOW)
+    text = text_of(render.attempts_view({"attempts": [failed]}, NOW), 240)
+    assert "UNKNOWN (HANDLER_ERROR): KeyError" in text
+    task = {**TASK, "state": "FAILED",
+            "failure": {"code": "HANDLER_ERROR", "details": {"exception_type": "KeyError"}}}
+    assert "HANDLER_ERROR: KeyError (the traceback is in the worker's log)" in text_of(
+        render.task_summary(task, failed, NOW))
+
+
 def test_stats_and_attempts_tables() -> None:
     stats = {"queue_id": "b" * 32, "counts": {"PENDING": 2, "SUCCEEDED": 40},
              "running_attempts": 1, "oldest_pending_age_ms": 3_200, "later_field": {"x": 1}}
