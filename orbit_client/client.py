@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -28,7 +29,7 @@ from orbit_host.credentials import Credentials, load_credentials, write_credenti
 from orbit_wire.model import TaskState
 
 from . import calls
-from .errors import OrbitApiError, ServerUnreachable
+from .errors import CertificateError, OrbitApiError, ServerUnreachable
 
 # Reading the task again after NEEDS_REVIEW or a terminal state is pointless.
 _SETTLED = frozenset(state.value for state in TaskState if state.settled)
@@ -105,10 +106,25 @@ def _transport_error(url: str, exc: httpx.HTTPError) -> OrbitApiError:
     """No usable answer. The class name says what went wrong (httpx messages may hold the
     URL, never headers). Connect, read and protocol failures mean the server did not answer;
     anything else httpx raises (e.g. a redirect loop) is not the server being down."""
+    refused = _certificate_failure(exc)
+    if refused is not None:
+        return CertificateError(f"the TLS certificate of {url} was refused: {refused}")
     if isinstance(exc, httpx.TransportError):
         return ServerUnreachable(f"no answer from {url}: {type(exc).__name__}")
     return OrbitApiError("INTERNAL", f"request to {url} failed: {type(exc).__name__}",
                          retryable=False)
+
+
+def _certificate_failure(exc: BaseException) -> str | None:
+    """Why the server's certificate was refused, when that is what ended the request."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the ssl error sits a few causes down (httpx -> httpcore -> ssl)
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return str(seen.verify_message or seen.reason or "certificate verify failed")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class OrbitClient(_Base):
