@@ -20,6 +20,7 @@ class WorkerBinding:
     # on it still opening the credential (not revoked, expired or rotated out).
     secret_hash: str = ""
     valid_until_ms: int | None = None  # expiry or grace end; the session closes there
+    connected_at_ms: int = 0  # the hello's instant: names this connection in its row
 
     @property
     def actor(self) -> str:
@@ -40,3 +41,13 @@ class ClaimRoom:
 
 
 NO_CLAIMS = ClaimRoom(False, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """What a replica records of one live connection in each presence write."""
+
+    instance_id: str
+    connected_at_ms: int
+    credit: int
+    last_frame_at_ms: int
