@@ -532,7 +532,6 @@ class Session:
             return
         self._outbox.answered()
         self._batching.round_trip(max(0.0, now - inflight.sent_at))
-        self._margin.round_trip(now - inflight.sent_at)
         for pending, result in zip(inflight.ops, frame.results, strict=True):
             sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
             match pending.op:
