@@ -19,6 +19,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.jsonvalue import check_text
 
 from .client import OrbitClient
+from .durations import parse_duration_ms, parse_instant_ms
 from .errors import OrbitApiError, ServerUnreachable
 
 EXIT_API = 1
@@ -247,7 +248,13 @@ def tasks() -> None:
 @click.option("--operation-key", default=None, help="Submitting the same key returns one task.")
 @click.option("--lease-ttl-ms", type=int, default=None)
 @click.option("--attempt-timeout-ms", type=int, default=None)
-@click.option("--deadline-ms", type=int, default=None, help="Total deadline from now.")
+@click.option("--deadline-ms", type=int, default=None,
+              help="Total deadline, from when the task may first run.")
+@click.option("--delay", default=None, help="Run no earlier than this from now: 500ms, 30s, 5m.")
+@click.option("--not-before", default=None,
+              help="Run no earlier than this instant: ISO 8601 with offset, or epoch ms.")
+@click.option("--priority", type=click.IntRange(0, 9), default=None,
+              help="0-9, higher dispatched first (default 5).")
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON, not its ID.")
 @_wait_option
 @click.pass_context
@@ -264,6 +271,9 @@ def tasks_submit(
     lease_ttl_ms: int | None,
     attempt_timeout_ms: int | None,
     deadline_ms: int | None,
+    delay: str | None,
+    not_before: str | None,
+    priority: int | None,
     as_json: bool,
     wait_s: float | None,
 ) -> None:
@@ -281,6 +291,10 @@ def tasks_submit(
         "lease_ttl_ms": lease_ttl_ms,
         "attempt_timeout_ms": attempt_timeout_ms,
         "deadline_ms": deadline_ms,
+        "delay_ms": None if delay is None else parse_duration_ms(delay, "--delay"),
+        "not_before_at_ms": (None if not_before is None
+                             else parse_instant_ms(not_before, "--not-before")),
+        "priority": priority,
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     client = _client(ctx)

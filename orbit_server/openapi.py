@@ -57,6 +57,11 @@ _SCHEMAS: dict[str, Any] = {
         "deadline_ms": {"type": "integer", "minimum": 100, "maximum": 31 * 86_400_000},
         "lease_ttl_ms": {"type": "integer", "minimum": 100, "maximum": 600_000},
         "operation_key": {"type": "string"},
+        "priority": {"type": "integer", "minimum": 0, "maximum": 9, "default": 5,
+                     "description": "higher is dispatched first within the queue"},
+        "delay_ms": {"type": "integer", "minimum": 0, "maximum": 31 * 86_400_000},
+        "not_before_at_ms": {"type": "integer", "minimum": 0,
+                             "description": "instant (ms since the epoch); not with delay_ms"},
     }, ["handler", "handler_version", "payload_version", "payload"]),
     "Policy": _obj({
         "idempotency": {"type": "string", "enum": ["IDEMPOTENT", "NON_IDEMPOTENT"]},
@@ -66,7 +71,8 @@ _SCHEMAS: dict[str, Any] = {
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
         "capability": _ref("Capability"), "payload": {}, "policy": _ref("Policy"),
-        "operation_key": _NULLABLE_STR, "created_at_ms": _MS, "updated_at_ms": _MS,
+        "operation_key": _NULLABLE_STR, "priority": {"type": "integer"},
+        "created_at_ms": _MS, "updated_at_ms": _MS,
         "deadline_at_ms": _MS, "next_attempt_at_ms": _NULLABLE_INT,
         "attempts": {"type": "integer", "description": "started attempts"},
         "epoch": {"type": "integer"},
@@ -113,6 +119,8 @@ _SCHEMAS: dict[str, Any] = {
         "queue_id": _ID,
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "running_attempts": {"type": "integer"}, "oldest_pending_age_ms": _NULLABLE_INT,
+        "pending_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "pending_delayed": {"type": "integer"},
     }, ["queue_id", "counts"]),
     "CredentialRequest": _obj({
         "role": {"type": "string", "enum": ["admin", "producer", "worker"]},

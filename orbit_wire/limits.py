@@ -27,3 +27,9 @@ MAX_KILL_AGE_MS = 86_400_000
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 PROTOCOL_VERSION = 1
+# Task priorities (docs/http-api.md "TaskSpec"): higher is dispatched first within a queue.
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9
+DEFAULT_PRIORITY = 5
+# How far ahead a task may be delayed (delay_ms, not_before_at_ms): 31 days.
+MAX_DELAY_MS = 31 * 86_400_000

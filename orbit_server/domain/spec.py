@@ -1,6 +1,7 @@
 """Task specs and their frozen safety policy: ``parse_task_spec`` validates a submission
 (docs/http-api.md "TaskSpec") and fills every default; ``Backoff.delay_ms`` is the retry
-delay. Pure: no I/O, and the jitter's random draw is an argument."""
+delay; ``TaskSpec.start_at`` is when a (possibly delayed) task may first run. Pure: no I/O,
+the clock's reading and the jitter's random draw are arguments."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from typing import Final
 
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.jsonvalue import encode_value
-from orbit_wire.limits import MAX_NAME_LEN
+from orbit_wire.limits import (
+    DEFAULT_PRIORITY,
+    MAX_DELAY_MS,
+    MAX_NAME_LEN,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+)
 from orbit_wire.model import Capability, Idempotency
 from orbit_wire.names import is_name
 
@@ -32,7 +39,7 @@ _SPEC_KEYS = frozenset(
     {
         "handler", "handler_version", "payload_version", "payload", "idempotency",
         "max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms", "lease_ttl_ms",
-        "operation_key",
+        "operation_key", "priority", "delay_ms", "not_before_at_ms",
     }
 )
 _BACKOFF_KEYS = frozenset({"initial_ms", "max_ms", "multiplier", "jitter"})
@@ -85,6 +92,22 @@ class TaskSpec:
     payload_json: str
     policy: Policy
     operation_key: str | None
+    priority: int = DEFAULT_PRIORITY
+    delay_ms: int | None = None
+    not_before_at_ms: int | None = None
+
+    def start_at(self, now_ms: int) -> int:
+        """When the first attempt may start: now, ``now + delay_ms``, or ``not_before_at_ms``
+        (an instant already past means now). BAD_REQUEST for an instant more than
+        MAX_DELAY_MS ahead. The total deadline counts from this instant."""
+        if self.delay_ms is not None:
+            return now_ms + self.delay_ms
+        if self.not_before_at_ms is None:
+            return now_ms
+        if self.not_before_at_ms - now_ms > MAX_DELAY_MS:
+            raise OrbitError(ErrorCode.BAD_REQUEST,
+                             f"not_before_at_ms is more than {MAX_DELAY_MS} ms ahead")
+        return max(now_ms, self.not_before_at_ms)
 
 
 def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
@@ -148,7 +171,17 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
             f"operation_key must be 1-{MAX_OPERATION_KEY_LEN} printable ASCII characters "
             "without spaces",
         )
-    return TaskSpec(capability, payload_json, policy, key)
+    if obj.get("delay_ms") is not None and obj.get("not_before_at_ms") is not None:
+        raise _bad(where, "give delay_ms or not_before_at_ms, not both")
+    delay = obj.get("delay_ms")
+    not_before = obj.get("not_before_at_ms")
+    return TaskSpec(
+        capability, payload_json, policy, key,
+        priority=_int(obj, "priority", DEFAULT_PRIORITY, MIN_PRIORITY, MAX_PRIORITY, where),
+        delay_ms=None if delay is None else _int(obj, "delay_ms", 0, 0, MAX_DELAY_MS, where),
+        not_before_at_ms=(None if not_before is None
+                          else _int(obj, "not_before_at_ms", 0, 0, 2**53, where)),
+    )
 
 
 def _bad(where: str, message: str) -> OrbitError:

@@ -22,11 +22,17 @@ from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME, MAX_SUBMIT_BATCH
 from orbit_wire.model import AttemptState, Role, TaskState
 
 from .. import domain
-from ..auth import Principal, require_queue, require_role
+from ..auth import (
+    Principal,
+    queue_not_found,
+    require_role,
+    require_visible_queue,
+    task_not_found,
+)
 from ..store import queries
 from ..store.retry import transactional
 from ..store.rows import IN_CHUNK, INSERT_AUDIT, INSERT_TASK, UnitOfWork
-from ..store.tables import attempts, audit, evidence, queues, tasks
+from ..store.tables import attempts, audit, evidence, priority_of, queues, rank_of, tasks
 from ..store.views import attempt_view, audit_view, evidence_view, task_view
 from .binding import WorkerBinding
 from .context import TxContext
@@ -71,7 +77,7 @@ class TaskService:
                 binding: WorkerBinding | None, count: int
                 ) -> tuple[Submitted, Effects, Reservations]:
         require_role(principal, _PRODUCERS)
-        require_queue(principal, queue_id)
+        require_visible_queue(principal, queue_id)
         if not isinstance(specs, list) or not specs:
             raise OrbitError(ErrorCode.BAD_REQUEST, "at least one task is required")
         if len(specs) > MAX_SUBMIT_BATCH:
@@ -85,7 +91,7 @@ class TaskService:
         try:
             with self._tx.write() as conn:
                 if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
-                    raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+                    raise queue_not_found(queue_id)
                 keyed = _existing_by_key(conn, queue_id,
                                          [s.operation_key for s in parsed if s.operation_key])
                 for spec in parsed:
@@ -117,8 +123,11 @@ class TaskService:
                              retryable=True) from None
         effects = Effects()
         claimed = {r.task_id for r in reservations}
-        if any(row["id"] not in claimed for row in new_rows):
+        later = [row["available_at_ms"] for row in new_rows if row["available_at_ms"] > now]
+        if any(row["id"] not in claimed and row["available_at_ms"] <= now for row in new_rows):
             effects.ready_queues.add(queue_id)
+        if later:
+            self._wakeups.schedule(queue_id, min(later), now, effects)
         return out, effects, reservations
 
     def get_task(self, principal: Principal, task_id: str) -> dict[str, Any]:
@@ -218,11 +227,11 @@ class TaskService:
     def queue_stats(self, principal: Principal, queue_id: str) -> dict[str, Any]:
         """Task counts by state, running attempts and the oldest pending task's age."""
         require_role(principal, _PRODUCERS)
-        require_queue(principal, queue_id)
+        require_visible_queue(principal, queue_id)
         now = self._tx.clock()
         with self._tx.read() as conn:
             if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
-                raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+                raise queue_not_found(queue_id)
             counts = {s.value: 0 for s in TaskState}
             for state, count in conn.execute(
                 select(tasks.c.state, func.count()).where(tasks.c.queue_id == queue_id)
@@ -240,11 +249,25 @@ class TaskService:
                     tasks.c.queue_id == queue_id, tasks.c.state == TaskState.PENDING.value
                 )
             )
+            by_priority: dict[str, int] = {}
+            delayed = 0
+            for rank, later, count in conn.execute(
+                select(tasks.c.dispatch_rank, tasks.c.available_at_ms > now, func.count())
+                .where(tasks.c.queue_id == queue_id, tasks.c.state == TaskState.PENDING.value)
+                .group_by(tasks.c.dispatch_rank, tasks.c.available_at_ms > now)
+            ):
+                key = str(priority_of(rank))
+                by_priority[key] = by_priority.get(key, 0) + count
+                delayed += count if later else 0
         return {
             "queue_id": queue_id,
             "counts": counts,
             "running_attempts": running or 0,
             "oldest_pending_age_ms": None if oldest is None else max(0, now - oldest),
+            # PENDING tasks by priority (highest first), and how many of them wait for a
+            # delay or a retry backoff (available_at_ms still ahead).
+            "pending_by_priority": dict(sorted(by_priority.items(), key=lambda kv: -int(kv[0]))),
+            "pending_delayed": delayed,
         }
 
 
@@ -254,9 +277,8 @@ def _task_row(conn: Connection, principal: Principal, task_id: str) -> Mapping[A
     row = None
     if is_id(task_id):
         row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
-    if row is None:
-        raise OrbitError(ErrorCode.NOT_FOUND, f"task {task_id} does not exist")
-    require_queue(principal, row["queue_id"])
+    if row is None or not principal.may_use_queue(row["queue_id"]):
+        raise task_not_found(task_id)  # the same answer for "not yours": nothing is revealed
     return row
 
 
@@ -275,6 +297,7 @@ def _check_reason(reason: str | None) -> None:
 def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, Any]:
     policy = spec.policy
     cap = spec.capability
+    start = spec.start_at(now)
     return {
         "id": new_id(now), "queue_id": queue_id, "state": TaskState.PENDING.value,
         "handler": cap.handler, "handler_version": cap.handler_version,
@@ -285,10 +308,11 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "backoff_multiplier": policy.backoff.multiplier,
         "backoff_jitter": policy.backoff.jitter,
         "attempt_timeout_ms": policy.attempt_timeout_ms, "lease_ttl_ms": policy.lease_ttl_ms,
-        "deadline_at_ms": now + policy.deadline_ms, "operation_key": spec.operation_key,
-        "created_at_ms": now, "updated_at_ms": now, "available_at_ms": now, "epoch": 0,
+        "deadline_at_ms": start + policy.deadline_ms, "operation_key": spec.operation_key,
+        "created_at_ms": now, "updated_at_ms": now, "available_at_ms": start, "epoch": 0,
         "attempts_started": 0, "uncertain": False, "result": None, "failure_code": None,
         "failure_details": None, "cancel_requested": False, "current_attempt_id": None,
+        "dispatch_rank": rank_of(spec.priority),
     }
 
 

@@ -1,5 +1,7 @@
-"""The rows a dispatch claim takes: the oldest-available PENDING tasks of a queue for exactly
-a worker's capabilities, within their deadline (``claimable_rows``).
+"""The rows a dispatch claim takes: the PENDING tasks of a queue for exactly a worker's
+capabilities, within their deadline, highest priority first and oldest-available first
+within a priority (``claimable_rows``). A delayed task (``available_at_ms`` ahead) is not
+claimable until its instant.
 
 On SQLite, and for one capability anywhere, that is one statement built once
 (queries.DISPATCH_ONE, or queries.dispatch_many for several), run as a prepared SELECT.
@@ -7,7 +9,7 @@ On a shared database (MySQL/MariaDB), where several servers reserve at once, eac
 capability's range is read with ``SELECT … FOR UPDATE SKIP LOCKED`` (DISPATCH_ONE carries
 the locking clause; SQLite ignores it, having one writer): a row another server is claiming
 right now is skipped rather than waited for or handed out twice. MySQL allows no locking
-clause inside a UNION, so several capabilities take one locking range each and the oldest
+clause inside a UNION, so several capabilities take one locking range each and the first
 ``n`` are kept; the extra rows stay locked only until this transaction ends.
 """
 
@@ -28,8 +30,8 @@ __all__ = ["claimable_rows", "dispatch_query", "lock_each"]
 
 def claimable_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
                    n: int) -> list[dict[str, Any]]:
-    """Up to ``n`` claimable task rows of ``queue_id`` over ``caps``, oldest-available
-    first, each a full task row (the caller reserves them in this transaction)."""
+    """Up to ``n`` claimable task rows of ``queue_id`` over ``caps``, by priority then
+    oldest-available first, each a full task row (the caller reserves them in this transaction)."""
     if len(caps) > 1 and conn.dialect.name != "sqlite":
         return lock_each(conn, queue_id, caps, now, n)
     stmt, params = dispatch_query(queue_id, caps, now, n)
@@ -57,7 +59,8 @@ def dispatch_query(queue_id: str, caps: Sequence[Capability], now: int,
 
 def lock_each(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
               n: int) -> list[dict[str, Any]]:
-    """The oldest-available ``n`` claimable task rows over ``caps``, each locked by us."""
+    """The first ``n`` claimable task rows over ``caps`` in dispatch order, each locked by
+    us."""
     found: list[dict[str, Any]] = []
     for cap in caps:
         result = conn.execute(queries.DISPATCH_ONE, {
@@ -67,5 +70,5 @@ def lock_each(conn: Connection, queue_id: str, caps: Sequence[Capability], now: 
         })
         names = tuple(result.keys())
         found.extend(dict(zip(names, r, strict=True)) for r in result.all())
-    found.sort(key=lambda row: row["available_at_ms"])
+    found.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
     return found[:n]

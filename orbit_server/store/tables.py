@@ -17,12 +17,15 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
     UniqueConstraint,
 )
 from sqlalchemy.dialects import mysql
+
+from orbit_wire.limits import MAX_PRIORITY, MIN_PRIORITY
 
 ID = 32  # orbit_wire.ids: 32 lowercase hex characters
 NAME = 128  # orbit_wire.limits.MAX_NAME_LEN
@@ -41,6 +44,20 @@ Ratio = Float().with_variant(mysql.DOUBLE(asdecimal=False), "mysql", "mariadb")
 MYSQL_OPTIONS: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 # SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
 AutoId = BigInteger().with_variant(Integer(), "sqlite")
+
+# Dispatch takes higher priorities first; the index stores MAX_PRIORITY - priority (the
+# "rank", 0 first) so every engine reads it in ascending order: one index range per rank,
+# each already in available_at order (queries.DISPATCH_ONE).
+DISPATCH_RANKS = tuple(range(MAX_PRIORITY - MIN_PRIORITY + 1))
+
+
+def rank_of(priority: int) -> int:
+    return MAX_PRIORITY - priority
+
+
+def priority_of(rank: int) -> int:
+    return MAX_PRIORITY - rank
+
 
 metadata = MetaData()
 
@@ -109,11 +126,13 @@ tasks = Table(
     Column("failure_details", JsonText, nullable=True),
     Column("cancel_requested", Boolean, nullable=False),
     Column("current_attempt_id", String(ID), nullable=True),
+    Column("dispatch_rank", SmallInteger, nullable=False),  # rank_of(priority)
     # Several NULL operation keys are allowed by the unique index on every supported engine.
     UniqueConstraint("queue_id", "operation_key", name="uq_tasks_queue_operation_key"),
     Index(
         "ix_tasks_dispatch",
-        "queue_id", "state", "handler", "handler_version", "payload_version", "available_at_ms",
+        "queue_id", "state", "handler", "handler_version", "payload_version", "dispatch_rank",
+        "available_at_ms",
     ),
     Index("ix_tasks_state_deadline", "state", "deadline_at_ms"),
     **MYSQL_OPTIONS,

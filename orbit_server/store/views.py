@@ -13,6 +13,8 @@ import orjson
 
 from orbit_wire.model import TaskState
 
+from .tables import priority_of
+
 
 def fragment(text: str | None) -> orjson.Fragment | None:
     return None if text is None else orjson.Fragment(text)
@@ -47,6 +49,7 @@ def task_view(row: Mapping[Any, Any]) -> dict[str, Any]:
             "lease_ttl_ms": row["lease_ttl_ms"],
         },
         "operation_key": row["operation_key"],
+        "priority": priority_of(row["dispatch_rank"]),
         "created_at_ms": row["created_at_ms"],
         "updated_at_ms": row["updated_at_ms"],
         "deadline_at_ms": row["deadline_at_ms"],

@@ -19,7 +19,7 @@ def task_row(i: int, state: str) -> dict[str, Any]:
         "operation_key": f"k{i}", "created_at_ms": NOW - i, "updated_at_ms": NOW,
         "available_at_ms": NOW - i, "epoch": 1, "attempts_started": 1, "uncertain": False,
         "result": "1", "failure_code": None, "failure_details": None,
-        "cancel_requested": False, "current_attempt_id": None,
+        "cancel_requested": False, "current_attempt_id": None, "dispatch_rank": 4,
     }
 
 

@@ -66,6 +66,18 @@ def test_dispatch_uses_the_dispatch_index(big_db: Engine) -> None:
                 payload_version="v1", now=NOW, n=100)
     assert_indexed(text, "ix_tasks_dispatch")
     assert "TEMP B-TREE" not in text  # ordered by the index, no sort of the whole range
+    # One range per priority rank, each bounded by available_at: a delayed task of a high
+    # priority is never scanned past (the search stays logarithmic).
+    assert "dispatch_rank=? AND available_at_ms<?" in text, text
+
+
+def test_dispatch_over_several_capabilities_uses_the_dispatch_index(big_db: Engine) -> None:
+    params = {"queue_id": Q, "now": NOW, "n": 100}
+    for i in range(3):
+        params.update({f"handler_{i}": f"h{i}", f"handler_version_{i}": "v1",
+                       f"payload_version_{i}": "v1"})
+    text = plan(big_db, queries.dispatch_many(3), **params)
+    assert text.count("dispatch_rank=? AND available_at_ms<?") == 3, text
 
 
 def test_reaper_queries_use_their_indexes(big_db: Engine) -> None:

@@ -99,3 +99,24 @@ def _deep(n: int) -> object:
     for _ in range(n):
         value = [value]
     return value
+
+
+def test_priority_and_delays_parse_and_start_at() -> None:
+    base = {"handler": "h", "handler_version": "1", "payload_version": "1", "payload": 1}
+    plain = domain.parse_task_spec(base)
+    assert (plain.priority, plain.delay_ms, plain.not_before_at_ms) == (5, None, None)
+    assert plain.start_at(1_000) == 1_000
+    delayed = domain.parse_task_spec({**base, "delay_ms": 250, "priority": 9})
+    assert delayed.priority == 9
+    assert delayed.start_at(1_000) == 1_250
+    at = domain.parse_task_spec({**base, "not_before_at_ms": 5_000})
+    assert at.start_at(1_000) == 5_000
+    assert at.start_at(9_000) == 9_000  # already past: now
+    far = domain.parse_task_spec({**base, "not_before_at_ms": 1_000 + 31 * 86_400_000 + 1})
+    with pytest.raises(OrbitError, match="not_before_at_ms"):
+        far.start_at(1_000)
+    for bad in ({"delay_ms": -1}, {"delay_ms": 31 * 86_400_000 + 1}, {"priority": 10},
+                {"priority": -1}, {"delay_ms": 1, "not_before_at_ms": 1},
+                {"not_before_at_ms": "soon"}):
+        with pytest.raises(OrbitError):
+            domain.parse_task_spec({**base, **bad})
