@@ -74,6 +74,7 @@ class SupervisorStats:
     margin_ms: float = 0.0  # the local-expiry margin new grants use (measured; margin.py)
     loop_lag_ms: float = 0.0  # the largest recent lateness of this process's event loop
     reap_ms: float = 0.0  # the largest recent SIGKILL -> reap latency
+    loop_lag_max_ms: float = 0.0  # the largest lateness of the event loop since run()
 
 
 class Supervisor:
@@ -175,6 +176,7 @@ class Supervisor:
             children=self._pool.stats() if self._pool is not None else None,
             late_kills=session.late_kills, margin_ms=session.margin_ms,
             loop_lag_ms=session.loop_lag_ms, reap_ms=session.reap_ms,
+            loop_lag_max_ms=session.loop_lag_max_ms,
         )
 
     def events(self) -> AsyncIterator[SupervisorEvent]:
@@ -234,8 +236,11 @@ class Supervisor:
         if error is not None:
             self._log.error("supervisor stopped: %s", error.message)
             raise error
-        self._log.info("drained: started=%d confirmed=%d", self._session.started,
-                       self._session.reports_confirmed + self._session.evidence_confirmed)
+        stats = self._session.stats()
+        self._log.info("drained: started=%d confirmed=%d late_kills=%d loop_lag_max_ms=%.1f "
+                       "margin_ms=%.1f", stats.started,
+                       stats.reports_confirmed + stats.evidence_confirmed, stats.late_kills,
+                       stats.loop_lag_max_ms, stats.margin_ms)
 
     async def _end_executions(self) -> None:
         tasks = [t for t in self._executions.values() if not t.done()]
