@@ -102,11 +102,13 @@ class Supervisor:
         *,
         logger: logging.Logger | None = None,
         reap_orphans: bool = False,
+        child_nice: int = defaults.CHILD_NICE,
     ) -> None:
         self.options = SupervisorOptions(
             queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
             reconnect_min_delay=reconnect_min_delay, reconnect_max_delay=reconnect_max_delay,
             max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
+            child_nice=child_nice,
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
@@ -192,7 +194,8 @@ class Supervisor:
         pool = ChildPool(self.handlers, opts.workers,
                          max_tasks_per_child=opts.max_tasks_per_child,
                          max_memory_bytes=opts.max_memory_per_child, logger=self._log,
-                         on_child_ready=self._on_child_ready, reap_orphans=self._reap_orphans)
+                         on_child_ready=self._on_child_ready, reap_orphans=self._reap_orphans,
+                         child_nice=opts.child_nice)
         self._pool = pool
         try:
             capabilities = await pool.start()  # HandlerSpecError: before any connection
