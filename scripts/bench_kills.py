@@ -106,7 +106,7 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM,
 
 
 def start_supervise(creds_path: Path, queue: str, log: Path,
-                    workers: int) -> subprocess.Popen[bytes]:
+                    workers: int, child_nice: int) -> subprocess.Popen[bytes]:
     """One `orbit-supervise` for the kill spinner (the template imports it from scripts/)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(SCRIPTS), str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -114,6 +114,7 @@ def start_supervise(creds_path: Path, queue: str, log: Path,
         return subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "orbit-supervise"), "--credentials-file",
              str(creds_path), "--queue", queue, "--workers", str(workers),
+             "--child-nice", str(child_nice),
              "--log-level", "info", SPEC],
             stdout=out, stderr=subprocess.STDOUT, env=env)
 
@@ -424,7 +425,7 @@ def run_level(env: Env, busy: int, kills: int, library: Path, args: argparse.Nam
         watcher = start_watcher(page, kills, roles, budget + 60, args.watcher_sched)
         stack.callback(finish_watcher, watcher)  # on error too: it kills what survived
         sup = start_supervise(creds_path, queue, env.workdir / f"supervise-busy{busy}.log",
-                              args.workers)
+                              args.workers, args.child_nice)
         stack.callback(stop_process, sup)
         deadline = time.monotonic() + budget
         warm = 2 * args.workers  # connected, and every child forked and served once
@@ -717,7 +718,8 @@ def render(result: dict[str, Any]) -> str:
         f"Machine: {machine}. Watcher: {figs[0]['watcher']['sched'] if figs else '-'}.",
         "",
         f"One `orbit-server` (temporary SQLite file) and, per level, a fresh queue and one "
-        f"`orbit-supervise --workers {result['workers']}`; {result['kills']} tasks per level, "
+        f"`orbit-supervise --workers {result['workers']} --child-nice {result['child_nice']}`; "
+        f"{result['kills']} tasks per level, "
         f"each NON_IDEMPOTENT with max_attempts 1, `attempt_timeout_ms` {ATTEMPT_TIMEOUT_MS} "
         f"and a {LEASE_TTL_MS // 1000} s lease TTL, so every task is one attempt-timeout kill. "
         "The handler (`scripts/kill_spinner.py`) ignores SIGTERM, starts a grandchild in its "
@@ -751,7 +753,7 @@ def render(result: dict[str, Any]) -> str:
         *rows,
         "",
         f"Rerun: `.venv/bin/python scripts/bench_kills.py --kills {result['kills']} "
-        f"--busy {','.join(str(f['busy']) for f in figs)}`.",
+        f"--busy {','.join(str(f['busy']) for f in figs)} --child-nice {result['child_nice']}`.",
         END,
     ])
 
@@ -765,6 +767,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--busy", default="0,2,4",
                         help="comma-separated numbers of extra busy loops, one level each")
     parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--child-nice", type=int, default=10,
+                        help="orbit-supervise --child-nice (0: children at its priority)")
     parser.add_argument("--quick", action="store_true",
                         help="a small smoke run; its figures are never written to docs/")
     parser.add_argument("--no-write", action="store_true")
@@ -786,6 +790,7 @@ def parse_args() -> argparse.Namespace:
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"load_before": os.getloadavg()[0], "loop_ms": python_loop_ms(),
                               "kills": args.kills, "workers": args.workers,
+                              "child_nice": args.child_nice,
                               "quick": args.quick}
     library = spinner.build_library(workdir)
     server = Server(workdir)
