@@ -60,8 +60,10 @@ _DEATH_SIGNAL = signal.SIGUSR1  # catchable, and used for nothing else
 
 
 class Template:
-    def __init__(self, ctl: socket.socket, handlers: tuple[Handler, ...]) -> None:
+    def __init__(self, ctl: socket.socket, handlers: tuple[Handler, ...],
+                 child_nice: int = 0) -> None:
         self._ctl = ctl
+        self._child_nice = child_nice
         self._handlers = {h.capability: h for h in handlers}
         self._children: dict[int, int] = {}  # pid -> generation
         self._wake_r, self._wake_w = os.pipe()
@@ -145,6 +147,9 @@ class Template:
                 os._exit(1)  # the template died between fork and prctl
             set_child_subreaper()
             set_batch_scheduling()
+            if self._child_nice:
+                # Below the supervisor: its lease timers must not wait for a busy handler.
+                os.nice(self._child_nice)
             self._ctl.detach()  # its descriptor is closed below; the object must not reuse it
             close_fds_except({child_fd})
             sock = socket.socket(fileno=child_fd)
@@ -260,6 +265,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--sys-path", default="[]")
+    parser.add_argument("--child-nice", type=int, default=0)
     args = parser.parse_args(argv)
 
     # Terminal Ctrl-C and a service-wide SIGTERM are the supervisor's to handle (it drains);
@@ -290,7 +296,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         ctl.send(orjson.dumps(HandlersRejected(exc.message).to_wire()))
         os._exit(2)
     ctl.send(orjson.dumps(HandlersLoaded(tuple(h.capability for h in handlers)).to_wire()))
-    template = Template(ctl, handlers)
+    template = Template(ctl, handlers, max(0, min(19, args.child_nice)))
     template_holder.append(template)
     template.serve()
 

@@ -118,6 +118,9 @@ def _fail(code: int, message: str) -> None:
               help="Recycle a child after this many tasks.")
 @click.option("--max-memory-per-child", type=_SizeType(),
               help="Kill/recycle a child over this RSS (bytes, or 512M, 2G).")
+@click.option("--child-nice", default=defaults.CHILD_NICE, show_default=True,
+              type=click.IntRange(0, 19),
+              help="Nice steps the children run below the supervisor (0: the same).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--log-format", default="text", show_default=True,
@@ -125,7 +128,8 @@ def _fail(code: int, message: str) -> None:
 def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | None,
          workers: int, shutdown_timeout: float, reconnect_min_delay: float,
          reconnect_max_delay: float, max_tasks_per_child: int | None,
-         max_memory_per_child: int | None, log_level: str, log_format: str) -> None:
+         max_memory_per_child: int | None, child_nice: int, log_level: str,
+         log_format: str) -> None:
     """Run handlers from MODULE:ATTR in isolated child processes for one queue."""
     _setup_logging(log_level, log_format)
     try:
@@ -146,7 +150,7 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
             handlers, queue_id, creds, url=url, workers=workers,
             shutdown_timeout=shutdown_timeout, reconnect_min_delay=reconnect_min_delay,
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
-            max_memory_per_child=max_memory_per_child,
+            max_memory_per_child=max_memory_per_child, child_nice=child_nice,
             reap_orphans=True,  # this process starts nothing but the template
         )
     except (OptionError, ValueError) as exc:
