@@ -59,6 +59,7 @@ PURE = (
     "orbit_supervisor/outcomes.py",
     "orbit_client/calls.py",
     "orbit_client/rawjson.py",
+    "orbit_client/tasks.py",
 )
 FORBIDDEN_IN_PURE = frozenset({
     "asyncio", "websockets", "psutil", "sqlalchemy", "alembic", "starlette", "uvicorn",
