@@ -4,6 +4,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     admin          AdminService    authenticate, queues, credentials, the bootstrap admin
     tasks          TaskService     submit (and submit-and-reserve), read, cancel, review, stats
     reaper         Reaper          lapsed leases, stale reservations, deadlines, receipt pruning
+    schedules      ScheduleService periodic schedules and the firing loop's pass
     workers        WorkerService   hello, release, reserve, a control request's ops
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
@@ -32,6 +33,7 @@ from .context import TxContext
 from .effects import Effects
 from .reaper import Reaper
 from .reservations import Reservations
+from .schedules import ScheduleService
 from .tasks import Submitted, TaskService
 from .wakeups import Wakeups
 from .workers import WorkerService
@@ -43,6 +45,7 @@ __all__ = [
     "Effects",
     "Reaper",
     "Reservations",
+    "ScheduleService",
     "Services",
     "Submitted",
     "TaskService",
@@ -64,3 +67,4 @@ class Services:
         self.tasks = TaskService(self.tx, wakeups)
         self.reaper = Reaper(self.tx, wakeups)
         self.workers = WorkerService(self.tx, wakeups)
+        self.schedules = ScheduleService(self.tx)

@@ -36,7 +36,7 @@ def test_fresh_database_matches_metadata_and_migrates_twice(db_url: str) -> None
     migrate(db_url)  # already at head (the pool migrated it): a no-op
     engine = create_engine_for(db_url)
     try:
-        assert current_revision(engine) == "0007"
+        assert current_revision(engine) == "0007b"
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
             isolation = conn.exec_driver_sql("SELECT @@tx_isolation").scalar()
@@ -69,7 +69,7 @@ def test_upgrade_from_0001_in_place_keeps_rows(db_url: str) -> None:
             assert conn.execute(text("SELECT COUNT(*) FROM queues WHERE name = 'keep me'")
                                 ).scalar_one() == 1
         migrate(db_url)
-        assert current_revision(engine) == "0007"
+        assert current_revision(engine) == "0007b"
         with engine.connect() as conn:
             assert conn.execute(text("SELECT name FROM queues")).scalar_one() == "Keep Me"
             # Binary comparison now: case matters.
@@ -104,7 +104,7 @@ def test_replicas_migrating_at_once_take_turns(db_url: str) -> None:
     assert [p.returncode for p in procs] == [0, 0], outputs
     engine = create_engine_for(db_url)
     try:
-        assert current_revision(engine) == "0007"
+        assert current_revision(engine) == "0007b"
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     finally:

@@ -18,7 +18,7 @@ def test_migration_matches_metadata_and_is_idempotent(tmp_path: Path) -> None:
     migrate(url)  # a second run is a no-op
     engine = create_engine_for(url)
     try:
-        assert current_revision(engine) == "0007"
+        assert current_revision(engine) == "0007b"
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
