@@ -371,6 +371,11 @@ def tasks_review(
     _print_task(_client(ctx).review(task_id, action, value, reason))
 
 
+from .cli_schedules import schedules  # noqa: E402  (it uses the helpers above)
+
+cli.add_command(schedules)
+
+
 def main() -> None:
     cli(prog_name="orbit")
 

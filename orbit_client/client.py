@@ -294,6 +294,29 @@ class OrbitClient(_Base):
     ) -> dict[str, Any]:
         return self._send(calls.review(task_id, action, result, reason))
 
+    # ------------------------------------------------------------------ schedules
+
+    def create_schedule(self, queue_id: str, schedule: Mapping[str, Any]) -> dict[str, Any]:
+        """A periodic schedule: {"cron", "timezone"?, "task": spec, "name"?,
+        "missed_ticks"?, "paused"?}. ``TaskType.spec(payload)`` builds the task spec."""
+        return self._send(calls.create_schedule(queue_id, schedule))
+
+    def list_schedules(self, queue_id: str) -> list[dict[str, Any]]:
+        return list(self._send(calls.list_schedules(queue_id))["schedules"])
+
+    def get_schedule(self, schedule_id: str) -> dict[str, Any]:
+        """The schedule with its most recent firings (tick, task, missed)."""
+        return self._send(calls.get_schedule(schedule_id))
+
+    def pause_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return self._send(calls.pause_schedule(schedule_id))
+
+    def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return self._send(calls.resume_schedule(schedule_id))
+
+    def delete_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return self._send(calls.delete_schedule(schedule_id))
+
 
 class AsyncOrbitClient(_Base):
     """The same API as OrbitClient for asyncio code; every method is a coroutine."""
@@ -431,3 +454,24 @@ class AsyncOrbitClient(_Base):
         self, task_id: str, action: str, result: Any = None, reason: str | None = None
     ) -> dict[str, Any]:
         return await self._send(calls.review(task_id, action, result, reason))
+
+    # ------------------------------------------------------------------ schedules
+
+    async def create_schedule(self, queue_id: str,
+                              schedule: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._send(calls.create_schedule(queue_id, schedule))
+
+    async def list_schedules(self, queue_id: str) -> list[dict[str, Any]]:
+        return list((await self._send(calls.list_schedules(queue_id)))["schedules"])
+
+    async def get_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return await self._send(calls.get_schedule(schedule_id))
+
+    async def pause_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return await self._send(calls.pause_schedule(schedule_id))
+
+    async def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return await self._send(calls.resume_schedule(schedule_id))
+
+    async def delete_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return await self._send(calls.delete_schedule(schedule_id))

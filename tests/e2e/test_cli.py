@@ -361,3 +361,25 @@ def test_submit_with_delay_and_priority(admin_cli: Cli, tmp_path: Path) -> None:
                    "--not-before", "1")
     producer.fails("BAD_REQUEST", 2, *submit_args(queue, "{}"), "--delay", "soon")
     producer.fails("BAD_REQUEST", 2, *submit_args(queue, "{}"), "--not-before", "tomorrow")
+
+
+def test_schedules_commands(admin_cli: Cli, tmp_path: Path) -> None:
+    queue, producer_file, _ = make_lane(admin_cli, tmp_path)
+    producer = Cli(producer_file)
+    base = ["schedules", "create", "--queue", queue, "--handler", "nobody.serves.this",
+            "--handler-version", "v1", "--payload-version", "v1", "--payload", '{"n": 1}']
+    sid = producer.ok(*base, "--cron", "0 9 * * 1-5", "--timezone", "Europe/Paris",
+                      "--name", "weekday", "--priority", "7", "--idempotent").strip()
+    assert is_id(sid)
+    listed = producer.json("schedules", "list", "--queue", queue)["schedules"]
+    assert [s["id"] for s in listed] == [sid]
+    shown = producer.json("schedules", "get", sid)
+    assert shown["cron"] == "0 9 * * 1-5" and shown["timezone"] == "Europe/Paris"
+    assert shown["task"]["priority"] == 7 and shown["firings"] == []
+    assert shown["next_fire_at_ms"] > shown["created_at_ms"]
+    assert producer.json("schedules", "pause", sid)["state"] == "PAUSED"
+    assert producer.json("schedules", "resume", sid)["state"] == "ACTIVE"
+    assert producer.json("schedules", "delete", sid) == {"schedule_id": sid, "deleted": True}
+    producer.fails("NOT_FOUND", 1, "schedules", "get", sid)
+    producer.fails("BAD_REQUEST", 1, *base, "--cron", "every day")
+    producer.fails("BAD_REQUEST", 1, *base, "--cron", "* * * * *", "--timezone", "Nowhere/X")
