@@ -15,6 +15,7 @@ import click
 import orjson
 
 from orbit_host.credentials import Credentials, CredentialsFileError, load_credentials
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.jsonvalue import check_text
 
@@ -123,6 +124,7 @@ _EPILOG = (
 @click.group(
     cls=_OrbitGroup, epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]}
 )
+@click.version_option(package_name=DISTRIBUTION, prog_name="orbit")
 @click.option("--url", envvar="ORBIT_URL", help="Server URL (default: the credentials' URL).")
 @click.option(
     "--credentials-file",

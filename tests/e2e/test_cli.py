@@ -383,3 +383,14 @@ def test_schedules_commands(admin_cli: Cli, tmp_path: Path) -> None:
     producer.fails("NOT_FOUND", 1, "schedules", "get", sid)
     producer.fails("BAD_REQUEST", 1, *base, "--cron", "every day")
     producer.fails("BAD_REQUEST", 1, *base, "--cron", "* * * * *", "--timezone", "Nowhere/X")
+
+
+def test_every_command_shows_the_distribution_version() -> None:
+    from importlib.metadata import version
+
+    expected = version("orbit-tasks")
+    for command in ("orbit", "orbit-server", "orbit-supervise"):
+        done = subprocess.run([str(ORBIT.with_name(command)), "--version"],
+                              capture_output=True, text=True, timeout=60 * UNIT, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"{command}, version {expected}"
