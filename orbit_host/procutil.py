@@ -23,6 +23,7 @@ __all__ = [
     "set_batch_scheduling",
     "set_child_subreaper",
     "set_parent_death_signal",
+    "usage",
 ]
 
 _PR_SET_PDEATHSIG = 1
@@ -97,6 +98,30 @@ def kill_tree(pid: int) -> None:
     kill_pid(pid)
     for victim in descendant_pids(pid):
         kill_pid(victim)
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def usage(pid: int) -> tuple[int | None, int | None]:
+    """(CPU ms, peak RSS bytes) of ``pid`` itself, from /proc, or None for what cannot be
+    read (gone, or its memory already torn down). Cheap enough to call right after a
+    SIGKILL, before the kernel has finished the process."""
+    cpu_ms = peak = None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        # Fields after the command (which may hold spaces): utime and stime are 14 and 15.
+        fields = stat[stat.rindex(b")") + 2:].split()
+        cpu_ms = (int(fields[11]) + int(fields[12])) * 1000 // _CLOCK_TICKS
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    peak = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    return cpu_ms, peak
 
 
 def child_pids(pid: int) -> list[int]:

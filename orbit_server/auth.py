@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from orbit_wire.errors import AuthError, ErrorCode
+from orbit_wire.errors import AuthError, ErrorCode, OrbitError
 from orbit_wire.ids import is_id
 from orbit_wire.model import Role
 
@@ -85,7 +85,24 @@ def require_role(principal: Principal, roles: Iterable[Role]) -> None:
 
 
 def require_queue(principal: Principal, queue_id: str) -> None:
+    """For a worker's hello: a queue outside the credential's scope is refused, whether it
+    exists or not (so the answer tells nothing about other queues)."""
     if not principal.may_use_queue(queue_id):
         raise AuthError(
             ErrorCode.PERMISSION_DENIED, f"credential has no access to queue {queue_id}"
         )
+
+
+def queue_not_found(queue_id: str) -> OrbitError:
+    return OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+
+
+def task_not_found(task_id: str) -> OrbitError:
+    return OrbitError(ErrorCode.NOT_FOUND, f"task {task_id} does not exist")
+
+
+def require_visible_queue(principal: Principal, queue_id: str) -> None:
+    """A queue outside the principal's scope answers exactly as a queue that does not exist:
+    a principal learns nothing of queues it cannot use (the same 404 everywhere)."""
+    if not principal.may_use_queue(queue_id):
+        raise queue_not_found(queue_id)

@@ -1,7 +1,9 @@
 """Thin Starlette routes for docs/http-api.md: parse, authenticate, one use case, encode.
 
-Every use case runs on the store thread; a request authenticates and runs its operation in
-ONE hop (``HttpApi._as``). A missing credential is refused before the body is read. Body
+Every use case runs on the store thread. A request without a body authenticates and runs its
+operation in ONE hop (``HttpApi._as``); a request with a body is authenticated BEFORE its
+body is read (``HttpApi._principal``: no store hop while the token is in the verified-token
+cache), so an unauthenticated peer cannot make the server read or hold a body. Body
 sizes are checked before parsing (413 PAYLOAD_TOO_LARGE), bodies are parsed with orjson (400
 INVALID_JSON / NESTING_TOO_DEEP / NUMBER_OUT_OF_RANGE), OrbitError maps to a status by code,
 and anything else is a 500 INTERNAL whose body never holds a traceback (it is logged).
@@ -179,6 +181,14 @@ class HttpApi:
             raise AuthError(ErrorCode.UNAUTHENTICATED, "missing Authorization: Bearer credential")
         return token.strip()
 
+    async def _principal(self, request: Request) -> Principal:
+        """Authenticate the request from its headers alone (before any body is read)."""
+        bearer = self._bearer(request)
+        principal = self.admin.cached_principal(bearer)
+        if principal is None:
+            principal = await self.store.call(self.admin.authenticate, bearer)
+        return principal
+
     async def _as(self, bearer: str, fn: Callable[Concatenate[Principal, P], T], /,
                   *args: P.args, **kwargs: P.kwargs) -> T:
         """Authenticate and run ``fn(principal, *args)`` in ONE hop to the store thread."""
@@ -211,14 +221,14 @@ class HttpApi:
     # -------------------------------------------------------------- admin
 
     async def create_queue(self, request: Request) -> Response:
-        bearer = self._bearer(request)
+        principal = await self._principal(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
         name = _opt_str(body, "name", 256)
-        queue = await self._as(bearer, self.admin.create_queue, name)
+        queue = await self.store.call(self.admin.create_queue, principal, name)
         return JSONResponse(queue, status_code=201)
 
     async def create_credential(self, request: Request) -> Response:
-        bearer = self._bearer(request)
+        principal = await self._principal(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
         role = body.get("role")
         if not isinstance(role, str):
@@ -226,8 +236,8 @@ class HttpApi:
         queues = body.get("queues", [])
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
             raise _bad("queues must be a list of queue IDs")
-        made = await self._as(bearer, self.admin.create_credential, role, queues,
-                              _opt_str(body, "name", 256))
+        made = await self.store.call(self.admin.create_credential, principal, role, queues,
+                                     _opt_str(body, "name", 256))
         return JSONResponse(made, status_code=201)
 
     async def revoke_credential(self, request: Request) -> Response:
@@ -245,14 +255,14 @@ class HttpApi:
 
     async def submit(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        bearer = self._bearer(request)
+        principal = await self._principal(request)
         spec = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)), "TaskSpec")
-        made, effects = await self._submit_one(bearer, queue_id, spec)
+        made, effects = await self._submit_one(principal, queue_id, spec)
         self.parts.apply(effects)
         task, created = made[0]
         return JSONResponse(task, status_code=201 if created else 200)
 
-    async def _submit_one(self, bearer: str, queue_id: str,
+    async def _submit_one(self, principal: Principal, queue_id: str,
                           spec: dict[str, Any]) -> tuple[Submitted, Effects]:
         """Submit one task; when a worker of the queue waits with credit for its capability,
         claim for it in the submit's own transaction and send its ``reserve`` frame at once
@@ -266,14 +276,14 @@ class HttpApi:
             session = dispatcher.idle_session(queue_id,
                                               Capability(handler, version, payload_version))
         if session is None:
-            return await self._as(bearer, self.tasks.submit, queue_id, [spec])
-        authenticate, submit = self.admin.authenticate, self.tasks.submit_and_reserve
+            return await self.store.call(self.tasks.submit, principal, queue_id, [spec])
+        submit = self.tasks.submit_and_reserve
         async with session.lock:
             wanted = dispatcher.claim_size(session)
             binding = session.binding
 
             def run() -> tuple[Submitted, Effects, Reservations]:
-                return submit(authenticate(bearer), queue_id, [spec], binding, wanted)
+                return submit(principal, queue_id, [spec], binding, wanted)
 
             # The worker lane, like every claim: a release for this session (its connection
             # closing) is submitted later and so runs after this reserve (FIFO per lane).
@@ -285,14 +295,14 @@ class HttpApi:
 
     async def submit_batch(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        bearer = self._bearer(request)
+        principal = await self._principal(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BATCH_BODY_BYTES)))
         specs = body.get("tasks")
         if not isinstance(specs, list) or not specs:
             raise _bad("tasks must be a non-empty list of TaskSpec objects")
         if len(specs) > MAX_SUBMIT_BATCH:
             raise _bad(f"a batch holds at most {MAX_SUBMIT_BATCH} tasks")
-        made, effects = await self._as(bearer, self.tasks.submit, queue_id, specs)
+        made, effects = await self.store.call(self.tasks.submit, principal, queue_id, specs)
         self.parts.apply(effects)
         return JSONResponse({"tasks": [task for task, _created in made]}, status_code=201)
 
@@ -332,10 +342,10 @@ class HttpApi:
 
     async def cancel_task(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        bearer = self._bearer(request)
+        principal = await self._principal(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
-        task, effects = await self._as(bearer, self.tasks.cancel_task, task_id,
-                                       _opt_str(body, "reason"))
+        task, effects = await self.store.call(self.tasks.cancel_task, principal, task_id,
+                                              _opt_str(body, "reason"))
         self.parts.apply(effects)
         return JSONResponse(task)
 
@@ -351,13 +361,13 @@ class HttpApi:
 
     async def review(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        bearer = self._bearer(request)
+        principal = await self._principal(request)
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
         action = body.get("action")
         if action not in ("retry", "succeed", "fail"):
             raise _bad("action must be one of retry, succeed, fail")
-        task, effects = await self._as(bearer, self.tasks.review, task_id, action,
-                                       body.get("result"), _opt_str(body, "reason"))
+        task, effects = await self.store.call(self.tasks.review, principal, task_id, action,
+                                              body.get("result"), _opt_str(body, "reason"))
         self.parts.apply(effects)
         return JSONResponse(task)
 

@@ -79,6 +79,9 @@ _SCHEMAS: dict[str, Any] = {
         "result": {"description": "the handler's JSON exactly as produced, or null"},
         "failure": {"oneOf": [{"type": "null"}, _obj({"code": {"type": "string"}, "details": {}})]},
         "cancel_requested": {"type": "boolean"},
+        "attempt_outcome_pending": {
+            "type": "boolean",
+            "description": "CANCELLED while its running attempt has no outcome yet"},
     }, ["id", "queue_id", "state", "capability", "payload", "policy", "created_at_ms",
         "updated_at_ms", "deadline_at_ms", "attempts", "epoch", "result", "failure",
         "cancel_requested"]),
@@ -93,6 +96,10 @@ _SCHEMAS: dict[str, Any] = {
         "retryable": {"type": ["boolean", "null"]}, "details": {},
         "exit_code": _NULLABLE_INT, "signal": _NULLABLE_INT, "cpu_ms": _NULLABLE_INT,
         "peak_rss_bytes": _NULLABLE_INT, "kill_reason": _NULLABLE_STR,
+        "killed_at_ms": _NULLABLE_INT,
+        "kill_after_lease_end_ms": {"type": ["integer", "null"],
+                                    "description": "the SIGKILL's instant less the lease end"},
+        "reap_ms": _NULLABLE_INT,
         "decision": _NULLABLE_STR, "decision_rule": _NULLABLE_STR,
     }, ["id", "task_id", "attempt_number", "epoch", "state"]),
     "Evidence": _obj({

@@ -56,11 +56,15 @@ class Execute:
 
 @dataclass(frozen=True, slots=True)
 class Kill:
-    """SIGKILL the child running ``attempt_id`` now (synchronously, no await first)."""
+    """SIGKILL the child running ``attempt_id`` now (synchronously, no await first); if a
+    child was signalled, tell ``Session.kill_sent`` what was known of it at once."""
 
     attempt_id: str
     reason: str  # LEASE_LOST, ATTEMPT_TIMEOUT, TASK_CANCELLED, SHUTDOWN
     code: str = "LEASE_LOST"
+    # Seconds past the local expiry at which the lease timer ran (0: not a timer's kill);
+    # above Session.LATE_KILL_BOUND the kill is late and counted.
+    late_by: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import random
+import signal
 import time
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from .errors import SupervisorError, WorkerAlreadyRun
 from .events import EventStream
 from .options import SupervisorOptions
 from .pool import ChildOutcome, ChildPool, ExecutionRequest, PoolClosed, PoolStats
-from .session import REPORT_MARGIN, Session, SessionConfig, SessionStats
+from .session import LATE_KILL_BOUND, REPORT_MARGIN, Session, SessionConfig, SessionStats
 
 log = logging.getLogger("orbit.supervisor")
 
@@ -51,6 +52,8 @@ log = logging.getLogger("orbit.supervisor")
 # only a safety net (e.g. a replacement that never comes while the template restarts).
 _REPLACING_POLL = 0.5
 _EXECUTIONS_GRACE = 5.0  # after the pool is closed, executions end within this bound
+# How often the loop's lateness is sampled (the lease timer's own lateness is sampled too).
+_LAG_PROBE_EVERY = 0.1
 _NOTHING_YET = SessionStats(running=0, started=0, renewals_confirmed=0, reports_confirmed=0,
                             evidence_confirmed=0, reconnects=0)  # before run() made a session
 
@@ -67,6 +70,10 @@ class SupervisorStats:
     reconnects: int
     dropped_events: int
     children: PoolStats | None
+    late_kills: int = 0  # lease timers that ran more than 20 ms past the local expiry
+    margin_ms: float = 0.0  # the local-expiry margin new grants use (measured; margin.py)
+    loop_lag_ms: float = 0.0  # the largest recent lateness of this process's event loop
+    reap_ms: float = 0.0  # the largest recent SIGKILL -> reap latency
 
 
 class Supervisor:
@@ -124,6 +131,8 @@ class Supervisor:
         self._timer_at: float | None = None
         self._replacing_seen = 0
         self._replacing_poll: asyncio.TimerHandle | None = None
+        self._lag_probe: asyncio.TimerHandle | None = None
+        self._lag_probe_at = 0.0
         self._pending_stop: bool | None = None  # stop() before run() reached the loop
         self._connect_attempts = 0
 
@@ -164,6 +173,8 @@ class Supervisor:
             evidence_confirmed=session.evidence_confirmed, reconnects=session.reconnects,
             dropped_events=self._events.dropped,
             children=self._pool.stats() if self._pool is not None else None,
+            late_kills=session.late_kills, margin_ms=session.margin_ms,
+            loop_lag_ms=session.loop_lag_ms, reap_ms=session.reap_ms,
         )
 
     def events(self) -> AsyncIterator[SupervisorEvent]:
@@ -201,6 +212,7 @@ class Supervisor:
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
                 self._apply(self._session.start(loop.time()))
+                self._probe_lag()
                 if self._pending_stop is not None:
                     self.stop(force=self._pending_stop)
                 error = await self._finished
@@ -249,8 +261,8 @@ class Supervisor:
                 case Execute(reservation=res):
                     task = self._spawn(self._execute(res))
                     self._executions[res.attempt_id] = task
-                case Kill(attempt_id=attempt_id, reason=reason, code=code):
-                    self._kill(attempt_id, reason, code)
+                case Kill(attempt_id=attempt_id, reason=reason, code=code, late_by=late):
+                    self._kill(attempt_id, reason, code, late)
                 case Emit(event=event):
                     self._events.publish(event)
                     self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
@@ -271,10 +283,20 @@ class Supervisor:
         assert self._tasks is not None
         return self._tasks.create_task(coro)
 
-    def _kill(self, attempt_id: str, reason: str, code: str) -> None:
-        assert self._pool is not None
-        if self._pool.kill(attempt_id, reason, code=code):
-            self._log.warning("killed the child of attempt %s: %s", attempt_id, reason)
+    def _kill(self, attempt_id: str, reason: str, code: str, late_by: float) -> None:
+        assert self._pool is not None and self._session is not None
+        facts = self._pool.kill(attempt_id, reason, code=code)
+        if facts is not None:
+            # The report goes out now, before anything else: the reap's facts follow.
+            self._apply(self._session.kill_sent(attempt_id, Report(
+                child_pid=facts.pid, signal=int(signal.SIGKILL), cpu_ms=facts.cpu_ms,
+                peak_rss_bytes=facts.peak_rss_bytes), facts.at))
+            if late_by > LATE_KILL_BOUND:
+                self._log.warning("killed the child of attempt %s: %s, %.0f ms after the "
+                                  "local expiry (a late kill: the event loop was late)",
+                                  attempt_id, reason, late_by * 1000)
+            else:
+                self._log.warning("killed the child of attempt %s: %s", attempt_id, reason)
             return
         # No child runs it yet (still waiting for a free child) or it just finished: a
         # waiting execution must never start, so it is cancelled before it gets a child.
@@ -297,13 +319,35 @@ class Supervisor:
             self._timer = loop.call_at(when, self._on_timer)
 
     def _on_timer(self) -> None:
+        assert self._session is not None and self._loop is not None
+        now = self._loop.time()
+        if self._timer_at is not None:
+            self._session.loop_lag(now - self._timer_at)
         self._timer = None
         self._timer_at = None
-        assert self._session is not None and self._loop is not None
         try:
-            self._apply(self._session.handle_timer(self._loop.time()))
+            self._apply(self._session.handle_timer(now))
         except Exception as exc:
             self._internal_error("the timer", exc)
+
+    def _timers_first(self) -> None:
+        """Run a due timer before other work: a lease expiry never waits behind a frame or
+        a child's outcome that the loop happened to pick first."""
+        if (self._timer is not None and self._timer_at is not None and self._loop is not None
+                and self._loop.time() >= self._timer_at):
+            self._timer.cancel()
+            self._on_timer()
+
+    def _probe_lag(self) -> None:
+        """Sample the loop's lateness every _LAG_PROBE_EVERY (margin.py uses it)."""
+        loop, session = self._loop, self._session
+        if loop is None or session is None or session.done:
+            return
+        now = loop.time()
+        if self._lag_probe is not None:
+            session.loop_lag(now - self._lag_probe_at)
+        self._lag_probe_at = now + _LAG_PROBE_EVERY
+        self._lag_probe = loop.call_at(self._lag_probe_at, self._probe_lag)
 
     def _watch_replacing(self) -> None:
         """Tell the session how many slots are being replaced; look again while any are."""
@@ -338,10 +382,10 @@ class Supervisor:
         self._replacing_ready()
 
     def _cancel_timers(self) -> None:
-        for handle in (self._timer, self._replacing_poll):
+        for handle in (self._timer, self._replacing_poll, self._lag_probe):
             if handle is not None:
                 handle.cancel()
-        self._timer = self._replacing_poll = None
+        self._timer = self._replacing_poll = self._lag_probe = None
         self._timer_at = None
 
     # ------------------------------------------------------------------ tasks
@@ -389,6 +433,7 @@ class Supervisor:
 
     def _on_frame(self, frame: ServerFrame) -> None:
         assert self._session is not None and self._loop is not None
+        self._timers_first()
         self._apply(self._session.frame_received(frame, self._loop.time()))
 
     async def _execute(self, res: Reservation) -> None:
@@ -426,6 +471,7 @@ class Supervisor:
         if outcome.outcome is not Outcome.SUCCEEDED:
             self._log.info("attempt %s ended %s/%s", res.attempt_id, outcome.outcome,
                            outcome.code)
+        self._timers_first()
         self._apply(session.execution_finished(res.attempt_id, outcome, loop.time()))
 
 

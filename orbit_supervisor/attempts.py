@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from orbit_wire.frames import Reservation
+from orbit_wire.frames import Report, Reservation
 
 from .lease import Lease
 
@@ -30,7 +30,8 @@ class Phase(StrEnum):
     RESERVED = "RESERVED"  # reservation held; start not queued yet (waiting for a free slot)
     STARTING = "STARTING"  # start queued or in flight
     RUNNING = "RUNNING"  # start confirmed; the handler executes in a child
-    KILLING = "KILLING"  # kill ordered; waiting for the pool's outcome
+    KILLING = "KILLING"  # kill ordered; waiting for the pool's outcome (the reap), while
+    # its kill report may already be on the way (Session.kill_sent)
     REPORTING = "REPORTING"  # outcome known; finish queued or in flight
 
 
@@ -54,6 +55,12 @@ class Attempt:
     kill_reason: str | None = None
     cancelled: bool = False
     running_since: float | None = None  # when Execute was emitted
+    # A kill reported before its reap (Session.kill_sent): the report's msg_id and what it
+    # said; confirmed once the server answered it (the attempt waits for the reap).
+    kill_msg: str | None = None
+    kill_report: Report | None = None
+    killed_at: float | None = None
+    kill_confirmed: bool = False
 
     @property
     def attempt_id(self) -> str:

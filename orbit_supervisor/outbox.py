@@ -18,9 +18,10 @@ the resume) and *when*; the outbox keeps the order and the bookkeeping:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
-from orbit_wire.frames import ClaimOp, DrainOp, FinishOp, Op, RenewOp, Request, StartOp
+from orbit_wire.frames import ClaimOp, DrainOp, FinishOp, Op, RenewOp, Report, Request, StartOp
 from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import MAX_OUTPUT_BYTES_PER_REQUEST
 
@@ -89,6 +90,10 @@ class Outbox:
         """The operations of the request in flight, or () (for tests and tools)."""
         return () if self._inflight is None else tuple(p.op for p in self._inflight.ops)
 
+    def queued_msg_ids(self) -> Iterator[str]:
+        """The msg_ids of the queued operations, in queue order (a live view)."""
+        return iter(self._queued)
+
     def only_starts_and_finishes(self) -> bool:
         """Whether every queued operation is a start or a finish (what may be held)."""
         return all(isinstance(p.op, StartOp | FinishOp) for p in self._queued.values())
@@ -115,6 +120,16 @@ class Outbox:
     def queue_first(self, pending: Pending) -> None:
         """Put ``pending`` back at the front (it was taken but did not fit the request)."""
         self._queued = {pending.op.msg_id: pending, **self._queued}
+
+    def replace_unsent_report(self, msg_id: str, report: Report) -> bool:
+        """Give the queued finish ``msg_id`` another report, if it was never sent (once
+        sent, the server's receipt answers any resend with what the first send said)."""
+        pending = self._queued.get(msg_id)
+        if pending is None or pending.sent_at is not None or not isinstance(pending.op,
+                                                                            FinishOp):
+            return False
+        pending.op = replace(pending.op, report=report)
+        return True
 
     def drop_ops_of(self, attempt_id: str) -> None:
         """Unqueue the start and renewals of ``attempt_id`` (its finish stays)."""

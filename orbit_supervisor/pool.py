@@ -67,6 +67,7 @@ __all__ = [
     "ChildOutcome",
     "ChildPool",
     "ExecutionRequest",
+    "KillFacts",
     "PoolClosed",
     "PoolStats",
 ]
@@ -99,6 +100,17 @@ class ExecutionRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class KillFacts:
+    """What is known of a child the instant its SIGKILL went out: its pid, the loop time of
+    the signal, and its CPU time and peak RSS read just after it (None if unreadable)."""
+
+    pid: int
+    at: float
+    cpu_ms: int | None
+    peak_rss_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolStats:
     spawned: int
     killed: dict[str, int]
@@ -126,6 +138,7 @@ class _Slot:
     future: asyncio.Future[ChildOutcome] | None = None
     kill_reason: str | None = None
     kill_code: str | None = None
+    killed_at: float | None = None  # loop time of the SIGKILL, for the reap's latency
     timer: asyncio.TimerHandle | None = None
     startup_failures: int = 0
     ready_event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -148,6 +161,7 @@ class _Dying:
     future: asyncio.Future[ChildOutcome] | None
     kill_reason: str | None
     kill_code: str | None
+    killed_at: float | None = None
     timer: asyncio.TimerHandle | None = None
 
 
@@ -269,18 +283,25 @@ class ChildPool:
                 self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
             raise
 
-    def kill(self, attempt_id: str, reason: str, *, code: str = "LEASE_LOST") -> bool:
+    def kill(self, attempt_id: str, reason: str, *, code: str = "LEASE_LOST"
+             ) -> KillFacts | None:
         """SIGKILL the process group (then known descendants) of the child running
-        ``attempt_id``, synchronously. Its execute() returns UNKNOWN with ``code`` and
-        report.kill_reason = ``reason``. False if no child runs that attempt now."""
+        ``attempt_id``, synchronously, and return what is known of it at that instant. Its
+        execute() returns UNKNOWN with ``code`` and report.kill_reason = ``reason`` once the
+        child is reaped (report.reap_ms: how long after the signal). None if no child runs
+        that attempt now."""
         slot = self._by_attempt.get(attempt_id)
         if slot is None or slot.state is not SlotState.BUSY or slot.attempt_id != attempt_id:
-            return False
+            return None
+        pid = slot.pid
         # Kill first: a malformed reason must never stop the signal (it goes on the wire, so
         # it is replaced rather than passed on).
         self._kill_slot(slot, reason if is_code(reason) else "KILLED",
                         code if is_code(code) else UnknownCode.LEASE_LOST.value)
-        return True
+        if pid is None:
+            return None
+        cpu_ms, peak = procutil.usage(pid)  # read after the signal, while it is torn down
+        return KillFacts(pid, self._require_loop().time(), cpu_ms, peak)
 
     def cancel(self, attempt_id: str) -> bool:
         """Ask the handler of ``attempt_id`` to stop (its Execution.cancelled() turns true).
@@ -468,6 +489,7 @@ class ChildPool:
         slot.tasks = 0
         slot.memory.forget()
         slot.kill_reason = slot.kill_code = None
+        slot.killed_at = None
         self._by_gen[generation] = slot
         slot.channel = ChildChannel(
             loop, parent_end, on_frame=functools.partial(self._on_child_frame, slot),
@@ -608,6 +630,8 @@ class ChildPool:
         if pid is not None:
             procutil.kill_tree(pid)
             slot.memory.kill_descendants()  # seen by the memory watch, maybe moved away
+            if self._loop is not None:
+                slot.killed_at = self._loop.time()
         if reason is not None:
             self._killed[reason] = self._killed.get(reason, 0) + 1
         slot.kill_reason = reason
@@ -625,7 +649,8 @@ class ChildPool:
 
     def _replace_now(self, slot: _Slot, pid: int) -> None:
         """Hand the killed child to a _Dying record and fork the slot's next child now."""
-        dying = _Dying(slot.generation, pid, slot.future, slot.kill_reason, slot.kill_code)
+        dying = _Dying(slot.generation, pid, slot.future, slot.kill_reason, slot.kill_code,
+                       slot.killed_at)
         dying.timer = self._require_loop().call_later(_REAP_TIMEOUT_S, self._dying_overdue,
                                                       dying)
         self._dying[dying.generation] = dying
@@ -673,9 +698,12 @@ class ChildPool:
             self._crashed += 1
             self._log.warning("child %s died (exit code %s, signal %s)", gone.pid,
                               msg.exit_code, msg.signal)
+        reap_ms = None
+        if gone.kill_reason is not None and gone.killed_at is not None:
+            reap_ms = max(0, round((self._require_loop().time() - gone.killed_at) * 1000))
         report = Report(child_pid=gone.pid, exit_code=msg.exit_code, signal=msg.signal,
                         cpu_ms=msg.cpu_ms, peak_rss_bytes=msg.peak_rss_bytes,
-                        kill_reason=gone.kill_reason)
+                        kill_reason=gone.kill_reason, reap_ms=reap_ms)
         if dying is not None:
             self._settle_dying(dying, report)
             return

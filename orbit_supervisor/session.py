@@ -10,6 +10,8 @@ returns the list of actions (actions.py) the driver must perform, in order:
     frame_received(frame, now)          every decoded server frame
     connection_lost(now, reason)        the socket closed (once per connection)
     execution_finished(attempt, ...)    the child pool's outcome for an Execute action
+    kill_sent(attempt, report, now)     a Kill action signalled a child: what was known then
+    loop_lag(seconds)                   how late the driver's loop ran a timer (a sample)
     set_replacing(n, now)               slots whose child is being replaced right now
     request_stop(now, force=False)      drain (force: take the shutdown-timeout path now)
     handle_timer(now)                   at or after ``next_timer()``
@@ -22,8 +24,11 @@ Rules it keeps (docs/protocol.md, docs/supervisor.md):
 - One control request in flight; queued operations go out together in the next request
   (≤ max_batch_ops); at most one renewal per attempt is ever queued. A request of starts
   and finishes only may wait for more finishes (batching.py).
-- Local lease expiry = send time of the granting request + lease_ms (lease.py); at expiry,
-  on a stale/expired renewal answer or on a ``cancel`` push the child is killed at once.
+- Local lease expiry = send time of the granting request + lease_ms - the margin
+  (lease.py, margin.py); at expiry, on a stale/expired renewal answer or on a ``cancel``
+  push the child is killed at once, and its report (``kill_sent``) goes out at once, never
+  held for a batch; the reap's facts follow in the same finish if it was not sent yet,
+  else in a second finish of the attempt (the server keeps the facts it lacks).
 - Credit = free slots - outstanding credit, free slots = capacity - executing - reserved
   not yet running - results not yet confirmed - slots being replaced - slots a ``claim`` in
   flight asks for. Known attempts stay <= 2 x capacity; reservations beyond that bound are
@@ -99,6 +104,7 @@ from .backoff import backoff
 from .batching import BatchHold
 from .errors import FatalSessionError, ShutdownTimeoutError
 from .lease import Lease
+from .margin import MarginEstimator
 from .outbox import Outbox, Pending
 
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
@@ -159,7 +165,8 @@ class SessionConfig:
     cpus: int | None = None
 
 
-REPORT_MARGIN = 0.050  # seconds: covers kill latency (p99 ~15 ms) plus one report round trip
+REPORT_MARGIN = 0.050  # seconds: the margin's floor (margin.py measures what it must cover)
+LATE_KILL_BOUND = 0.020  # seconds past the local expiry: a lease timer this late is counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +177,10 @@ class SessionStats:
     reports_confirmed: int
     evidence_confirmed: int
     reconnects: int
+    late_kills: int = 0  # lease timers that ran more than LATE_KILL_BOUND late
+    margin_ms: float = 0.0  # the local-expiry margin new grants use now
+    loop_lag_ms: float = 0.0  # the largest recent lateness of the driver's loop
+    reap_ms: float = 0.0  # the largest recent SIGKILL → reap latency
 
 
 class Session:
@@ -196,6 +207,12 @@ class Session:
         self._drain_queued = False
         self._batching = BatchHold(config.cpus)
         self._hold_until: float | None = None
+        self._margin = MarginEstimator(config.report_margin)
+        # Kill reports and reap follow-ups by msg_id: the SIGKILL's instant, so each send
+        # says how long ago it was (report.kill_age_ms). Follow-ups are only facts.
+        self._kill_at: dict[str, float] = {}
+        self._fact_msgs: set[str] = set()
+        self.late_kills = 0
         # Counters for stats().
         self.started = 0
         self.renewals_confirmed = 0
@@ -292,6 +309,9 @@ class Session:
         if att is None or att.phase not in (Phase.RUNNING, Phase.KILLING) or self._done:
             return []
         actions: list[Action] = []
+        if att.kill_msg is not None:
+            self._reaped(att, result.report, now, actions)
+            return actions
         # Our kill reason belongs on the report only if the outcome came from our kill (a
         # result that won the race against the kill is reported as it is).
         killed = result.outcome is Outcome.UNKNOWN and result.code == "LEASE_LOST"
@@ -323,6 +343,29 @@ class Session:
         actions.append(_event("finished", att, label))
         self._progress(now, actions)
         return actions
+
+    def kill_sent(self, attempt_id: str, report: Report, now: float) -> list[Action]:
+        """A Kill action signalled the attempt's child at ``now``; ``report`` is what was
+        known of it then (pid, signal, CPU and peak RSS as last read). Its finish is queued
+        at once and never held for a batch; the attempt keeps its slot until the reap
+        (``execution_finished``), whose facts follow."""
+        att = self._attempts.get(attempt_id)
+        if (att is None or att.phase is not Phase.KILLING or att.kill_msg is not None
+                or self._done):
+            return []
+        report = replace(report, kill_reason=att.kill_reason, renewals=att.lease.renewals)
+        finish = FinishOp(self._outbox.new_msg_id(), attempt_id, att.reservation.epoch,
+                          Outcome.UNKNOWN, code="LEASE_LOST", report=report)
+        att.kill_msg, att.kill_report, att.killed_at = finish.msg_id, report, now
+        self._kill_at[finish.msg_id] = now
+        self._outbox.queue(finish)
+        actions: list[Action] = []
+        self._progress(now, actions)
+        return actions
+
+    def loop_lag(self, seconds: float) -> None:
+        """A sample of how late the driver's loop ran a callback it had scheduled."""
+        self._margin.loop_lag(seconds)
 
     def set_replacing(self, replacing: int, now: float) -> list[Action]:
         """Slots whose child is being replaced; they are not offered as credit."""
@@ -360,9 +403,13 @@ class Session:
             return actions
         # Leases first: a dead or silent connection must never delay a kill.
         for att in list(self._attempts.in_phase(Phase.RUNNING).values()):  # a kill moves it
+            expires_at = att.lease.expires_at
             if att.lease.check(now):
                 reason = KILL_ATTEMPT_TIMEOUT if att.lease.capped else KILL_LEASE_LOST
-                self._kill(att, reason, actions)
+                late = 0.0 if expires_at is None else max(0.0, now - expires_at)
+                if late > LATE_KILL_BOUND:
+                    self.late_kills += 1
+                self._kill(att, reason, actions, late_by=late)
             elif att.lease.renewal_due(now):
                 renew = RenewOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch)
                 att.lease.renewing = True
@@ -408,6 +455,9 @@ class Session:
             renewals_confirmed=self.renewals_confirmed,
             reports_confirmed=self.reports_confirmed,
             evidence_confirmed=self.evidence_confirmed, reconnects=self.reconnects,
+            late_kills=self.late_kills, margin_ms=self._margin.value() * 1000,
+            loop_lag_ms=self._margin.recent_loop_lag() * 1000,
+            reap_ms=self._margin.recent_reap() * 1000,
         )
 
     @property
@@ -482,6 +532,7 @@ class Session:
             return
         self._outbox.answered()
         self._batching.round_trip(max(0.0, now - inflight.sent_at))
+        self._margin.round_trip(now - inflight.sent_at)
         for pending, result in zip(inflight.ops, frame.results, strict=True):
             sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
             match pending.op:
@@ -521,6 +572,7 @@ class Session:
                  actions: list[Action]) -> None:
         """The server confirmed the start of a STARTING attempt: run it, unless the lease
         already ran out locally or the task was cancelled meanwhile."""
+        att.lease.margin = self._margin.value()
         if att.lease.grant(sent_at, lease_ms, now) and not att.cancelled:
             self._attempts.move(att, Phase.RUNNING)
             self.started += 1
@@ -569,6 +621,7 @@ class Session:
             return
         if result.ok:
             self.renewals_confirmed += 1
+            att.lease.margin = self._margin.value()
             if not att.lease.renewal_confirmed(sent_at, result.lease_ms or 0, now):
                 self._kill(att, KILL_ATTEMPT_TIMEOUT if att.lease.capped else KILL_LEASE_LOST,
                            actions)
@@ -582,13 +635,28 @@ class Session:
 
     def _on_finish_result(self, op: FinishOp, result: OpResult, now: float,
                           actions: list[Action]) -> None:
-        att = self._attempts.get(op.attempt_id)
-        if att is None or att.phase is not Phase.REPORTING:
+        retry = not result.ok and result.error_code in RETRYABLE_CODES
+        if op.msg_id in self._fact_msgs:
+            # Reap facts after a confirmed kill report: sent again only on a retryable
+            # answer, and nothing waits for them.
+            if retry:
+                self._outbox.queue(op)
+            else:
+                self._fact_msgs.discard(op.msg_id)
+                self._kill_at.pop(op.msg_id, None)
             return
-        if not result.ok and result.error_code in RETRYABLE_CODES:
+        att = self._attempts.get(op.attempt_id)
+        early = att is not None and att.phase is Phase.KILLING and att.kill_msg == op.msg_id
+        if att is None or not (att.phase is Phase.REPORTING or early):
+            return
+        if retry:
             self._outbox.queue(op)
             return
-        self._attempts.forget(att)
+        self._kill_at.pop(op.msg_id, None)
+        if early:
+            att.kill_confirmed = True  # the attempt keeps its slot until the reap
+        else:
+            self._attempts.forget(att)
         if not result.ok:
             actions.append(_event("report_rejected", att, str(result.error_code)))
         elif result.disposition is Disposition.EVIDENCE_ONLY:
@@ -607,6 +675,7 @@ class Session:
             if att is None or att.phase is not Phase.RUNNING:
                 continue
             if entry.status == "RUNNING" and entry.lease_ms is not None:
+                att.lease.margin = self._margin.value()
                 if not att.lease.grant(sent_at, entry.lease_ms, now):
                     self._kill(att, KILL_LEASE_LOST, actions)
             else:
@@ -682,6 +751,9 @@ class Session:
         handler's finish may join them (batching.py). Never while stopping."""
         if self.stop_deadline is not None or not self._outbox.only_starts_and_finishes():
             return False
+        if any(msg_id in self._kill_at and msg_id not in self._fact_msgs
+               for msg_id in self._outbox.queued_msg_ids()):
+            return False  # a kill report goes out at once
         self._hold_until = self._batching.until(
             now, (a.running_since for a in self._attempts.in_phase(Phase.RUNNING).values()
                   if a.running_since is not None),
@@ -712,6 +784,12 @@ class Session:
             # The last op makes room for the claim and goes out in the next request.
             self._outbox.queue_first(batch.pop())
         for pending in batch:
+            killed_at = self._kill_at.get(pending.op.msg_id)
+            if killed_at is not None and isinstance(pending.op, FinishOp):
+                # How long ago the SIGKILL went out, as of this send (a resend says more).
+                age = max(0, round((now - killed_at) * 1000))
+                pending.op = replace(pending.op,
+                                     report=replace(pending.op.report, kill_age_ms=age))
             # A renewal's first send is what spaces the next one (lease.py); a resend
             # after a reconnect keeps the first.
             if pending.sent_at is None and isinstance(pending.op, RenewOp):
@@ -732,6 +810,7 @@ class Session:
         if self.conn is not Conn.READY or self.stop_deadline is not None:
             return 0
         finishing = sum(1 for p in batch if isinstance(p.op, FinishOp)
+                        and p.op.msg_id not in self._fact_msgs
                         and (att := self._attempts.get(p.op.attempt_id)) is not None
                         and att.phase is Phase.REPORTING)
         if not finishing:
@@ -742,15 +821,47 @@ class Session:
         self._last_sent = now
         return SendFrame(frame)
 
-    def _kill(self, att: Attempt, reason: str, actions: list[Action]) -> None:
+    def _kill(self, att: Attempt, reason: str, actions: list[Action], *,
+              late_by: float = 0.0) -> None:
         if att.phase is not Phase.RUNNING:
             return
         self._attempts.move(att, Phase.KILLING)
         att.kill_reason = reason
         self._outbox.drop_ops_of(att.attempt_id)
         att.lease.renewing = False
-        actions.append(Kill(att.attempt_id, reason))
+        actions.append(Kill(att.attempt_id, reason, late_by=late_by))
         actions.append(_event("killed", att, reason))
+
+    def _reaped(self, att: Attempt, reap: Report, now: float, actions: list[Action]) -> None:
+        """The reap of a child whose kill was reported already (``kill_sent``): its facts
+        join the kill report if that was never sent, else follow in a finish of their own."""
+        assert att.kill_msg is not None and att.kill_report is not None
+        if reap.reap_ms is not None:
+            self._margin.reap(reap.reap_ms / 1000)
+        first = att.kill_report
+        merged = replace(
+            first, exit_code=reap.exit_code,
+            signal=reap.signal if reap.signal is not None else first.signal,
+            cpu_ms=reap.cpu_ms if reap.cpu_ms is not None else first.cpu_ms,
+            peak_rss_bytes=(reap.peak_rss_bytes if reap.peak_rss_bytes is not None
+                            else first.peak_rss_bytes),
+            reap_ms=reap.reap_ms)
+        label = f"{Outcome.UNKNOWN.value}:LEASE_LOST"
+        if self._outbox.replace_unsent_report(att.kill_msg, merged):
+            att.kill_report = merged
+            self._attempts.move(att, Phase.REPORTING)
+        else:
+            follow = FinishOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch,
+                              Outcome.UNKNOWN, code="LEASE_LOST", report=merged)
+            self._fact_msgs.add(follow.msg_id)
+            self._kill_at[follow.msg_id] = att.killed_at if att.killed_at is not None else now
+            self._outbox.queue(follow)
+            if att.kill_confirmed:
+                self._attempts.forget(att)
+            else:
+                self._attempts.move(att, Phase.REPORTING)
+        actions.append(_event("finished", att, label))
+        self._progress(now, actions)
 
     def _check_done(self, now: float, actions: list[Action]) -> None:
         if (self.stop_deadline is None or not self.drain_acked or self._attempts
@@ -801,7 +912,7 @@ class Session:
                 and self._outbox.idle)
 
     def _new_attempt(self, res: Reservation, phase: Phase) -> Attempt:
-        return Attempt(res, Lease(res.lease_ttl_ms, margin=self.config.report_margin),
+        return Attempt(res, Lease(res.lease_ttl_ms, margin=self._margin.value()),
                        phase=phase)
 
     def phase_counts(self) -> dict[Phase, int]:

@@ -23,6 +23,7 @@ from .limits import (
     MAX_CAPACITY,
     MAX_CODE_LEN,
     MAX_FRAME_BYTES,
+    MAX_KILL_AGE_MS,
     MAX_RESERVATIONS_PER_FRAME,
 )
 from .model import Capability, Disposition, Idempotency, Outcome, TaskState
@@ -48,6 +49,11 @@ class Report:
     peak_rss_bytes: int | None = None
     kill_reason: str | None = None
     renewals: int | None = None
+    # A kill's timing, both durations on the worker's monotonic clock (docs/protocol.md):
+    # how long before this request was sent the SIGKILL went out, and how long the killed
+    # child took to be reaped after it (None until the reap is known).
+    kill_age_ms: int | None = None
+    reap_ms: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
@@ -291,6 +297,10 @@ class _Fields:
         self._obj: dict[str, Any] = obj
         self._where = where
 
+    @property
+    def where(self) -> str:
+        return self._where
+
     def _get(self, key: str, required: bool) -> Any:
         if key not in self._obj or self._obj[key] is None:
             if required:
@@ -379,7 +389,7 @@ def _attempt_ref(obj: Any, where: str) -> AttemptRef:
 
 
 def _report(f: _Fields) -> Report:
-    return Report(
+    report = Report(
         child_pid=f.integer("child_pid", 0, 2**31, required=False),
         exit_code=f.integer("exit_code", -(2**31), 2**31, required=False),
         signal=f.integer("signal", 0, 128, required=False),
@@ -387,7 +397,13 @@ def _report(f: _Fields) -> Report:
         peak_rss_bytes=f.integer("peak_rss_bytes", required=False),
         kill_reason=f.text("kill_reason", CODE_RE, required=False),
         renewals=f.integer("renewals", required=False),
+        kill_age_ms=f.integer("kill_age_ms", 0, MAX_KILL_AGE_MS, required=False),
+        reap_ms=f.integer("reap_ms", 0, MAX_KILL_AGE_MS, required=False),
     )
+    if report.kill_reason is None and (report.kill_age_ms is not None
+                                       or report.reap_ms is not None):
+        raise _bad(f"{f.where}: kill_age_ms and reap_ms need a kill_reason")
+    return report
 
 
 def _op(obj: Any, index: int) -> Op:

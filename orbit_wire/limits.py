@@ -21,6 +21,9 @@ MAX_NAME_LEN = 128  # handler names and versions
 MAX_MESSAGE_ID_LEN = 64
 MAX_CODE_LEN = 64
 MAX_SUBMIT_BATCH = 1000
+# A kill report's kill_age_ms and reap_ms: a day, beyond any lease and any resend a
+# receipt still answers.
+MAX_KILL_AGE_MS = 86_400_000
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 PROTOCOL_VERSION = 1

@@ -24,7 +24,14 @@ Import from this package; the modules are its layout, not its interface.
 
 from .decisions import Decision, Rule, Verdict, decide, lease_holds, lease_ms
 from .records import AttemptRec, TaskRec
-from .reports import CheckedReport, FinishReport, apply_report_facts, check_report
+from .reports import (
+    CheckedReport,
+    FinishReport,
+    apply_report_facts,
+    check_report,
+    keep_late_facts,
+    killed_at_ms,
+)
 from .spec import Backoff, Policy, TaskSpec, parse_task_spec
 from .states import (
     ATTEMPT_TRANSITIONS,
@@ -80,6 +87,8 @@ __all__ = [
     "expire",
     "expire_deadline",
     "finish",
+    "keep_late_facts",
+    "killed_at_ms",
     "lease_holds",
     "lease_ms",
     "next_attempt_state",

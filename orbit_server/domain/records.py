@@ -61,5 +61,7 @@ class AttemptRec:
     cpu_ms: int | None = None
     peak_rss_bytes: int | None = None
     kill_reason: str | None = None
+    killed_at_ms: int | None = None  # the server's estimate of the SIGKILL's instant
+    reap_ms: int | None = None  # the worker's measure of SIGKILL to reap
     decision: str | None = None
     decision_rule: str | None = None

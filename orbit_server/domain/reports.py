@@ -1,6 +1,7 @@
 """A worker's finish report as the rules see it: ``FinishReport`` (as received) and
 ``CheckedReport`` (after the server applied the value rules again, ``check_report``).
-``apply_report_facts`` copies what the worker observed of the child onto the attempt."""
+``apply_report_facts`` copies what the worker observed of the child onto the attempt, and
+``keep_late_facts`` keeps what a report that came too late to decide knew of a kill."""
 
 from __future__ import annotations
 
@@ -69,10 +70,10 @@ def _checked_details(text: str | None) -> str | None:
     return text
 
 
-def apply_report_facts(attempt: AttemptRec, report: FinishReport) -> None:
+def apply_report_facts(attempt: AttemptRec, report: FinishReport, now_ms: int) -> None:
     """Copy what the worker observed of the child onto the attempt (history only). The
     worker's renewal count is left out: the attempt counts the renewals the server granted,
-    not requests that may never have arrived."""
+    not requests that may never have arrived. ``now_ms``: when the report was received."""
     facts = report.facts
     if facts.child_pid is not None:
         attempt.child_pid = facts.child_pid
@@ -81,3 +82,39 @@ def apply_report_facts(attempt: AttemptRec, report: FinishReport) -> None:
     attempt.cpu_ms = facts.cpu_ms
     attempt.peak_rss_bytes = facts.peak_rss_bytes
     attempt.kill_reason = facts.kill_reason
+    attempt.killed_at_ms = killed_at_ms(facts, now_ms)
+    attempt.reap_ms = facts.reap_ms
+
+
+def killed_at_ms(facts: Report, now_ms: int) -> int | None:
+    """When the SIGKILL went out, on the server's clock: the receipt instant less the age
+    the worker measured on its own clock up to the send. The one-way network delay is not
+    subtracted, so the estimate is never earlier than the kill was."""
+    if facts.kill_reason is None or facts.kill_age_ms is None:
+        return None
+    return now_ms - facts.kill_age_ms
+
+
+def keep_late_facts(attempt: AttemptRec, report: FinishReport, now_ms: int) -> bool:
+    """A report of the attempt's own epoch that arrived after its lease ran out (the
+    attempt still RUNNING or already closed LEASE_EXPIRED by the reaper), or a second
+    report carrying the reap of a kill: fill in the kill facts the attempt lacks. Never
+    the outcome, never a fact already recorded. Returns whether anything changed.
+
+    Without this the attempt of a kill whose report lost the race against the reaper
+    would read a bare UNKNOWN/LEASE_EXPIRED with no kill reason, signal, pid or usage.
+    """
+    facts = report.facts
+    if facts.kill_reason is None:
+        return False  # only a kill's facts: a late result never rewrites the history
+    changed = False
+    for name, value in (("child_pid", facts.child_pid), ("signal", facts.signal),
+                        ("exit_code", facts.exit_code), ("cpu_ms", facts.cpu_ms),
+                        ("peak_rss_bytes", facts.peak_rss_bytes),
+                        ("kill_reason", facts.kill_reason),
+                        ("killed_at_ms", killed_at_ms(facts, now_ms)),
+                        ("reap_ms", facts.reap_ms)):
+        if value is not None and getattr(attempt, name) is None:
+            setattr(attempt, name, value)
+            changed = True
+    return changed

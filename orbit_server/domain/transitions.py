@@ -76,7 +76,9 @@ def release(task: TaskRec, attempt: AttemptRec, now_ms: int, rule: Rule) -> bool
 
 def _check_owner(attempt: AttemptRec, instance_id: str, queue_id: str) -> None:
     if attempt.instance_id != instance_id or attempt.queue_id != queue_id:
-        raise OrbitError(ErrorCode.PERMISSION_DENIED, "attempt belongs to another worker instance")
+        # The same answer as for an attempt that does not exist: nothing about other
+        # instances' or queues' attempts is revealed.
+        raise OrbitError(ErrorCode.NOT_FOUND, f"attempt {attempt.id} does not exist")
 
 
 def _check_epoch(attempt: AttemptRec, epoch: int) -> None:
@@ -92,7 +94,8 @@ def start(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
 
     A start for an attempt already RUNNING under a valid lease (a duplicate confirmation)
     answers the remaining lease without extending it. Raises NOT authoritative codes:
-    PERMISSION_DENIED, STALE_EPOCH, LEASE_EXPIRED (released, finished, cancelled, no time).
+    NOT_FOUND (another instance's), STALE_EPOCH, LEASE_EXPIRED (released, finished,
+    cancelled, no time).
     """
     _check_owner(attempt, instance_id, task.queue_id)
     _check_epoch(attempt, epoch)
@@ -123,7 +126,7 @@ def renew(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str, now_
     """Extend a held lease; returns lease_ms, which may be shorter than the TTL.
 
     Raises STALE_EPOCH, LEASE_EXPIRED (lease gone, attempt/task deadline reached, or the
-    task was cancelled: the worker must stop the child) or PERMISSION_DENIED.
+    task was cancelled: the worker must stop the child) or NOT_FOUND (another instance's).
     """
     _check_owner(attempt, instance_id, task.queue_id)
     _check_epoch(attempt, epoch)
@@ -163,7 +166,7 @@ def finish(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
            report: CheckedReport, now_ms: int, draw: float) -> FinishResult:
     """Decide an attempt from a worker's report, or classify it as evidence.
 
-    Raises PERMISSION_DENIED for another instance's attempt; every other non-authoritative
+    Raises NOT_FOUND for another instance's attempt; every other non-authoritative
     report is returned as evidence and changes nothing (never the task's ``uncertain``).
     """
     _check_owner(attempt, instance_id, task.queue_id)
@@ -202,6 +205,8 @@ def _close(task: TaskRec, attempt: AttemptRec, report: CheckedReport, now_ms: in
         attempt.decision_rule = Rule.TASK_CANCELLED
         if report.outcome is Outcome.UNKNOWN:
             task.uncertain = True
+        if task.current_attempt_id == attempt.id:
+            task.current_attempt_id = None  # the cancel has landed whole: no outcome pending
         task.updated_at_ms = now_ms
         return FinishResult(cancelled=True)
     if task.state is not TaskState.RUNNING or task.current_attempt_id != attempt.id:
@@ -241,7 +246,11 @@ def cancel(task: TaskRec, attempt: AttemptRec | None, now_ms: int) -> bool:
     """Cancel a task. PENDING/NEEDS_REVIEW end at once; RUNNING ends CANCELLED with
     ``cancel_requested`` and a RESERVED attempt released (a RUNNING one keeps its lease until
     the worker reports). Idempotent on CANCELLED (returns False: nothing changed); raises
-    CONFLICT on SUCCEEDED/FAILED. ``attempt`` is the task's current attempt, if any."""
+    CONFLICT on SUCCEEDED/FAILED. ``attempt`` is the task's current attempt, if any.
+
+    A RUNNING attempt stays the task's ``current_attempt_id`` until its outcome is recorded
+    (the worker's report or the reaper), so a reader can tell that the attempt's outcome is
+    still pending; a released one is not current any more."""
     if task.state is TaskState.CANCELLED:
         return False
     new_state = next_task_state(task.state, TaskEvent.CANCEL)
@@ -253,6 +262,7 @@ def cancel(task: TaskRec, attempt: AttemptRec | None, now_ms: int) -> bool:
             attempt.finished_at_ms = now_ms
             attempt.decision = Decision.RELEASED
             attempt.decision_rule = Rule.TASK_CANCELLED
+            task.current_attempt_id = None
     task.state = new_state
     task.updated_at_ms = now_ms
     return True
@@ -323,7 +333,7 @@ def resume_status(task: TaskRec | None, attempt: AttemptRec | None, epoch: int,
     if task is None or attempt is None:
         return ResumeStatus.LOST, None, ErrorCode.NOT_FOUND.value
     if attempt.instance_id != instance_id:
-        return ResumeStatus.LOST, None, ErrorCode.PERMISSION_DENIED.value
+        return ResumeStatus.LOST, None, ErrorCode.NOT_FOUND.value
     if epoch != attempt.epoch:
         return ResumeStatus.LOST, None, ErrorCode.STALE_EPOCH.value
     if attempt.state is not AttemptState.RUNNING:

@@ -23,7 +23,7 @@ from orbit_wire.ids import is_id, new_id
 from orbit_wire.model import Role
 
 from .. import domain
-from ..auth import Principal, require_queue, require_role
+from ..auth import Principal, queue_not_found, require_role, require_visible_queue
 from ..cron import Cron
 from ..domain.schedules import MissedTicks, ScheduleState, firing_key, parse_schedule, plan_firing
 from ..store.retry import transactional
@@ -46,7 +46,7 @@ class ScheduleService:
     def create(self, principal: Principal, queue_id: str, body: object) -> dict[str, Any]:
         """A new schedule; its first tick is the first after now (none fires retroactively)."""
         require_role(principal, _PRODUCERS)
-        require_queue(principal, queue_id)
+        require_visible_queue(principal, queue_id)
         spec, task_obj = parse_schedule(body)
         cron = Cron(spec.cron, spec.timezone)
         now = self._tx.clock()
@@ -61,13 +61,13 @@ class ScheduleService:
         }
         with self._tx.write() as conn:
             if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
-                raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+                raise queue_not_found(queue_id)
             conn.execute(schedules.insert(), row)
         return schedule_view(row)
 
     def list_schedules(self, principal: Principal, queue_id: str) -> dict[str, Any]:
         require_role(principal, _PRODUCERS)
-        require_queue(principal, queue_id)
+        require_visible_queue(principal, queue_id)
         with self._tx.read() as conn:
             rows = conn.execute(select(schedules).where(schedules.c.queue_id == queue_id)
                                 .order_by(schedules.c.created_at_ms, schedules.c.id)).mappings()
@@ -207,9 +207,9 @@ def _schedule_row(conn: Connection, principal: Principal, schedule_id: str,
     if is_id(schedule_id):
         stmt = select(schedules).where(schedules.c.id == schedule_id)
         row = conn.execute(stmt.with_for_update() if lock else stmt).mappings().first()
-    if row is None:
+    if row is None or not principal.may_use_queue(row["queue_id"]):
+        # The same answer for "not yours": nothing is revealed of other queues.
         raise OrbitError(ErrorCode.NOT_FOUND, f"schedule {schedule_id} does not exist")
-    require_queue(principal, row["queue_id"])
     return row
 
 

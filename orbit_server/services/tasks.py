@@ -22,7 +22,13 @@ from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME, MAX_SUBMIT_BATCH
 from orbit_wire.model import AttemptState, Role, TaskState
 
 from .. import domain
-from ..auth import Principal, require_queue, require_role
+from ..auth import (
+    Principal,
+    queue_not_found,
+    require_role,
+    require_visible_queue,
+    task_not_found,
+)
 from ..store import queries
 from ..store.retry import transactional
 from ..store.rows import IN_CHUNK, INSERT_AUDIT, INSERT_TASK, UnitOfWork
@@ -71,7 +77,7 @@ class TaskService:
                 binding: WorkerBinding | None, count: int
                 ) -> tuple[Submitted, Effects, Reservations]:
         require_role(principal, _PRODUCERS)
-        require_queue(principal, queue_id)
+        require_visible_queue(principal, queue_id)
         if not isinstance(specs, list) or not specs:
             raise OrbitError(ErrorCode.BAD_REQUEST, "at least one task is required")
         if len(specs) > MAX_SUBMIT_BATCH:
@@ -84,7 +90,7 @@ class TaskService:
         try:
             with self._tx.write() as conn:
                 if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
-                    raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+                    raise queue_not_found(queue_id)
                 out, new_rows = insert_tasks(conn, queue_id, parsed, principal.actor, now)
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
@@ -201,11 +207,11 @@ class TaskService:
     def queue_stats(self, principal: Principal, queue_id: str) -> dict[str, Any]:
         """Task counts by state, running attempts and the oldest pending task's age."""
         require_role(principal, _PRODUCERS)
-        require_queue(principal, queue_id)
+        require_visible_queue(principal, queue_id)
         now = self._tx.clock()
         with self._tx.read() as conn:
             if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
-                raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+                raise queue_not_found(queue_id)
             counts = {s.value: 0 for s in TaskState}
             for state, count in conn.execute(
                 select(tasks.c.state, func.count()).where(tasks.c.queue_id == queue_id)
@@ -280,9 +286,8 @@ def _task_row(conn: Connection, principal: Principal, task_id: str) -> Mapping[A
     row = None
     if is_id(task_id):
         row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
-    if row is None:
-        raise OrbitError(ErrorCode.NOT_FOUND, f"task {task_id} does not exist")
-    require_queue(principal, row["queue_id"])
+    if row is None or not principal.may_use_queue(row["queue_id"]):
+        raise task_not_found(task_id)  # the same answer for "not yours": nothing is revealed
     return row
 
 

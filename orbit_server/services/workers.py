@@ -56,6 +56,11 @@ from .recording import fail_at_deadline, record_close, release_all
 from .reservations import Reservations, reservation, reservation_of, reserve_for, reserve_in
 from .wakeups import Wakeups
 
+# Evidence of the attempt's own epoch whose kill facts the attempt keeps (domain
+# keep_late_facts): the lease ran out before the report came, or the reaper closed it.
+_LATE_FACTS_KEPT = frozenset({domain.EvidenceReason.LEASE_EXPIRED,
+                              domain.EvidenceReason.ATTEMPT_FINISHED})
+
 
 @transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
 class WorkerService:
@@ -260,6 +265,8 @@ class WorkerService:
         result = domain.finish(task, attempt, op.epoch, binding.instance_id, checked, now,
                                self._tx.rng.random())
         if result.evidence is not None:
+            if result.evidence in _LATE_FACTS_KEPT:
+                domain.keep_late_facts(attempt, report, now)
             uow.evidence_rows.append({
                 "id": new_id(now), "task_id": task.id, "attempt_id": attempt.id,
                 "epoch": op.epoch, "instance_id": binding.instance_id, "received_at_ms": now,
@@ -269,7 +276,7 @@ class WorkerService:
             })
             return {"ok": True, "disposition": Disposition.EVIDENCE_ONLY.value,
                     "task_state": task.state.value}
-        domain.apply_report_facts(attempt, report)
+        domain.apply_report_facts(attempt, report, now)
         record_close(uow, self._wakeups, binding.actor, task, attempt, before_task, checked,
                      result, effects)
         return {"ok": True, "disposition": Disposition.ACCEPTED.value,

@@ -180,6 +180,16 @@ def _migrate_mysql(url: str, engine: Engine) -> None:
             conn.commit()
 
 
+def head_revision() -> str:
+    """The newest revision shipped in the migrations package (the chain must be linear)."""
+    from alembic.script import ScriptDirectory
+
+    heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"migrations must form one chain; heads: {sorted(heads)}")
+    return str(heads[0])
+
+
 def current_revision(engine: Engine) -> str | None:
     """The Alembic revision the database is at, or None for an empty database."""
     from alembic.runtime.migration import MigrationContext

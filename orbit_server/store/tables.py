@@ -166,6 +166,8 @@ attempts = Table(
     Column("kill_reason", String(CODE), nullable=True),
     Column("decision", String(STATE), nullable=True),
     Column("decision_rule", String(CODE), nullable=True),
+    Column("killed_at_ms", BigInteger, nullable=True),  # migration 0004
+    Column("reap_ms", Integer, nullable=True),
     Index("ix_attempts_task", "task_id"),
     Index("ix_attempts_state_lease", "state", "lease_expires_at_ms"),
     Index("ix_attempts_state_reserved", "state", "reserved_at_ms"),

@@ -59,6 +59,9 @@ def task_view(row: Mapping[Any, Any]) -> dict[str, Any]:
         "result": fragment(row["result"]),
         "failure": failure,
         "cancel_requested": bool(row["cancel_requested"]),
+        # A cancelled task whose running attempt has no outcome yet (docs/http-api.md).
+        "attempt_outcome_pending": (state == TaskState.CANCELLED
+                                    and row.get("current_attempt_id") is not None),
     }
 
 
@@ -85,9 +88,17 @@ def attempt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
         "cpu_ms": row["cpu_ms"],
         "peak_rss_bytes": row["peak_rss_bytes"],
         "kill_reason": row["kill_reason"],
+        "killed_at_ms": row["killed_at_ms"],
+        # Negative: the SIGKILL went out before the server's lease end (docs/http-api.md).
+        "kill_after_lease_end_ms": _difference(row["killed_at_ms"], row["lease_expires_at_ms"]),
+        "reap_ms": row["reap_ms"],
         "decision": row["decision"],
         "decision_rule": row["decision_rule"],
     }
+
+
+def _difference(at_ms: int | None, since_ms: int | None) -> int | None:
+    return None if at_ms is None or since_ms is None else at_ms - since_ms
 
 
 def evidence_view(row: Mapping[Any, Any]) -> dict[str, Any]:

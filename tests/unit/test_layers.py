@@ -48,6 +48,7 @@ PURE = (
     "orbit_server/auth.py",
     "orbit_supervisor/session.py",
     "orbit_supervisor/lease.py",
+    "orbit_supervisor/margin.py",
     "orbit_supervisor/batching.py",
     "orbit_supervisor/actions.py",
     "orbit_supervisor/errors.py",

@@ -16,7 +16,13 @@ from sqlalchemy import text
 from support.server import server_command
 from support.waiting import UNIT
 
-from orbit_server.store.db import alembic_config, create_engine_for, current_revision, migrate
+from orbit_server.store.db import (
+    alembic_config,
+    create_engine_for,
+    current_revision,
+    head_revision,
+    migrate,
+)
 from orbit_server.store.tables import metadata
 
 pytestmark = pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True)
@@ -36,7 +42,7 @@ def test_fresh_database_matches_metadata_and_migrates_twice(db_url: str) -> None
     migrate(db_url)  # already at head (the pool migrated it): a no-op
     engine = create_engine_for(db_url)
     try:
-        assert current_revision(engine) == "0007b"
+        assert current_revision(engine) == head_revision()
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
             isolation = conn.exec_driver_sql("SELECT @@tx_isolation").scalar()
@@ -69,7 +75,7 @@ def test_upgrade_from_0001_in_place_keeps_rows(db_url: str) -> None:
             assert conn.execute(text("SELECT COUNT(*) FROM queues WHERE name = 'keep me'")
                                 ).scalar_one() == 1
         migrate(db_url)
-        assert current_revision(engine) == "0007b"
+        assert current_revision(engine) == head_revision()
         with engine.connect() as conn:
             assert conn.execute(text("SELECT name FROM queues")).scalar_one() == "Keep Me"
             # Binary comparison now: case matters.
@@ -104,7 +110,7 @@ def test_replicas_migrating_at_once_take_turns(db_url: str) -> None:
     assert [p.returncode for p in procs] == [0, 0], outputs
     engine = create_engine_for(db_url)
     try:
-        assert current_revision(engine) == "0007b"
+        assert current_revision(engine) == head_revision()
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     finally:

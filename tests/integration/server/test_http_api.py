@@ -118,8 +118,9 @@ def test_authentication_and_roles(orbit: OrbitEnv) -> None:
     expect_error(producer.post("/v1/queues", json={}), 403, "PERMISSION_DENIED")
     expect_error(producer.post("/v1/credentials", json={"role": "admin", "queues": []}),
                  403, "PERMISSION_DENIED")
+    # Another queue answers as a queue that does not exist (nothing is revealed).
     expect_error(producer.post(f"/v1/queues/{other}/tasks", json=task_spec()),
-                 403, "PERMISSION_DENIED")
+                 404, "NOT_FOUND")
     worker = orbit.worker_credential(queue)
     expect_error(orbit.client(worker.bearer).post(f"/v1/queues/{queue}/tasks", json=task_spec()),
                  403, "PERMISSION_DENIED")

@@ -205,10 +205,10 @@ async def test_stale_epoch_and_foreign_attempts_are_refused_per_op(orbit: OrbitE
                 StartOp(intruder.msg_id(), r2.attempt_id, r2.epoch), DrainOp(intruder.msg_id())
             )
             denied, drained = response.results
-            assert not denied.ok and denied.error_code == "PERMISSION_DENIED"
+            assert not denied.ok and denied.error_code == "NOT_FOUND"
             assert drained.ok
             fin = await intruder.finish(r2, "SUCCEEDED", result_json="1")
-            assert not fin.ok and fin.error_code == "PERMISSION_DENIED"
+            assert not fin.ok and fin.error_code == "NOT_FOUND"
         missing = await wc.one(StartOp(wc.msg_id(), "f" * 32, 1))
         assert not missing.ok and missing.error_code == "NOT_FOUND"
         # The rightful worker is unaffected.

@@ -53,8 +53,9 @@ def test_roles_and_scopes(world: World) -> None:
         world.service.admin.create_queue(world.producer, "nope")
     assert denied.value.code is ErrorCode.PERMISSION_DENIED
     other = world.service.admin.create_queue(world.admin, "other")
-    with pytest.raises(AuthError):
+    with pytest.raises(OrbitError) as hidden:
         world.service.tasks.submit(world.producer, other["id"], [{}])
+    assert hidden.value.code is ErrorCode.NOT_FOUND
     with pytest.raises(OrbitError) as exc:
         world.service.admin.create_credential(world.admin, "root", [world.queue_id], None)
     assert exc.value.code is ErrorCode.BAD_REQUEST
@@ -67,8 +68,9 @@ def test_roles_and_scopes(world: World) -> None:
     # A task of another queue is invisible to this producer.
     admin_task, _ = world.service.tasks.submit(world.admin, other["id"], [{
         "handler": "h", "handler_version": "1", "payload_version": "1", "payload": 1}])
-    with pytest.raises(AuthError):
+    with pytest.raises(OrbitError) as hidden:
         world.service.tasks.get_task(world.producer, admin_task[0][0]["id"])
+    assert hidden.value.code is ErrorCode.NOT_FOUND
 
 
 def test_submit_fills_defaults_and_view_matches_contract(world: World) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from orbit_server.store import create_engine_for, current_revision, migrate
-from orbit_server.store.db import WAL_AUTOCHECKPOINT_PAGES
+from orbit_server.store import create_engine_for, current_revision, migrate, migrations
+from orbit_server.store.db import WAL_AUTOCHECKPOINT_PAGES, head_revision
 from orbit_server.store.tables import metadata
 
 
@@ -18,7 +18,7 @@ def test_migration_matches_metadata_and_is_idempotent(tmp_path: Path) -> None:
     migrate(url)  # a second run is a no-op
     engine = create_engine_for(url)
     try:
-        assert current_revision(engine) == "0007b"
+        assert current_revision(engine) == head_revision()
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), metadata) == []
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
@@ -37,3 +37,18 @@ def test_empty_database_has_no_revision(tmp_path: Path) -> None:
         assert current_revision(engine) is None
     finally:
         engine.dispose()
+
+
+def test_the_migrations_form_one_chain() -> None:
+    # Branches that each add a revision on the same parent give alembic two heads, and
+    # `upgrade head` would refuse to run; head_revision() names them. The chain from the head
+    # down must also reach every revision file.
+    from alembic.script import ScriptDirectory
+
+    from orbit_server.store.db import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    chain = [rev.revision for rev in script.walk_revisions(base="base", head=head_revision())]
+    files = {p.name.split("_", 1)[0]
+             for p in (Path(migrations.__file__).parent / "versions").glob("0*.py")}
+    assert sorted(chain) == sorted(files)

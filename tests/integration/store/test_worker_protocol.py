@@ -282,9 +282,9 @@ def test_stale_epoch_and_other_instance_are_fenced(world: World) -> None:
     assert not res.ok and res.error_code is ErrorCode.STALE_EPOCH
     intruder = world.hello()
     res = world.renew(intruder, aid, ep)
-    assert not res.ok and res.error_code is ErrorCode.PERMISSION_DENIED
+    assert not res.ok and res.error_code is ErrorCode.NOT_FOUND
     res, _ = world.finish(intruder, aid, ep, Outcome.SUCCEEDED, result={"x": 1})
-    assert not res.ok and res.error_code is ErrorCode.PERMISSION_DENIED
+    assert not res.ok and res.error_code is ErrorCode.NOT_FOUND
     res = world.start(b, "d" * 32, 1)
     assert not res.ok and res.error_code is ErrorCode.NOT_FOUND
 
@@ -377,7 +377,7 @@ def test_receipts_replay_the_answer_and_apply_once(world: World) -> None:
     # Receipts are per instance: another instance may use the same msg_id.
     other = world.hello()
     res = world.renew(other, r.attempt_id, r.epoch, msg="f1")
-    assert res.error_code is ErrorCode.PERMISSION_DENIED
+    assert res.error_code is ErrorCode.NOT_FOUND
 
 
 def test_replayed_start_after_lease_end_is_lease_expired(world: World) -> None:

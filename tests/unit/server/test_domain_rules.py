@@ -166,7 +166,7 @@ def test_start_fencing_changes_nothing_on_error() -> None:
     t = task()
     a = domain.reserve(t, "a" * 32, "i" * 32, NOW)
     for epoch, instance, code in ((2, "i" * 32, ErrorCode.STALE_EPOCH),
-                                  (1, "j" * 32, ErrorCode.PERMISSION_DENIED)):
+                                  (1, "j" * 32, ErrorCode.NOT_FOUND)):
         before = (copy.deepcopy(t), copy.deepcopy(a))
         with pytest.raises(OrbitError) as exc:
             domain.start(t, a, epoch, instance, None, NOW)
@@ -213,7 +213,7 @@ def test_finish_success_and_evidence_cases() -> None:
     assert (t, a) == snapshot
     with pytest.raises(OrbitError) as exc:
         domain.finish(t, a, 1, "j" * 32, OK, NOW, 0.5)
-    assert exc.value.code is ErrorCode.PERMISSION_DENIED
+    assert exc.value.code is ErrorCode.NOT_FOUND
 
 
 def test_check_report_value_rules() -> None:
@@ -303,7 +303,7 @@ def test_resume_status() -> None:
     assert domain.resume_status(t, a, 1, "i" * 32, NOW + 1000) == (
         domain.ResumeStatus.RUNNING, 2000, None)
     assert domain.resume_status(t, a, 2, "i" * 32, NOW)[2] == "STALE_EPOCH"
-    assert domain.resume_status(t, a, 1, "j" * 32, NOW)[2] == "PERMISSION_DENIED"
+    assert domain.resume_status(t, a, 1, "j" * 32, NOW)[2] == "NOT_FOUND"
     assert domain.resume_status(t, a, 1, "i" * 32, NOW + 3000)[2] == "LEASE_EXPIRED"
     assert domain.resume_status(None, None, 1, "i" * 32, NOW)[2] == "NOT_FOUND"
     domain.cancel(t, a, NOW)

@@ -50,6 +50,9 @@ CLIENT_FRAMES = [
                      report=Report(child_pid=42, cpu_ms=3, renewals=1)),
             FinishOp("m5", B, 1, Outcome.FAILED, code="OBJECT_REJECTED", details_json="{}"),
             DrainOp("m6"),
+            FinishOp("m7", B, 1, Outcome.UNKNOWN, code="LEASE_LOST",
+                     report=Report(child_pid=9, signal=9, cpu_ms=280, peak_rss_bytes=4096,
+                                   kill_reason="ATTEMPT_TIMEOUT", kill_age_ms=3, reap_ms=12)),
         ),
     ),
 ]
@@ -131,3 +134,30 @@ def test_hello_needs_capabilities() -> None:
     hello["capabilities"] = []
     with pytest.raises(ProtocolError):
         decode_client_frame(orjson.dumps(hello))
+
+
+def _kill_finish(**report: object) -> bytes:
+    return orjson.dumps({"type": "request", "id": 1, "ops": [{
+        "op": "finish", "msg_id": "m1", "attempt_id": A, "epoch": 1, "outcome": "UNKNOWN",
+        "code": "LEASE_LOST", "report": report}]})
+
+
+@pytest.mark.parametrize("report", [
+    {"kill_reason": "LEASE_LOST", "kill_age_ms": -1},
+    {"kill_reason": "LEASE_LOST", "kill_age_ms": 86_400_001},
+    {"kill_reason": "LEASE_LOST", "reap_ms": 1.5},
+    {"kill_reason": "LEASE_LOST", "reap_ms": True},
+    {"kill_age_ms": 3},  # a kill's timing without the kill
+    {"reap_ms": 3, "signal": 9},
+])
+def test_bad_kill_timing_is_a_bad_frame(report: dict[str, object]) -> None:
+    with pytest.raises(ProtocolError) as info:
+        decode_client_frame(_kill_finish(**report))
+    assert info.value.code == ErrorCode.BAD_FRAME
+
+
+def test_kill_timing_decodes() -> None:
+    request = decode_client_frame(_kill_finish(kill_reason="LEASE_LOST", kill_age_ms=0,
+                                               reap_ms=86_400_000))
+    assert isinstance(request, Request) and isinstance(request.ops[0], FinishOp)
+    assert (request.ops[0].report.kill_age_ms, request.ops[0].report.reap_ms) == (0, 86_400_000)
