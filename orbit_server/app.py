@@ -149,8 +149,11 @@ class OrbitServer:
                 effects, next_ms = await self.store.call(self.services.schedules.fire_due)
                 self.apply(effects)
             wait_ms = SCHEDULE_POLL_MS
-            if next_ms is not None:
-                wait_ms = max(10, min(wait_ms, next_ms - wall_clock_ms()))  # never a busy loop
+            left = None if next_ms is None else next_ms - wall_clock_ms()
+            if left is not None and left > 0:
+                wait_ms = max(10, min(wait_ms, left))
+            # Still due after a pass (more than a batch, or a schedule this server cannot
+            # read): the next pass comes after the poll period, never in a busy loop.
             await asyncio.sleep(wait_ms / 1000)
 
     async def _dispatch_poll_loop(self) -> None:

@@ -122,6 +122,10 @@ class ScheduleService:
         ACTIVE schedule after this pass (None: no active schedule)."""
         now = self._tx.clock()
         effects = Effects()
+        with self._tx.read() as conn:  # most passes find nothing due: no write transaction
+            earliest = _earliest(conn)
+        if earliest is None or earliest > now:
+            return effects, earliest
         try:
             earliest = self._fire(now, effects)
         except IntegrityError:
@@ -140,12 +144,25 @@ class ScheduleService:
                 .with_for_update(skip_locked=True)  # another replica is firing these
             ).mappings().all()
             for row in due:
-                if _fire_one(conn, row, now):
+                try:
+                    fired = _fire_one(conn, row, now)
+                except OrbitError as exc:
+                    if exc.code is not ErrorCode.BAD_REQUEST:
+                        raise
+                    # A stored schedule this server cannot read (a zone its tzdata lacks, a
+                    # task spec out of its bounds): leave it, fire the others.
+                    continue
+                if fired:
                     effects.ready_queues.add(row["queue_id"])
-            earliest: int | None = conn.scalar(
-                select(func.min(schedules.c.next_fire_at_ms))
-                .where(schedules.c.state == ScheduleState.ACTIVE.value))
-        return earliest
+            return _earliest(conn)
+
+
+def _earliest(conn: Connection) -> int | None:
+    """The earliest next tick of any ACTIVE schedule (ix_schedules_due)."""
+    earliest: int | None = conn.scalar(
+        select(func.min(schedules.c.next_fire_at_ms))
+        .where(schedules.c.state == ScheduleState.ACTIVE.value))
+    return earliest
 
 
 def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int) -> bool:

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 from store_support import World
 
-from orbit_server.store.tables import schedule_firings, tasks
+from orbit_server.store.tables import schedule_firings, schedules, tasks
 from orbit_wire.errors import OrbitError
 
 MIN = 60_000
@@ -174,3 +174,16 @@ def test_other_queues_schedules_are_out_of_reach(world: World) -> None:
         with pytest.raises(OrbitError) as info:
             call(stranger, arg)
         assert info.value.code.value == "NOT_FOUND"  # not yours answers as missing
+
+
+def test_an_unreadable_stored_schedule_does_not_stop_the_others(world: World) -> None:
+    broken = _create(world)
+    good = _create(world)
+    with world.engine.begin() as conn:  # e.g. a zone this server's tzdata does not know
+        conn.execute(schedules.update().where(schedules.c.id == broken["id"])
+                     .values(timezone="Gone/Zone"))
+    world.clock.now = good["next_fire_at_ms"] + 1
+    effects, _ = world.service.schedules.fire_due()
+    assert effects.ready_queues == {world.queue_id}
+    assert [r["operation_key"] for r in _tasks(world)] == [
+        f"schedule:{good['id']}:{good['next_fire_at_ms']}"]
