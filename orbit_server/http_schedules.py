@@ -27,9 +27,9 @@ class ScheduleApi(HttpApi):
 
     async def create(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        bearer = self._bearer(request)
+        principal = await self._principal(request)  # before the body is read
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)), "Schedule")
-        made = await self._as(bearer, self.schedules.create, queue_id, body)
+        made = await self.store.call(self.schedules.create, principal, queue_id, body)
         return JSONResponse(made, status_code=201)
 
     async def list(self, request: Request) -> Response:
