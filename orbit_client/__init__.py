@@ -19,7 +19,7 @@ from orbit_host.credentials import (
 from orbit_wire.tasktype import TaskType
 
 from .client import AsyncOrbitClient, OrbitClient, is_settled
-from .errors import OrbitApiError, ServerUnreachable
+from .errors import CertificateError, OrbitApiError, ServerUnreachable
 from .tasks import (
     Task,
     TaskCancelled,
@@ -31,6 +31,7 @@ from .tasks import (
 
 __all__ = [
     "AsyncOrbitClient",
+    "CertificateError",
     "Credentials",
     "CredentialsFileError",
     "OrbitApiError",

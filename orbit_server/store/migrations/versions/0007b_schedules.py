@@ -1,7 +1,7 @@
 """Periodic schedules and their firings.
 
 Revision ID: 0007b
-Revises: 0007
+Revises: 0005
 Create Date: 2026-12-02
 
 A schedule holds a cron expression, its time zone and the task spec each firing submits;
@@ -18,7 +18,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0007b"
-down_revision = "0007"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

@@ -1,6 +1,5 @@
 """``orbit schedules create | list | get | pause | resume | delete``: periodic schedules
-(docs/cli.md "Schedules"). Parses arguments and calls OrbitClient, like the rest of cli.py,
-whose helpers it shares."""
+(docs/cli.md "Schedules"). Answers print as JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +7,17 @@ from typing import Any
 
 import click
 
-from .cli import _client, _json_argument, _print_json
+from ..client import OrbitClient
+from .app import settings
+from .args import json_argument, queue_option
+
+
+def _client(ctx: click.Context) -> OrbitClient:
+    return settings(ctx).client(ctx)
+
+
+def _print_json(ctx: click.Context, value: Any) -> None:
+    settings(ctx).output(True).json(value)
 
 
 @click.group()
@@ -17,7 +26,7 @@ def schedules() -> None:
 
 
 @schedules.command("create")
-@click.option("--queue", "queue_id", required=True, help="Queue ID.")
+@queue_option
 @click.option("--cron", required=True, help="Cron expression, e.g. '*/5 * * * *' (quote it).")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("--name", default=None, help="A label for people.")
@@ -34,7 +43,7 @@ def schedules() -> None:
 @click.option("--deadline-ms", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON, not its ID.")
 @click.pass_context
-def schedules_create(ctx: click.Context, queue_id: str, cron: str, timezone: str,
+def schedules_create(ctx: click.Context, queue_id: str | None, cron: str, timezone: str,
                      name: str | None, missed_ticks: str, paused: bool, handler: str,
                      handler_version: str, payload_version: str, payload: str,
                      idempotent: bool, priority: int | None, max_attempts: int | None,
@@ -42,7 +51,7 @@ def schedules_create(ctx: click.Context, queue_id: str, cron: str, timezone: str
     """Create a schedule and print its ID; its first tick is the first after now."""
     task: dict[str, Any] = {
         "handler": handler, "handler_version": handler_version,
-        "payload_version": payload_version, "payload": _json_argument(payload, "payload"),
+        "payload_version": payload_version, "payload": json_argument(payload, "payload"),
         "idempotency": "IDEMPOTENT" if idempotent else "NON_IDEMPOTENT",
     }
     optional = {"priority": priority, "max_attempts": max_attempts, "deadline_ms": deadline_ms}
@@ -51,19 +60,20 @@ def schedules_create(ctx: click.Context, queue_id: str, cron: str, timezone: str
                             "missed_ticks": missed_ticks, "paused": paused}
     if name is not None:
         body["name"] = name
-    made = _client(ctx).create_schedule(queue_id, body)
+    made = _client(ctx).create_schedule(settings(ctx).queue(queue_id), body)
     if as_json:
-        _print_json(made)
+        _print_json(ctx, made)
     else:
-        click.echo(made["id"])
+        settings(ctx).output(False).line(made["id"])
 
 
 @schedules.command("list")
-@click.option("--queue", "queue_id", required=True, help="Queue ID.")
+@queue_option
 @click.pass_context
-def schedules_list(ctx: click.Context, queue_id: str) -> None:
+def schedules_list(ctx: click.Context, queue_id: str | None) -> None:
     """Print the queue's schedules as JSON."""
-    _print_json({"schedules": _client(ctx).list_schedules(queue_id)})
+    queue = settings(ctx).queue(queue_id)
+    _print_json(ctx, {"schedules": _client(ctx).list_schedules(queue)})
 
 
 @schedules.command("get")
@@ -71,7 +81,7 @@ def schedules_list(ctx: click.Context, queue_id: str) -> None:
 @click.pass_context
 def schedules_get(ctx: click.Context, schedule_id: str) -> None:
     """Print a schedule with its recent firings (tick, task, missed)."""
-    _print_json(_client(ctx).get_schedule(schedule_id))
+    _print_json(ctx, _client(ctx).get_schedule(schedule_id))
 
 
 @schedules.command("pause")
@@ -79,7 +89,7 @@ def schedules_get(ctx: click.Context, schedule_id: str) -> None:
 @click.pass_context
 def schedules_pause(ctx: click.Context, schedule_id: str) -> None:
     """Stop firing; ticks while paused never fire."""
-    _print_json(_client(ctx).pause_schedule(schedule_id))
+    _print_json(ctx, _client(ctx).pause_schedule(schedule_id))
 
 
 @schedules.command("resume")
@@ -87,7 +97,7 @@ def schedules_pause(ctx: click.Context, schedule_id: str) -> None:
 @click.pass_context
 def schedules_resume(ctx: click.Context, schedule_id: str) -> None:
     """Fire again from the first tick after now."""
-    _print_json(_client(ctx).resume_schedule(schedule_id))
+    _print_json(ctx, _client(ctx).resume_schedule(schedule_id))
 
 
 @schedules.command("delete")
@@ -95,4 +105,4 @@ def schedules_resume(ctx: click.Context, schedule_id: str) -> None:
 @click.pass_context
 def schedules_delete(ctx: click.Context, schedule_id: str) -> None:
     """Delete the schedule; the tasks it submitted stay."""
-    _print_json(_client(ctx).delete_schedule(schedule_id))
+    _print_json(ctx, _client(ctx).delete_schedule(schedule_id))
