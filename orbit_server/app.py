@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 
 from orbit_host.credentials import Credentials, write_credentials
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
@@ -261,7 +262,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("orbit")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "(development)"
 
