@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 
 from orbit_host.credentials import Credentials, load_credentials
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.frames import Report, Reservation, ServerFrame
 from orbit_wire.ids import new_id, new_secret
 from orbit_wire.model import Outcome, UnknownCode
@@ -495,6 +496,6 @@ def _agent() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return f"orbit-supervise/{version('orbit')}"
+        return f"orbit-supervise/{version(DISTRIBUTION)}"
     except PackageNotFoundError:
         return "orbit-supervise/dev"

@@ -16,6 +16,7 @@ import click
 import orjson
 
 from orbit_host.credentials import CredentialsFileError, load_credentials
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.ids import is_id
 
@@ -125,6 +126,7 @@ def _fail(code: int, message: str) -> None:
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--log-format", default="text", show_default=True,
               type=click.Choice(["text", "json"]))
+@click.version_option(package_name=DISTRIBUTION, prog_name="orbit-supervise")
 def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | None,
          workers: int, shutdown_timeout: float, reconnect_min_delay: float,
          reconnect_max_delay: float, max_tasks_per_child: int | None,

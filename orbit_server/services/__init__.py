@@ -7,6 +7,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     workers        WorkerService   hello, release, reserve, a control request's ops, presence
     listing        ListingService  task pages, queues with counts, live workers, unserved work
     retention      Retention       old finished tasks and long-unseen instances deleted
+    schedules      ScheduleService periodic schedules and the firing loop's pass
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
@@ -36,6 +37,7 @@ from .listing import ListingService
 from .reaper import Reaper
 from .reservations import Reservations
 from .retention import Retention
+from .schedules import ScheduleService
 from .tasks import Submitted, TaskService
 from .wakeups import Wakeups
 from .workers import WorkerService
@@ -49,6 +51,7 @@ __all__ = [
     "Reaper",
     "Reservations",
     "Retention",
+    "ScheduleService",
     "Services",
     "Submitted",
     "TaskService",
@@ -72,3 +75,4 @@ class Services:
         self.workers = WorkerService(self.tx, wakeups, replica)
         self.listing = ListingService(self.tx)
         self.retention = Retention(self.tx)
+        self.schedules = ScheduleService(self.tx)
