@@ -15,10 +15,11 @@ from orbit_host.credentials import (
 )
 
 from .client import AsyncOrbitClient, OrbitClient, is_settled
-from .errors import OrbitApiError, ServerUnreachable
+from .errors import CertificateError, OrbitApiError, ServerUnreachable
 
 __all__ = [
     "AsyncOrbitClient",
+    "CertificateError",
     "Credentials",
     "CredentialsFileError",
     "OrbitApiError",

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -28,7 +29,7 @@ from orbit_host.credentials import Credentials, load_credentials, write_credenti
 from orbit_wire.model import TaskState
 
 from . import calls
-from .errors import OrbitApiError, ServerUnreachable
+from .errors import CertificateError, OrbitApiError, ServerUnreachable
 
 # Reading the task again after NEEDS_REVIEW or a terminal state is pointless.
 _SETTLED = frozenset(state.value for state in TaskState if state.settled)
@@ -36,6 +37,7 @@ _SETTLED = frozenset(state.value for state in TaskState if state.settled)
 _WAIT_SLACK_S = 10.0
 _MAX_WAIT_ROUNDS = 100_000  # hard bound on long-poll rounds whatever the clock does
 DEFAULT_MAX_CONNECTIONS = 32
+_MAX_PAGES = 100_000  # hard bound on the pages iter_tasks follows
 
 CredentialsArg = Credentials | str | os.PathLike[str] | None
 
@@ -104,10 +106,25 @@ def _transport_error(url: str, exc: httpx.HTTPError) -> OrbitApiError:
     """No usable answer. The class name says what went wrong (httpx messages may hold the
     URL, never headers). Connect, read and protocol failures mean the server did not answer;
     anything else httpx raises (e.g. a redirect loop) is not the server being down."""
+    refused = _certificate_failure(exc)
+    if refused is not None:
+        return CertificateError(f"the TLS certificate of {url} was refused: {refused}")
     if isinstance(exc, httpx.TransportError):
         return ServerUnreachable(f"no answer from {url}: {type(exc).__name__}")
     return OrbitApiError("INTERNAL", f"request to {url} failed: {type(exc).__name__}",
                          retryable=False)
+
+
+def _certificate_failure(exc: BaseException) -> str | None:
+    """Why the server's certificate was refused, when that is what ended the request."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the ssl error sits a few causes down (httpx -> httpcore -> ssl)
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return str(seen.verify_message or seen.reason or "certificate verify failed")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class OrbitClient(_Base):
@@ -211,6 +228,38 @@ class OrbitClient(_Base):
         self, task_id: str, action: str, result: Any = None, reason: str | None = None
     ) -> dict[str, Any]:
         return self._send(calls.review(task_id, action, result, reason))
+
+    def list_tasks(self, queue_id: str, **filters: Any) -> dict[str, Any]:
+        """One page of the queue's tasks: ``{"tasks": [...], "next_cursor": str | None}``.
+        Filters: state (one or several), handler, handler_version, payload_version,
+        created_after, created_before, finished_after, finished_before (epoch ms,
+        inclusive), order ("newest" or "oldest"), limit (1-500, default 50), cursor."""
+        return self._send(calls.list_tasks(queue_id, **filters))
+
+    def iter_tasks(self, queue_id: str, *, max_tasks: int | None = None,
+                   **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every task the filters select, following the cursors page by page; stops after
+        ``max_tasks`` tasks when given, and after _MAX_PAGES pages in any case."""
+        yielded = 0
+        cursor = filters.pop("cursor", None)
+        for _ in range(_MAX_PAGES):
+            page = self.list_tasks(queue_id, cursor=cursor, **filters)
+            for task in page["tasks"]:
+                if max_tasks is not None and yielded >= max_tasks:
+                    return
+                yielded += 1
+                yield task
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def list_queues(self) -> dict[str, Any]:
+        """``{"queues": [{"queue_id", "name", "created_at", "counts"}, ...]}``."""
+        return self._send(calls.list_queues())
+
+    def list_workers(self, queue_id: str | None = None) -> dict[str, Any]:
+        """``{"workers": [...]}``: live worker instances on every replica."""
+        return self._send(calls.list_workers(queue_id))
 
 
 class AsyncOrbitClient(_Base):
@@ -316,3 +365,27 @@ class AsyncOrbitClient(_Base):
         self, task_id: str, action: str, result: Any = None, reason: str | None = None
     ) -> dict[str, Any]:
         return await self._send(calls.review(task_id, action, result, reason))
+
+    async def list_tasks(self, queue_id: str, **filters: Any) -> dict[str, Any]:
+        return await self._send(calls.list_tasks(queue_id, **filters))
+
+    async def iter_tasks(self, queue_id: str, *, max_tasks: int | None = None,
+                         **filters: Any) -> AsyncIterator[dict[str, Any]]:
+        yielded = 0
+        cursor = filters.pop("cursor", None)
+        for _ in range(_MAX_PAGES):
+            page = await self.list_tasks(queue_id, cursor=cursor, **filters)
+            for task in page["tasks"]:
+                if max_tasks is not None and yielded >= max_tasks:
+                    return
+                yielded += 1
+                yield task
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    async def list_queues(self) -> dict[str, Any]:
+        return await self._send(calls.list_queues())
+
+    async def list_workers(self, queue_id: str | None = None) -> dict[str, Any]:
+        return await self._send(calls.list_workers(queue_id))

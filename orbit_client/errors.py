@@ -2,8 +2,10 @@
 
     OrbitError (orbit_wire.errors)
     └── OrbitApiError        the server answered with an error, or the request was refused locally
-        └── ServerUnreachable  no answer at all (connect failure, reset, timeout): UNAVAILABLE,
-                               retryable. The request may still have been applied.
+        ├── ServerUnreachable  no answer at all (connect failure, reset, timeout): UNAVAILABLE,
+        │                      retryable. The request may still have been applied.
+        └── CertificateError   the server's TLS certificate was refused (untrusted, expired, for
+                               another name): UNAVAILABLE, not retryable; nothing was sent.
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ class ServerUnreachable(OrbitApiError):
 
     def __init__(self, message: str):
         super().__init__(ErrorCode.UNAVAILABLE, message, status=None, retryable=True)
+
+
+class CertificateError(OrbitApiError):
+    """The TLS handshake failed on the server's certificate; no request was sent."""
+
+    def __init__(self, message: str):
+        super().__init__(ErrorCode.UNAVAILABLE, message, status=None, retryable=False)
 
 
 def code_for_status(status: int) -> ErrorCode:

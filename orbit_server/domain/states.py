@@ -58,11 +58,24 @@ ATTEMPT_TRANSITIONS: Final[Mapping[tuple[AttemptState, AttemptEvent], AttemptSta
 }
 
 
+_ONLY_REVIEW = "only a task in NEEDS_REVIEW can be reviewed"
+# Operators read these messages (`orbit tasks review`, `cancel`): say the move in their words.
+_PHRASES: Final[Mapping[str, str]] = {
+    TaskEvent.OPERATOR_RETRY: f"be retried by review: {_ONLY_REVIEW}",
+    TaskEvent.OPERATOR_SUCCEED: f"be marked succeeded by review: {_ONLY_REVIEW}",
+    TaskEvent.OPERATOR_FAIL: f"be marked failed by review: {_ONLY_REVIEW}",
+    TaskEvent.CANCEL: "be cancelled: it has already finished",
+    TaskEvent.NEED_REVIEW: "go to review",
+    TaskEvent.DEADLINE: "reach its deadline",
+}
+
+
 class IllegalTransition(OrbitError):
     """A move the state tables do not allow; nothing was changed."""
 
     def __init__(self, what: str, state: str, event: str):
-        super().__init__(ErrorCode.CONFLICT, f"{what} in state {state} cannot {event.lower()}")
+        phrase = _PHRASES.get(event, event.lower())
+        super().__init__(ErrorCode.CONFLICT, f"{what} in state {state} cannot {phrase}")
 
 
 def next_task_state(state: TaskState, event: TaskEvent) -> TaskState:

@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
+from support.cli import Cli, closed_port_url, one_error_line, run_orbit
 from support.orbit_http import WorkerCredential
 from support.protocol_client import ECHO, ProtocolClient
 from support.server import ServerProcess
@@ -23,40 +22,7 @@ from support.waiting import UNIT
 from orbit_client import Credentials, load_credentials, write_credentials
 from orbit_wire.ids import is_id
 
-ORBIT = Path(sys.executable).with_name("orbit")
 QID = "0123456789abcdef0123456789abcdef"
-
-
-def run_orbit(
-    *args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run `orbit ARGS` with a clean environment (no ORBIT_* leaking in from outside);
-    ``timeout`` in units."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("ORBIT_")}
-    return subprocess.run(
-        [str(ORBIT), *args],
-        env={**base, **(env or {})},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout * UNIT,
-        check=False,
-    )
-
-
-def closed_port_url() -> str:
-    """A URL nobody listens on: bind port 0, note it, close it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-def one_error_line(result: subprocess.CompletedProcess[str], code: str) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"orbit: {code}: "), lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -133,28 +99,6 @@ def test_usage_errors_exit_2(offline_creds: Path) -> None:
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISE = Path(sys.executable).with_name("orbit-supervise")
 STOP_BOUND_S = 30.0 * UNIT
-
-
-class Cli:
-    """`orbit` bound to one credentials file (ORBIT_CREDENTIALS_FILE, as the README does)."""
-
-    def __init__(self, creds_file: Path) -> None:
-        self.env = {"ORBIT_CREDENTIALS_FILE": str(creds_file)}
-
-    def ok(self, *args: str) -> str:
-        result = run_orbit(*args, env=self.env)
-        assert result.returncode == 0, result.stderr
-        assert result.stderr == ""
-        return result.stdout
-
-    def json(self, *args: str) -> Any:
-        return orjson.loads(self.ok(*args))
-
-    def fails(self, code: str, exit_code: int, *args: str) -> str:
-        result = run_orbit(*args, env=self.env)
-        assert result.returncode == exit_code, (result.returncode, result.stderr)
-        assert result.stdout == ""
-        return one_error_line(result, code)
 
 
 @pytest.fixture
@@ -244,7 +188,7 @@ def test_submit_get_cancel_and_json_output(admin_cli: Cli, tmp_path: Path) -> No
     assert task["policy"]["idempotency"] == "IDEMPOTENT"
     assert task["policy"]["max_attempts"] == 5
     assert task["payload"] == {"text": "from a file", "n": 1.1}
-    waited = producer.json("tasks", "get", task_id, "--wait", "0.3")
+    waited = producer.json_exit(13, "tasks", "get", task_id, "--wait", "0.3")
     assert waited["state"] == "PENDING"
     cancelled = producer.json("tasks", "cancel", task_id, "--reason", "test")
     assert cancelled["state"] == "CANCELLED"
@@ -304,7 +248,7 @@ def test_review_flow(server: ServerProcess, admin_cli: Cli, tmp_path: Path) -> N
            for i in range(3)]
     asyncio.run(_to_review(server, worker_file, 3))
     for task_id in ids:
-        task = producer.json("tasks", "get", task_id, "--wait", "10")
+        task = producer.json_exit(11, "tasks", "get", task_id, "--wait", "10")
         assert task["state"] == "NEEDS_REVIEW", task
     out = producer.ok("tasks", "review", ids[0], "--succeed", "--result", '{"v": 1.10}',
                       "--reason", "checked by hand")

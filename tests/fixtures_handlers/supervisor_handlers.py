@@ -94,6 +94,11 @@ def reject(execution: Execution) -> Any:
     raise WorkerFailure("OBJECT_REJECTED", details={"why": "test"})
 
 
+def key_error(execution: Execution) -> Any:
+    """A bug in the handler: the missing key (a secret of the payload) is in the message."""
+    return {}[execution.payload["secret"]]
+
+
 HANDLERS = [
     Handler("sup.upper", "v1", "v1", upper),
     Handler("sup.sleep", "v1", "v1", sleep),
@@ -107,6 +112,7 @@ HANDLERS = [
     Handler("sup.reject", "v1", "v1", reject),
     Handler("sup.whoami", "v1", "v1", whoami),
     Handler("sup.kills_its_template", "v1", "v1", kills_its_template),
+    Handler("sup.key_error", "v1", "v1", key_error),
 ]
 
 BROKEN_DUPLICATES = [

@@ -60,6 +60,8 @@ PURE = (
     "orbit_supervisor/outcomes.py",
     "orbit_client/calls.py",
     "orbit_client/rawjson.py",
+    "orbit_client/cli/render.py",
+    "orbit_client/cli/timefmt.py",
 )
 FORBIDDEN_IN_PURE = frozenset({
     "asyncio", "websockets", "psutil", "sqlalchemy", "alembic", "starlette", "uvicorn",

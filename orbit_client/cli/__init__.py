@@ -1,0 +1,31 @@
+"""The ``orbit`` command: parses arguments, calls OrbitClient, prints the answer for people
+(on a terminal) or as JSON (on a pipe, or with --json). docs/cli.md documents every command.
+
+    app.py          the root group: global options, client, output form, default queue, errors
+    exits.py        exit codes and the next step every error line ends with
+    output.py       human or JSON, and the printer
+    render.py       human views of answers (pure)        timefmt.py   relative times (pure)
+    waiting.py      --wait with a progress line          args.py      shared options, JSON args
+    health.py, queues.py, credentials.py, tasks.py       one module per command group
+
+A new command group is a module with a click group, added to ``cli`` below.
+"""
+
+from __future__ import annotations
+
+from .app import cli
+from .credentials import credentials
+from .exits import exit_code_for
+from .health import health
+from .queues import queues
+from .tasks import tasks
+
+for _command in (health, queues, credentials, tasks):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    cli(prog_name="orbit")
+
+
+__all__ = ["cli", "exit_code_for", "main"]

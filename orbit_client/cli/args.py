@@ -1,0 +1,68 @@
+"""Argument helpers shared by commands: JSON values given inline, as @FILE or as @-."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+import orjson
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.jsonvalue import check_text
+
+wait_option = click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Wait up to SECONDS for the task to finish or need review; the exit code says how "
+         "it ended (0 SUCCEEDED, 10 FAILED, 11 NEEDS_REVIEW, 12 CANCELLED, 13 not yet).",
+)
+
+queue_option = click.option(
+    "--queue", "queue_id", default=None,
+    help="Queue ID (default: the credential's queue, when it has exactly one).",
+)
+
+
+def json_argument(text: str, what: str) -> orjson.Fragment:
+    """A JSON value given inline, as @FILE, or as @- (stdin); checked, kept as exact text."""
+    if text.startswith("@"):
+        name = text[1:]
+        try:
+            data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+        except OSError as exc:
+            raise OrbitError(ErrorCode.BAD_REQUEST, f"{what} file {name}: {exc.strerror}") from None
+    else:
+        data = text.encode()
+    check_text(data, what=what)
+    return orjson.Fragment(data.strip())
+
+
+_AGO_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def parse_instant(text: str, now_ms: int, option: str) -> int:
+    """An instant for a time filter, as epoch ms: ``15m``, ``2h``, ``3d``, ``1w`` (that long
+    ago), an ISO date or date-time (UTC unless it names an offset: ``2026-12-02``,
+    ``2026-12-02T03:00``, ``2026-12-02T03:00+01:00``), or epoch milliseconds."""
+    raw = text.strip()
+    unit = raw[-1:].lower()
+    if unit in _AGO_UNITS_MS and raw[:-1].isdigit():
+        return max(0, now_ms - int(raw[:-1]) * _AGO_UNITS_MS[unit])
+    if raw.isdigit():
+        return int(raw)
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a time: use 15m, 2h, 3d or 1w (ago), an ISO date or date-time "
+            "(2026-12-02, 2026-12-02T03:00, UTC unless an offset is given), or epoch ms",
+            param_hint=option,
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)

@@ -1,0 +1,49 @@
+"""``orbit queues``: create queues and read their statistics."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from .app import settings
+from .args import queue_option
+from .output import json_option
+from .render import stats_view
+
+
+@click.group()
+def queues() -> None:
+    """Create queues and read their statistics (admin; stats also producer)."""
+
+
+@queues.command("create")
+@click.option("--name", default=None, help="A name for people; the ID is what counts.")
+@json_option
+@click.pass_context
+def queues_create(ctx: click.Context, name: str | None, as_json: bool) -> None:
+    """Create a queue and print its ID (with --json: the whole queue)."""
+    queue = settings(ctx).client(ctx).create_queue(name)
+    out = settings(ctx).output(False)
+    if as_json:
+        out.json(queue)
+    else:
+        out.line(queue["id"])
+
+
+@queues.command("stats")
+@click.argument("queue_arg", metavar="[QUEUE]", required=False)
+@queue_option
+@json_option
+@click.pass_context
+def queues_stats(
+    ctx: click.Context, queue_arg: str | None, queue_id: str | None, as_json: bool
+) -> None:
+    """Task counts by state, running attempts and the oldest pending age of a queue."""
+    s = settings(ctx)
+    stats = s.client(ctx).queue_stats(s.queue(queue_arg or queue_id))
+    out = s.output(as_json)
+    if out.human:
+        out.show(stats_view(stats, int(time.time() * 1000)))
+    else:
+        out.json(stats)

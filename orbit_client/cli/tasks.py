@@ -1,0 +1,239 @@
+"""``orbit tasks``: submit, read, cancel and review tasks (producer)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from orbit_wire.errors import OrbitError
+
+from ..client import OrbitClient
+from ..durations import parse_duration_ms, parse_instant_ms
+from .app import error_line, settings
+from .args import json_argument, queue_option, wait_option
+from .exits import EXIT_WAIT_ENDED, exit_code_for, exit_code_for_state
+from .output import Output, json_option, task_for_json
+from .render import attempts_view, audit_view, task_summary
+from .waiting import wait_for_task
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def show_task(out: Output, client: OrbitClient, task: dict[str, Any]) -> None:
+    """The task in the chosen form; the human summary also tells the last attempt's story."""
+    if not out.human:
+        out.json(task_for_json(task))
+        return
+    last = None
+    if task.get("attempts"):
+        history = client.attempts(str(task["id"]))
+        attempts = history.get("attempts") or []
+        last = attempts[-1] if attempts else None
+    out.show(task_summary(task, last, _now_ms()))
+
+
+@click.group()
+def tasks() -> None:
+    """Submit, read, cancel and review tasks (producer)."""
+
+
+@tasks.command("submit")
+@queue_option
+@click.option("--handler", required=True, help="Capability: handler name.")
+@click.option("--handler-version", required=True, help="Capability: handler version.")
+@click.option("--payload-version", required=True, help="Capability: payload version.")
+@click.option("--payload", required=True, help="Payload JSON, or @FILE, or @- for stdin.")
+@click.option("--idempotent", is_flag=True, help="Safe to retry after an uncertain outcome.")
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=None)
+@click.option("--operation-key", default=None, help="Submitting the same key returns one task.")
+@click.option("--lease-ttl-ms", type=int, default=None)
+@click.option("--attempt-timeout-ms", type=int, default=None)
+@click.option("--deadline-ms", type=int, default=None,
+              help="Total deadline, from when the task may first run.")
+@click.option("--delay", default=None, help="Run no earlier than this from now: 500ms, 30s, 5m.")
+@click.option("--not-before", default=None,
+              help="Run no earlier than this instant: ISO 8601 with offset, or epoch ms.")
+@click.option("--priority", type=click.IntRange(0, 9), default=None,
+              help="0-9, higher dispatched first (default 5).")
+@json_option
+@wait_option
+@click.pass_context
+def tasks_submit(
+    ctx: click.Context,
+    queue_id: str | None,
+    handler: str,
+    handler_version: str,
+    payload_version: str,
+    payload: str,
+    idempotent: bool,
+    max_attempts: int | None,
+    operation_key: str | None,
+    lease_ttl_ms: int | None,
+    attempt_timeout_ms: int | None,
+    deadline_ms: int | None,
+    delay: str | None,
+    not_before: str | None,
+    priority: int | None,
+    as_json: bool,
+    wait_s: float | None,
+) -> None:
+    """Submit one task and print its ID (with --wait: the task once settled)."""
+    spec: dict[str, Any] = {
+        "handler": handler,
+        "handler_version": handler_version,
+        "payload_version": payload_version,
+        "payload": json_argument(payload, "payload"),
+        "idempotency": "IDEMPOTENT" if idempotent else "NON_IDEMPOTENT",
+    }
+    optional = {
+        "max_attempts": max_attempts,
+        "operation_key": operation_key,
+        "lease_ttl_ms": lease_ttl_ms,
+        "attempt_timeout_ms": attempt_timeout_ms,
+        "deadline_ms": deadline_ms,
+        "delay_ms": None if delay is None else parse_duration_ms(delay, "--delay"),
+        "not_before_at_ms": (None if not_before is None
+                             else parse_instant_ms(not_before, "--not-before")),
+        "priority": priority,
+    }
+    spec.update({k: v for k, v in optional.items() if v is not None})
+    s = settings(ctx)
+    queue = s.queue(queue_id)
+    client = s.client(ctx)
+    task = client.submit(queue, spec)
+    if wait_s is not None:
+        _show_waited(ctx, s.output(as_json), client, task["id"], wait_s)
+    elif as_json:
+        s.output(True).json(task_for_json(task))
+    else:
+        s.output(False).line(task["id"])
+
+
+def _show_waited(
+    ctx: click.Context, out: Output, client: OrbitClient, task_id: str, wait_s: float
+) -> None:
+    task = wait_for_task(client, task_id, wait_s)
+    show_task(out, client, task)
+    code = exit_code_for_state(str(task.get("state")))
+    if out.human and code == EXIT_WAIT_ENDED:
+        out.line(f"Still {task.get('state')} after {wait_s:g} s; wait again with "
+                 f"`orbit tasks get {task_id} --wait SECONDS`.")
+    ctx.exit(code)
+
+
+@tasks.command("get")
+@click.argument("task_id")
+@wait_option
+@json_option
+@click.pass_context
+def tasks_get(ctx: click.Context, task_id: str, wait_s: float | None, as_json: bool) -> None:
+    """Show a task (with --wait: once settled or when the wait ends)."""
+    s = settings(ctx)
+    client = s.client(ctx)
+    if wait_s is not None:
+        _show_waited(ctx, s.output(as_json), client, task_id, wait_s)
+    else:
+        show_task(s.output(as_json), client, client.get_task(task_id))
+
+
+@tasks.command("attempts")
+@click.argument("task_id")
+@json_option
+@click.pass_context
+def tasks_attempts(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """The attempt history of a task, and late reports kept as evidence."""
+    s = settings(ctx)
+    history = s.client(ctx).attempts(task_id)
+    out = s.output(as_json)
+    if out.human:
+        out.show(attempts_view(history, _now_ms()))
+    else:
+        out.json(history)
+
+
+@tasks.command("audit")
+@click.argument("task_id")
+@json_option
+@click.pass_context
+def tasks_audit(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Every state change of a task and its attempts, with time and actor."""
+    s = settings(ctx)
+    answer = s.client(ctx).audit(task_id)
+    out = s.output(as_json)
+    if out.human:
+        out.show(audit_view(answer.get("events") or [], _now_ms()))
+    else:
+        out.json(answer)
+
+
+@tasks.command("cancel")
+@click.argument("task_id")
+@click.option("--reason", default=None)
+@json_option
+@click.pass_context
+def tasks_cancel(ctx: click.Context, task_id: str, reason: str | None, as_json: bool) -> None:
+    """Cancel a task (a running one is killed on its worker) and show it."""
+    s = settings(ctx)
+    client = s.client(ctx)
+    show_task(s.output(as_json), client, client.cancel(task_id, reason))
+
+
+@tasks.command("review")
+@click.argument("task_ids", metavar="ID...", nargs=-1, required=True)
+@click.option("--retry", is_flag=True, help="Run it once more.")
+@click.option("--succeed", is_flag=True, help="Mark it succeeded.")
+@click.option("--fail", is_flag=True, help="Mark it failed.")
+@click.option("--result", default=None, help="With --succeed: result JSON, @FILE or @-.")
+@click.option("--reason", default=None, help="Why, for the audit trail.")
+@json_option
+@click.pass_context
+def tasks_review(
+    ctx: click.Context,
+    task_ids: tuple[str, ...],
+    retry: bool,
+    succeed: bool,
+    fail: bool,
+    result: str | None,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    """Resolve tasks in NEEDS_REVIEW, one or several; each decision is audited.
+
+    With several IDs each is resolved on its own: one that fails is reported on stderr and
+    the others still go ahead."""
+    chosen = [name for name, on in (("retry", retry), ("succeed", succeed), ("fail", fail)) if on]
+    if len(chosen) != 1:
+        raise click.UsageError("choose exactly one of --retry, --succeed, --fail")
+    action = chosen[0]
+    if result is not None and action != "succeed":
+        raise click.UsageError("--result goes with --succeed only")
+    if result is None and action == "succeed":
+        raise click.UsageError("--succeed needs --result JSON: the result the task ends with")
+    value = None if result is None else json_argument(result, "result")
+    s = settings(ctx)
+    client = s.client(ctx)
+    out = s.output(as_json)
+    if len(task_ids) == 1:
+        show_task(out, client, client.review(task_ids[0], action, value, reason))
+        return
+    done: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    exit_code = 0
+    for task_id in task_ids:
+        try:
+            task = client.review(task_id, action, value, reason)
+        except OrbitError as exc:
+            click.echo(error_line(exc, s.server_url(), f"task {task_id}: "), err=True)
+            errors.append({"task_id": task_id, "code": exc.code.value, "message": exc.message})
+            exit_code = exit_code or exit_code_for(exc)
+            continue
+        done.append(task)
+        if out.human:
+            out.line(f"{task['id']}  {task['state']}")
+    if not out.human:
+        out.json({"tasks": [task_for_json(t) for t in done], "errors": errors})
+    ctx.exit(exit_code)

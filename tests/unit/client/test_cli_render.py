@@ -1,0 +1,193 @@
+"""The CLI's pure parts with a fixed clock: readable times, exit codes by state, and the
+human views (rendered to text by rich, no terminal)."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime
+
+import click
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from orbit_client.cli import exits, render
+from orbit_client.cli.args import parse_instant
+from orbit_client.cli.timefmt import ago, duration, stamp
+
+NOW = 1_796_180_409_313
+
+
+def text_of(renderable: object, width: int = 160) -> str:
+    sink = io.StringIO()
+    Console(file=sink, width=width, color_system=None).print(renderable)
+    return sink.getvalue()
+
+
+def test_durations_read_like_people_write_them() -> None:
+    assert duration(None) == "-"
+    assert duration(0) == "0 ms"
+    assert duration(850) == "850 ms"
+    assert duration(3210) == "3.2 s"
+    assert duration(45_000) == "45 s"
+    assert duration(250_000) == "4 min 10 s"
+    assert duration(3_600_000) == "1 h"
+    assert duration(2 * 3_600_000 + 5 * 60_000) == "2 h 5 min"
+    assert duration(3 * 86_400_000 + 4 * 3_600_000 + 59_000) == "3 d 4 h"
+
+
+def test_relative_instants() -> None:
+    assert ago(None, NOW) == "-"
+    assert ago(NOW - 400, NOW) == "just now"
+    assert ago(NOW - 5_000, NOW) == "5 s ago"
+    assert ago(NOW - 125_000, NOW) == "2 min 5 s ago"
+    assert ago(NOW + 86_400_000 - 60_000, NOW) == "in 23 h 59 min"
+
+
+@given(st.integers(min_value=-(10**12), max_value=10**13))
+def test_stamp_agrees_with_datetime(at_ms: int) -> None:
+    expected = datetime.fromtimestamp(at_ms // 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert stamp(at_ms) == expected
+
+
+def test_each_settled_state_has_its_own_exit_code() -> None:
+    codes = {state: exits.exit_code_for_state(state)
+             for state in ("SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED", "PENDING",
+                           "RUNNING")}
+    assert codes["SUCCEEDED"] == 0
+    assert codes["PENDING"] == codes["RUNNING"] == exits.EXIT_WAIT_ENDED
+    settled = [codes[s] for s in ("SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED")]
+    assert len(set(settled) | {exits.EXIT_WAIT_ENDED}) == 5
+    others = {exits.EXIT_API, exits.EXIT_USAGE, exits.EXIT_CREDENTIALS, exits.EXIT_UNREACHABLE,
+              exits.EXIT_CERTIFICATE}
+    assert not others & set(codes.values())
+
+
+TASK = {
+    "id": "a" * 32, "queue_id": "b" * 32, "state": "NEEDS_REVIEW",
+    "capability": {"handler": "text.normalize", "handler_version": "v1",
+                   "payload_version": "v1"},
+    "policy": {"idempotency": "NON_IDEMPOTENT", "max_attempts": 3},
+    "created_at_ms": NOW - 65_000, "updated_at_ms": NOW - 5_000, "attempts": 1,
+    "result": None, "failure": None, "cancel_requested": False,
+}
+ATTEMPT = {
+    "attempt_number": 1, "instance_id": "c" * 32, "child_pid": 4321, "state": "FINISHED",
+    "reserved_at_ms": NOW - 64_000, "started_at_ms": NOW - 63_000,
+    "finished_at_ms": NOW - 5_000, "outcome": "UNKNOWN", "code": "LEASE_EXPIRED",
+    "kill_reason": "LEASE_EXPIRED", "signal": 9, "cpu_ms": 57_000,
+    "peak_rss_bytes": 120 * 1024 * 1024, "decision": "NEEDS_REVIEW",
+    "decision_rule": "unknown_outcome_non_idempotent",
+}
+
+
+def test_task_summary_tells_the_last_attempts_story() -> None:
+    text = text_of(render.task_summary(TASK, ATTEMPT, NOW))
+    assert f"Task {'a' * 32}  NEEDS_REVIEW" in text
+    assert "text.normalize v1 · payload v1" in text
+    assert "1 min 5 s ago" in text
+    assert "orbit tasks review" in text
+    assert "#1 on worker " + "c" * 32 + " (pid 4321)" in text
+    assert "ran 58 s" in text and "ended UNKNOWN (LEASE_EXPIRED)" in text
+    assert "killed: lease expired" in text and "signal 9" in text
+    assert "peak memory 120.0 MiB" in text
+    assert "sent to review (the outcome is unknown and the task is not idempotent" in text
+    assert "unknown_outcome_non_idempotent" not in text  # the rule in words
+
+
+def test_summary_shows_the_exact_result_text_and_why_a_task_waits() -> None:
+    done = {**TASK, "state": "SUCCEEDED", "result": {"v": 1.1}, "result_json": '{"v": 1.10}'}
+    assert '{"v": 1.10}' in text_of(render.task_summary(done, None, NOW))
+    waiting = {**TASK, "state": "PENDING", "attempts": 0,
+               "waiting": {"reason": "NO_LIVE_WORKER", "capability": TASK["capability"],
+                           "since": NOW - 120_000}}
+    text = text_of(render.task_summary(waiting, None, NOW))
+    assert "no live worker (text.normalize v1 · payload v1), since 2 min ago" in text
+    line = render.progress_line(waiting, 1500, 10_000)
+    assert line.startswith("PENDING · no attempt yet · 1.5 s of 10 s · no live worker")
+
+
+def test_a_handler_exception_is_named_by_its_type() -> None:
+    failed = {**ATTEMPT, "outcome": "UNKNOWN", "code": "HANDLER_ERROR", "kill_reason": None,
+              "signal": None, "details": {"exception_type": "KeyError"}}
+    assert "ended UNKNOWN (HANDLER_ERROR): KeyError" in render.attempt_story(failed, NOW)
+    text = text_of(render.attempts_view({"attempts": [failed]}, NOW), 240)
+    assert "UNKNOWN (HANDLER_ERROR): KeyError" in text
+    task = {**TASK, "state": "FAILED",
+            "failure": {"code": "HANDLER_ERROR", "details": {"exception_type": "KeyError"}}}
+    assert "HANDLER_ERROR: KeyError (the traceback is in the worker's log)" in text_of(
+        render.task_summary(task, failed, NOW))
+
+
+def test_stats_and_attempts_tables() -> None:
+    stats = {"queue_id": "b" * 32, "counts": {"PENDING": 2, "SUCCEEDED": 40},
+             "running_attempts": 1, "oldest_pending_age_ms": 3_200, "later_field": {"x": 1}}
+    text = text_of(render.stats_view(stats, NOW))
+    rows = [line.split() for line in text.splitlines()]
+    assert ["PENDING", "2"] in rows and ["SUCCEEDED", "40"] in rows
+    assert "waiting 3.2 s" in text and 'later field       {"x":1}' in text
+    text = text_of(render.attempts_view({"attempts": [ATTEMPT], "evidence": []}, NOW), 240)
+    assert "UNKNOWN (LEASE_EXPIRED)" in text and "killed: lease expired, signal 9" in text
+    assert "57 s" in text and "120.0 MiB" in text
+
+
+def test_list_tables_show_full_ids_and_why_tasks_wait() -> None:
+    tasks = [
+        {**TASK, "id": "1" * 32, "state": "FAILED", "failure": {"code": "HANDLER_ERROR"},
+         "finished_at_ms": NOW - 2_000},
+        {**TASK, "id": "2" * 32, "state": "PENDING", "attempts": 0,
+         "waiting": {"reason": "NO_LIVE_WORKER", "capability": TASK["capability"],
+                     "since": NOW - 30_000}},
+    ]
+    text = text_of(render.tasks_table(tasks, NOW), 200)
+    assert "1" * 32 in text and "2" * 32 in text
+    assert "HANDLER_ERROR" in text and "2 s ago" in text
+    assert "no live worker, since 30 s ago" in text
+    assert text_of(render.tasks_table([], NOW)).strip() == "No tasks match."
+
+    queues = [{"queue_id": "b" * 32, "name": "demo", "created_at": NOW - 3_600_000,
+               "counts": {"PENDING": 3, "NEEDS_REVIEW": 2}}]
+    text = text_of(render.queues_table(queues, NOW), 200)
+    assert "b" * 32 in text and "demo" in text and "1 h ago" in text
+    header, row = text.splitlines()[:2]
+    assert header.split()[3:] == ["PENDING", "RUNNING", "NEEDS_REVIEW", "SUCCEEDED", "FAILED",
+                                  "CANCELLED"]
+    assert row.split()[-6:] == ["3", "0", "2", "0", "0", "0"]
+
+
+def test_workers_view_lists_what_each_runs() -> None:
+    workers = [{
+        "instance_id": "c" * 32, "queue_id": "b" * 32, "replica": "127.0.0.1:8080",
+        "version": "orbit-supervise/0.1.0", "capabilities": [TASK["capability"]], "slots": 8,
+        "credit": 6, "connected_at": NOW - 600_000, "last_heartbeat_at": NOW - 1_500,
+        "running": [{"task_id": "d" * 32, "attempt_id": "e" * 32, "child_pid": 4321,
+                     "running_ms": 12_500}],
+    }]
+    text = text_of(render.workers_view(workers, NOW), 260)
+    assert "c" * 32 in text and "127.0.0.1:8080" in text and "orbit-supervise/0.1.0" in text
+    assert "text.normalize v1/v1" in text and "10 min ago" in text and "1 s ago" in text
+    assert "Running attempts" in text and "d" * 32 in text and "4321" in text
+    assert "12 s" in text
+    assert text_of(render.workers_view([], NOW)).strip() == "No live workers."
+
+
+def test_stats_show_pending_per_capability_beside_live_workers() -> None:
+    stats = {"queue_id": "b" * 32, "counts": {"PENDING": 4}, "running_attempts": 0,
+             "oldest_pending_age_ms": 60_000, "capabilities": [
+                 {"capability": TASK["capability"], "pending": 4, "live_workers": 0,
+                  "waiting": {"reason": "NO_LIVE_WORKER", "since": NOW - 60_000}}]}
+    rows = [line.split() for line in text_of(render.stats_view(stats, NOW), 200).splitlines()]
+    assert ["text.normalize", "v1", "·", "payload", "v1", "4", "0", "no", "live", "worker,",
+            "since", "1", "min", "ago"] in rows
+
+
+def test_time_filters_accept_relative_iso_and_epoch_times() -> None:
+    assert parse_instant("15m", NOW, "--x") == NOW - 15 * 60_000
+    assert parse_instant("2h", NOW, "--x") == NOW - 2 * 3_600_000
+    assert parse_instant("1w", NOW, "--x") == NOW - 7 * 86_400_000
+    assert parse_instant("1796180409313", NOW, "--x") == 1_796_180_409_313
+    assert parse_instant("2026-12-02", NOW, "--x") == 1_796_169_600_000
+    assert parse_instant("2026-12-02T01:00+01:00", NOW, "--x") == 1_796_169_600_000
+    with pytest.raises(click.BadParameter, match="is not a time"):
+        parse_instant("yesterday", NOW, "--created-after")
