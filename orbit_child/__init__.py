@@ -1,13 +1,19 @@
 """The only Orbit code a handler process imports: the handler API (docs/handlers.md).
 
-    from orbit_child import Handler, Execution, WorkerFailure
+    from orbit_child import Execution, Handlers, TaskType, WorkerFailure
 
+    normalize = TaskType("text.normalize", "v1", "v1")   # shared with the producer
+    handlers = Handlers()
+
+    @handlers.task(normalize)
     def normalise(execution: Execution) -> dict:
         return {"text": execution.payload["text"].upper()}
 
-    handlers = [Handler("normalise", "1", "1", normalise)]
+``TaskType`` is orbit_wire's, re-exported so a handler module needs one import.
 """
 
-from .api import Execution, Handler, RawJSON, WorkerFailure
+from orbit_wire.tasktype import TaskType
 
-__all__ = ["Execution", "Handler", "RawJSON", "WorkerFailure"]
+from .api import Execution, Handler, Handlers, RawJSON, WorkerFailure
+
+__all__ = ["Execution", "Handler", "Handlers", "RawJSON", "TaskType", "WorkerFailure"]

@@ -1,22 +1,26 @@
 """The handler API: what a handler module imports from Orbit (docs/handlers.md).
 
-A handler is a ``Handler(handler, handler_version, payload_version, fn)``; ``fn`` takes one
-``Execution`` and returns a non-null JSON value, or raises ``WorkerFailure`` for an explicit,
-known failure. Any other exception is an uncertain outcome (UNKNOWN/HANDLER_ERROR).
+A handler is a ``Handler(handler, handler_version, payload_version, fn)``, or a function
+registered for a shared ``TaskType`` with ``Handlers.task``; ``fn`` takes one ``Execution``
+and returns a non-null JSON value, or raises ``WorkerFailure`` for an explicit, known
+failure. Any other exception is an uncertain outcome (UNKNOWN/HANDLER_ERROR).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from orbit_wire.errors import HandlerSpecError
 from orbit_wire.model import Capability
 from orbit_wire.names import is_code
+from orbit_wire.tasktype import TaskType
 
-__all__ = ["Execution", "Handler", "HandlerFn", "RawJSON", "WorkerFailure"]
+__all__ = ["Execution", "Handler", "HandlerFn", "Handlers", "RawJSON", "WorkerFailure"]
 
 HandlerFn = Callable[["Execution"], Any] | Callable[["Execution"], Awaitable[Any]]
+F = TypeVar("F", bound=HandlerFn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,49 @@ class Handler:
     @property
     def capability(self) -> Capability:
         return Capability(self.handler, self.handler_version, self.payload_version)
+
+    @classmethod
+    def of(cls, task_type: TaskType[Any, Any], fn: HandlerFn) -> Handler:
+        """The Handler serving ``task_type``'s capability with ``fn``."""
+        return cls(task_type.handler, task_type.handler_version, task_type.payload_version, fn)
+
+
+class Handlers:
+    """A registry of handlers, filled with a decorator per shared declaration:
+
+        handlers = Handlers()
+
+        @handlers.task(normalize)          # normalize = TaskType("text.normalize", "v1", "v1")
+        def normalise(execution: Execution) -> dict[str, str]: ...
+
+    ``orbit-supervise QUEUE module:handlers`` accepts it (it has a ``handlers`` list). A
+    capability registered twice raises HandlerSpecError at import time.
+    """
+
+    def __init__(self) -> None:
+        self.handlers: list[Handler] = []
+
+    def task(self, task_type: TaskType[Any, Any]) -> Callable[[F], F]:
+        """Register the decorated function for ``task_type``; the function is unchanged
+        (call it directly in unit tests)."""
+        def register(fn: F) -> F:
+            self.add(task_type, fn)
+            return fn
+        return register
+
+    def add(self, task_type: TaskType[Any, Any], fn: HandlerFn) -> Handler:
+        """Register ``fn`` for ``task_type`` without a decorator."""
+        made = Handler.of(task_type, fn)
+        if any(h.capability == made.capability for h in self.handlers):
+            raise HandlerSpecError(f"{made.capability} is registered twice")
+        self.handlers.append(made)
+        return made
+
+    def __iter__(self) -> Iterator[Handler]:
+        return iter(self.handlers)
+
+    def __len__(self) -> int:
+        return len(self.handlers)
 
 
 class WorkerFailure(Exception):

@@ -62,9 +62,10 @@ _DEATH_SIGNAL = signal.SIGUSR1  # catchable, and used for nothing else
 
 class Template:
     def __init__(self, ctl: socket.socket, handlers: tuple[Handler, ...],
-                 isolation: ChildIsolation | None = None) -> None:
+                 isolation: ChildIsolation | None = None, child_nice: int = 0) -> None:
         self._ctl = ctl
         self._isolation = isolation or ChildIsolation()
+        self._child_nice = child_nice
         self._handlers = {h.capability: h for h in handlers}
         self._children: dict[int, int] = {}  # pid -> generation
         self._wake_r, self._wake_w = os.pipe()
@@ -149,6 +150,9 @@ class Template:
             set_child_subreaper()
             set_batch_scheduling()
             self._isolation.enter_child()
+            if self._child_nice:
+                # Below the supervisor: its lease timers must not wait for a busy handler.
+                os.nice(self._child_nice)
             self._ctl.detach()  # its descriptor is closed below; the object must not reuse it
             close_fds_except({child_fd})
             sock = socket.socket(fileno=child_fd)
@@ -266,6 +270,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     parser.add_argument("--sys-path", default="[]")
     for flag in ("--child-uid", "--child-gid", "--rlimit-as", "--rlimit-cpu", "--nofile"):
         parser.add_argument(flag, type=int)
+    parser.add_argument("--child-nice", type=int, default=0)
     args = parser.parse_args(argv)
     isolation = ChildIsolation(args.child_uid, args.child_gid, args.rlimit_as,
                                args.rlimit_cpu, args.nofile)
@@ -301,7 +306,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         ctl.send(orjson.dumps(HandlersRejected(exc.message).to_wire()))
         os._exit(2)
     ctl.send(orjson.dumps(HandlersLoaded(tuple(h.capability for h in handlers)).to_wire()))
-    template = Template(ctl, handlers, isolation)
+    template = Template(ctl, handlers, isolation, max(0, min(19, args.child_nice)))
     template_holder.append(template)
     template.serve()
 

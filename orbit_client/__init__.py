@@ -1,10 +1,13 @@
-"""Orbit client: the HTTP API for producers and operators, and the ``orbit`` command.
+"""Orbit client: the HTTP API for producers and operators, and the ``orbit`` command
+(docs/producers.md).
 
-    from orbit_client import OrbitClient
+    from orbit_client import OrbitClient, TaskType
+    normalize = TaskType("text.normalize", "v1", "v1")   # shared with the worker
     with OrbitClient(credentials="producer.json") as orbit:
-        task = orbit.submit(queue_id, {"handler": "text.normalize", "handler_version": "v1",
-                                       "payload_version": "v1", "payload": {"text": "hi"}})
-        task = orbit.wait(task["id"], timeout=30)
+        task = orbit.submit(normalize, {"text": "hi"}, idempotent=True, delay_ms=1000)
+        print(orbit.result(task, timeout=30))          # or TaskFailed, TaskTimeout, ...
+
+The dict API stays: ``orbit.submit(queue_id, spec_dict)``, ``orbit.wait(task_id, timeout)``.
 """
 
 from orbit_host.credentials import (
@@ -13,9 +16,18 @@ from orbit_host.credentials import (
     load_credentials,
     write_credentials,
 )
+from orbit_wire.tasktype import TaskType
 
 from .client import AsyncOrbitClient, OrbitClient, is_settled
 from .errors import CertificateError, OrbitApiError, ServerUnreachable
+from .tasks import (
+    Task,
+    TaskCancelled,
+    TaskError,
+    TaskFailed,
+    TaskNeedsReview,
+    TaskTimeout,
+)
 
 __all__ = [
     "AsyncOrbitClient",
@@ -25,6 +37,13 @@ __all__ = [
     "OrbitApiError",
     "OrbitClient",
     "ServerUnreachable",
+    "Task",
+    "TaskCancelled",
+    "TaskError",
+    "TaskFailed",
+    "TaskNeedsReview",
+    "TaskTimeout",
+    "TaskType",
     "is_settled",
     "load_credentials",
     "write_credentials",

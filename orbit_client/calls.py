@@ -213,6 +213,37 @@ def review(
     )
 
 
+def create_schedule(queue_id: str, schedule: Mapping[str, Any]) -> Call:
+    """``schedule``: {"cron", "timezone"?, "task": TaskSpec, "name"?, "missed_ticks"?,
+    "paused"?} (docs/http-api.md "Schedules")."""
+    if not isinstance(schedule, Mapping) or not isinstance(schedule.get("task"), Mapping):
+        raise _local("a schedule must be a JSON object with a 'task' spec")
+    body = dict(schedule)
+    body["task"] = _checked_spec(schedule["task"])
+    return Call("POST", f"/v1/queues/{_id(queue_id, 'queue')}/schedules", body=_dumps(body),
+                expected=(201,))
+
+
+def list_schedules(queue_id: str) -> Call:
+    return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/schedules")
+
+
+def get_schedule(schedule_id: str) -> Call:
+    return Call("GET", f"/v1/schedules/{_id(schedule_id, 'schedule')}")
+
+
+def pause_schedule(schedule_id: str) -> Call:
+    return Call("POST", f"/v1/schedules/{_id(schedule_id, 'schedule')}/pause")
+
+
+def resume_schedule(schedule_id: str) -> Call:
+    return Call("POST", f"/v1/schedules/{_id(schedule_id, 'schedule')}/resume")
+
+
+def delete_schedule(schedule_id: str) -> Call:
+    return Call("DELETE", f"/v1/schedules/{_id(schedule_id, 'schedule')}")
+
+
 def decode(call: Call, status: int, body: bytes) -> dict[str, Any]:
     """The JSON object answering ``call``, or OrbitApiError with the server's code and status.
 

@@ -5,6 +5,10 @@ the Calls of calls.py over one keep-alive httpx connection pool and raise OrbitA
 every failure (ServerUnreachable when no answer came). Close them (or use ``with`` /
 ``async with``) to release the connections.
 
+Two ways to submit (docs/producers.md): ``submit(task_type, payload, ...)`` with a shared
+``TaskType`` answers a typed ``Task`` and ``result(task, timeout=...)`` its result or a
+typed error (tasks.py); ``submit(queue_id, spec_dict)`` and ``wait`` are the dict API.
+
 No call is retried automatically: a request that got no answer may still have been applied
 (a submit without an ``operation_key`` could then create a second task). Retry on
 ``exc.retryable`` yourself; give submits an operation key to make that safe.
@@ -21,16 +25,24 @@ import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar, overload
 
 import httpx
 
 from orbit_host.credentials import Credentials, load_credentials, write_credentials
 from orbit_host.tls import ca_file_from, client_ssl_context
 from orbit_wire.model import TaskState
+from orbit_wire.tasktype import TaskType
 
 from . import calls
 from .errors import CertificateError, OrbitApiError, ServerUnreachable
+from .tasks import Task, outcome
+
+P = TypeVar("P")
+R = TypeVar("R")
+# When a typed submit may run: an aware datetime, or ms since the epoch.
+NotBefore = datetime | int | None
 
 # Reading the task again after NEEDS_REVIEW or a terminal state is pointless.
 _SETTLED = frozenset(state.value for state in TaskState if state.settled)
@@ -51,7 +63,8 @@ def is_settled(task: Mapping[str, Any]) -> bool:
 class _Base:
     """Configuration shared by both clients: where to connect and with which credential."""
 
-    def __init__(self, url: str | None, credentials: CredentialsArg, timeout: float):
+    def __init__(self, url: str | None, credentials: CredentialsArg, timeout: float,
+                 queue: str | None = None):
         creds = (
             load_credentials(credentials)
             if isinstance(credentials, str | os.PathLike)
@@ -66,6 +79,9 @@ class _Base:
             raise OrbitApiError("BAD_REQUEST", "timeout must be positive")
         self.url = base.rstrip("/")
         self.credentials = creds
+        # Where typed submits go unless they name a queue: ``queue``, else the credential's
+        # only queue.
+        self.queue = queue
         self._timeout = timeout
         self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if creds is not None:
@@ -84,6 +100,36 @@ class _Base:
             "content": call.body,
             "timeout": httpx.Timeout(self._timeout, read=read),
         }
+
+    def _typed_submit(self, task_type: TaskType[Any, Any], payload: Any, queue: str | None,
+                      not_before: NotBefore, options: dict[str, Any]
+                      ) -> tuple[str, dict[str, Any]]:
+        """The queue and the TaskSpec dict of a typed submit."""
+        if not isinstance(task_type, TaskType):
+            raise OrbitApiError("BAD_REQUEST", "submit takes a TaskType and a payload, or a "
+                                "queue ID and a spec dict")
+        if isinstance(not_before, datetime):
+            if not_before.tzinfo is None:
+                raise OrbitApiError("BAD_REQUEST", "not_before must be a datetime with a "
+                                    "time zone (or ms since the epoch)")
+            not_before = int(not_before.timestamp() * 1000)
+        try:
+            spec = task_type.spec(payload, not_before_at_ms=not_before, **options)
+        except OrbitApiError:
+            raise
+        except Exception as exc:  # an OrbitError of the declaration, as an API error
+            code = getattr(exc, "code", "BAD_REQUEST")
+            raise OrbitApiError(code, str(getattr(exc, "message", exc))) from None
+        return self._queue_for(queue), spec
+
+    def _queue_for(self, queue: str | None) -> str:
+        chosen = queue or self.queue
+        if chosen is None and self.credentials is not None and len(self.credentials.queues) == 1:
+            chosen = self.credentials.queues[0]
+        if chosen is None:
+            raise OrbitApiError("BAD_REQUEST", "which queue? pass queue= to submit or to the "
+                                "client (the credential is not scoped to exactly one queue)")
+        return chosen
 
     def _new_credentials(self, answer: Mapping[str, Any]) -> Credentials:
         fields = (answer.get("credential_id"), answer.get("secret"), answer.get("role"))
@@ -149,8 +195,9 @@ class OrbitClient(_Base):
         verify: bool | str = True,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         ca_file: str | None = None,
+        queue: str | None = None,
     ):
-        super().__init__(url, credentials, timeout)
+        super().__init__(url, credentials, timeout, queue)
         self._http = httpx.Client(
             base_url=self.url, headers=self._headers, verify=_verify(verify, ca_file),
             limits=_limits(max_connections),
@@ -219,8 +266,43 @@ class OrbitClient(_Base):
     def revoke_credential(self, credential_id: str) -> dict[str, Any]:
         return self._send(calls.revoke_credential(credential_id))
 
-    def submit(self, queue_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return self._send(calls.submit(queue_id, spec))
+    @overload
+    def submit(self, target: str, payload: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    @overload
+    def submit(self, target: TaskType[P, R], payload: P, *, queue: str | None = None,
+               idempotent: bool | None = None, operation_key: str | None = None,
+               priority: int | None = None, delay_ms: int | None = None,
+               not_before: NotBefore = None, **policy: Any) -> Task[R]: ...
+
+    def submit(self, target: Any, payload: Any, *, queue: str | None = None,
+               not_before: NotBefore = None, **options: Any) -> Any:
+        """``submit(task_type, payload, ...)``: one task of the declared type, as a typed
+        ``Task`` (``queue`` defaults to the client's, then the credential's only queue;
+        ``options`` are TaskType.spec's). ``submit(queue_id, spec)``: the dict API."""
+        if isinstance(target, str):
+            if options or queue is not None or not_before is not None:
+                raise OrbitApiError("BAD_REQUEST", "submit(queue_id, spec) takes no options; "
+                                    "put them in the spec")
+            return self._send(calls.submit(target, payload))
+        queue_id, spec = self._typed_submit(target, payload, queue, not_before, options)
+        return Task.from_view(self._send(calls.submit(queue_id, spec)))
+
+    def task(self, task_id: str) -> Task[Any]:
+        """The task now, typed."""
+        return Task.from_view(self.get_task(task_id))
+
+    @overload
+    def result(self, task: Task[R], timeout: float) -> R: ...
+
+    @overload
+    def result(self, task: str, timeout: float) -> Any: ...
+
+    def result(self, task: Task[Any] | str, timeout: float) -> Any:
+        """Wait up to ``timeout`` seconds; the task's result once SUCCEEDED, else TaskFailed,
+        TaskNeedsReview, TaskCancelled, or TaskTimeout (the task goes on)."""
+        task_id = task if isinstance(task, str) else task.id
+        return outcome(Task.from_view(self.wait(task_id, timeout)), timeout)
 
     def submit_batch(
         self, queue_id: str, specs: Sequence[Mapping[str, Any]]
@@ -287,6 +369,28 @@ class OrbitClient(_Base):
     def list_workers(self, queue_id: str | None = None) -> dict[str, Any]:
         """``{"workers": [...]}``: live worker instances on every replica."""
         return self._send(calls.list_workers(queue_id))
+    # ------------------------------------------------------------------ schedules
+
+    def create_schedule(self, queue_id: str, schedule: Mapping[str, Any]) -> dict[str, Any]:
+        """A periodic schedule: {"cron", "timezone"?, "task": spec, "name"?,
+        "missed_ticks"?, "paused"?}. ``TaskType.spec(payload)`` builds the task spec."""
+        return self._send(calls.create_schedule(queue_id, schedule))
+
+    def list_schedules(self, queue_id: str) -> list[dict[str, Any]]:
+        return list(self._send(calls.list_schedules(queue_id))["schedules"])
+
+    def get_schedule(self, schedule_id: str) -> dict[str, Any]:
+        """The schedule with its most recent firings (tick, task, missed)."""
+        return self._send(calls.get_schedule(schedule_id))
+
+    def pause_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return self._send(calls.pause_schedule(schedule_id))
+
+    def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return self._send(calls.resume_schedule(schedule_id))
+
+    def delete_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return self._send(calls.delete_schedule(schedule_id))
 
 
 class AsyncOrbitClient(_Base):
@@ -301,8 +405,9 @@ class AsyncOrbitClient(_Base):
         verify: bool | str = True,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         ca_file: str | None = None,
+        queue: str | None = None,
     ):
-        super().__init__(url, credentials, timeout)
+        super().__init__(url, credentials, timeout, queue)
         self._http = httpx.AsyncClient(
             base_url=self.url, headers=self._headers, verify=_verify(verify, ca_file),
             limits=_limits(max_connections),
@@ -356,8 +461,40 @@ class AsyncOrbitClient(_Base):
     async def revoke_credential(self, credential_id: str) -> dict[str, Any]:
         return await self._send(calls.revoke_credential(credential_id))
 
-    async def submit(self, queue_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return await self._send(calls.submit(queue_id, spec))
+    @overload
+    async def submit(self, target: str, payload: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    @overload
+    async def submit(self, target: TaskType[P, R], payload: P, *, queue: str | None = None,
+                     idempotent: bool | None = None, operation_key: str | None = None,
+                     priority: int | None = None, delay_ms: int | None = None,
+                     not_before: NotBefore = None, **policy: Any) -> Task[R]: ...
+
+    async def submit(self, target: Any, payload: Any, *, queue: str | None = None,
+                     not_before: NotBefore = None, **options: Any) -> Any:
+        """As OrbitClient.submit."""
+        if isinstance(target, str):
+            if options or queue is not None or not_before is not None:
+                raise OrbitApiError("BAD_REQUEST", "submit(queue_id, spec) takes no options; "
+                                    "put them in the spec")
+            return await self._send(calls.submit(target, payload))
+        queue_id, spec = self._typed_submit(target, payload, queue, not_before, options)
+        return Task.from_view(await self._send(calls.submit(queue_id, spec)))
+
+    async def task(self, task_id: str) -> Task[Any]:
+        """The task now, typed."""
+        return Task.from_view(await self.get_task(task_id))
+
+    @overload
+    async def result(self, task: Task[R], timeout: float) -> R: ...
+
+    @overload
+    async def result(self, task: str, timeout: float) -> Any: ...
+
+    async def result(self, task: Task[Any] | str, timeout: float) -> Any:
+        """As OrbitClient.result."""
+        task_id = task if isinstance(task, str) else task.id
+        return outcome(Task.from_view(await self.wait(task_id, timeout)), timeout)
 
     async def submit_batch(
         self, queue_id: str, specs: Sequence[Mapping[str, Any]]
@@ -417,3 +554,23 @@ class AsyncOrbitClient(_Base):
 
     async def list_workers(self, queue_id: str | None = None) -> dict[str, Any]:
         return await self._send(calls.list_workers(queue_id))
+    # ------------------------------------------------------------------ schedules
+
+    async def create_schedule(self, queue_id: str,
+                              schedule: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._send(calls.create_schedule(queue_id, schedule))
+
+    async def list_schedules(self, queue_id: str) -> list[dict[str, Any]]:
+        return list((await self._send(calls.list_schedules(queue_id)))["schedules"])
+
+    async def get_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return await self._send(calls.get_schedule(schedule_id))
+
+    async def pause_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return await self._send(calls.pause_schedule(schedule_id))
+
+    async def resume_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return await self._send(calls.resume_schedule(schedule_id))
+
+    async def delete_schedule(self, schedule_id: str) -> dict[str, Any]:
+        return await self._send(calls.delete_schedule(schedule_id))

@@ -1,7 +1,7 @@
 """Composition of the Orbit server: config → engine → store thread → Services → adapters.
 
-``OrbitServer`` owns every long-lived part (store thread, dispatcher, reaper and receipt
-prune loops) and the Starlette app; ``serve(config)`` runs it under uvicorn until
+``OrbitServer`` owns every long-lived part (store thread, dispatcher, reaper, receipt
+prune and schedule loops) and the Starlette app; ``serve(config)`` runs it under uvicorn until
 SIGTERM/SIGINT. Shutdown order: uvicorn stops accepting and closes connections, then the
 lifespan stops the loops and the dispatcher and finally drains and closes the store thread.
 """
@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 
 from orbit_host.credentials import Credentials, write_credentials
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
 from .dispatcher import Dispatcher
 from .domain.listing import WarnOnce
 from .http_api import http_exception_handlers, http_routes
+from .http_schedules import schedule_routes
 from .parts import ServerParts
 from .services import Effects, Services
 from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
@@ -54,6 +56,9 @@ DISPATCH_POLL_SQLITE_S = 2.0
 # transaction until none is left (at most RECEIPT_PRUNE_MAX_BATCHES per pass).
 RECEIPT_PRUNE_PERIOD_S = 60.0
 RECEIPT_PRUNE_MAX_BATCHES = 1_000
+# The schedule loop looks at least this often (a schedule made or resumed through another
+# replica is seen within it), and at the earliest next tick it knows of.
+SCHEDULE_POLL_MS = 1_000
 _NEVER = 2**63
 REVOKED_MESSAGE = "the worker's credential was revoked"
 # PENDING work no live worker offers to serve is looked for this often, and each (queue,
@@ -89,7 +94,8 @@ class OrbitServer:
         parts = ServerParts(config=config, clock=self.clock, store=self.store,
                             services=self.services, dispatcher=self.dispatcher,
                             waiters=self.waiters, apply=self.apply)
-        self.app = Starlette(routes=[*http_routes(parts), *ws_routes(parts)],
+        self.app = Starlette(routes=[*http_routes(parts), *schedule_routes(parts),
+                                     *ws_routes(parts)],
                              exception_handlers=http_exception_handlers(),
                              lifespan=self._lifespan)
 
@@ -194,6 +200,21 @@ class OrbitServer:
             if push.kind is PushKind.REVOKE:
                 self.dispatcher.close_credential(push.credential_id, REVOKED_MESSAGE)
 
+    async def _schedule_loop(self) -> None:
+        """Fire due schedules (services.schedules.fire_due: one transaction, exactly once per
+        tick across replicas), then sleep until the next known tick or the poll period."""
+        while True:
+            next_ms: int | None = None
+            with faults_logged(log, "schedule pass failed"):  # the next pass runs anyway
+                effects, next_ms = await self.store.call(self.services.schedules.fire_due)
+                self.apply(effects)
+            wait_ms = SCHEDULE_POLL_MS
+            left = None if next_ms is None else next_ms - wall_clock_ms()
+            if left is not None and left > 0:
+                wait_ms = max(10, min(wait_ms, left))
+            # Still due after a pass (more than a batch, or a schedule this server cannot
+            # read): the next pass comes after the poll period, never in a busy loop.
+            await asyncio.sleep(wait_ms / 1000)
     async def _presence_loop(self) -> None:
         """Every heartbeat interval, record the live connections of this replica (seen now,
         their credit, their last frame) so every replica lists them (GET /v1/workers)."""
@@ -238,6 +259,7 @@ class OrbitServer:
             asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
             asyncio.create_task(self._receipt_prune_loop(), name="orbit-receipt-prune"),
             asyncio.create_task(self._push_poll_loop(), name="orbit-push-poll"),
+            asyncio.create_task(self._schedule_loop(), name="orbit-schedules"),
             asyncio.create_task(self._presence_loop(), name="orbit-presence"),
             asyncio.create_task(self._unserved_loop(), name="orbit-unserved"),
         ]
@@ -275,7 +297,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("orbit")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "(development)"
 

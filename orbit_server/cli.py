@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.errors import OrbitError
 
 _DB_HELP = "Database URL (sqlite:///PATH or mysql://...); default: ORBIT_DB or the XDG data dir."
@@ -58,6 +59,7 @@ def _duration_ms(text: str, option: str) -> int:
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name=DISTRIBUTION, prog_name="orbit-server")
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """The Orbit server: HTTP API and worker WebSocket endpoint on one port.

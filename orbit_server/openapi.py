@@ -134,6 +134,28 @@ _SCHEMAS: dict[str, Any] = {
         "pending_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pending_delayed": {"type": "integer"},
     }, ["queue_id", "counts"]),
+    "ScheduleRequest": _obj({
+        "cron": {"type": "string", "description": "5 fields, or 6 with seconds last"},
+        "timezone": {"type": "string", "default": "UTC", "description": "IANA zone"},
+        "task": _ref("TaskSpec"), "name": {"type": "string"},
+        "missed_ticks": {"type": "string", "enum": ["skip", "one"], "default": "skip"},
+        "paused": {"type": "boolean", "default": False},
+    }, ["cron", "task"]),
+    "Schedule": _obj({
+        "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
+        "timezone": {"type": "string"}, "task": _ref("TaskSpec"),
+        "missed_ticks": {"type": "string"},
+        "state": {"type": "string", "enum": ["ACTIVE", "PAUSED"]},
+        "next_fire_at_ms": _MS, "last_tick_at_ms": _NULLABLE_INT,
+        "last_task_id": _NULLABLE_STR, "fired": {"type": "integer"},
+        "created_by": {"type": "string"}, "created_at_ms": _MS, "updated_at_ms": _MS,
+        "firings": {"type": "array", "items": _obj({
+            "tick_at_ms": _MS, "task_id": _NULLABLE_STR, "fired_at_ms": _MS,
+            "missed": {"type": "boolean"}})},
+    }, ["id", "queue_id", "cron", "timezone", "task", "state", "next_fire_at_ms"]),
+    "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}},
+                         ["schedules"]),
+    "ScheduleDeleted": _obj({"schedule_id": _ID, "deleted": {"type": "boolean"}}),
     "TaskPage": _obj({
         "tasks": {"type": "array", "items": _ref("Task"),
                   "description": "task views without payload and result"},
@@ -311,6 +333,21 @@ def openapi_document() -> dict[str, Any]:
         "/v1/tasks/{task_id}/review": {"post": _op(
             "Resolve a NEEDS_REVIEW task (retry, succeed, fail)", "the task", "Task",
             body="ReviewRequest", params=["task_id"])},
+        "/v1/queues/{queue_id}/schedules": {
+            "post": _op("Create a periodic schedule (producer)", "created", "Schedule",
+                        body="ScheduleRequest", params=["queue_id"], status="201"),
+            "get": _op("A queue's schedules", "schedules", "ScheduleList",
+                       params=["queue_id"])},
+        "/v1/schedules/{schedule_id}": {
+            "get": _op("A schedule with its recent firings", "the schedule", "Schedule",
+                       params=["schedule_id"]),
+            "delete": _op("Delete a schedule", "deleted", "ScheduleDeleted",
+                          params=["schedule_id"])},
+        "/v1/schedules/{schedule_id}/pause": {"post": _op(
+            "Pause a schedule", "the schedule", "Schedule", params=["schedule_id"])},
+        "/v1/schedules/{schedule_id}/resume": {"post": _op(
+            "Resume a schedule from its next tick", "the schedule", "Schedule",
+            params=["schedule_id"])},
         "/v1/worker": {"get": {
             "summary": "Worker WebSocket endpoint (docs/protocol.md); upgrade required",
             "responses": {"101": {"description": "switching protocols"}}}},

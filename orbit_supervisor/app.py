@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from orbit_host.credentials import Credentials, load_credentials
 from orbit_host.tls import ca_file_from, client_ssl_context
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.frames import Report, Reservation, ServerFrame
 from orbit_wire.ids import new_id, new_secret
 from orbit_wire.model import Outcome, UnknownCode
@@ -75,6 +76,7 @@ class SupervisorStats:
     margin_ms: float = 0.0  # the local-expiry margin new grants use (measured; margin.py)
     loop_lag_ms: float = 0.0  # the largest recent lateness of this process's event loop
     reap_ms: float = 0.0  # the largest recent SIGKILL -> reap latency
+    loop_lag_max_ms: float = 0.0  # the largest lateness of the event loop since run()
 
 
 class Supervisor:
@@ -103,11 +105,13 @@ class Supervisor:
         logger: logging.Logger | None = None,
         reap_orphans: bool = False,
         ca_file: str | None = None,
+        child_nice: int = defaults.CHILD_NICE,
     ) -> None:
         self.options = SupervisorOptions(
             queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
             reconnect_min_delay=reconnect_min_delay, reconnect_max_delay=reconnect_max_delay,
             max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
+            child_nice=child_nice,
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
@@ -181,6 +185,7 @@ class Supervisor:
             children=self._pool.stats() if self._pool is not None else None,
             late_kills=session.late_kills, margin_ms=session.margin_ms,
             loop_lag_ms=session.loop_lag_ms, reap_ms=session.reap_ms,
+            loop_lag_max_ms=session.loop_lag_max_ms,
         )
 
     def events(self) -> AsyncIterator[SupervisorEvent]:
@@ -196,7 +201,8 @@ class Supervisor:
         pool = ChildPool(self.handlers, opts.workers,
                          max_tasks_per_child=opts.max_tasks_per_child,
                          max_memory_bytes=opts.max_memory_per_child, logger=self._log,
-                         on_child_ready=self._on_child_ready, reap_orphans=self._reap_orphans)
+                         on_child_ready=self._on_child_ready, reap_orphans=self._reap_orphans,
+                         child_nice=opts.child_nice)
         self._pool = pool
         try:
             capabilities = await pool.start()  # HandlerSpecError: before any connection
@@ -241,8 +247,11 @@ class Supervisor:
         if error is not None:
             self._log.error("supervisor stopped: %s", error.message)
             raise error
-        self._log.info("drained: started=%d confirmed=%d", self._session.started,
-                       self._session.reports_confirmed + self._session.evidence_confirmed)
+        stats = self._session.stats()
+        self._log.info("drained: started=%d confirmed=%d late_kills=%d loop_lag_max_ms=%.1f "
+                       "margin_ms=%.1f", stats.started,
+                       stats.reports_confirmed + stats.evidence_confirmed, stats.late_kills,
+                       stats.loop_lag_max_ms, stats.margin_ms)
 
     async def _end_executions(self) -> None:
         tasks = [t for t in self._executions.values() if not t.done()]
@@ -493,6 +502,6 @@ def _agent() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return f"orbit-supervise/{version('orbit')}"
+        return f"orbit-supervise/{version(DISTRIBUTION)}"
     except PackageNotFoundError:
         return "orbit-supervise/dev"

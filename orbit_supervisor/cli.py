@@ -25,6 +25,7 @@ from orbit_host.isolation import (
     set_not_dumpable,
 )
 from orbit_host.tls import CaFileError
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.ids import is_id
 
@@ -138,16 +139,20 @@ def _fail(code: int, message: str) -> None:
               help="Open descriptors the template and each child may hold.")
 @click.option("--ca-file", envvar="ORBIT_CA_FILE", type=click.Path(dir_okay=False),
               help="CA certificates (PEM) that verify the server's TLS certificate.")
+@click.option("--child-nice", default=defaults.CHILD_NICE, show_default=True,
+              type=click.IntRange(0, 19),
+              help="Nice steps the children run below the supervisor (0: the same).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--log-format", default="text", show_default=True,
               type=click.Choice(["text", "json"]))
+@click.version_option(package_name=DISTRIBUTION, prog_name="orbit-supervise")
 def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | None,
          workers: int, shutdown_timeout: float, reconnect_min_delay: float,
          reconnect_max_delay: float, max_tasks_per_child: int | None,
          max_memory_per_child: int | None, child_user: str | None,
          child_rlimit_as: int | None, child_rlimit_cpu: int | None, child_nofile: int | None,
-         ca_file: str | None, log_level: str, log_format: str) -> None:
+         ca_file: str | None, child_nice: int, log_level: str, log_format: str) -> None:
     """Run handlers from MODULE:ATTR in isolated child processes for one queue."""
     _setup_logging(log_level, log_format)
     try:
@@ -169,7 +174,7 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
             handlers, queue_id, creds, url=url, workers=workers,
             shutdown_timeout=shutdown_timeout, reconnect_min_delay=reconnect_min_delay,
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
-            max_memory_per_child=max_memory_per_child,
+            max_memory_per_child=max_memory_per_child, child_nice=child_nice,
             reap_orphans=True,  # this process starts nothing but the template
             ca_file=ca_file,
         )

@@ -16,6 +16,7 @@ WORKERS_RANGE = (1, MAX_CAPACITY)
 SHUTDOWN_TIMEOUT_RANGE = (0.001, 300.0)
 RECONNECT_MIN_DELAY_FLOOR = 0.01
 RECONNECT_MAX_DELAY_CEILING = 30.0
+CHILD_NICE_RANGE = (0, 19)
 
 
 class OptionError(ValueError):
@@ -31,6 +32,7 @@ class SupervisorOptions:
     reconnect_max_delay: float = defaults.RECONNECT_MAX_DELAY
     max_tasks_per_child: int | None = None
     max_memory_per_child: int | None = None
+    child_nice: int = defaults.CHILD_NICE
 
     def __post_init__(self) -> None:
         if not is_id(self.queue_id):
@@ -41,6 +43,7 @@ class SupervisorOptions:
                   RECONNECT_MAX_DELAY_CEILING)
         _float_in("reconnect_max_delay", self.reconnect_max_delay, self.reconnect_min_delay,
                   RECONNECT_MAX_DELAY_CEILING)
+        _int_in("child_nice", self.child_nice, *CHILD_NICE_RANGE)
         if self.max_tasks_per_child is not None:
             _int_in("max_tasks_per_child", self.max_tasks_per_child, 1, 2**31)
         if self.max_memory_per_child is not None:

@@ -172,11 +172,12 @@ class ChildPool:
                  max_memory_bytes: int | None = None, memory_check_interval: float = 0.05,
                  logger: logging.Logger | None = None,
                  on_child_ready: Callable[[], None] | None = None,
-                 reap_orphans: bool = False) -> None:
+                 reap_orphans: bool = False, child_nice: int = 0) -> None:
         """``on_child_ready`` (optional) is called, on the loop, each time a fresh child
         becomes ready (so ``replacing`` may have dropped); it must not raise or block.
         ``reap_orphans``: this process becomes a subreaper and kills what a lost template's
-        children left behind (orphans.py); only where the templates are its only children."""
+        children left behind (orphans.py); only where the templates are its only children.
+        ``child_nice``: nice steps each child runs below this process (0-19)."""
         if size < 1:
             raise ValueError("size must be at least 1")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
@@ -185,6 +186,9 @@ class ChildPool:
             raise ValueError("max_memory_bytes must be positive")
         if memory_check_interval <= 0:
             raise ValueError("memory_check_interval must be positive")
+        if not 0 <= child_nice <= 19:
+            raise ValueError("child_nice must be in [0, 19]")
+        self._child_nice = child_nice
         self._spec = handlers
         self._on_child_ready = on_child_ready
         self._size = size
@@ -410,7 +414,7 @@ class ChildPool:
         self._template = TemplateLink(
             self._spec, on_forked=self._on_forked, on_reaped=self._on_reaped,
             on_lost=self._on_template_lost, logger=self._log,
-            start_timeout=_TEMPLATE_START_TIMEOUT_S)
+            start_timeout=_TEMPLATE_START_TIMEOUT_S, child_nice=self._child_nice)
         return await self._template.start()
 
     def _on_forked(self, generation: int, pid: int) -> None:

@@ -183,6 +183,7 @@ class SessionStats:
     margin_ms: float = 0.0  # the local-expiry margin new grants use now
     loop_lag_ms: float = 0.0  # the largest recent lateness of the driver's loop
     reap_ms: float = 0.0  # the largest recent SIGKILL → reap latency
+    loop_lag_max_ms: float = 0.0  # the largest lateness of the driver's loop since start
 
 
 class Session:
@@ -215,6 +216,7 @@ class Session:
         self._kill_at: dict[str, float] = {}
         self._fact_msgs: set[str] = set()
         self.late_kills = 0
+        self._loop_lag_max = 0.0
         # Counters for stats().
         self.started = 0
         self.renewals_confirmed = 0
@@ -369,6 +371,7 @@ class Session:
     def loop_lag(self, seconds: float) -> None:
         """A sample of how late the driver's loop ran a callback it had scheduled."""
         self._margin.loop_lag(seconds)
+        self._loop_lag_max = max(self._loop_lag_max, seconds)
 
     def set_replacing(self, replacing: int, now: float) -> list[Action]:
         """Slots whose child is being replaced; they are not offered as credit."""
@@ -461,6 +464,7 @@ class Session:
             late_kills=self.late_kills, margin_ms=self._margin.value() * 1000,
             loop_lag_ms=self._margin.recent_loop_lag() * 1000,
             reap_ms=self._margin.recent_reap() * 1000,
+            loop_lag_max_ms=self._loop_lag_max * 1000,
         )
 
     @property
@@ -535,7 +539,6 @@ class Session:
             return
         self._outbox.answered()
         self._batching.round_trip(max(0.0, now - inflight.sent_at))
-        self._margin.round_trip(now - inflight.sent_at)
         for pending, result in zip(inflight.ops, frame.results, strict=True):
             sent_at = pending.sent_at if pending.sent_at is not None else inflight.sent_at
             match pending.op:

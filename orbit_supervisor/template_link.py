@@ -63,8 +63,10 @@ class TemplateLink:
 
     def __init__(self, spec: str, *, on_forked: Callable[[int, int], None],
                  on_reaped: Callable[[ChildReaped], None], on_lost: Callable[[], None],
-                 logger: logging.Logger, start_timeout: float = 60.0) -> None:
+                 logger: logging.Logger, start_timeout: float = 60.0,
+                 child_nice: int = 0) -> None:
         self._spec = spec
+        self._child_nice = child_nice
         self._on_forked = on_forked
         self._on_reaped = on_reaped
         self._on_lost = on_lost
@@ -98,6 +100,8 @@ class TemplateLink:
                 "--control-fd", str(template_end.fileno()),
                 "--parent-pid", str(os.getpid()),
                 "--sys-path", orjson.dumps(sys_path).decode(), *_isolation.to_args(),
+                "--sys-path", orjson.dumps(sys_path).decode(),
+                "--child-nice", str(self._child_nice),
                 stdin=asyncio.subprocess.DEVNULL, pass_fds=(template_end.fileno(),),
                 env=handler_environment(os.environ),
             )

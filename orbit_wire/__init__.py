@@ -19,6 +19,7 @@ from .model import (
     TaskState,
     UnknownCode,
 )
+from .tasktype import TaskType
 
 __all__ = [
     "AttemptState",
@@ -33,6 +34,7 @@ __all__ = [
     "ProtocolError",
     "Role",
     "TaskState",
+    "TaskType",
     "UnknownCode",
     "ValueRejected",
 ]

@@ -20,6 +20,10 @@ Per level it reports, against the server's recorded lease end of each attempt
   - process gone - lease end (child, grandchild): p50/p99/max, and the share gone before;
   - the share of kill records lacking their facts (kill_reason, signal, child_pid, cpu_ms,
     peak_rss_bytes), the outcome/code breakdown, and the evidence rows;
+  - the server's recorded kill instant - lease end (kill_after_lease_end_ms) and the
+    supervisor's SIGKILL -> reap (reap_ms), p50/p99/max; attempts that never ran (start
+    answered after the local expiry); from the supervisor's log, its late kills (a lease
+    timer > 20 ms late), its largest event-loop lag and its margin at the drain;
 beside the issue's targets for load <= 3 (the extra load: runnable tasks other than the
 benchmark's own Orbit processes and its watcher, busy loops included; see LoadSampler).
 The kill-bench section of docs/benchmarks.md (between its markers) is replaced unless
@@ -35,6 +39,7 @@ import datetime as dt
 import mmap
 import os
 import platform
+import re
 import select
 import signal
 import subprocess
@@ -67,7 +72,7 @@ ATTEMPT_TIMEOUT_MS = 300
 LEASE_TTL_MS = 10_000  # far beyond the attempt timeout: the timeout is what ends the lease
 SPIN_MS = 10_000  # the C loop's own bound, if no kill ever comes
 QUICK_KILLS = 16
-FACTS = ("kill_reason", "signal", "child_pid", "cpu_ms", "peak_rss_bytes")
+FACTS = ("kill_reason", "signal", "child_pid", "cpu_ms", "peak_rss_bytes", "killed_at_ms")
 ROLES = ("child", "grandchild")
 TARGET_LOAD = 3.0
 TARGET_GONE_SHARE = 0.999
@@ -101,7 +106,7 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM,
 
 
 def start_supervise(creds_path: Path, queue: str, log: Path,
-                    workers: int) -> subprocess.Popen[bytes]:
+                    workers: int, child_nice: int) -> subprocess.Popen[bytes]:
     """One `orbit-supervise` for the kill spinner (the template imports it from scripts/)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(SCRIPTS), str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -109,7 +114,8 @@ def start_supervise(creds_path: Path, queue: str, log: Path,
         return subprocess.Popen(
             [str(ROOT / ".venv" / "bin" / "orbit-supervise"), "--credentials-file",
              str(creds_path), "--queue", queue, "--workers", str(workers),
-             "--log-level", "warning", SPEC],
+             "--child-nice", str(child_nice),
+             "--log-level", "info", SPEC],
             stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
@@ -406,6 +412,7 @@ class Level:
     load_before: float
     load_end: float
     supervise_exit: int | None
+    supervise_log: str = ""
 
 
 def run_level(env: Env, busy: int, kills: int, library: Path, args: argparse.Namespace) -> Level:
@@ -418,7 +425,7 @@ def run_level(env: Env, busy: int, kills: int, library: Path, args: argparse.Nam
         watcher = start_watcher(page, kills, roles, budget + 60, args.watcher_sched)
         stack.callback(finish_watcher, watcher)  # on error too: it kills what survived
         sup = start_supervise(creds_path, queue, env.workdir / f"supervise-busy{busy}.log",
-                              args.workers)
+                              args.workers, args.child_nice)
         stack.callback(stop_process, sup)
         deadline = time.monotonic() + budget
         warm = 2 * args.workers  # connected, and every child forked and served once
@@ -438,13 +445,14 @@ def run_level(env: Env, busy: int, kills: int, library: Path, args: argparse.Nam
             load_end = os.getloadavg()[0]
         records = fetch_attempts(producer, ids)
         supervise_exit = stop_process(sup)
+        supervise_log = (env.workdir / f"supervise-busy{busy}.log").read_text(errors="replace")
         watch = finish_watcher(watcher)
         view = map_page(page)
         stamps = [{role: spinner.read_stamp(view, i, role) for role in ROLES}
                   for i in range(kills)]
         view.close()
     return Level(busy, kills, records, stamps, watch, load, load_before, load_end,
-                 supervise_exit)
+                 supervise_exit, supervise_log)
 
 
 # ------------------------------------------------------------------ analysis
@@ -484,7 +492,7 @@ def analyse(level: Level) -> dict[str, Any]:
     out["kill_reasons"] = dict(Counter(str(a.get("kill_reason")) for _, a in killed))
     out["pid_mismatch"] = sum(1 for i, a in killed if a.get("child_pid") is not None
                               and a["child_pid"] != level.stamps[i]["child"].pid)
-    lacking = [a for _, a in killed if not has_facts(a)]
+    lacking = [a for _, a in killed if not has_facts(a) and not never_ran(a)]
     out["lacking"] = len(lacking)
     out["lacking_labels"] = dict(Counter(label(a) for a in lacking))
     evidence = [(e, a) for i, a in killed for e in level.records[i]["evidence"]]
@@ -507,7 +515,30 @@ def analyse(level: Level) -> dict[str, Any]:
     out["watcher"] = {"sched": level.watch["sched"], "lag_us": level.watch["lag_us"],
                       "unseen": level.watch["unseen"]}
     out["supervise_exit"] = level.supervise_exit
+    out["never_ran"] = sum(1 for _, a in killed if never_ran(a))
+    out["kill_vs_lease_ms"] = dist([float(a["kill_after_lease_end_ms"]) for _, a in killed
+                                    if a.get("kill_after_lease_end_ms") is not None])
+    out["kills_after_lease_end"] = sum(1 for _, a in killed
+                                       if (a.get("kill_after_lease_end_ms") or -1) >= 0)
+    out["reap_ms"] = dist([float(a["reap_ms"]) for _, a in killed
+                           if a.get("reap_ms") is not None])
+    out.update(supervise_figures(level.supervise_log))
     return out
+
+
+def never_ran(attempt: dict[str, Any]) -> bool:
+    """Started, but the start's answer came after the local expiry: no child ran it."""
+    return (attempt.get("kill_reason") == "LEASE_LOST" and attempt.get("child_pid") is None
+            and attempt.get("signal") is None)
+
+
+def supervise_figures(log: str) -> dict[str, Any]:
+    """Late kills (logged one a line) and the drain line's loop lag and margin."""
+    late = log.count("(a late kill")
+    match = re.search(r"late_kills=(\d+) loop_lag_max_ms=([\d.]+) margin_ms=([\d.]+)", log)
+    return {"late_kills": late,
+            "loop_lag_max_ms": float(match.group(2)) if match else None,
+            "margin_ms": float(match.group(3)) if match else None}
 
 
 def role_figures(level: Level, killed: list[tuple[int, dict[str, Any]]],
@@ -628,6 +659,19 @@ def figure_rows(figs: list[dict[str, Any]]) -> list[tuple[str, list[str], str]]:
          cells(lambda f: gone_cell(f, "grandchild")), ""),
         ("process gone - its last stamp (monotonic), child: p50 / p99 / max",
          cells(lambda f: fmt_dist(f["child"]["exit_after_stamp_ms"])), ""),
+        ("**kill instant recorded by the server - lease end** (kill_after_lease_end_ms): "
+         "p50 / p99 / max; kills at or after the lease end",
+         cells(lambda f: f"{fmt_dist(f['kill_vs_lease_ms'])}; {f['kills_after_lease_end']}"),
+         "< 0"),
+        ("SIGKILL → reap in the supervisor (reap_ms): p50 / p99 / max",
+         cells(lambda f: fmt_dist(f["reap_ms"])), ""),
+        ("late kills (a lease timer > 20 ms after the local expiry) / largest event-loop "
+         "lag / margin at the drain",
+         cells(lambda f: f"{f['late_kills']} / "
+                         + (f"{f['loop_lag_max_ms']:.0f} ms / {f['margin_ms']:.0f} ms"
+                            if f["loop_lag_max_ms"] is not None else "n/a")), "0"),
+        ("attempts that never ran (start answered after the local expiry)",
+         cells(lambda f: str(f["never_ran"])), ""),
         ("**kill records lacking their facts** (any of " + ", ".join(FACTS) + " null)",
          cells(lambda f: f"{share(f['lacking'], f['kills'])}: {judged(f['lacking'] == 0, f)}"),
          "0"),
@@ -674,7 +718,8 @@ def render(result: dict[str, Any]) -> str:
         f"Machine: {machine}. Watcher: {figs[0]['watcher']['sched'] if figs else '-'}.",
         "",
         f"One `orbit-server` (temporary SQLite file) and, per level, a fresh queue and one "
-        f"`orbit-supervise --workers {result['workers']}`; {result['kills']} tasks per level, "
+        f"`orbit-supervise --workers {result['workers']} --child-nice {result['child_nice']}`; "
+        f"{result['kills']} tasks per level, "
         f"each NON_IDEMPOTENT with max_attempts 1, `attempt_timeout_ms` {ATTEMPT_TIMEOUT_MS} "
         f"and a {LEASE_TTL_MS // 1000} s lease TTL, so every task is one attempt-timeout kill. "
         "The handler (`scripts/kill_spinner.py`) ignores SIGTERM, starts a grandchild in its "
@@ -708,7 +753,7 @@ def render(result: dict[str, Any]) -> str:
         *rows,
         "",
         f"Rerun: `.venv/bin/python scripts/bench_kills.py --kills {result['kills']} "
-        f"--busy {','.join(str(f['busy']) for f in figs)}`.",
+        f"--busy {','.join(str(f['busy']) for f in figs)} --child-nice {result['child_nice']}`.",
         END,
     ])
 
@@ -722,6 +767,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--busy", default="0,2,4",
                         help="comma-separated numbers of extra busy loops, one level each")
     parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--child-nice", type=int, default=10,
+                        help="orbit-supervise --child-nice (0: children at its priority)")
     parser.add_argument("--quick", action="store_true",
                         help="a small smoke run; its figures are never written to docs/")
     parser.add_argument("--no-write", action="store_true")
@@ -743,6 +790,7 @@ def parse_args() -> argparse.Namespace:
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"load_before": os.getloadavg()[0], "loop_ms": python_loop_ms(),
                               "kills": args.kills, "workers": args.workers,
+                              "child_nice": args.child_nice,
                               "quick": args.quick}
     library = spinner.build_library(workdir)
     server = Server(workdir)

@@ -20,7 +20,7 @@ import secrets
 import sys
 
 from .._runner import ExampleError, drained_line, example_main, read_settings, run_tasks
-from .handlers import HANDLER_ENV
+from .handlers import HANDLER_ENV, primes_type
 
 TASKS = 6
 LIMIT = 300_000
@@ -31,8 +31,7 @@ async def run_example() -> list[str]:
     settings = read_settings("examples.cpu_heavy")
     handler = f"example.primes.{secrets.token_hex(6)}"
     os.environ[HANDLER_ENV] = handler
-    spec = {"handler": handler, "handler_version": "v1", "payload_version": "v1",
-            "payload": {"limit": LIMIT}, "idempotency": "IDEMPOTENT"}
+    spec = primes_type(handler).spec({"limit": LIMIT})
     tasks, histories, supervisor = await run_tasks(
         settings, "examples.cpu_heavy.handlers:HANDLERS", [spec] * TASKS, workers=WORKERS,
     )

@@ -9,11 +9,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from orbit_child import Execution, Handler, WorkerFailure
+from orbit_child import Execution, Handlers, TaskType, WorkerFailure
 
 HANDLER_ENV = "ORBIT_EXAMPLE_HANDLER"
 HANDLER_NAME = os.environ.get(HANDLER_ENV) or "example.primes"
 MAX_LIMIT = 10_000_000
+
+
+def primes_type(name: str) -> TaskType[dict[str, int], dict[str, int]]:
+    """The declaration shared with the producer (__main__): counting has no side effect."""
+    return TaskType(name, "v1", "v1", idempotent=True)
+
+
+HANDLERS = Handlers()
 
 
 def count_primes(limit: int) -> int:
@@ -29,11 +37,10 @@ def count_primes(limit: int) -> int:
     return count
 
 
+@HANDLERS.task(primes_type(HANDLER_NAME))
 def primes(execution: Execution) -> Any:
     limit = execution.payload.get("limit") if isinstance(execution.payload, dict) else None
     if not isinstance(limit, int) or not 2 <= limit <= MAX_LIMIT:
         raise WorkerFailure("OBJECT_REJECTED", {"reason": f"limit must be in 2..{MAX_LIMIT}"})
     return {"limit": limit, "primes": count_primes(limit)}
 
-
-HANDLERS = [Handler(HANDLER_NAME, "v1", "v1", primes)]

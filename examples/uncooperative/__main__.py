@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from .._runner import ExampleError, drained_line, example_main, read_settings, run_tasks
-from .handlers import HANDLER_ENV
+from .handlers import HANDLER_ENV, stubborn_type
 
 ATTEMPT_TIMEOUT_MS = 1500
 GONE_WITHIN_S = 2.0
@@ -49,11 +49,8 @@ async def run_example() -> list[str]:
     os.environ[HANDLER_ENV] = handler
     with tempfile.TemporaryDirectory() as tmp:
         pid_file = Path(tmp) / "pids"
-        spec = {
-            "handler": handler, "handler_version": "v1", "payload_version": "v1",
-            "payload": {"pid_file": str(pid_file)},
-            "max_attempts": 1, "attempt_timeout_ms": ATTEMPT_TIMEOUT_MS,
-        }
+        spec = stubborn_type(handler).spec({"pid_file": str(pid_file)}, max_attempts=1,
+                                           attempt_timeout_ms=ATTEMPT_TIMEOUT_MS)
         tasks, histories, supervisor = await run_tasks(
             settings, "examples.uncooperative.handlers:HANDLERS", [spec], workers=1,
         )

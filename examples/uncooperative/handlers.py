@@ -13,12 +13,21 @@ import signal
 import subprocess
 from typing import Any
 
-from orbit_child import Execution, Handler
+from orbit_child import Execution, Handlers, TaskType
 
 HANDLER_ENV = "ORBIT_EXAMPLE_HANDLER"
 HANDLER_NAME = os.environ.get(HANDLER_ENV) or "example.uncooperative"
 
 
+def stubborn_type(name: str) -> TaskType[dict[str, str], dict[str, bool]]:
+    """The declaration shared with the producer (__main__)."""
+    return TaskType(name, "v1", "v1")
+
+
+HANDLERS = Handlers()
+
+
+@HANDLERS.task(stubborn_type(HANDLER_NAME))
 def stubborn(execution: Execution) -> Any:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     grandchild = subprocess.Popen(["sleep", "300"])
@@ -28,5 +37,3 @@ def stubborn(execution: Execution) -> Any:
     re.match(r"(a*)*b", "a" * 64)
     return {"finished": True}  # never reached
 
-
-HANDLERS = [Handler(HANDLER_NAME, "v1", "v1", stubborn)]

@@ -34,22 +34,16 @@ import sys
 from typing import Any
 
 from .._runner import ExampleError, drained_line, example_main, read_settings, run_tasks
-from .handlers import HANDLER_ENV, VERSION
+from .handlers import HANDLER_ENV, normalize_type
 
 TEXTS = ("hello orbit", "reusable worker", "durable result")
 WORKERS = 2
 
 
 def _task_spec(handler: str, text: str) -> dict[str, Any]:
-    return {
-        "handler": handler,
-        "handler_version": VERSION,
-        "payload_version": VERSION,
-        "payload": {"text": text},
-        # Normalising text has no side effect, so an uncertain attempt may simply run again.
-        "idempotency": "IDEMPOTENT",
-        "max_attempts": 3,
-    }
+    # The shared declaration builds the spec (idempotent by declaration); a batch submits
+    # the three at once.
+    return normalize_type(handler).spec({"text": text}, max_attempts=3)
 
 
 async def run_example() -> list[str]:

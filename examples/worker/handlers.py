@@ -8,6 +8,9 @@ left over from an earlier run. The supervisor's children inherit the variable, a
 module is imported once per child, so every child serves the same name.
 
 Payload ``{"text": "  hello   orbit "}`` → result ``{"text": "HELLO ORBIT"}``.
+
+``normalize_type`` is the one declaration the producer (``__main__``) and this worker share;
+the function is registered for it with ``@HANDLERS.task``.
 """
 
 from __future__ import annotations
@@ -15,11 +18,23 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from orbit_child import Execution, Handler, WorkerFailure
+from orbit_child import Execution, Handlers, TaskType, WorkerFailure
 
 HANDLER_ENV = "ORBIT_EXAMPLE_HANDLER"
 DEFAULT_HANDLER = "text.normalize"
 VERSION = "v1"
+Text = dict[str, str]
+
+
+def normalize_type(name: str = DEFAULT_HANDLER) -> TaskType[Text, Text]:
+    """The capability (name, v1, v1). Normalising text has no side effect, so an uncertain
+    attempt may simply run again: the declaration says idempotent once for every submit."""
+    return TaskType(name, VERSION, VERSION, idempotent=True)
+
+
+HANDLER_NAME = os.environ.get(HANDLER_ENV) or DEFAULT_HANDLER
+NORMALIZE = normalize_type(HANDLER_NAME)
+HANDLERS = Handlers()
 
 
 def normalize_text(text: str) -> str:
@@ -27,6 +42,7 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split()).upper()
 
 
+@HANDLERS.task(NORMALIZE)
 def normalize(execution: Execution) -> dict[str, Any]:
     payload = execution.payload
     if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
@@ -34,7 +50,3 @@ def normalize(execution: Execution) -> dict[str, Any]:
         raise WorkerFailure("OBJECT_REJECTED", {"reason": "payload must be {\"text\": string}"})
     return {"text": normalize_text(payload["text"])}
 
-
-HANDLER_NAME = os.environ.get(HANDLER_ENV) or DEFAULT_HANDLER
-
-HANDLERS = [Handler(HANDLER_NAME, VERSION, VERSION, normalize)]

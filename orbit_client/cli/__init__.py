@@ -6,7 +6,7 @@
     output.py       human or JSON, and the printer
     render.py       human views of answers (pure)        timefmt.py   relative times (pure)
     waiting.py      --wait with a progress line          args.py      shared options, JSON args
-    health.py, queues.py, credentials.py, tasks.py       one module per command group
+    health.py, queues.py, credentials.py, tasks.py, schedules.py   one module per group
 
 A new command group is a module with a click group, added to ``cli`` below.
 """
@@ -18,9 +18,10 @@ from .credentials import credentials
 from .exits import exit_code_for
 from .health import health
 from .queues import queues
+from .schedules import schedules
 from .tasks import tasks
 
-for _command in (health, queues, credentials, tasks):
+for _command in (health, queues, credentials, tasks, schedules):
     cli.add_command(_command)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from orbit_host.credentials import Credentials, CredentialsFileError, load_credentials
+from orbit_host.version import DISTRIBUTION
 from orbit_wire.errors import OrbitError
 
 from ..client import OrbitClient
@@ -127,6 +128,7 @@ def error_line(exc: OrbitError, url: str | None, subject: str = "") -> str:
 @click.group(
     cls=_OrbitGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]}
 )
+@click.version_option(package_name=DISTRIBUTION, prog_name="orbit")
 @click.option("--url", envvar="ORBIT_URL", help="Server URL (default: the credentials' URL).")
 @click.option(
     "--credentials-file",

@@ -206,6 +206,7 @@ def _ending(attempt: Mapping[str, Any]) -> str:
         facts.append(f"signal {attempt['signal']}")
     elif attempt.get("exit_code") not in (None, 0):
         facts.append(f"exit code {attempt['exit_code']}")
+    facts.extend(_kill_timing(attempt))
     if attempt.get("cpu_ms") is not None:
         facts.append(f"cpu {duration(attempt['cpu_ms'])}")
     if attempt.get("peak_rss_bytes"):
@@ -222,7 +223,20 @@ def _how(attempt: Mapping[str, Any]) -> str:
         facts.append(f"signal {attempt['signal']}")
     elif attempt.get("exit_code") not in (None, 0):
         facts.append(f"exit code {attempt['exit_code']}")
+    facts.extend(_kill_timing(attempt))
     return ", ".join(facts) or "-"
+
+
+def _kill_timing(attempt: Mapping[str, Any]) -> list[str]:
+    """When a kill came against the lease end, or that the handler never ran at all."""
+    if not attempt.get("kill_reason"):
+        return []
+    after = attempt.get("kill_after_lease_end_ms")
+    if after is not None:
+        return [f"{abs(after)} ms {'before' if after < 0 else 'after'} the lease end"]
+    if attempt.get("child_pid") is None and attempt.get("signal") is None:
+        return ["the handler never ran"]
+    return []
 
 
 def size(n: int) -> str:

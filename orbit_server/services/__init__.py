@@ -9,6 +9,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     workers        WorkerService   hello, release, reserve, a control request's ops, presence
     listing        ListingService  task pages, queues with counts, live workers, unserved work
     retention      Retention       old finished tasks and long-unseen instances deleted
+    schedules      ScheduleService periodic schedules and the firing loop's pass
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
@@ -39,6 +40,7 @@ from .pushes import PushService
 from .reaper import Reaper
 from .reservations import Reservations
 from .retention import Retention
+from .schedules import ScheduleService
 from .tasks import Submitted, TaskService
 from .wakeups import Wakeups
 from .workers import WorkerService
@@ -53,6 +55,7 @@ __all__ = [
     "Reaper",
     "Reservations",
     "Retention",
+    "ScheduleService",
     "Services",
     "Submitted",
     "TaskService",
@@ -78,3 +81,4 @@ class Services:
         self.workers = WorkerService(self.tx, wakeups, replica)
         self.listing = ListingService(self.tx)
         self.retention = Retention(self.tx)
+        self.schedules = ScheduleService(self.tx)

@@ -48,16 +48,14 @@ class ListingService:
         require_queue(principal, queue_id)
         with self._tx.read() as conn:
             _queue_exists(conn, queue_id)
-            stmt = q.state_range(filt)
-            streams = [conn.execute(stmt, q.state_params(filt, queue_id, state)).mappings()
-                       .all() for state in filt.wanted_states()]
-            page, nxt = cut_page(filt, streams)
+            rows = conn.execute(q.state_range(filt), q.state_params(filt, queue_id)).mappings()
+            page, nxt = cut_page(filt, [rows.all()])
             ids = [str(row["id"]) for row in page]
-            rows = {r["id"]: r for r in conn.execute(q.LIST_ROWS_BY_ID, {"ids": ids})
-                    .mappings()} if ids else {}
+            by_id = {r["id"]: r for r in conn.execute(q.LIST_ROWS_BY_ID, {"ids": ids})
+                     .mappings()} if ids else {}
             offers = self._offers(conn, queue_id) if any(
-                r["state"] == "PENDING" for r in rows.values()) else {}
-        views = [with_waiting(task_view(rows[i], full=False), offers) for i in ids if i in rows]
+                r["state"] == "PENDING" for r in by_id.values()) else {}
+        views = [with_waiting(task_view(by_id[i], full=False), offers) for i in ids if i in by_id]
         return {"tasks": views, "next_cursor": None if nxt is None else encode_cursor(filt, nxt)}
 
     def list_queues(self, principal: Principal) -> dict[str, Any]:

@@ -87,35 +87,13 @@ class TaskService:
         parsed = [domain.parse_task_spec(s, "task" if len(specs) == 1 else f"tasks[{i}]")
                   for i, s in enumerate(specs)]
         now = self._tx.clock()
-        out: Submitted = []
         new_rows: list[dict[str, Any]] = []
         reservations = Reservations()
         try:
             with self._tx.write() as conn:
                 if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
                     raise queue_not_found(queue_id)
-                keyed = _existing_by_key(conn, queue_id,
-                                         [s.operation_key for s in parsed if s.operation_key])
-                for spec in parsed:
-                    if spec.operation_key is not None and spec.operation_key in keyed:
-                        existing = keyed[spec.operation_key]
-                        _same_spec(existing, spec)
-                        out.append((task_view(existing), False))
-                        continue
-                    row = _new_task_row(queue_id, spec, now)
-                    new_rows.append(row)
-                    if spec.operation_key is not None:
-                        keyed[spec.operation_key] = row
-                    out.append((task_view(row), True))
-                if new_rows:
-                    INSERT_TASK.run(conn, new_rows)
-                    actor = principal.actor
-                    INSERT_AUDIT.run(conn, [
-                        {"task_id": r["id"], "attempt_id": None, "at_ms": now, "actor": actor,
-                         "kind": "task_submitted", "from_state": None,
-                         "to_state": TaskState.PENDING.value, "detail": None}
-                        for r in new_rows
-                    ])
+                out, new_rows = insert_tasks(conn, queue_id, parsed, principal.actor, now)
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
@@ -288,6 +266,37 @@ class TaskService:
             "pending_by_priority": dict(sorted(by_priority.items(), key=lambda kv: -int(kv[0]))),
             "pending_delayed": delayed,
         }
+
+
+def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec], actor: str,
+                 now: int, detail: str | None = None) -> tuple[Submitted, list[dict[str, Any]]]:
+    """Insert the tasks of ``parsed`` into an existing queue in the caller's transaction,
+    each with its ``task_submitted`` audit row (``detail``: JSON text or None); a spec whose
+    operation key exists answers that task. Returns (view, created) per spec and the new
+    rows. An operation key inserted meanwhile by another writer raises IntegrityError."""
+    out: Submitted = []
+    new_rows: list[dict[str, Any]] = []
+    keyed = _existing_by_key(conn, queue_id, [s.operation_key for s in parsed if s.operation_key])
+    for spec in parsed:
+        if spec.operation_key is not None and spec.operation_key in keyed:
+            existing = keyed[spec.operation_key]
+            _same_spec(existing, spec)
+            out.append((task_view(existing), False))
+            continue
+        row = _new_task_row(queue_id, spec, now)
+        new_rows.append(row)
+        if spec.operation_key is not None:
+            keyed[spec.operation_key] = row
+        out.append((task_view(row), True))
+    if new_rows:
+        INSERT_TASK.run(conn, new_rows)
+        INSERT_AUDIT.run(conn, [
+            {"task_id": r["id"], "attempt_id": None, "at_ms": now, "actor": actor,
+             "kind": "task_submitted", "from_state": None,
+             "to_state": TaskState.PENDING.value, "detail": detail}
+            for r in new_rows
+        ])
+    return out, new_rows
 
 
 def _task_row(conn: Connection, principal: Principal, task_id: str) -> Mapping[Any, Any]:

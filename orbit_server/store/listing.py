@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Integer, Select, and_, bindparam, func, or_, select
+from sqlalchemy import Integer, Select, and_, bindparam, func, or_, select, union_all
 
 from orbit_wire.model import AttemptState, TaskState
 
@@ -22,25 +22,25 @@ _SCAN_EXTRA = (tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version
                tasks.c.finished_at_ms)
 
 
-@functools.cache
-def _state_range(newest_first: bool, scanned_filters: bool, after: bool,
-                 created_after: bool, created_before: bool) -> Select[Any]:
-    """One state's rows of a queue in list order past the cursor: id and created_at_ms
-    only (the index holds both) unless filters need the capability and finish time."""
+def _one_state(i: int, newest_first: bool, scanned_filters: bool, after: bool,
+               created_after: bool, created_before: bool) -> Select[Any]:
+    """State ``state_i``'s rows of a queue in list order past the cursor: id and
+    created_at_ms only (the index holds both) unless filters need the capability and finish
+    time."""
     created, ident = tasks.c.created_at_ms, tasks.c.id
     cols = [ident, created, *(_SCAN_EXTRA if scanned_filters else ())]
-    where = [tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == bindparam("state")]
+    where = [tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == bindparam(f"state_{i}")]
     if created_after:
         where.append(created >= bindparam("created_after"))
     if created_before:
         where.append(created <= bindparam("created_before"))
     if after:
         c: Any = bindparam("after_created")
-        i: Any = bindparam("after_id")
+        i_: Any = bindparam("after_id")
         if newest_first:  # the range bound first (an index range), then the tie-break
-            where += [created <= c, or_(created < c, ident < i)]
+            where += [created <= c, or_(created < c, ident < i_)]
         else:
-            where += [created >= c, or_(created > c, ident > i)]
+            where += [created >= c, or_(created > c, ident > i_)]
     order = [created.desc(), ident.desc()] if newest_first else [created, ident]
     return (
         select(*cols).where(and_(*where)).order_by(*order)
@@ -50,14 +50,28 @@ def _state_range(newest_first: bool, scanned_filters: bool, after: bool,
     )
 
 
+@functools.cache
+def _states_range(count: int, *flags: bool) -> Select[Any]:
+    """``count`` state ranges in ONE statement (one round trip): a UNION ALL of limited
+    subqueries, each its own index range; the page is cut from their rows in Python."""
+    if count == 1:
+        return _one_state(0, *flags)
+    parts = [_one_state(i, *flags).subquery() for i in range(count)]
+    merged = union_all(*(select(sub).select_from(sub) for sub in parts)).subquery()
+    return select(merged)
+
+
 def state_range(filt: TaskFilter) -> Select[Any]:
-    """The statement for each wanted state (bind with ``state_params``)."""
-    return _state_range(filt.newest_first, filt.scanned_filters, filt.after is not None,
-                        filt.created_after is not None, filt.created_before is not None)
+    """The statement reading every wanted state's range (bind with ``state_params``)."""
+    return _states_range(len(filt.wanted_states()), filt.newest_first, filt.scanned_filters,
+                         filt.after is not None, filt.created_after is not None,
+                         filt.created_before is not None)
 
 
-def state_params(filt: TaskFilter, queue_id: str, state: TaskState) -> dict[str, Any]:
-    params: dict[str, Any] = {"queue_id": queue_id, "state": state.value, "n": filt.scan_size}
+def state_params(filt: TaskFilter, queue_id: str) -> dict[str, Any]:
+    params: dict[str, Any] = {"queue_id": queue_id, "n": filt.scan_size}
+    for i, state in enumerate(filt.wanted_states()):
+        params[f"state_{i}"] = state.value
     if filt.created_after is not None:
         params["created_after"] = filt.created_after
     if filt.created_before is not None:

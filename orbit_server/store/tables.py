@@ -265,3 +265,40 @@ audit = Table(
     Index("ix_audit_task_at", "task_id", "at_ms"),
     **MYSQL_OPTIONS,
 )
+
+# Periodic schedules (docs/http-api.md "Schedules"): the cron, its zone and the task spec
+# each firing submits. The firing loop reads due ACTIVE rows by next_fire_at_ms.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("queue_id", String(ID), nullable=False),
+    Column("name", String(NAME), nullable=True),
+    Column("cron", String(128), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("task", JsonText, nullable=False),  # the TaskSpec as given
+    Column("missed_ticks", String(STATE), nullable=False),
+    Column("state", String(STATE), nullable=False),
+    Column("next_fire_at_ms", BigInteger, nullable=False),
+    Column("last_tick_at_ms", BigInteger, nullable=True),
+    Column("last_task_id", String(ID), nullable=True),
+    Column("fired", BigInteger, nullable=False),
+    Column("created_by", String(CODE + ID), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    Index("ix_schedules_due", "state", "next_fire_at_ms"),
+    Index("ix_schedules_queue", "queue_id"),
+    **MYSQL_OPTIONS,
+)
+
+# One row per fired (or passed-over) tick: the primary key is what makes a tick fire once.
+schedule_firings = Table(
+    "schedule_firings",
+    metadata,
+    Column("schedule_id", String(ID), primary_key=True),
+    Column("tick_at_ms", BigInteger, primary_key=True, autoincrement=False),
+    Column("task_id", String(ID), nullable=True),  # None: a missed tick passed over
+    Column("fired_at_ms", BigInteger, nullable=False),
+    Column("missed", Boolean, nullable=False),  # earlier due ticks were passed over
+    **MYSQL_OPTIONS,
+)

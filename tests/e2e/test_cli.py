@@ -9,17 +9,19 @@ import signal
 import stat
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
 import pytest
-from support.cli import Cli, closed_port_url, one_error_line, run_orbit
+from support.cli import ORBIT, Cli, closed_port_url, one_error_line, run_orbit
 from support.orbit_http import WorkerCredential
 from support.protocol_client import ECHO, ProtocolClient
 from support.server import ServerProcess
 from support.waiting import UNIT
 
-from orbit_client import Credentials, load_credentials, write_credentials
+from examples.worker.handlers import NORMALIZE
+from orbit_client import Credentials, OrbitClient, load_credentials, write_credentials
 from orbit_wire.ids import is_id
 
 QID = "0123456789abcdef0123456789abcdef"
@@ -148,6 +150,11 @@ def test_readme_flow_with_a_real_supervisor(
         assert task["state"] == "SUCCEEDED", task
         assert task["result"] == {"text": "HELLO ORBIT"}
         assert "result_json" not in task  # the CLI prints the server's shape
+        # The README's Python example: the shared declaration, a typed submit and result.
+        with OrbitClient(credentials=producer_file) as orbit:
+            typed = orbit.submit(NORMALIZE, {"text": "  hello   orbit "}, priority=7)
+            assert typed.priority == 7
+            assert orbit.result(typed, timeout=20 * UNIT) == {"text": "HELLO ORBIT"}
     finally:
         os.kill(supervise.pid, signal.SIGTERM)
         try:
@@ -169,7 +176,7 @@ def test_readme_flow_with_a_real_supervisor(
     events = producer.json("tasks", "audit", task["id"])["events"]
     assert events[-1]["to_state"] == "SUCCEEDED"
     stats = producer.json("queues", "stats", queue)
-    assert stats["counts"]["SUCCEEDED"] == 1
+    assert stats["counts"]["SUCCEEDED"] == 2  # the CLI's task and the typed one
 
 
 def test_submit_get_cancel_and_json_output(admin_cli: Cli, tmp_path: Path) -> None:
@@ -181,9 +188,13 @@ def test_submit_get_cancel_and_json_output(admin_cli: Cli, tmp_path: Path) -> No
                           "--idempotent", "--max-attempts", "5",
                           "--operation-key", "k-1").strip()
     assert is_id(task_id)
-    again = producer.json(*submit_args(queue, "{}", "nobody.serves.this"),
+    again = producer.json(*submit_args(queue, "@" + str(payload_file), "nobody.serves.this"),
+                          "--idempotent", "--max-attempts", "5",
                           "--operation-key", "k-1", "--json")
     assert again["id"] == task_id
+    # The same key with another spec names the task it already belongs to.
+    assert task_id in producer.fails("CONFLICT", 1, *submit_args(queue, "{}", "nobody.serves.this"),
+                                     "--operation-key", "k-1")
     task = producer.json("tasks", "get", task_id)
     assert task["state"] == "PENDING"
     assert task["policy"]["idempotency"] == "IDEMPOTENT"
@@ -278,3 +289,57 @@ def test_a_server_that_stops_answering_times_out_as_unreachable(
     assert result.returncode == 4
     assert "Timeout" in one_error_line(result, "UNAVAILABLE")
     assert admin_cli.ok("health")  # and it serves again once resumed
+
+
+def test_submit_with_delay_and_priority(admin_cli: Cli, tmp_path: Path) -> None:
+    queue, producer_file, _ = make_lane(admin_cli, tmp_path)
+    producer = Cli(producer_file)
+    task = producer.json(*submit_args(queue, "{}", "nobody.serves.this"),
+                         "--delay", "1h", "--priority", "8", "--json")
+    assert task["priority"] == 8
+    assert task["next_attempt_at_ms"] == task["created_at_ms"] + 3_600_000
+    when = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
+    at = producer.json(*submit_args(queue, "{}", "nobody.serves.this"),
+                       "--not-before", when.isoformat(), "--json")
+    assert at["priority"] == 5
+    assert at["next_attempt_at_ms"] == int(when.timestamp()) * 1000
+    stats = producer.json("queues", "stats", queue)
+    assert stats["pending_by_priority"] == {"8": 1, "5": 1}
+    assert stats["pending_delayed"] == 2
+    producer.fails("BAD_REQUEST", 1, *submit_args(queue, "{}"), "--delay", "1h",
+                   "--not-before", "1")
+    producer.fails("BAD_REQUEST", 2, *submit_args(queue, "{}"), "--delay", "soon")
+    producer.fails("BAD_REQUEST", 2, *submit_args(queue, "{}"), "--not-before", "tomorrow")
+
+
+def test_schedules_commands(admin_cli: Cli, tmp_path: Path) -> None:
+    queue, producer_file, _ = make_lane(admin_cli, tmp_path)
+    producer = Cli(producer_file)
+    base = ["schedules", "create", "--queue", queue, "--handler", "nobody.serves.this",
+            "--handler-version", "v1", "--payload-version", "v1", "--payload", '{"n": 1}']
+    sid = producer.ok(*base, "--cron", "0 9 * * 1-5", "--timezone", "Europe/Paris",
+                      "--name", "weekday", "--priority", "7", "--idempotent").strip()
+    assert is_id(sid)
+    listed = producer.json("schedules", "list", "--queue", queue)["schedules"]
+    assert [s["id"] for s in listed] == [sid]
+    shown = producer.json("schedules", "get", sid)
+    assert shown["cron"] == "0 9 * * 1-5" and shown["timezone"] == "Europe/Paris"
+    assert shown["task"]["priority"] == 7 and shown["firings"] == []
+    assert shown["next_fire_at_ms"] > shown["created_at_ms"]
+    assert producer.json("schedules", "pause", sid)["state"] == "PAUSED"
+    assert producer.json("schedules", "resume", sid)["state"] == "ACTIVE"
+    assert producer.json("schedules", "delete", sid) == {"schedule_id": sid, "deleted": True}
+    producer.fails("NOT_FOUND", 1, "schedules", "get", sid)
+    producer.fails("BAD_REQUEST", 1, *base, "--cron", "every day")
+    producer.fails("BAD_REQUEST", 1, *base, "--cron", "* * * * *", "--timezone", "Nowhere/X")
+
+
+def test_every_command_shows_the_distribution_version() -> None:
+    from importlib.metadata import version
+
+    expected = version("orbit-tasks")
+    for command in ("orbit", "orbit-server", "orbit-supervise"):
+        done = subprocess.run([str(ORBIT.with_name(command)), "--version"],
+                              capture_output=True, text=True, timeout=60 * UNIT, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"{command}, version {expected}"

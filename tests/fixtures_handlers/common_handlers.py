@@ -37,7 +37,7 @@ def whoami(execution: Execution) -> Any:
     loaded = sorted({name.split(".")[0] for name in sys.modules})
     return {"pid": os.getpid(), "imported_in": IMPORTED_IN,
             "loaded": [m for m in loaded if m in ("orbit_supervisor", "websockets", "psutil")],
-            "policy": os.sched_getscheduler(0)}
+            "policy": os.sched_getscheduler(0), "nice": os.getpriority(os.PRIO_PROCESS, 0)}
 
 
 def crash(execution: Execution) -> Any:

@@ -180,12 +180,13 @@ class Stage:
         deadline = time.monotonic() + SETTLE_S * UNIT
         for task_id in self.task_ids:
             view: dict[str, Any] | None = None
-            left = deadline - time.monotonic()
-            if left > 0:
-                try:
-                    view = wait_task(self.producer, task_id, timeout_s=left / UNIT)
-                except AssertionError:
-                    view = None
+            # One look even when the bound is spent: a task stuck before this one must not
+            # make this one read as unended.
+            left = max(deadline - time.monotonic(), 0.1 * UNIT)
+            try:
+                view = wait_task(self.producer, task_id, timeout_s=left / UNIT)
+            except AssertionError:
+                view = None
             history = self.history(task_id)
             if view is None:  # said in the row, with what the server knows of it
                 last = expect(self.producer.get(f"/v1/tasks/{task_id}"), 200)
@@ -210,18 +211,27 @@ class Stage:
         return seen
 
 
-def kill_log(sup: SupervisorProcess) -> dict[str, float]:
-    """attempt id -> the wall-clock ms at which the supervisor logged killing its child."""
-    out: dict[str, float] = {}
+def log_records(sup: SupervisorProcess) -> list[dict[str, Any]]:
+    """The supervisor's JSON log (``--log-format json``), one record per line."""
+    out = []
     for line in sup.log().splitlines():
-        if "killed the child of attempt" not in line:
-            continue
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        attempt = record["message"].split("attempt ", 1)[1].split(":", 1)[0]
-        out.setdefault(attempt, float(record["ts"]) * 1000)
+        if isinstance(record, dict) and "ts" in record:
+            out.append(record)
+    return out
+
+
+def kill_log(sup: SupervisorProcess) -> dict[str, float]:
+    """attempt id -> the wall-clock ms at which the supervisor logged killing its child."""
+    out: dict[str, float] = {}
+    for record in log_records(sup):
+        message = str(record.get("message", ""))
+        if message.startswith("killed the child of attempt"):
+            attempt = message.split("attempt ", 1)[1].split(":", 1)[0]
+            out.setdefault(attempt, float(record["ts"]) * 1000)
     return out
 
 
@@ -335,11 +345,7 @@ _LOST_DOC = {
 
 def _reconnected_after(sup: SupervisorProcess, cut_at: float) -> float | None:
     """ms from ``cut_at`` (wall-clock s) to the supervisor's next "connected to" log line."""
-    for line in sup.log().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+    for record in log_records(sup):
         if str(record.get("message", "")).startswith("connected to") and record["ts"] >= cut_at:
             return (float(record["ts"]) - cut_at) * 1000
     return None

@@ -60,6 +60,7 @@ PURE = (
     "orbit_supervisor/outcomes.py",
     "orbit_client/calls.py",
     "orbit_client/rawjson.py",
+    "orbit_client/tasks.py",
     "orbit_client/cli/render.py",
     "orbit_client/cli/timefmt.py",
 )

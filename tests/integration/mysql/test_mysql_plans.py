@@ -66,13 +66,19 @@ def test_attempts_with_tasks_join_on_primary_keys(big_db: Engine) -> None:
 @pytest.mark.parametrize("newest", [True, False])
 def test_task_list_page_is_an_index_range(big_db: Engine, newest: bool) -> None:
     from orbit_server.domain.listing import Position, TaskFilter
-    from orbit_server.store import listing
+    from orbit_server.store import listing, retention
     from orbit_wire.model import TaskState
 
-    filt = TaskFilter(newest_first=newest, after=Position(NOW - 10_000, f"{10_000:032x}"))
-    params = listing.state_params(filt, Q, TaskState.SUCCEEDED)
-    (row,) = _plan(big_db, listing.state_range(filt), **params)
-    assert row["key"] == "ix_tasks_queue_state_created", row
-    assert "filesort" not in str(row.get("Extra") or ""), row
-    (row,) = _plan(big_db, listing.INSTANCES_SEEN_SINCE, since=NOW)
-    assert row["type"] != "ALL" or int(row["rows"] or 0) < 10, row
+    for states in ((TaskState.SUCCEEDED,), ()):  # one state, and every state's range
+        filt = TaskFilter(states=states, newest_first=newest,
+                          after=Position(NOW - 10_000, f"{10_000:032x}"))
+        rows = _plan(big_db, listing.state_range(filt), **listing.state_params(filt, Q))
+        ranges = [r for r in rows if r["table"] == "tasks"]
+        assert len(ranges) == len(filt.wanted_states()), rows
+        for row in ranges:
+            assert row["key"] == "ix_tasks_queue_state_created", row
+            assert "filesort" not in str(row.get("Extra") or ""), row
+    (row,) = _plan(big_db, retention.OLD_FINISHED_TASKS, before=NOW - 15_000, n=500)
+    assert row["key"] == "ix_tasks_finished" and row["type"] != "ALL", row
+    (row,) = _plan(big_db, queries.START_BY_PASSED, now=NOW, n=500)
+    assert row["key"] == "ix_tasks_start_by", row

@@ -63,6 +63,21 @@ def test_handler_module_is_imported_once_in_the_template() -> None:
     # template and this process keep the default policy.
     assert {r["policy"] for r in results} == {os.SCHED_BATCH}
     assert template_policy == os.sched_getscheduler(0) == os.SCHED_OTHER
+    # A pool made without child_nice keeps the children at this process's nice value.
+    assert {r["nice"] for r in results} == {os.getpriority(os.PRIO_PROCESS, 0)}
+
+
+def test_children_run_child_nice_steps_below_the_parent() -> None:
+    async def scenario() -> tuple[dict[str, int], int]:
+        async with running_pool(1, child_nice=7) as pool:
+            out = await pool.execute(request("whoami"))
+            assert pool.template_pid is not None
+            return orjson.loads(out.result_json or ""), os.getpriority(os.PRIO_PROCESS,
+                                                                       pool.template_pid)
+    result, template_nice = run(scenario())
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert result["nice"] == min(19, mine + 7)
+    assert template_nice == mine  # only the children: the template forks replacements
 
 
 @pytest.mark.parametrize(

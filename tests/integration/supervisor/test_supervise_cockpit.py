@@ -4,6 +4,8 @@ message) in the attempt and the task's failure."""
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 from supervisor_support import SupEnv, attempts, submit, wait_task
 from support.orbit_http import expect
 
@@ -25,5 +27,6 @@ def test_handler_exception_type_reaches_the_producer(sup_env: SupEnv) -> None:
 
     workers = expect(sup_env.producer.get("/v1/workers"), 200)["workers"]
     (mine,) = [w for w in workers if w["queue_id"] == sup_env.queue_id]
-    assert mine["version"].startswith("orbit-supervise/"), mine
+    # The installed distribution's version (orbit-tasks), not the "dev" fallback.
+    assert mine["version"] == f"orbit-supervise/{version('orbit-tasks')}", mine
     assert mine["slots"] == 1 and mine["running"] == []

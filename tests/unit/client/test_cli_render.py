@@ -132,6 +132,19 @@ def test_stats_and_attempts_tables() -> None:
     assert "57 s" in text and "120.0 MiB" in text
 
 
+def test_a_kill_says_when_it_came_against_the_lease_end() -> None:
+    early = {**ATTEMPT, "kill_reason": "ATTEMPT_TIMEOUT", "kill_after_lease_end_ms": -70,
+             "killed_at_ms": 1, "reap_ms": 20}
+    assert "killed: attempt timeout, signal 9, 70 ms before the lease end" in (
+        render.attempt_story(early, NOW))
+    late = {**early, "kill_after_lease_end_ms": 12}
+    text = text_of(render.attempts_view({"attempts": [late], "evidence": []}, NOW), 240)
+    assert "12 ms after the lease end" in text
+    never = {**ATTEMPT, "kill_reason": "LEASE_LOST", "child_pid": None, "signal": None,
+             "kill_after_lease_end_ms": None}
+    assert "the handler never ran" in render.attempt_story(never, NOW)
+
+
 def test_list_tables_show_full_ids_and_why_tasks_wait() -> None:
     tasks = [
         {**TASK, "id": "1" * 32, "state": "FAILED", "failure": {"code": "HANDLER_ERROR"},

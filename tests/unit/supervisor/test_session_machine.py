@@ -112,6 +112,9 @@ class SessionMachine(RuleBasedStateMachine):
                     self.alive.add(res.attempt_id)
                 case Kill(attempt_id=attempt_id):
                     self.killed.add(attempt_id)
+                    if attempt_id in self.alive:  # a child was signalled: report it now
+                        self.apply(self.s.kill_sent(attempt_id, Report(child_pid=4242, signal=9),
+                                                    self.now))
                 case Connect(delay=delay):
                     self.pending_connect = self.now + delay
                 case CloseConnection():
@@ -345,6 +348,18 @@ class SessionMachine(RuleBasedStateMachine):
     @invariant()
     def never_more_executions_than_slots(self) -> None:
         assert len(self.alive) <= CAPACITY
+
+    @invariant()
+    def a_killed_child_is_reported_before_its_reap(self) -> None:
+        """A signalled child's attempt keeps its slot until the reap, and its kill report is
+        queued, in flight or answered meanwhile (never waiting for the reap)."""
+        if self.finished:
+            return
+        outstanding = {op.msg_id for op in (*self.s.queued_ops(), *self.s.in_flight_ops())}
+        for attempt_id in self.alive & self.killed:
+            att = self.s.attempts.get(attempt_id)
+            assert att is not None and att.kill_msg is not None, attempt_id
+            assert att.kill_msg in outstanding or att.kill_confirmed, attempt_id
 
     @invariant()
     def no_started_attempt_is_forgotten(self) -> None:

@@ -73,6 +73,7 @@ def test_bad_sizes(text: str) -> None:
     ("reconnect_max_delay", 31, "reconnect_max_delay"),
     ("max_tasks_per_child", 0, "max_tasks_per_child"),
     ("max_memory_per_child", 10, "max_memory_per_child"),
+    ("child_nice", -1, r"\[0, 19\]"), ("child_nice", 20, r"\[0, 19\]"),
 ])
 def test_option_ranges(field: str, value: object, match: str) -> None:
     with pytest.raises(OptionError, match=match):

@@ -2,7 +2,7 @@
 ``pushes`` table carries cancels and revocations to the replica a worker is connected to.
 
 Revision ID: 0006
-Revises: 0005
+Revises: 0007b
 Create Date: 2026-12-02
 
 `previous_secret_hash` is the secret a rotation replaced, accepted until
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0005"
+down_revision = "0007b"
 branch_labels = None
 depends_on = None
 

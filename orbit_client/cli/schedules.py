@@ -1,0 +1,108 @@
+"""``orbit schedules create | list | get | pause | resume | delete``: periodic schedules
+(docs/cli.md "Schedules"). Answers print as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..client import OrbitClient
+from .app import settings
+from .args import json_argument, queue_option
+
+
+def _client(ctx: click.Context) -> OrbitClient:
+    return settings(ctx).client(ctx)
+
+
+def _print_json(ctx: click.Context, value: Any) -> None:
+    settings(ctx).output(True).json(value)
+
+
+@click.group()
+def schedules() -> None:
+    """Periodic schedules: a cron expression in a time zone and the task each tick submits."""
+
+
+@schedules.command("create")
+@queue_option
+@click.option("--cron", required=True, help="Cron expression, e.g. '*/5 * * * *' (quote it).")
+@click.option("--timezone", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--name", default=None, help="A label for people.")
+@click.option("--missed-ticks", type=click.Choice(["skip", "one"]), default="skip",
+              show_default=True, help="Ticks missed while no server ran: skip, or one catch-up.")
+@click.option("--paused", is_flag=True, help="Create it paused.")
+@click.option("--handler", required=True, help="Capability: handler name.")
+@click.option("--handler-version", required=True, help="Capability: handler version.")
+@click.option("--payload-version", required=True, help="Capability: payload version.")
+@click.option("--payload", required=True, help="Payload JSON, or @FILE, or @- for stdin.")
+@click.option("--idempotent", is_flag=True, help="Safe to retry after an uncertain outcome.")
+@click.option("--priority", type=click.IntRange(0, 9), default=None, help="0-9 (default 5).")
+@click.option("--max-attempts", type=click.IntRange(1, 100), default=None)
+@click.option("--deadline-ms", type=int, default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON, not its ID.")
+@click.pass_context
+def schedules_create(ctx: click.Context, queue_id: str | None, cron: str, timezone: str,
+                     name: str | None, missed_ticks: str, paused: bool, handler: str,
+                     handler_version: str, payload_version: str, payload: str,
+                     idempotent: bool, priority: int | None, max_attempts: int | None,
+                     deadline_ms: int | None, as_json: bool) -> None:
+    """Create a schedule and print its ID; its first tick is the first after now."""
+    task: dict[str, Any] = {
+        "handler": handler, "handler_version": handler_version,
+        "payload_version": payload_version, "payload": json_argument(payload, "payload"),
+        "idempotency": "IDEMPOTENT" if idempotent else "NON_IDEMPOTENT",
+    }
+    optional = {"priority": priority, "max_attempts": max_attempts, "deadline_ms": deadline_ms}
+    task.update({k: v for k, v in optional.items() if v is not None})
+    body: dict[str, Any] = {"cron": cron, "timezone": timezone, "task": task,
+                            "missed_ticks": missed_ticks, "paused": paused}
+    if name is not None:
+        body["name"] = name
+    made = _client(ctx).create_schedule(settings(ctx).queue(queue_id), body)
+    if as_json:
+        _print_json(ctx, made)
+    else:
+        settings(ctx).output(False).line(made["id"])
+
+
+@schedules.command("list")
+@queue_option
+@click.pass_context
+def schedules_list(ctx: click.Context, queue_id: str | None) -> None:
+    """Print the queue's schedules as JSON."""
+    queue = settings(ctx).queue(queue_id)
+    _print_json(ctx, {"schedules": _client(ctx).list_schedules(queue)})
+
+
+@schedules.command("get")
+@click.argument("schedule_id")
+@click.pass_context
+def schedules_get(ctx: click.Context, schedule_id: str) -> None:
+    """Print a schedule with its recent firings (tick, task, missed)."""
+    _print_json(ctx, _client(ctx).get_schedule(schedule_id))
+
+
+@schedules.command("pause")
+@click.argument("schedule_id")
+@click.pass_context
+def schedules_pause(ctx: click.Context, schedule_id: str) -> None:
+    """Stop firing; ticks while paused never fire."""
+    _print_json(ctx, _client(ctx).pause_schedule(schedule_id))
+
+
+@schedules.command("resume")
+@click.argument("schedule_id")
+@click.pass_context
+def schedules_resume(ctx: click.Context, schedule_id: str) -> None:
+    """Fire again from the first tick after now."""
+    _print_json(ctx, _client(ctx).resume_schedule(schedule_id))
+
+
+@schedules.command("delete")
+@click.argument("schedule_id")
+@click.pass_context
+def schedules_delete(ctx: click.Context, schedule_id: str) -> None:
+    """Delete the schedule; the tasks it submitted stay."""
+    _print_json(ctx, _client(ctx).delete_schedule(schedule_id))

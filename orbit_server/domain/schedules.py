@@ -1,0 +1,140 @@
+"""Periodic schedules: what a schedule request may say (``parse_schedule``), the operation key
+of a firing (``firing_key``), and which tick to fire when the firing loop looks at a
+schedule (``plan_firing``, with the missed-tick policy). Pure: the cron arithmetic arrives
+as the instants it computed (orbit_server/cron.py does it), the clock's reading as ``now``.
+
+A schedule fires at most once per tick, whatever the number of replicas, restarts or clock
+steps: each firing is keyed by (schedule, tick instant) - the task's operation key and the
+primary key of its firing row - and a tick is only ever fired once it is due
+(``tick <= now``) and after the schedule's stored ``next_fire_at_ms``, which only moves
+forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.limits import MAX_NAME_LEN
+
+from .spec import TaskSpec, parse_task_spec
+
+# A tick the loop reaches this late still counts as on time under MissedTicks.SKIP: the
+# loop polls at least every second, and a busy store may delay it some more.
+ON_TIME_GRACE_MS: Final = 60_000
+MAX_CRON_LEN: Final = 128
+MAX_TIMEZONE_LEN: Final = 64
+_KEYS = frozenset({"cron", "timezone", "task", "name", "missed_ticks", "paused"})
+# The schedule sets these itself, per firing.
+_TASK_KEYS_REFUSED = ("operation_key", "delay_ms", "not_before_at_ms")
+
+
+class MissedTicks(StrEnum):
+    """What a schedule does with ticks that passed while no server ran (or the loop could
+    not reach the database): ``skip`` them (default), or fire ``one`` catch-up task for the
+    latest of them. Either way the schedule then continues with the first future tick."""
+
+    SKIP = "skip"
+    ONE = "one"
+
+
+class ScheduleState(StrEnum):
+    ACTIVE = "ACTIVE"
+    PAUSED = "PAUSED"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """A validated schedule request; ``task`` is checked here and stored as given (parsed
+    again at every firing)."""
+
+    cron: str
+    timezone: str
+    task: TaskSpec
+    name: str | None
+    missed_ticks: MissedTicks
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FiringPlan:
+    """What to do with one schedule: fire ``tick_at_ms`` (None: fire nothing), whether due
+    ticks were passed over without a task (``missed``), and the stored next fire instant
+    afterwards."""
+
+    tick_at_ms: int | None
+    missed: bool
+    next_fire_at_ms: int
+
+
+def parse_schedule(obj: object) -> tuple[ScheduleSpec, Mapping[object, object]]:
+    """Validate a schedule request (docs/http-api.md "Schedules"); returns the spec and the
+    task object as given (to store). The cron expression and the time zone are only checked
+    for form here; orbit_server/cron.py checks that they mean something."""
+    if not isinstance(obj, Mapping):
+        raise _bad("must be a JSON object")
+    unknown = sorted(str(k) for k in obj if k not in _KEYS)
+    if unknown:
+        raise _bad(f"has unknown field(s): {', '.join(unknown)}")
+    cron = obj.get("cron")
+    if not isinstance(cron, str) or not 0 < len(cron) <= MAX_CRON_LEN or not cron.isascii():
+        raise _bad(f"cron is required: a cron expression of at most {MAX_CRON_LEN} ASCII "
+                   "characters, e.g. '*/5 * * * *'")
+    timezone = obj.get("timezone", "UTC")
+    if (not isinstance(timezone, str) or not 0 < len(timezone) <= MAX_TIMEZONE_LEN
+            or not timezone.isascii()):
+        raise _bad("timezone must be an IANA time zone name, e.g. 'Europe/Paris'")
+    name = obj.get("name")
+    if name is not None and (not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LEN):
+        raise _bad(f"name must be 1-{MAX_NAME_LEN} characters")
+    missed_raw = obj.get("missed_ticks", MissedTicks.SKIP.value)
+    if missed_raw not in (MissedTicks.SKIP.value, MissedTicks.ONE.value):
+        raise _bad("missed_ticks must be 'skip' or 'one'")
+    paused = obj.get("paused", False)
+    if not isinstance(paused, bool):
+        raise _bad("paused must be a boolean")
+    task_obj = obj.get("task")
+    if not isinstance(task_obj, Mapping):
+        raise _bad("task is required: the TaskSpec each firing submits")
+    refused = [k for k in _TASK_KEYS_REFUSED if k in task_obj]
+    if refused:
+        raise _bad(f"task may not set {', '.join(refused)} (each firing sets its own)")
+    task = parse_task_spec(task_obj, "schedule.task")
+    spec = ScheduleSpec(cron=" ".join(cron.split()), timezone=timezone, task=task, name=name,
+                        missed_ticks=MissedTicks(missed_raw), paused=paused)
+    return spec, task_obj
+
+
+def firing_key(schedule_id: str, tick_at_ms: int) -> str:
+    """The operation key of the task a tick submits: the same on every replica, so a tick
+    fired twice (a lost race, a retried transaction, a replica with a stepped clock) finds
+    the task it already made."""
+    return f"schedule:{schedule_id}:{tick_at_ms}"
+
+
+def plan_firing(next_fire_at_ms: int, now_ms: int, latest_tick_ms: int | None,
+                following_tick_ms: int, missed_ticks: MissedTicks,
+                grace_ms: int = ON_TIME_GRACE_MS) -> FiringPlan:
+    """Which tick to fire at ``now_ms`` for a schedule whose stored next instant is
+    ``next_fire_at_ms``.
+
+    ``latest_tick_ms`` is the cron's last tick at or before ``now_ms`` (None if it has none),
+    ``following_tick_ms`` its first tick after ``now_ms``. Ticks in
+    [next_fire_at_ms, now_ms] are due. The latest due tick fires if it is on time (at most
+    ``grace_ms`` late), or late under ``missed_ticks=one``; earlier due ticks never fire.
+    When nothing is due - woken early, or a clock stepped back before the stored instant -
+    nothing fires and the stored instant stays, so no tick ever fires twice.
+    """
+    if latest_tick_ms is None or latest_tick_ms < next_fire_at_ms or now_ms < next_fire_at_ms:
+        return FiringPlan(None, False, next_fire_at_ms)
+    passed_over = latest_tick_ms > next_fire_at_ms  # earlier due ticks, not fired
+    if now_ms - latest_tick_ms <= grace_ms or missed_ticks is MissedTicks.ONE:
+        return FiringPlan(latest_tick_ms, passed_over, following_tick_ms)
+    return FiringPlan(None, True, following_tick_ms)
+
+
+def _bad(message: str) -> OrbitError:
+    return OrbitError(ErrorCode.BAD_REQUEST, f"schedule: {message}")

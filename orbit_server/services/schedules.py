@@ -1,0 +1,247 @@
+"""Periodic schedules: create, list, read, pause, resume, delete (producers of the queue and
+admins), and ``fire_due``, the firing loop's one transaction (orbit_server/app.py drives it).
+
+A firing is exactly once per (schedule, tick) across replicas, restarts and clock steps:
+the due rows are read with ``FOR UPDATE SKIP LOCKED`` (another replica's pass skips them),
+the schedule's ``next_fire_at_ms`` is written back compare-and-set, the firing row's primary
+key is (schedule, tick), and the task's operation key is derived from the same pair
+(domain.schedules.firing_key). Which tick fires, and what happens to ticks missed while no
+server ran, is domain.schedules.plan_firing's decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.ids import is_id, new_id
+from orbit_wire.model import Role
+
+from .. import domain
+from ..auth import Principal, queue_not_found, require_role, require_visible_queue
+from ..cron import Cron
+from ..domain.schedules import MissedTicks, ScheduleState, firing_key, parse_schedule, plan_firing
+from ..store.retry import transactional
+from ..store.tables import queues, schedule_firings, schedules
+from ..store.views import fragment
+from .context import TxContext
+from .effects import Effects
+from .tasks import insert_tasks
+
+_PRODUCERS = (Role.ADMIN, Role.PRODUCER)
+FIRE_BATCH = 100  # due schedules per firing transaction
+RECENT_FIRINGS = 20  # firings shown with a schedule
+
+
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
+class ScheduleService:
+    def __init__(self, tx: TxContext) -> None:
+        self._tx = tx
+
+    def create(self, principal: Principal, queue_id: str, body: object) -> dict[str, Any]:
+        """A new schedule; its first tick is the first after now (none fires retroactively)."""
+        require_role(principal, _PRODUCERS)
+        require_visible_queue(principal, queue_id)
+        spec, task_obj = parse_schedule(body)
+        cron = Cron(spec.cron, spec.timezone)
+        now = self._tx.clock()
+        row = {
+            "id": new_id(now), "queue_id": queue_id, "name": spec.name, "cron": spec.cron,
+            "timezone": spec.timezone, "task": orjson.dumps(task_obj).decode(),
+            "missed_ticks": spec.missed_ticks.value,
+            "state": (ScheduleState.PAUSED if spec.paused else ScheduleState.ACTIVE).value,
+            "next_fire_at_ms": cron.next_after(now), "last_tick_at_ms": None,
+            "last_task_id": None, "fired": 0, "created_by": principal.actor,
+            "created_at_ms": now, "updated_at_ms": now,
+        }
+        with self._tx.write() as conn:
+            if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
+                raise queue_not_found(queue_id)
+            conn.execute(schedules.insert(), row)
+        return schedule_view(row)
+
+    def list_schedules(self, principal: Principal, queue_id: str) -> dict[str, Any]:
+        require_role(principal, _PRODUCERS)
+        require_visible_queue(principal, queue_id)
+        with self._tx.read() as conn:
+            rows = conn.execute(select(schedules).where(schedules.c.queue_id == queue_id)
+                                .order_by(schedules.c.created_at_ms, schedules.c.id)).mappings()
+            return {"schedules": [schedule_view(r) for r in rows]}
+
+    def get(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
+        """The schedule with its most recent firings (newest first)."""
+        with self._tx.read() as conn:
+            row = _schedule_row(conn, principal, schedule_id)
+            firings = conn.execute(
+                select(schedule_firings).where(schedule_firings.c.schedule_id == schedule_id)
+                .order_by(schedule_firings.c.tick_at_ms.desc()).limit(RECENT_FIRINGS)
+            ).mappings()
+            return {**schedule_view(row), "firings": [firing_view(f) for f in firings]}
+
+    def pause(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
+        """No tick fires while PAUSED; idempotent."""
+        return self._set_state(principal, schedule_id, ScheduleState.PAUSED)
+
+    def resume(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
+        """ACTIVE again from the first tick after now: ticks during the pause never fire."""
+        return self._set_state(principal, schedule_id, ScheduleState.ACTIVE)
+
+    def _set_state(self, principal: Principal, schedule_id: str,
+                   state: ScheduleState) -> dict[str, Any]:
+        now = self._tx.clock()
+        with self._tx.write() as conn:
+            row = _schedule_row(conn, principal, schedule_id, lock=True)
+            if row["state"] != state.value:
+                values: dict[str, Any] = {"state": state.value, "updated_at_ms": now}
+                if state is ScheduleState.ACTIVE:
+                    values["next_fire_at_ms"] = Cron(row["cron"], row["timezone"]).next_after(
+                        max(now, row["last_tick_at_ms"] or 0))
+                conn.execute(update(schedules).where(schedules.c.id == schedule_id)
+                             .values(**values))
+                row = {**row, **values}
+            return schedule_view(row)
+
+    def delete(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
+        """Remove the schedule and its firing rows; the tasks it submitted (and their audit
+        rows, which name the schedule) stay."""
+        with self._tx.write() as conn:
+            _schedule_row(conn, principal, schedule_id, lock=True)
+            conn.execute(delete(schedule_firings)
+                         .where(schedule_firings.c.schedule_id == schedule_id))
+            conn.execute(delete(schedules).where(schedules.c.id == schedule_id))
+        return {"schedule_id": schedule_id, "deleted": True}
+
+    def fire_due(self) -> tuple[Effects, int | None]:
+        """Fire every due ACTIVE schedule (up to FIRE_BATCH) in one transaction. Returns the
+        effects (the queues that got a task) and the earliest next fire instant of any
+        ACTIVE schedule after this pass (None: no active schedule)."""
+        now = self._tx.clock()
+        effects = Effects()
+        with self._tx.read() as conn:  # most passes find nothing due: no write transaction
+            earliest = _earliest(conn)
+        if earliest is None or earliest > now:
+            return effects, earliest
+        try:
+            earliest = self._fire(now, effects)
+        except IntegrityError:
+            # Another replica recorded this tick first: run again, and find it recorded.
+            raise OrbitError(ErrorCode.UNAVAILABLE, "schedule firing raced; retry",
+                             retryable=True) from None
+        return effects, earliest
+
+    def _fire(self, now: int, effects: Effects) -> int | None:
+        with self._tx.write() as conn:
+            due = conn.execute(
+                select(schedules)
+                .where(schedules.c.state == ScheduleState.ACTIVE.value,
+                       schedules.c.next_fire_at_ms <= now)
+                .order_by(schedules.c.next_fire_at_ms).limit(FIRE_BATCH)
+                .with_for_update(skip_locked=True)  # another replica is firing these
+            ).mappings().all()
+            for row in due:
+                try:
+                    fired = _fire_one(conn, row, now)
+                except OrbitError as exc:
+                    if exc.code is not ErrorCode.BAD_REQUEST:
+                        raise
+                    # A stored schedule this server cannot read (a zone its tzdata lacks, a
+                    # task spec out of its bounds): leave it, fire the others.
+                    continue
+                if fired:
+                    effects.ready_queues.add(row["queue_id"])
+            return _earliest(conn)
+
+
+def _earliest(conn: Connection) -> int | None:
+    """The earliest next tick of any ACTIVE schedule (ix_schedules_due)."""
+    earliest: int | None = conn.scalar(
+        select(func.min(schedules.c.next_fire_at_ms))
+        .where(schedules.c.state == ScheduleState.ACTIVE.value))
+    return earliest
+
+
+def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int) -> bool:
+    """Plan and record one schedule's firing; True when it submitted a new task."""
+    cron = Cron(row["cron"], row["timezone"])
+    plan = plan_firing(row["next_fire_at_ms"], now, cron.latest_at_or_before(now),
+                       cron.next_after(now), MissedTicks(row["missed_ticks"]))
+    if plan.next_fire_at_ms == row["next_fire_at_ms"] and plan.tick_at_ms is None:
+        return False
+    created = fired = False
+    task_id = row["last_task_id"]
+    tick = plan.tick_at_ms
+    record = tick if tick is not None else (cron.latest_at_or_before(now) if plan.missed
+                                            else None)
+    if record is not None and conn.execute(
+        select(schedule_firings.c.tick_at_ms).where(
+            schedule_firings.c.schedule_id == row["id"],
+            schedule_firings.c.tick_at_ms == record)
+    ).first() is None:
+        if tick is not None:
+            task_id, created = _submit_for_tick(conn, row, tick, now)
+            fired = True
+        # A tick passed over (missed_ticks=skip, too late) is recorded without a task.
+        conn.execute(schedule_firings.insert(), {
+            "schedule_id": row["id"], "tick_at_ms": record,
+            "task_id": task_id if tick is not None else None, "fired_at_ms": now,
+            "missed": plan.missed,
+        })
+    moved = conn.execute(
+        update(schedules)
+        .where(schedules.c.id == row["id"],
+               schedules.c.next_fire_at_ms == row["next_fire_at_ms"])  # compare-and-set
+        .values(next_fire_at_ms=plan.next_fire_at_ms, updated_at_ms=now,
+                **({} if not fired else {"last_tick_at_ms": tick, "last_task_id": task_id,
+                                         "fired": schedules.c.fired + 1}))
+    ).rowcount
+    if moved != 1:
+        # Another writer advanced it first: undo this transaction's firing and let it be.
+        raise OrbitError(ErrorCode.UNAVAILABLE, "schedule raced; retry", retryable=True)
+    return created
+
+
+def _submit_for_tick(conn: Connection, row: Mapping[Any, Any], tick: int,
+                     now: int) -> tuple[str, bool]:
+    """The task of one tick, keyed by (schedule, tick); an existing one is reused."""
+    task_obj = dict(orjson.loads(row["task"]))
+    task_obj["operation_key"] = firing_key(row["id"], tick)
+    spec = domain.parse_task_spec(task_obj, "schedule.task")
+    detail = orjson.dumps({"schedule_id": row["id"], "tick_at_ms": tick}).decode()
+    [(view, created)], _ = insert_tasks(conn, row["queue_id"], [spec],
+                                        f"schedule:{row['id']}", now, detail)
+    return str(view["id"]), created
+
+
+def _schedule_row(conn: Connection, principal: Principal, schedule_id: str,
+                  lock: bool = False) -> Mapping[Any, Any]:
+    require_role(principal, _PRODUCERS)
+    row = None
+    if is_id(schedule_id):
+        stmt = select(schedules).where(schedules.c.id == schedule_id)
+        row = conn.execute(stmt.with_for_update() if lock else stmt).mappings().first()
+    if row is None or not principal.may_use_queue(row["queue_id"]):
+        # The same answer for "not yours": nothing is revealed of other queues.
+        raise OrbitError(ErrorCode.NOT_FOUND, f"schedule {schedule_id} does not exist")
+    return row
+
+
+def schedule_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"], "queue_id": row["queue_id"], "name": row["name"],
+        "cron": row["cron"], "timezone": row["timezone"], "task": fragment(row["task"]),
+        "missed_ticks": row["missed_ticks"], "state": row["state"],
+        "next_fire_at_ms": row["next_fire_at_ms"], "last_tick_at_ms": row["last_tick_at_ms"],
+        "last_task_id": row["last_task_id"], "fired": row["fired"],
+        "created_by": row["created_by"], "created_at_ms": row["created_at_ms"],
+        "updated_at_ms": row["updated_at_ms"],
+    }
+
+
+def firing_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+    return {"tick_at_ms": row["tick_at_ms"], "task_id": row["task_id"],
+            "fired_at_ms": row["fired_at_ms"], "missed": bool(row["missed"])}
