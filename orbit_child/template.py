@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from orbit_host.isolation import ChildIsolation
 from orbit_host.messages import (
     ChildForked,
     ChildReaped,
@@ -61,8 +62,9 @@ _DEATH_SIGNAL = signal.SIGUSR1  # catchable, and used for nothing else
 
 class Template:
     def __init__(self, ctl: socket.socket, handlers: tuple[Handler, ...],
-                 child_nice: int = 0) -> None:
+                 isolation: ChildIsolation | None = None, child_nice: int = 0) -> None:
         self._ctl = ctl
+        self._isolation = isolation or ChildIsolation()
         self._child_nice = child_nice
         self._handlers = {h.capability: h for h in handlers}
         self._children: dict[int, int] = {}  # pid -> generation
@@ -147,6 +149,7 @@ class Template:
                 os._exit(1)  # the template died between fork and prctl
             set_child_subreaper()
             set_batch_scheduling()
+            self._isolation.enter_child()
             if self._child_nice:
                 # Below the supervisor: its lease timers must not wait for a busy handler.
                 os.nice(self._child_nice)
@@ -265,8 +268,15 @@ def main(argv: list[str] | None = None) -> NoReturn:
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--sys-path", default="[]")
+    for flag in ("--child-uid", "--child-gid", "--rlimit-as", "--rlimit-cpu", "--nofile"):
+        parser.add_argument(flag, type=int)
     parser.add_argument("--child-nice", type=int, default=0)
     args = parser.parse_args(argv)
+    isolation = ChildIsolation(args.child_uid, args.child_gid, args.rlimit_as,
+                               args.rlimit_cpu, args.nofile)
+    # The child user and the limits, before anything else (the parent-death signal below
+    # would be cleared by a change of user) and before any handler code is imported.
+    isolation.enter_template()
 
     # Terminal Ctrl-C and a service-wide SIGTERM are the supervisor's to handle (it drains);
     # the template only ends when told, when its control socket closes, or when the
@@ -296,7 +306,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         ctl.send(orjson.dumps(HandlersRejected(exc.message).to_wire()))
         os._exit(2)
     ctl.send(orjson.dumps(HandlersLoaded(tuple(h.capability for h in handlers)).to_wire()))
-    template = Template(ctl, handlers, max(0, min(19, args.child_nice)))
+    template = Template(ctl, handlers, isolation, max(0, min(19, args.child_nice)))
     template_holder.append(template)
     template.serve()
 

@@ -59,7 +59,8 @@ def queue_stats(queue_id: str) -> Call:
     return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/stats")
 
 
-def create_credential(role: str, queues: Sequence[str], name: str | None = None) -> Call:
+def create_credential(role: str, queues: Sequence[str], name: str | None = None,
+                      expires_at_ms: int | None = None) -> Call:
     try:
         role = Role(role).value
     except ValueError:
@@ -67,7 +68,22 @@ def create_credential(role: str, queues: Sequence[str], name: str | None = None)
     body: dict[str, Any] = {"role": role, "queues": [_id(q, "queue") for q in queues]}
     if name is not None:
         body["name"] = name
+    if expires_at_ms is not None:
+        body["expires_at_ms"] = expires_at_ms
     return Call("POST", "/v1/credentials", body=_dumps(body), expected=(201,))
+
+
+def list_credentials() -> Call:
+    return Call("GET", "/v1/credentials")
+
+
+def rotate_credential(credential_id: str, grace_ms: int = 0,
+                      expires_at_ms: int | None = None) -> Call:
+    body: dict[str, Any] = {"grace_ms": grace_ms}
+    if expires_at_ms is not None:
+        body["expires_at_ms"] = expires_at_ms
+    return Call("POST", f"/v1/credentials/{_id(credential_id, 'credential')}/rotate",
+                body=_dumps(body))
 
 
 def revoke_credential(credential_id: str) -> Call:

@@ -31,6 +31,7 @@ from typing import Any, TypeVar, overload
 import httpx
 
 from orbit_host.credentials import Credentials, load_credentials, write_credentials
+from orbit_host.tls import ca_file_from, client_ssl_context
 from orbit_wire.model import TaskState
 from orbit_wire.tasktype import TaskType
 
@@ -148,6 +149,14 @@ def _limits(max_connections: int) -> httpx.Limits:
     )
 
 
+def _verify(verify: bool | str, ca_file: str | None) -> bool | str | ssl.SSLContext:
+    """``ca_file`` (else ORBIT_CA_FILE) as the trust for the server's certificate."""
+    ca = ca_file_from(ca_file)
+    if ca is None or verify is False:
+        return verify
+    return client_ssl_context(ca)
+
+
 def _transport_error(url: str, exc: httpx.HTTPError) -> OrbitApiError:
     """No usable answer. The class name says what went wrong (httpx messages may hold the
     URL, never headers). Connect, read and protocol failures mean the server did not answer;
@@ -185,11 +194,12 @@ class OrbitClient(_Base):
         timeout: float = 30.0,
         verify: bool | str = True,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        ca_file: str | None = None,
         queue: str | None = None,
     ):
         super().__init__(url, credentials, timeout, queue)
         self._http = httpx.Client(
-            base_url=self.url, headers=self._headers, verify=verify,
+            base_url=self.url, headers=self._headers, verify=_verify(verify, ca_file),
             limits=_limits(max_connections),
         )
         # Threads sharing this client queue here, so httpx's pool timeout never fires for a
@@ -229,9 +239,26 @@ class OrbitClient(_Base):
         name: str | None = None,
         *,
         path: str | os.PathLike[str] | None = None,
+        expires_at_ms: int | None = None,
     ) -> Credentials:
         """Create a credential; with ``path`` also write its credentials file (mode 0600)."""
-        creds = self._new_credentials(self._send(calls.create_credential(role, queues, name)))
+        creds = self._new_credentials(self._send(calls.create_credential(
+            role, queues, name, expires_at_ms)))
+        if path is not None:
+            write_credentials(path, creds)
+        return creds
+
+    def list_credentials(self) -> list[dict[str, Any]]:
+        """Every credential, without secrets (admin)."""
+        return list(self._send(calls.list_credentials())["credentials"])
+
+    def rotate_credential(self, credential_id: str, grace_ms: int = 0, *,
+                          path: str | os.PathLike[str] | None = None,
+                          expires_at_ms: int | None = None) -> Credentials:
+        """A new secret; the old one works ``grace_ms`` more. With ``path`` the new
+        credentials file is written (mode 0600)."""
+        creds = self._new_credentials(self._send(calls.rotate_credential(
+            credential_id, grace_ms, expires_at_ms)))
         if path is not None:
             write_credentials(path, creds)
         return creds
@@ -377,11 +404,12 @@ class AsyncOrbitClient(_Base):
         timeout: float = 30.0,
         verify: bool | str = True,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        ca_file: str | None = None,
         queue: str | None = None,
     ):
         super().__init__(url, credentials, timeout, queue)
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=self._headers, verify=verify,
+            base_url=self.url, headers=self._headers, verify=_verify(verify, ca_file),
             limits=_limits(max_connections),
         )
         # Requests beyond the pool size wait here, not in httpx's pool: there they would count

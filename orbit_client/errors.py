@@ -20,6 +20,7 @@ _CODE_BY_STATUS: dict[int, ErrorCode] = {
     404: ErrorCode.NOT_FOUND,
     409: ErrorCode.CONFLICT,
     413: ErrorCode.PAYLOAD_TOO_LARGE,
+    429: ErrorCode.RATE_LIMITED,
     502: ErrorCode.UNAVAILABLE,
     503: ErrorCode.UNAVAILABLE,
     504: ErrorCode.UNAVAILABLE,

@@ -3,12 +3,14 @@
     {"url": "http://127.0.0.1:8080", "credential_id": "<32 hex>", "secret": "<hex>",
      "role": "worker", "queues": ["<32 hex>"]}
 
-The file holds a secret: it is written with mode 0600 and its secret is never logged.
+The file holds a secret: it is written with mode 0600, a file that group or others may
+read (or write) is refused when loaded, and its secret is never logged.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +51,10 @@ class Credentials:
         )
 
 
+# Permission bits a credentials file may not have: any access for group or others.
+LOOSE_BITS = 0o077
+
+
 class CredentialsFileError(OrbitError):
     """The credentials file is missing, unreadable or malformed."""
 
@@ -60,7 +66,14 @@ def load_credentials(path: str | os.PathLike[str]) -> Credentials:
     """Read and check a credentials file; raise CredentialsFileError with a one-line reason."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        # O_CLOEXEC (Python's default): no process this one starts inherits the descriptor.
+        with p.open("rb") as fh:
+            mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
+            if mode & LOOSE_BITS:
+                raise CredentialsFileError(
+                    f"credentials file {p} is accessible to group or others (mode "
+                    f"{mode:04o}); it holds a secret: run `chmod 600 {p}`")
+            raw = fh.read()
     except FileNotFoundError:
         raise CredentialsFileError(f"credentials file {p} does not exist") from None
     except OSError as exc:

@@ -35,7 +35,7 @@ _MAX_TREE = 4096
 _libc: ctypes.CDLL | None = None
 
 
-def _prctl(option: int, arg: int) -> None:
+def prctl(option: int, arg: int) -> None:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -46,12 +46,12 @@ def _prctl(option: int, arg: int) -> None:
 
 def set_parent_death_signal(sig: int) -> None:
     """Ask the kernel to send ``sig`` to this process when the thread that forked it dies."""
-    _prctl(_PR_SET_PDEATHSIG, int(sig))
+    prctl(_PR_SET_PDEATHSIG, int(sig))
 
 
 def set_child_subreaper() -> None:
     """Make orphaned descendants re-parent to this process instead of init."""
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def set_batch_scheduling() -> bool:

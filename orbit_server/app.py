@@ -34,6 +34,7 @@ from .http_api import http_exception_handlers, http_routes
 from .http_schedules import schedule_routes
 from .parts import ServerParts
 from .services import Effects, Services
+from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
 from .services.retention import TASK_BATCH
 from .store.db import create_engine_for, is_sqlite, migrate
 from .store.retry import faults_logged
@@ -59,6 +60,7 @@ RECEIPT_PRUNE_MAX_BATCHES = 1_000
 # replica is seen within it), and at the earliest next tick it knows of.
 SCHEDULE_POLL_MS = 1_000
 _NEVER = 2**63
+REVOKED_MESSAGE = "the worker's credential was revoked"
 # PENDING work no live worker offers to serve is looked for this often, and each (queue,
 # capability) is logged at warning level at most once per UNSERVED_WARN_INTERVAL_S.
 UNSERVED_CHECK_S = 30.0
@@ -107,6 +109,8 @@ class OrbitServer:
             self.dispatcher.queues_ready(effects.ready_queues)
         for instance_id, attempt_id, epoch in effects.cancels:
             self.dispatcher.push_cancel(instance_id, attempt_id, epoch)
+        for credential_id in effects.revoked_credentials:
+            self.dispatcher.close_credential(credential_id, REVOKED_MESSAGE)
         due = effects.next_due_ms
         if due is not None and due < self._reaper_at_ms:
             # Only an instant earlier than the reaper's next planned pass is worth a wake-up.
@@ -152,6 +156,7 @@ class OrbitServer:
                     deleted = await self.store.call(self.services.reaper.prune_receipts)
                     if deleted < self.config.reap_batch:
                         break
+                await self.store.call(self.services.pushes.prune)
             with faults_logged(log, "task retention failed"):
                 tasks = 0
                 for _ in range(RECEIPT_PRUNE_MAX_BATCHES):
@@ -165,6 +170,35 @@ class OrbitServer:
                              "evidence and audit) and %d unseen worker instance(s)",
                              tasks, instances)
             await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
+
+    async def _push_poll_loop(self) -> None:
+        """Act on the cancels and revocations other replicas wrote (services/pushes.py),
+        every ``push_poll_ms`` (within a heartbeat). One SQLite file has one server, which
+        acts on its own at once: there is nothing to poll."""
+        if is_sqlite(self.config.db_url):
+            return
+        seen: dict[int, int] = {}  # push id -> created_at_ms, for the poll window
+        period = self.config.push_poll_ms / 1000
+        started = wall_clock_ms()
+        while True:
+            await asyncio.sleep(period)
+            with faults_logged(log, "reading pushes failed"):  # the next poll reads again
+                for push in await self.store.call(self.services.pushes.recent):
+                    if push.id in seen or push.created_at_ms < started - PUSH_WINDOW_MS:
+                        continue
+                    seen[push.id] = push.created_at_ms
+                    await self._act_on_push(push)
+                horizon = wall_clock_ms() - 2 * PUSH_WINDOW_MS
+                for push_id in [i for i, at in seen.items() if at < horizon]:
+                    del seen[push_id]
+
+    async def _act_on_push(self, push: Push) -> None:
+        if push.kind is PushKind.CANCEL and push.instance_id and push.attempt_id:
+            self.dispatcher.push_cancel(push.instance_id, push.attempt_id, push.epoch or 0)
+        elif push.credential_id is not None:
+            await self.store.call(self.services.admin.forget, push.credential_id)
+            if push.kind is PushKind.REVOKE:
+                self.dispatcher.close_credential(push.credential_id, REVOKED_MESSAGE)
 
     async def _schedule_loop(self) -> None:
         """Fire due schedules (services.schedules.fire_due: one transaction, exactly once per
@@ -224,6 +258,7 @@ class OrbitServer:
             asyncio.create_task(self._reaper_loop(), name="orbit-reaper"),
             asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
             asyncio.create_task(self._receipt_prune_loop(), name="orbit-receipt-prune"),
+            asyncio.create_task(self._push_poll_loop(), name="orbit-push-poll"),
             asyncio.create_task(self._schedule_loop(), name="orbit-schedules"),
             asyncio.create_task(self._presence_loop(), name="orbit-presence"),
             asyncio.create_task(self._unserved_loop(), name="orbit-unserved"),
@@ -272,6 +307,8 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
     WebSocket limits, TLS when configured, and a bounded graceful shutdown."""
     import uvicorn
 
+    from .ws_transport import OrbitWebSocketProtocol
+
     cfg = server.config
     return uvicorn.Config(
         server.app,
@@ -279,13 +316,17 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
         port=cfg.port,
         loop="uvloop",
         http="httptools",
-        ws="websockets-sansio",
+        # uvicorn's sans-I/O WebSocket implementation, with a typed close for invalid UTF-8.
+        ws=OrbitWebSocketProtocol,
         # Frames between MAX_FRAME_BYTES and this size get a typed FRAME_TOO_LARGE error;
         # larger ones are cut by the WebSocket layer itself (close 1009).
         ws_max_size=MAX_FRAME_BYTES + 1024 * 1024,
         ws_ping_interval=None,  # the protocol has its own heartbeat and session TTL
         # Frames are small JSON; compressing each costs more CPU and latency than it saves.
         ws_per_message_deflate=False,
+        # uvicorn's own limits (docs/security.md): concurrent connections, idle keep-alive.
+        limit_concurrency=cfg.limit_concurrency,
+        timeout_keep_alive=cfg.timeout_keep_alive,
         # uvicorn's own start and stop lines repeat the server's: only its warnings show.
         log_level="warning" if log_level == "info" else log_level,
         access_log=False,

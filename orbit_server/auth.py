@@ -30,6 +30,10 @@ class Principal:
     credential_id: str
     role: Role
     queues: frozenset[str]
+    # When this verification stops holding (expiry, or the grace end of a rotated-out
+    # secret); None: until revoked. Caches and worker sessions end there.
+    valid_until_ms: int | None = None
+    secret_hash: str = ""  # the hash of the secret presented (fencing of worker sessions)
 
     @property
     def actor(self) -> str:
@@ -66,14 +70,35 @@ def unauthenticated() -> AuthError:
     return AuthError(ErrorCode.UNAUTHENTICATED, "invalid or revoked credential")
 
 
-def principal_from_row(row: Mapping[Any, Any] | None, secret: str) -> Principal:
-    """The principal of a ``credentials`` row, if ``secret`` is its secret and it is not
-    revoked; else UNAUTHENTICATED (the same error for both, so neither is revealed)."""
+def secret_opens(row: Mapping[Any, Any] | None, hashed: str,
+                 now_ms: int) -> tuple[bool, int | None]:
+    """Whether a secret (by its hash) opens a ``credentials`` row now, and until when (None:
+    until revoked). It must not be revoked or expired, and be either the current secret or
+    the rotated-out one within its grace period."""
     if row is None or row["revoked_at_ms"] is not None:
+        return False, None
+    expires = row.get("expires_at_ms")
+    if expires is not None and now_ms >= expires:
+        return False, None
+    if hmac.compare_digest(hashed, row["secret_hash"]):
+        return True, expires
+    previous, until = row.get("previous_secret_hash"), row.get("previous_secret_until_ms")
+    if (previous and until is not None and now_ms < until
+            and hmac.compare_digest(hashed, previous)):
+        return True, until if expires is None else min(until, expires)
+    return False, None
+
+
+def principal_from_row(row: Mapping[Any, Any] | None, secret: str, now_ms: int) -> Principal:
+    """The principal of a ``credentials`` row, if ``secret`` opens it now (see
+    ``secret_opens``); else UNAUTHENTICATED (the same error for every reason, so
+    none is revealed)."""
+    hashed = hash_secret(secret)
+    opens, until = secret_opens(row, hashed, now_ms)
+    if not opens or row is None:
         raise unauthenticated()
-    if not secret_matches(secret, row["secret_hash"]):
-        raise unauthenticated()
-    return Principal(row["id"], Role(row["role"]), frozenset(orjson.loads(row["queues"])))
+    return Principal(row["id"], Role(row["role"]), frozenset(orjson.loads(row["queues"])),
+                     until, hashed)
 
 
 def require_role(principal: Principal, roles: Iterable[Role]) -> None:

@@ -84,6 +84,24 @@ def main(ctx: click.Context) -> None:
               help="Lease reaper period (default 100).")
 @click.option("--receipt-retention-hours", type=click.IntRange(1, 87_600),
               help="Delete operation receipts this many hours old (default 24).")
+@click.option("--auth-failures-per-s", type=click.FloatRange(0, 1e6),
+              help="Failed authentications per credential ID and per peer, after a burst "
+                   "(default 1; 0 disables).")
+@click.option("--auth-failures-burst", type=click.IntRange(1, 10**6), help="Default 20.")
+@click.option("--submits-per-s", type=click.FloatRange(0, 1e9),
+              help="Tasks one credential may submit per second (default 10000; 0 disables).")
+@click.option("--submits-burst", type=click.IntRange(1, 10**9), help="Default 50000.")
+@click.option("--max-sessions-per-credential", type=click.IntRange(1, 10**6),
+              help="Worker connections one credential may hold here (default 64).")
+@click.option("--max-sessions", type=click.IntRange(1, 10**7),
+              help="Worker connections in all (default 10000).")
+@click.option("--hello-timeout-ms", type=click.IntRange(100, 600_000),
+              help="Close a WebSocket that sent no hello this long (default 10000).")
+@click.option("--limit-concurrency", type=click.IntRange(1, 10**7),
+              help="Connections and requests at once before uvicorn answers 503 "
+                   "(default 20000).")
+@click.option("--timeout-keep-alive", type=click.IntRange(1, 3600),
+              help="Seconds an idle HTTP keep-alive connection stays open (default 5).")
 @click.option("--task-retention", metavar="DURATION",
               help="Delete finished tasks this long after they finished, e.g. 30d, 12h, 90m; "
                    "0 keeps them (default 30d).")
@@ -93,6 +111,11 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
           tls_cert: str | None = None, tls_key: str | None = None,
           session_ttl_ms: int | None = None, kill_grace_ms: int | None = None,
           reaper_interval_ms: int | None = None, receipt_retention_hours: int | None = None,
+          auth_failures_per_s: float | None = None, auth_failures_burst: int | None = None,
+          submits_per_s: float | None = None, submits_burst: int | None = None,
+          max_sessions_per_credential: int | None = None, max_sessions: int | None = None,
+          hello_timeout_ms: int | None = None, limit_concurrency: int | None = None,
+          timeout_keep_alive: int | None = None,
           task_retention: str | None = None, log_level: str = "info") -> None:
     """Migrate the database to the latest schema and serve until SIGTERM/SIGINT."""
     from .app import serve as run
@@ -108,6 +131,12 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
                      reaper_interval_ms=reaper_interval_ms,
                      receipt_retention_ms=None if receipt_retention_hours is None
                      else receipt_retention_hours * 3_600_000,
+                     auth_failures_per_s=auth_failures_per_s,
+                     auth_failures_burst=auth_failures_burst, submits_per_s=submits_per_s,
+                     submits_burst=submits_burst,
+                     max_sessions_per_credential=max_sessions_per_credential,
+                     max_sessions=max_sessions, hello_timeout_ms=hello_timeout_ms,
+                     limit_concurrency=limit_concurrency, timeout_keep_alive=timeout_keep_alive,
                      task_retention_ms=None if task_retention is None
                      else _duration_ms(task_retention, "--task-retention"))
     with _one_line_errors():

@@ -43,6 +43,24 @@ class ServerConfig:
     auth_cache_ms: int = 5_000
     # Rows the reaper (and the receipt pruner) handles per category in one transaction.
     reap_batch: int = 1_000
+    # Failed authentications allowed per credential ID and per peer address: a burst, then
+    # this many per second (429 RATE_LIMITED with Retry-After past it; 0 disables).
+    auth_failures_per_s: float = 1.0
+    auth_failures_burst: int = 20
+    # Tasks a credential may submit per second, with a burst (0 disables).
+    submits_per_s: float = 10_000.0
+    submits_burst: int = 50_000
+    # Worker connections one credential may hold at once on this server, and in all.
+    max_sessions_per_credential: int = 64
+    max_sessions: int = 10_000
+    # A WebSocket that has not said hello this long after its handshake is closed.
+    hello_timeout_ms: int = 10_000
+    # uvicorn's own limits: connections and requests at once (503 past it), and how long an
+    # idle keep-alive connection stays open.
+    limit_concurrency: int = 20_000
+    timeout_keep_alive: int = 5
+    # Replicas on a shared database read each other's cancels and revocations this often.
+    push_poll_ms: int = 500
     # Operation receipts are deleted this long after they were written.
     receipt_retention_ms: int = 24 * HOUR_MS
     # Finished tasks (with their attempts, evidence, audit) are deleted this long after they
@@ -50,7 +68,7 @@ class ServerConfig:
     task_retention_ms: int = 30 * DAY_MS
 
     def __post_init__(self) -> None:
-        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch"):
+        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms"):
             if getattr(self, name) <= 0:
                 raise OrbitError(ErrorCode.BAD_REQUEST, f"{name} must be positive")
         if self.receipt_retention_ms < MIN_RECEIPT_RETENTION_MS:

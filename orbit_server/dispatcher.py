@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from orbit_wire.errors import ErrorCode, ProtocolError
-from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
+from orbit_wire.frames import Cancel, ClaimOp, ErrorFrame, Op, OpResult, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
@@ -29,6 +29,8 @@ from .services import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerS
 from .services.binding import Presence
 from .store.retry import faults_logged
 from .store_thread import StoreThread
+
+CLOSE_UNAUTHENTICATED = 4006  # ws_endpoint.CLOSE_CODES[UNAUTHENTICATED]
 
 log = logging.getLogger("orbit.dispatch")
 
@@ -57,6 +59,9 @@ class WorkerSession:
         # not trigger a claim (it would find nothing); a hint that work arrived does.
         self.exhausted = False
         self.served_seq = 0  # when this session last received reservations (dispatch order)
+        # (attempt, epoch) of the cancel frames sent: a cancel read again from the pushes
+        # table (another replica's poll overlap) is not sent twice.
+        self.cancels_sent: set[tuple[str, int]] = set()
         self.last_frame_at = 0.0  # event-loop time of the last frame received (presence)
 
     @property
@@ -234,7 +239,21 @@ class Dispatcher:
         """Tell the worker holding this attempt (if connected here) that its task was cancelled."""
         session = self._by_instance.get(instance_id)
         if session is not None and not session.closed:
+            if (attempt_id, epoch) in session.cancels_sent:
+                return
+            session.cancels_sent.add((attempt_id, epoch))
             session.send(Cancel(attempt_id, epoch, "TASK_CANCELLED"))
+
+    def close_credential(self, credential_id: str, message: str) -> int:
+        """End every session of this credential here (it was revoked): a fatal
+        UNAUTHENTICATED error frame, then close 4006. Returns how many were closed."""
+        closing = [s for s in self._by_instance.values()
+                   if s.binding.credential_id == credential_id and not s.closed]
+        for session in closing:
+            session.send(ErrorFrame(ErrorCode.UNAUTHENTICATED, message, retryable=False,
+                                    fatal=True))
+            session.close(CLOSE_UNAUTHENTICATED, ErrorCode.UNAUTHENTICATED.value)
+        return len(closing)
 
     def _mark(self, session: WorkerSession) -> None:
         session.exhausted = False

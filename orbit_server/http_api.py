@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -33,6 +34,7 @@ from .auth import Principal
 from .domain.listing import parse_filter
 from .openapi import openapi_document
 from .parts import ServerParts
+from .ratelimit import Buckets, retry_after
 from .services import Effects, Reservations, Submitted
 
 P = ParamSpec("P")
@@ -51,6 +53,7 @@ _BODY_EXTRA_DEPTH = 4
 
 _STATUS_BY_CODE: dict[ErrorCode, int] = {
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.RATE_LIMITED: 429,
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.INSTANCE_CONFLICT: 409,
@@ -77,8 +80,19 @@ def status_for(code: ErrorCode) -> int:
     return _STATUS_BY_CODE.get(code, 400)
 
 
+class RateLimited(OrbitError):
+    """429 with a Retry-After header."""
+
+    def __init__(self, message: str, wait_s: float) -> None:
+        super().__init__(ErrorCode.RATE_LIMITED, message)
+        self.retry_after = retry_after(wait_s)
+
+
 def error_response(exc: OrbitError) -> JSONResponse:
-    return JSONResponse({"error": exc.to_dict()}, status_code=status_for(exc.code))
+    response = JSONResponse({"error": exc.to_dict()}, status_code=status_for(exc.code))
+    if isinstance(exc, RateLimited):
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def _bad(message: str, code: ErrorCode = ErrorCode.BAD_REQUEST) -> OrbitError:
@@ -138,6 +152,15 @@ def _opt_str(body: dict[str, Any], key: str, max_len: int = 1024) -> str | None:
     return value
 
 
+def _opt_instant(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _bad(f"{key} must be an integer instant in ms since the epoch")
+    return value
+
+
 def _path_id(request: Request, key: str) -> str:
     value = request.path_params[key]
     if not is_id(value):
@@ -170,6 +193,10 @@ class HttpApi:
 
     def __init__(self, parts: ServerParts) -> None:
         self.parts = parts
+        cfg = parts.config
+        # Failed authentications, by credential ID and by peer address (one bucket set each).
+        self._auth_failures = Buckets(cfg.auth_failures_per_s, cfg.auth_failures_burst)
+        self._submits = Buckets(cfg.submits_per_s, cfg.submits_burst)
         self.store = parts.store
         self.admin = parts.services.admin
         self.tasks = parts.services.tasks
@@ -188,29 +215,40 @@ class HttpApi:
         bearer = self._bearer(request)
         principal = self.admin.cached_principal(bearer)
         if principal is None:
-            principal = await self.store.call(self.admin.authenticate, bearer)
+            principal = await self._authenticate(request, bearer)
         return principal
 
-    async def _as(self, bearer: str, fn: Callable[Concatenate[Principal, P], T], /,
+    def _auth_keys(self, request: Request, bearer: str) -> tuple[str, str]:
+        peer = request.client.host if request.client is not None else "?"
+        return f"id:{bearer.partition('.')[0][:64]}", f"peer:{peer}"
+
+    async def _authenticate(self, request: Request, bearer: str) -> Principal:
+        """Verify on the store thread, unless this credential ID or peer failed too often
+        lately (429 with Retry-After); a failure spends from both buckets."""
+        keys = self._auth_keys(request, bearer)
+        now = time.monotonic()
+        wait = max(self._auth_failures.wait_s(key, now) for key in keys)
+        if wait > 0:
+            raise RateLimited("too many failed authentications; retry later", wait)
+        try:
+            return await self.store.call(self.admin.authenticate, bearer)
+        except AuthError:
+            for key in keys:
+                self._auth_failures.spend(key, now)
+            raise
+
+    def _check_submit_rate(self, principal: Principal, count: int) -> None:
+        wait = self._submits.take(principal.credential_id, time.monotonic(), count)
+        if wait > 0:
+            raise RateLimited(f"credential submits more than {self._submits.rate:g} tasks/s",
+                              wait)
+
+    async def _as(self, request: Request, fn: Callable[Concatenate[Principal, P], T], /,
                   *args: P.args, **kwargs: P.kwargs) -> T:
-        """Authenticate and run ``fn(principal, *args)`` in ONE hop to the store thread."""
-        authenticate = self.admin.authenticate
-
-        def run() -> T:
-            return fn(authenticate(bearer), *args, **kwargs)
-
-        return await self.store.call(run)
-
-    async def _as_with_principal(self, bearer: str, fn: Callable[Concatenate[Principal, P], T],
-                                 /, *args: P.args, **kwargs: P.kwargs) -> tuple[Principal, T]:
-        """Like ``_as``, and return the principal too (to reuse without authenticating)."""
-        authenticate = self.admin.authenticate
-
-        def run() -> tuple[Principal, T]:
-            principal = authenticate(bearer)
-            return principal, fn(principal, *args, **kwargs)
-
-        return await self.store.call(run)
+        """Authenticate, then run ``fn(principal, *args)`` on the store thread: one hop while
+        the token is cached, two when it must be verified (through the failure limit)."""
+        principal = await self._principal(request)
+        return await self.store.call(fn, principal, *args, **kwargs)
 
     # -------------------------------------------------------------- public
 
@@ -239,36 +277,49 @@ class HttpApi:
         if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
             raise _bad("queues must be a list of queue IDs")
         made = await self.store.call(self.admin.create_credential, principal, role, queues,
-                                     _opt_str(body, "name", 256))
+                                     _opt_str(body, "name", 256),
+                                     _opt_instant(body, "expires_at_ms"))
         return JSONResponse(made, status_code=201)
 
     async def revoke_credential(self, request: Request) -> Response:
         credential_id = _path_id(request, "credential_id")
-        bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.admin.revoke_credential,
-                                           credential_id))
+        answer, effects = await self._as(request, self.admin.revoke_credential, credential_id)
+        self.parts.apply(effects)
+        return JSONResponse(answer)
+
+    async def list_credentials(self, request: Request) -> Response:
+        return JSONResponse(await self._as(request, self.admin.list_credentials))
+
+    async def rotate_credential(self, request: Request) -> Response:
+        credential_id = _path_id(request, "credential_id")
+        principal = await self._principal(request)
+        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
+        grace_ms = body.get("grace_ms", 0)
+        if not isinstance(grace_ms, int) or isinstance(grace_ms, bool):
+            raise _bad("grace_ms must be an integer")
+        answer, effects = await self.store.call(self.admin.rotate_credential, principal,
+                                                credential_id, grace_ms,
+                                                _opt_instant(body, "expires_at_ms"))
+        self.parts.apply(effects)
+        return JSONResponse(answer)
 
     async def queue_stats(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.tasks.queue_stats, queue_id))
+        return JSONResponse(await self._as(request, self.tasks.queue_stats, queue_id))
 
     # -------------------------------------------------------------- lists
 
     async def list_queues(self, request: Request) -> Response:
-        bearer = self._bearer(request)
         _no_params(request)
-        return JSONResponse(await self._as(bearer, self.listing.list_queues))
+        return JSONResponse(await self._as(request, self.listing.list_queues))
 
     async def list_tasks(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        bearer = self._bearer(request)
         params = request.query_params
         filt = parse_filter({key: params.getlist(key) for key in params})
-        return JSONResponse(await self._as(bearer, self.listing.list_tasks, queue_id, filt))
+        return JSONResponse(await self._as(request, self.listing.list_tasks, queue_id, filt))
 
     async def list_workers(self, request: Request) -> Response:
-        bearer = self._bearer(request)
         params = request.query_params
         unknown = sorted(k for k in params if k != "queue_id")
         if unknown:
@@ -276,13 +327,14 @@ class HttpApi:
         queue_id = params.get("queue_id") or None
         if queue_id is not None and not is_id(queue_id):
             raise _bad("queue_id must be a 32-character lowercase hex ID")
-        return JSONResponse(await self._as(bearer, self.listing.list_workers, queue_id))
+        return JSONResponse(await self._as(request, self.listing.list_workers, queue_id))
 
     # -------------------------------------------------------------- producer
 
     async def submit(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
         principal = await self._principal(request)
+        self._check_submit_rate(principal, 1)
         spec = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)), "TaskSpec")
         made, effects = await self._submit_one(principal, queue_id, spec)
         self.parts.apply(effects)
@@ -329,26 +381,28 @@ class HttpApi:
             raise _bad("tasks must be a non-empty list of TaskSpec objects")
         if len(specs) > MAX_SUBMIT_BATCH:
             raise _bad(f"a batch holds at most {MAX_SUBMIT_BATCH} tasks")
+        self._check_submit_rate(principal, len(specs))
         made, effects = await self.store.call(self.tasks.submit, principal, queue_id, specs)
         self.parts.apply(effects)
         return JSONResponse({"tasks": [task for task, _created in made]}, status_code=201)
 
     async def get_task(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        bearer = self._bearer(request)
         wait_ms = _wait_ms(request)
         if wait_ms == 0:
-            return JSONResponse(await self._as(bearer, self.tasks.get_task, task_id))
-        return JSONResponse(await self._wait_for_task(bearer, task_id, wait_ms))
+            return JSONResponse(await self._as(request, self.tasks.get_task, task_id))
+        return JSONResponse(await self._wait_for_task(request, task_id, wait_ms))
 
-    async def _wait_for_task(self, bearer: str, task_id: str, wait_ms: int) -> dict[str, Any]:
+    async def _wait_for_task(self, request: Request, task_id: str,
+                             wait_ms: int) -> dict[str, Any]:
         """Read the task until it is terminal or NEEDS_REVIEW, or ``wait_ms`` has passed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
         waiters = self.parts.waiters
         event = waiters.register(task_id)  # before the read, so no wake-up is missed
         try:
-            principal, task = await self._as_with_principal(bearer, self.tasks.get_task, task_id)
+            principal = await self._principal(request)
+            task = await self.store.call(self.tasks.get_task, principal, task_id)
             while not TaskState(task["state"]).settled:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -378,13 +432,11 @@ class HttpApi:
 
     async def list_attempts(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.tasks.list_attempts, task_id))
+        return JSONResponse(await self._as(request, self.tasks.list_attempts, task_id))
 
     async def audit_trail(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
-        bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.tasks.audit_trail, task_id))
+        return JSONResponse(await self._as(request, self.tasks.audit_trail, task_id))
 
     async def review(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
@@ -445,6 +497,9 @@ def http_routes(parts: ServerParts) -> list[Route]:
         Route("/v1/workers", e(api.list_workers), methods=["GET"]),
         Route("/v1/queues/{queue_id}/stats", e(api.queue_stats), methods=["GET"]),
         Route("/v1/credentials", e(api.create_credential), methods=["POST"]),
+        Route("/v1/credentials", e(api.list_credentials), methods=["GET"]),
+        Route("/v1/credentials/{credential_id}/rotate", e(api.rotate_credential),
+              methods=["POST"]),
         Route("/v1/credentials/{credential_id}", e(api.revoke_credential), methods=["DELETE"]),
         Route("/v1/queues/{queue_id}/tasks", e(api.submit), methods=["POST"]),
         Route("/v1/queues/{queue_id}/tasks/batch", e(api.submit_batch), methods=["POST"]),

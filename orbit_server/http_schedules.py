@@ -34,27 +34,26 @@ class ScheduleApi(HttpApi):
 
     async def list(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
-        bearer = self._bearer(request)
-        return JSONResponse(await self._as(bearer, self.schedules.list_schedules, queue_id))
+        return JSONResponse(await self._as(request, self.schedules.list_schedules, queue_id))
 
     async def get(self, request: Request) -> Response:
         schedule_id = _path_id(request, "schedule_id")
-        return JSONResponse(await self._as(self._bearer(request), self.schedules.get,
+        return JSONResponse(await self._as(request, self.schedules.get,
                                            schedule_id))
 
     async def pause(self, request: Request) -> Response:
         schedule_id = _path_id(request, "schedule_id")
-        return JSONResponse(await self._as(self._bearer(request), self.schedules.pause,
+        return JSONResponse(await self._as(request, self.schedules.pause,
                                            schedule_id))
 
     async def resume(self, request: Request) -> Response:
         schedule_id = _path_id(request, "schedule_id")
-        return JSONResponse(await self._as(self._bearer(request), self.schedules.resume,
+        return JSONResponse(await self._as(request, self.schedules.resume,
                                            schedule_id))
 
     async def delete(self, request: Request) -> Response:
         schedule_id = _path_id(request, "schedule_id")
-        return JSONResponse(await self._as(self._bearer(request), self.schedules.delete,
+        return JSONResponse(await self._as(request, self.schedules.delete,
                                            schedule_id))
 
 

@@ -18,7 +18,7 @@ import logging
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from orbit_wire.errors import ErrorCode, OrbitError, ProtocolError
+from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
     ClaimOp,
     ClientFrame,
@@ -41,6 +41,7 @@ from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
 from .dispatcher import WorkerSession
 from .parts import ServerParts
+from .ratelimit import Buckets
 from .services import NO_CLAIMS, ClaimRoom, Effects
 from .store.retry import faults_logged
 
@@ -59,6 +60,7 @@ CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.INSTANCE_CONFLICT: 4007,
     ErrorCode.UNAVAILABLE: 4010,
     ErrorCode.INTERNAL: 4011,
+    ErrorCode.RATE_LIMITED: 4012,
 }
 CLOSE_SESSION_EXPIRED = 4008
 CLOSE_REPLACED = 4009
@@ -95,8 +97,10 @@ class _Close:
 class WorkerConnection:
     """One worker socket from accept to cleanup. ``run()`` returns when it is closed."""
 
-    def __init__(self, parts: ServerParts, websocket: WebSocket) -> None:
+    def __init__(self, parts: ServerParts, websocket: WebSocket,
+                 hello_failures: Buckets | None = None) -> None:
         self.parts = parts
+        self._hello_failures = hello_failures
         self.workers = parts.services.workers
         self.ws = websocket
         self.config = parts.config
@@ -108,6 +112,9 @@ class WorkerConnection:
         self._in_flight = False
         self._last_request_id: int | None = None
         self._request_task: asyncio.Task[None] | None = None
+        # Loop time at which the hello's credential stops holding (expiry, rotation grace).
+        self._valid_until: float | None = None
+        self._accepted_at = self._loop.time()
 
     # -------------------------------------------------------------- lifecycle
 
@@ -194,11 +201,27 @@ class WorkerConnection:
     async def _watch(self) -> None:
         ttl = self.config.session_ttl_ms / 1000
         while True:
-            remaining = self._last_seen + ttl - self._loop.time()
+            now = self._loop.time()
+            remaining = self._last_seen + ttl - now
             if remaining <= 0:
                 log.info("closing a worker connection silent for %s ms", self.config.session_ttl_ms)
                 self.close(CLOSE_SESSION_EXPIRED, "session expired")
                 return
+            if self.session is None:
+                # Unauthenticated connections are held briefly: the hello must come soon.
+                hello_left = self._accepted_at + self.config.hello_timeout_ms / 1000 - now
+                if hello_left <= 0:
+                    log.info("closing a worker connection that sent no hello in %s ms",
+                             self.config.hello_timeout_ms)
+                    self.close(CLOSE_SESSION_EXPIRED, "no hello")
+                    return
+                remaining = min(remaining, hello_left)
+            if self._valid_until is not None:
+                if self._valid_until <= now:
+                    log.info("closing a worker connection: its credential expired")
+                    self.fatal(ErrorCode.UNAUTHENTICATED, "the worker's credential expired")
+                    return
+                remaining = min(remaining, self._valid_until - now)
             await asyncio.sleep(remaining)
 
     # -------------------------------------------------------------- input
@@ -251,9 +274,19 @@ class WorkerConnection:
                 f"protocol {hello.protocol} is not supported; use {PROTOCOL_VERSION}",
             )
         parts = self.parts
+        peer = self.ws.client.host if self.ws.client is not None else "?"
+        keys = (f"id:{hello.credential_id}", f"peer:{peer}")
+        failures, now_s = self._hello_failures, self._loop.time()
+        if failures is not None and max(failures.wait_s(k, now_s) for k in keys) > 0:
+            self.fatal(ErrorCode.RATE_LIMITED, "too many failed hellos; retry later",
+                       retryable=True)
+            return
         try:
             binding = await parts.store.call_worker(self.workers.worker_hello, hello)
         except OrbitError as exc:
+            if isinstance(exc, AuthError) and failures is not None:
+                for key in keys:
+                    failures.spend(key, now_s)
             self.fatal(exc.code, exc.message, retryable=exc.retryable)
             return
         except Exception:
@@ -265,6 +298,14 @@ class WorkerConnection:
             return
         dispatcher = parts.dispatcher
         older = dispatcher.current(binding.instance_id)
+        sessions = dispatcher.sessions()
+        mine = sum(1 for s in sessions if s.binding.credential_id == binding.credential_id
+                   and s is not older)
+        if (mine >= self.config.max_sessions_per_credential
+                or len(sessions) - (older is not None) >= self.config.max_sessions):
+            self.fatal(ErrorCode.RATE_LIMITED, "too many worker connections for this "
+                       "credential or server; retry later", retryable=True)
+            return
         if older is not None:
             # The same instance reconnected: the older connection goes, and its unstarted
             # reservations are released *before* this session can receive new ones.
@@ -274,6 +315,8 @@ class WorkerConnection:
         if self.closing:
             return
         now_ms = parts.clock()
+        if binding.valid_until_ms is not None:
+            self._valid_until = self._loop.time() + (binding.valid_until_ms - now_ms) / 1000
         session = WorkerSession(new_id(now_ms), binding, hello.capacity, self.send, self.close)
         session.last_frame_at = self._last_seen
         self.session = session
@@ -314,6 +357,10 @@ class WorkerConnection:
                 self.workers.apply_ops, session.binding, request.ops, room,
                 parts.waiters.watching,
             )
+        except AuthError as exc:
+            # Fenced (services.workers): the credential was revoked or expired meanwhile.
+            self.fatal(exc.code, exc.message)
+            return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops], None
         except Exception as exc:
             return failed_request_answers(request, exc), None
         return list(results), effects
@@ -349,9 +396,12 @@ class WorkerConnection:
 def ws_routes(parts: ServerParts) -> list[WebSocketRoute]:
     """The worker endpoint, one ``WorkerConnection`` per socket."""
 
+    cfg = parts.config
+    hello_failures = Buckets(cfg.auth_failures_per_s, cfg.auth_failures_burst)
+
     async def worker_endpoint(websocket: WebSocket) -> None:
         try:
-            await WorkerConnection(parts, websocket).run()
+            await WorkerConnection(parts, websocket, hello_failures).run()
         except Exception:  # one connection's failure must never reach the server
             log.exception("worker connection failed")
 

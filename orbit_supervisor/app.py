@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 
 from orbit_host.credentials import Credentials, load_credentials
+from orbit_host.tls import ca_file_from, client_ssl_context
 from orbit_host.version import DISTRIBUTION
 from orbit_wire.frames import Report, Reservation, ServerFrame
 from orbit_wire.ids import new_id, new_secret
@@ -103,6 +104,7 @@ class Supervisor:
         *,
         logger: logging.Logger | None = None,
         reap_orphans: bool = False,
+        ca_file: str | None = None,
         child_nice: int = defaults.CHILD_NICE,
     ) -> None:
         self.options = SupervisorOptions(
@@ -115,6 +117,10 @@ class Supervisor:
             credentials = load_credentials(credentials)
         self._credentials = credentials
         self.url = worker_url(url or credentials.url)
+        # --ca-file / ORBIT_CA_FILE: the trust for a wss:// server's certificate.
+        ca = ca_file_from(ca_file)
+        self._ssl = client_ssl_context(ca) if ca is not None and self.url.startswith("wss:") \
+            else None
         self.handlers = handlers
         self.instance_id = new_id(int(time.time() * 1000))
         self._instance_secret = new_secret()
@@ -425,7 +431,7 @@ class Supervisor:
             await asyncio.sleep(delay)
         self._connect_attempts += 1
         try:
-            conn = await Connection.open(self.url)
+            conn = await Connection.open(self.url, ssl_context=self._ssl)
         except ConnectFailed as exc:
             self._log.warning("cannot reach %s (attempt %d): %s", self.url,
                               self._connect_attempts, exc)

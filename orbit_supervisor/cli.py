@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -16,6 +17,14 @@ import click
 import orjson
 
 from orbit_host.credentials import CredentialsFileError, load_credentials
+from orbit_host.isolation import (
+    ChildIsolation,
+    resolve_user,
+    scrub_environment,
+    secret_variables,
+    set_not_dumpable,
+)
+from orbit_host.tls import CaFileError
 from orbit_host.version import DISTRIBUTION
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.ids import is_id
@@ -31,6 +40,7 @@ from .options import (
     OptionError,
     parse_size,
 )
+from .template_link import set_child_isolation
 
 EXIT_DRAINED = 0
 EXIT_INTERNAL = 1
@@ -119,6 +129,16 @@ def _fail(code: int, message: str) -> None:
               help="Recycle a child after this many tasks.")
 @click.option("--max-memory-per-child", type=_SizeType(),
               help="Kill/recycle a child over this RSS (bytes, or 512M, 2G).")
+@click.option("--child-user", metavar="USER[:GID]",
+              help="Run the template and every child as this user (needs root).")
+@click.option("--child-rlimit-as", type=_SizeType(),
+              help="Address-space limit of the template and each child (bytes, or 2G).")
+@click.option("--child-rlimit-cpu", type=click.IntRange(1, 2**31),
+              help="CPU seconds a child may use over its life (RLIMIT_CPU).")
+@click.option("--child-nofile", type=click.IntRange(16, 2**20),
+              help="Open descriptors the template and each child may hold.")
+@click.option("--ca-file", envvar="ORBIT_CA_FILE", type=click.Path(dir_okay=False),
+              help="CA certificates (PEM) that verify the server's TLS certificate.")
 @click.option("--child-nice", default=defaults.CHILD_NICE, show_default=True,
               type=click.IntRange(0, 19),
               help="Nice steps the children run below the supervisor (0: the same).")
@@ -130,14 +150,16 @@ def _fail(code: int, message: str) -> None:
 def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | None,
          workers: int, shutdown_timeout: float, reconnect_min_delay: float,
          reconnect_max_delay: float, max_tasks_per_child: int | None,
-         max_memory_per_child: int | None, child_nice: int, log_level: str,
-         log_format: str) -> None:
+         max_memory_per_child: int | None, child_user: str | None,
+         child_rlimit_as: int | None, child_rlimit_cpu: int | None, child_nofile: int | None,
+         ca_file: str | None, child_nice: int, log_level: str, log_format: str) -> None:
     """Run handlers from MODULE:ATTR in isolated child processes for one queue."""
     _setup_logging(log_level, log_format)
     try:
         creds = load_credentials(credentials_file)
     except CredentialsFileError as exc:
         _fail(EXIT_CREDENTIALS, exc.message)
+    _harden(child_user, child_rlimit_as, child_rlimit_cpu, child_nofile)
     if queue_id is None:
         if len(creds.queues) != 1:
             _fail(EXIT_USAGE, "--queue is required: the credentials file lists "
@@ -154,10 +176,34 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child, child_nice=child_nice,
             reap_orphans=True,  # this process starts nothing but the template
+            ca_file=ca_file,
         )
+    except CaFileError as exc:
+        _fail(EXIT_USAGE, exc.message)
     except (OptionError, ValueError) as exc:
         _fail(EXIT_USAGE, str(exc))
     sys.exit(asyncio.run(_run(sup)))
+
+
+def _harden(child_user: str | None, rlimit_as: int | None, rlimit_cpu: int | None,
+            nofile: int | None) -> None:
+    """Once the credentials are read: no handler may read them from this process (it is not
+    dumpable, the secret-bearing variables are gone from its environment), and the children
+    get their user and limits (docs/security.md)."""
+    try:
+        set_not_dumpable()
+    except OSError as exc:
+        _fail(EXIT_INTERNAL, f"cannot make the supervisor non-dumpable: {exc}")
+    scrub_environment(secret_variables(os.environ))
+    uid = gid = None
+    if child_user is not None:
+        try:
+            uid, gid = resolve_user(child_user)
+        except (KeyError, ValueError):
+            _fail(EXIT_USAGE, f"--child-user: no such user {child_user!r}")
+        if os.geteuid() != 0 and uid != os.geteuid():
+            _fail(EXIT_USAGE, "--child-user needs the supervisor to run as root")
+    set_child_isolation(ChildIsolation(uid, gid, rlimit_as, rlimit_cpu, nofile))
 
 
 async def _run(sup: Supervisor) -> int:

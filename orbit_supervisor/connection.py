@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from orbit_host.tls import certificate_failure
 from orbit_wire.errors import ProtocolError
 from orbit_wire.frames import ClientFrame, ErrorFrame, ServerFrame, decode_server_frame, encode
 from orbit_wire.limits import MAX_FRAME_BYTES
@@ -60,11 +63,13 @@ class Connection:
         self._aborted = False
 
     @classmethod
-    async def open(cls, url: str, *, timeout: float = OPEN_TIMEOUT) -> Connection:
+    async def open(cls, url: str, *, timeout: float = OPEN_TIMEOUT,
+                   ssl_context: ssl.SSLContext | None = None) -> Connection:
         """Connect; raises ConnectFailed (with a short reason) on any transient failure."""
+        tls: dict[str, Any] = {} if ssl_context is None else {"ssl": ssl_context}
         try:
             ws = await connect(
-                url, open_timeout=timeout, close_timeout=CLOSE_TIMEOUT,
+                url, open_timeout=timeout, close_timeout=CLOSE_TIMEOUT, **tls,
                 ping_interval=None,  # the protocol has its own heartbeats
                 max_size=MAX_FRAME_BYTES + 1024, compression=None,
                 max_queue=64, logger=_WS_LOG,
@@ -75,6 +80,8 @@ class Connection:
             raise ValueError(str(exc)) from None
         except InvalidHandshake as exc:
             raise ConnectFailed("HANDSHAKE_REJECTED", str(exc)) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise ConnectFailed("TLS_CERTIFICATE", certificate_failure(exc) or str(exc)) from None
         except OSError as exc:
             raise ConnectFailed("UNREACHABLE", exc.strerror or str(exc)) from None
         return cls(ws)

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import socket
 import sys
 from collections import deque
@@ -21,6 +20,7 @@ from collections.abc import Callable, Mapping
 
 import orjson
 
+from orbit_host.isolation import ChildIsolation, is_secret_variable
 from orbit_host.messages import (
     ChildForked,
     ChildReaped,
@@ -36,15 +36,21 @@ from orbit_wire.model import Capability
 
 __all__ = ["TemplateLink", "handler_environment"]
 
-_SECRET_HINT = re.compile(r"CREDENTIAL|SECRET|TOKEN|PASSWORD|KEY")
+# The child user and limits every template of this process gets: set once at start by the
+# command line (``set_child_isolation``), before any pool exists.
+_isolation = ChildIsolation()
+
+
+def set_child_isolation(isolation: ChildIsolation) -> None:
+    global _isolation
+    _isolation = isolation
 
 
 def handler_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The supervisor's environment minus Orbit's credential settings: handlers run with the
     worker's environment but must not learn where its secret is (docs/handlers.md: no secrets, no
     instance identity in handlers)."""
-    return {k: v for k, v in env.items()
-            if not (k.startswith("ORBIT_") and _SECRET_HINT.search(k))}
+    return {k: v for k, v in env.items() if not is_secret_variable(k)}
 
 
 class TemplateLink:
@@ -93,6 +99,7 @@ class TemplateLink:
                 sys.executable, "-m", "orbit_child.template", self._spec,
                 "--control-fd", str(template_end.fileno()),
                 "--parent-pid", str(os.getpid()),
+                "--sys-path", orjson.dumps(sys_path).decode(), *_isolation.to_args(),
                 "--sys-path", orjson.dumps(sys_path).decode(),
                 "--child-nice", str(self._child_nice),
                 stdin=asyncio.subprocess.DEVNULL, pass_fds=(template_end.fileno(),),

@@ -28,6 +28,7 @@ class ErrorCode(StrEnum):
     OUT_OF_ORDER = "OUT_OF_ORDER"
     CONCURRENT_REQUEST = "CONCURRENT_REQUEST"
     LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    RATE_LIMITED = "RATE_LIMITED"  # HTTP 429 with Retry-After (retryable)
     UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
     # Identity and permission.
     UNAUTHENTICATED = "UNAUTHENTICATED"
@@ -61,7 +62,8 @@ FATAL_CODES: frozenset[ErrorCode] = frozenset(
     }
 )
 
-RETRYABLE_CODES: frozenset[ErrorCode] = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.INTERNAL})
+RETRYABLE_CODES: frozenset[ErrorCode] = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.INTERNAL,
+                                                   ErrorCode.RATE_LIMITED})
 
 
 class OrbitError(Exception):

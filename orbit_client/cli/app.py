@@ -30,6 +30,7 @@ class Settings:
     credentials_file: str | None
     timeout: float
     output_mode: str
+    ca_file: str | None = None  # --ca-file / ORBIT_CA_FILE
     _creds: Credentials | None = field(default=None, repr=False)
     _client: OrbitClient | None = field(default=None, repr=False)
 
@@ -57,9 +58,11 @@ class Settings:
             if anonymous:
                 url = self.url or _url_of(self.credentials_file) or DEFAULT_URL
                 self.url = url
-                self._client = OrbitClient(url, None, timeout=self.timeout)
+                self._client = OrbitClient(url, None, timeout=self.timeout,
+                                           ca_file=self.ca_file)
             else:
-                self._client = OrbitClient(self.url, self.credentials(), timeout=self.timeout)
+                self._client = OrbitClient(self.url, self.credentials(), timeout=self.timeout,
+                                           ca_file=self.ca_file)
             ctx.find_root().call_on_close(self._client.close)
         return self._client
 
@@ -142,10 +145,14 @@ def error_line(exc: OrbitError, url: str | None, subject: str = "") -> str:
     default="auto", show_default=True,
     help="human (tables), json, or auto: human on a terminal, JSON on a pipe.",
 )
+@click.option(
+    "--ca-file", envvar="ORBIT_CA_FILE", type=click.Path(dir_okay=False),
+    help="CA certificates (PEM) that verify the server's TLS certificate.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context, url: str | None, credentials_file: str | None, timeout: float,
-    output_mode: str,
+    output_mode: str, ca_file: str | None,
 ) -> None:
     """Submit, find and inspect Orbit tasks; manage queues, credentials and reviews."""
-    ctx.obj = Settings(url, credentials_file, timeout, output_mode)
+    ctx.obj = Settings(url, credentials_file, timeout, output_mode, ca_file)

@@ -79,7 +79,7 @@ def next_step(exc: OrbitError, url: str | None) -> str | None:
         return "fix the file, or get a new one: " + HOW_TO_GET_CREDENTIALS
     if isinstance(exc, CertificateError):
         return (f"check that {where} is the right server; if its certificate is signed by "
-                "your own CA, point SSL_CERT_FILE at that CA's certificate")
+                "your own CA, pass that CA's certificate with --ca-file (or ORBIT_CA_FILE)")
     if isinstance(exc, ServerUnreachable):
         if "Timeout" in exc.message:
             return (f"the server at {where} did not answer in time: it may be overloaded or "

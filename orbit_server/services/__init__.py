@@ -4,6 +4,8 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     admin          AdminService    authenticate, queues, credentials, the bootstrap admin
     tasks          TaskService     submit (and submit-and-reserve), read, cancel, review, stats
     reaper         Reaper          lapsed leases, stale reservations, deadlines, receipt pruning
+    workers        WorkerService   hello, release, reserve, a control request's ops
+    pushes         PushService     cancels and revocations read by every replica
     workers        WorkerService   hello, release, reserve, a control request's ops, presence
     listing        ListingService  task pages, queues with counts, live workers, unserved work
     retention      Retention       old finished tasks and long-unseen instances deleted
@@ -34,6 +36,7 @@ from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding
 from .context import TxContext
 from .effects import Effects
 from .listing import ListingService
+from .pushes import PushService
 from .reaper import Reaper
 from .reservations import Reservations
 from .retention import Retention
@@ -48,6 +51,7 @@ __all__ = [
     "ClaimRoom",
     "Effects",
     "ListingService",
+    "PushService",
     "Reaper",
     "Reservations",
     "Retention",
@@ -72,6 +76,8 @@ class Services:
         self.admin = AdminService(self.tx)
         self.tasks = TaskService(self.tx, wakeups)
         self.reaper = Reaper(self.tx, wakeups)
+        self.workers = WorkerService(self.tx, wakeups)
+        self.pushes = PushService(self.tx)
         self.workers = WorkerService(self.tx, wakeups, replica)
         self.listing = ListingService(self.tx)
         self.retention = Retention(self.tx)

@@ -19,9 +19,15 @@ from ..store.retry import transactional
 from ..store.tables import credentials, queues
 from ..store.views import queue_view
 from .context import TxContext
+from .effects import Effects
+from .pushes import PushKind, record_push
 
 # Verified tokens kept at most; past it the cache starts over rather than tracking age.
 _AUTH_CACHE_MAX = 10_000
+# A credential's last use is written at most this often (a write per verification is not).
+LAST_USED_STEP_MS = 60_000
+# The longest grace period a rotated-out secret may keep.
+MAX_GRACE_MS = 30 * 86_400_000
 
 
 @transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
@@ -57,11 +63,24 @@ class AdminService:
         with self._tx.read() as conn:
             stmt = select(credentials).where(credentials.c.id == credential_id)
             row = conn.execute(stmt).mappings().first()
-        principal = principal_from_row(row, secret)
+        principal = principal_from_row(row, secret, now)
+        assert row is not None
+        if row["last_used_at_ms"] is None or row["last_used_at_ms"] < now - LAST_USED_STEP_MS:
+            with self._tx.write() as conn:
+                conn.execute(credentials.update().where(credentials.c.id == credential_id)
+                             .values(last_used_at_ms=now))
         if len(self._auth_cache) >= _AUTH_CACHE_MAX:
             self._auth_cache.clear()
-        self._auth_cache[key] = (principal, now + self._tx.config.auth_cache_ms)
+        cached_until = now + self._tx.config.auth_cache_ms
+        if principal.valid_until_ms is not None:
+            cached_until = min(cached_until, principal.valid_until_ms)
+        self._auth_cache[key] = (principal, cached_until)
         return principal
+
+    def forget(self, credential_id: str) -> None:
+        """Drop the credential's verified tokens (after a revocation or rotation)."""
+        for key in [k for k in self._auth_cache if k[0] == credential_id]:
+            self._auth_cache.pop(key, None)
 
     def create_queue(self, principal: Principal, name: str | None) -> dict[str, Any]:
         """Admin only: a new queue's view."""
@@ -74,17 +93,61 @@ class AdminService:
         return queue_view(row)
 
     def create_credential(self, principal: Principal, role: str, queue_ids: list[str],
-                          name: str | None) -> dict[str, Any]:
+                          name: str | None, expires_at_ms: int | None = None
+                          ) -> dict[str, Any]:
         """Admin only. The answer carries the secret; it is never shown again."""
         require_role(principal, (Role.ADMIN,))
-        return self._create_credential(role, queue_ids, name)
+        _check_expiry(expires_at_ms, self._tx.clock())
+        return self._create_credential(role, queue_ids, name, expires_at_ms)
+
+    def list_credentials(self, principal: Principal) -> dict[str, Any]:
+        """Admin only: every credential without its secret (oldest first)."""
+        require_role(principal, (Role.ADMIN,))
+        with self._tx.read() as conn:
+            rows = conn.execute(select(credentials).order_by(credentials.c.created_at_ms,
+                                                             credentials.c.id)).mappings()
+            return {"credentials": [_credential_view(row) for row in rows]}
+
+    def rotate_credential(self, principal: Principal, credential_id: str, grace_ms: int,
+                          expires_at_ms: int | None = None) -> tuple[dict[str, Any], Effects]:
+        """Admin only: a new secret; the old one still opens the credential for ``grace_ms``
+        (0: refused at once), then is refused. A new expiry may be set with it."""
+        require_role(principal, (Role.ADMIN,))
+        now = self._tx.clock()
+        if not isinstance(grace_ms, int) or not 0 <= grace_ms <= MAX_GRACE_MS:
+            raise OrbitError(ErrorCode.BAD_REQUEST, f"grace_ms must be 0-{MAX_GRACE_MS}")
+        _check_expiry(expires_at_ms, now)
+        secret = new_secret()
+        with self._tx.write() as conn:
+            row = conn.execute(select(credentials).where(credentials.c.id == credential_id)
+                               .with_for_update()).mappings().first()
+            if row is None or row["revoked_at_ms"] is not None:
+                raise OrbitError(ErrorCode.NOT_FOUND, "no such credential")
+            values: dict[str, Any] = {
+                "secret_hash": hash_secret(secret),
+                "previous_secret_hash": row["secret_hash"] if grace_ms else None,
+                "previous_secret_until_ms": now + grace_ms if grace_ms else None,
+            }
+            if expires_at_ms is not None:
+                values["expires_at_ms"] = expires_at_ms
+            conn.execute(credentials.update().where(credentials.c.id == credential_id)
+                         .values(**values))
+            record_push(conn, now, PushKind.FORGET, credential_id=credential_id)
+        self.forget(credential_id)
+        effects = Effects()
+        if not grace_ms:
+            effects.revoked_credentials.append(credential_id)  # sessions on the old secret
+        return {"credential_id": credential_id, "secret": secret, "role": row["role"],
+                "queues": orjson.loads(row["queues"]),
+                "previous_secret_until_ms": values["previous_secret_until_ms"]}, effects
 
     def bootstrap_admin(self, name: str | None) -> dict[str, Any]:
         """Create an admin credential without a principal (the CLI's bootstrap-admin)."""
         return self._create_credential(Role.ADMIN.value, [], name)
 
     def _create_credential(self, role: str, queue_ids: Sequence[str],
-                           name: str | None) -> dict[str, Any]:
+                           name: str | None, expires_at_ms: int | None = None
+                           ) -> dict[str, Any]:
         try:
             role_ = Role(role)
         except ValueError:
@@ -101,7 +164,7 @@ class AdminService:
         row = {
             "id": new_id(now), "secret_hash": hash_secret(secret), "role": role_.value,
             "queues": orjson.dumps(wanted).decode(), "name": name, "created_at_ms": now,
-            "revoked_at_ms": None,
+            "revoked_at_ms": None, "expires_at_ms": expires_at_ms,
         }
         with self._tx.write() as conn:
             if wanted:
@@ -111,11 +174,13 @@ class AdminService:
                     raise OrbitError(ErrorCode.NOT_FOUND, f"queue {missing[0]} does not exist")
             conn.execute(credentials.insert(), row)
         return {"credential_id": row["id"], "secret": secret, "role": role_.value,
-                "queues": wanted, "name": name}
+                "queues": wanted, "name": name, "expires_at_ms": expires_at_ms}
 
-    def revoke_credential(self, principal: Principal, credential_id: str) -> dict[str, Any]:
+    def revoke_credential(self, principal: Principal, credential_id: str
+                          ) -> tuple[dict[str, Any], Effects]:
         """Admin only; revoking twice is harmless. This server forgets the credential's
-        cached tokens at once, other replicas within ``config.auth_cache_ms``."""
+        cached tokens and closes its worker sessions at once (``effects``); other replicas
+        do so when they read the ``pushes`` row written here (services/pushes.py)."""
         require_role(principal, (Role.ADMIN,))
         if not is_id(credential_id):
             raise OrbitError(ErrorCode.NOT_FOUND, "no such credential")
@@ -129,9 +194,26 @@ class AdminService:
             if found[0] is None:
                 conn.execute(credentials.update().where(credentials.c.id == credential_id)
                              .values(revoked_at_ms=now))
-        for key in [k for k in self._auth_cache if k[0] == credential_id]:
-            del self._auth_cache[key]
-        return {"credential_id": credential_id, "revoked": True}
+                record_push(conn, now, PushKind.REVOKE, credential_id=credential_id)
+        self.forget(credential_id)
+        effects = Effects()
+        effects.revoked_credentials.append(credential_id)
+        return {"credential_id": credential_id, "revoked": True}, effects
+
+
+def _credential_view(row: Any) -> dict[str, Any]:
+    return {"credential_id": row["id"], "name": row["name"], "role": row["role"],
+            "queues": orjson.loads(row["queues"]), "created_at_ms": row["created_at_ms"],
+            "last_used_at_ms": row["last_used_at_ms"], "expires_at_ms": row["expires_at_ms"],
+            "revoked_at_ms": row["revoked_at_ms"],
+            "previous_secret_until_ms": row["previous_secret_until_ms"]}
+
+
+def _check_expiry(expires_at_ms: int | None, now: int) -> None:
+    if expires_at_ms is not None and (not isinstance(expires_at_ms, int)
+                                      or isinstance(expires_at_ms, bool)
+                                      or not now < expires_at_ms < 2**62):
+        raise OrbitError(ErrorCode.BAD_REQUEST, "expires_at_ms must be a future instant (ms)")
 
 
 def _check_name(name: str | None) -> None:

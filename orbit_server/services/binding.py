@@ -16,6 +16,10 @@ class WorkerBinding:
     credential_id: str
     queue_id: str
     capabilities: tuple[Capability, ...]
+    # The hash of the credential secret the hello presented: every later request is fenced
+    # on it still opening the credential (not revoked, expired or rotated out).
+    secret_hash: str = ""
+    valid_until_ms: int | None = None  # expiry or grace end; the session closes there
     connected_at_ms: int = 0  # the hello's instant: names this connection in its row
 
     @property

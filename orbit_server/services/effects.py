@@ -16,6 +16,8 @@ class Effects:
     terminal_views: dict[str, dict[str, Any]] = field(default_factory=dict)
     ready_queues: set[str] = field(default_factory=set)  # run a dispatch pass
     cancels: list[tuple[str, str, int]] = field(default_factory=list)  # (instance, attempt, epoch)
+    # Credentials revoked (or whose secret was replaced): close their worker sessions here.
+    revoked_credentials: list[str] = field(default_factory=list)
     next_due_ms: int | None = None  # earliest future instant worth looking again
 
     def due(self, at_ms: int | None) -> None:

@@ -38,6 +38,7 @@ from .binding import WorkerBinding
 from .context import TxContext
 from .effects import Effects
 from .listing import capability_stats, queue_offers, with_waiting
+from .pushes import PushKind, record_push
 from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
 
@@ -172,6 +173,9 @@ class TaskService:
                 if attempt is not None and before is TaskState.RUNNING:
                     detail["attempt_state"] = [before_attempt, attempt.state]
                     effects.cancels.append((attempt.instance_id, attempt.id, attempt.epoch))
+                    # For the replica the worker is connected to, if it is another one.
+                    record_push(conn, now, PushKind.CANCEL, instance_id=attempt.instance_id,
+                                attempt_id=attempt.id, epoch=attempt.epoch)
                 uow.audit(task.id, attempt.id if attempt else None, principal.actor,
                           "task_cancelled", before, task.state, detail)
                 effects.terminal_tasks.append(task.id)

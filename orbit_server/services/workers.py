@@ -42,7 +42,7 @@ from orbit_wire.limits import (
 from orbit_wire.model import AttemptState, Disposition, Role, TaskState
 
 from .. import domain
-from ..auth import hash_secret, principal_from_row, require_queue, secret_matches
+from ..auth import hash_secret, principal_from_row, require_queue, secret_matches, secret_opens
 from ..store import queries
 from ..store.receipts import Receipt, answer_result, load_receipts, receipt_row, replay
 from ..store.retry import transactional
@@ -98,7 +98,7 @@ class WorkerService:
             row = conn.execute(
                 select(credentials).where(credentials.c.id == hello.credential_id)
             ).mappings().first()
-            principal = principal_from_row(row, hello.credential_secret)
+            principal = principal_from_row(row, hello.credential_secret, now)
             if principal.role is not Role.WORKER:
                 raise AuthError(ErrorCode.PERMISSION_DENIED, "only a worker credential may connect")
             require_queue(principal, hello.queue_id)
@@ -125,8 +125,12 @@ class WorkerService:
                                      "instance ID is bound to another secret, credential or queue")
                 conn.execute(instances.update().where(instances.c.id == hello.instance_id)
                              .values(**connection))
+            conn.execute(credentials.update().where(credentials.c.id == hello.credential_id)
+                         .values(last_used_at_ms=now))
         return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
-                             tuple(dict.fromkeys(hello.capabilities)), now)
+                             tuple(dict.fromkeys(hello.capabilities)),
+                             secret_hash=principal.secret_hash,
+                             valid_until_ms=principal.valid_until_ms, connected_at_ms=now)
 
     def presence(self, sessions: Sequence[Presence]) -> int:
         """Record that these connections of this replica are alive: seen now, their credit
@@ -176,7 +180,10 @@ class WorkerService:
         if count == 0 or not binding.capabilities:
             return Reservations()
         with self._tx.write() as conn:
-            uow = UnitOfWork(conn, self._tx.clock())
+            now = self._tx.clock()
+            if not _credential_holds(conn, binding, now):
+                return Reservations()  # the session is closed by the revocation's push
+            uow = UnitOfWork(conn, now)
             reservations = reserve_for(uow, binding, count)
             uow.flush()
         return reservations
@@ -199,6 +206,11 @@ class WorkerService:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
+            if not _credential_holds(conn, binding, now):
+                # Fenced: nothing a revoked or expired credential's session sends is applied
+                # (its running attempts end by their leases, as for a vanished worker).
+                raise AuthError(ErrorCode.UNAUTHENTICATED,
+                                "the worker's credential was revoked or has expired")
             uow = UnitOfWork(conn, now)
             stored = load_receipts(conn, binding.instance_id,
                                    [op.msg_id for op in ops if not isinstance(op, ResumeOp)])
@@ -322,6 +334,13 @@ class WorkerService:
                      result, effects)
         return {"ok": True, "disposition": Disposition.ACCEPTED.value,
                 "task_state": task.state.value}
+
+
+def _credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
+    """Whether the secret the session's hello presented still opens its credential."""
+    row = conn.execute(select(credentials).where(credentials.c.id == binding.credential_id)
+                       ).mappings().first()
+    return secret_opens(row, binding.secret_hash, now)[0]
 
 
 def _start(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,

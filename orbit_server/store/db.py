@@ -20,6 +20,8 @@ MySQL it holds a named lock so replicas starting together migrate one at a time.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -77,7 +79,7 @@ def create_engine_for(url: str, **kwargs: Any) -> Engine:
         return _create_mysql_engine(parsed, **kwargs)
     database = parsed.database
     if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        create_private_file(Path(database).expanduser())
     connect_args = dict(kwargs.pop("connect_args", {}))
     # One store thread uses each connection at a time, but not always the thread that made it.
     connect_args.setdefault("check_same_thread", False)
@@ -85,6 +87,17 @@ def create_engine_for(url: str, **kwargs: Any) -> Engine:
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
+
+
+def create_private_file(path: Path) -> None:
+    """Create a SQLite database file 0600, and its missing directories 0700, before SQLite
+    opens it: payloads and results must not be readable by other local users. SQLite gives
+    the -wal and -shm files the database file's mode. An existing file is left as it is."""
+    parent = path.parent
+    if not parent.exists():
+        parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
 
 
 def _create_mysql_engine(parsed: URL, **kwargs: Any) -> Engine:

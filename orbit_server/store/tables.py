@@ -80,6 +80,26 @@ credentials = Table(
     Column("name", String(NAME), nullable=True),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("revoked_at_ms", BigInteger, nullable=True),
+    # migrations/versions/0006: expiry, last use, the rotated-out secret and its grace end.
+    Column("expires_at_ms", BigInteger, nullable=True),
+    Column("last_used_at_ms", BigInteger, nullable=True),
+    Column("previous_secret_hash", String(64), nullable=True),
+    Column("previous_secret_until_ms", BigInteger, nullable=True),
+    **MYSQL_OPTIONS,
+)
+
+# Cancels and revocations for the replica a worker is connected to (services.pushes).
+pushes = Table(
+    "pushes",
+    metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("kind", String(STATE), nullable=False),
+    Column("credential_id", String(ID), nullable=True),
+    Column("instance_id", String(ID), nullable=True),
+    Column("attempt_id", String(ID), nullable=True),
+    Column("epoch", Integer, nullable=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Index("ix_pushes_created", "created_at_ms"),
     **MYSQL_OPTIONS,
 )
 

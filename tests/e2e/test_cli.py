@@ -60,6 +60,7 @@ def test_missing_or_malformed_credentials_exit_3(tmp_path: Path) -> None:
     assert "does not exist" in one_error_line(result, "BAD_REQUEST")
     bad = tmp_path / "bad.json"
     bad.write_text('{"url": "ftp://x", "credential_id": "short", "secret": "s"}')
+    bad.chmod(0o600)  # a looser mode is refused before the content is read
     result = run_orbit("queues", "create", env={"ORBIT_CREDENTIALS_FILE": str(bad)})
     assert result.returncode == 3
     assert "url" in one_error_line(result, "BAD_REQUEST")

@@ -74,6 +74,10 @@ class OrbitEnv:
         assert made["secret"], made
         return dict(made)
 
+    def credential_with(self, **body: Any) -> dict[str, Any]:
+        """A credential made with exactly this request body (e.g. with ``expires_at_ms``)."""
+        return dict(expect(self.admin_http.post("/v1/credentials", json=body), 201))
+
     def producer(self, queue_id: str) -> httpx.Client:
         made = self.credential("producer", [queue_id])
         return self.client(f"{made['credential_id']}.{made['secret']}")

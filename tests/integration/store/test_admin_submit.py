@@ -27,8 +27,9 @@ def test_revoked_credential_is_refused_at_once(world: World) -> None:
     made = world.service.admin.create_credential(world.admin, "producer", [world.queue_id], None)
     token = f"{made['credential_id']}.{made['secret']}"
     world.service.admin.authenticate(token)  # now cached
-    assert world.service.admin.revoke_credential(world.admin, made["credential_id"]) == {
-        "credential_id": made["credential_id"], "revoked": True}
+    answer, effects = world.service.admin.revoke_credential(world.admin, made["credential_id"])
+    assert answer == {"credential_id": made["credential_id"], "revoked": True}
+    assert effects.revoked_credentials == [made["credential_id"]]
     with pytest.raises(AuthError):
         world.service.admin.authenticate(token)
     # Revoking twice is fine; an unknown ID is NOT_FOUND.

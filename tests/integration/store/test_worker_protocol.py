@@ -42,6 +42,21 @@ def test_hello_binds_instance_and_rejects_conflicts(world: World) -> None:
     assert "instance-secret" not in stored and len(stored) == 64
 
 
+def test_a_revoked_credentials_session_is_fenced(world: World) -> None:
+    first = world.submit()
+    b = world.hello()
+    aid, ep = world.run_once(b)
+    world.service.admin.revoke_credential(world.admin, world.worker_cred["credential_id"])
+    with pytest.raises(AuthError) as fenced:
+        world.renew(b, aid, ep)
+    assert fenced.value.code is ErrorCode.UNAUTHENTICATED
+    with pytest.raises(AuthError):
+        world.finish(b, aid, ep, Outcome.SUCCEEDED, result={"x": 1})
+    world.submit()
+    assert not world.service.workers.reserve(b, 4)
+    assert world.attempts(first["id"])[0]["state"] == "RUNNING"  # only its lease decides
+
+
 def test_drain_is_answered_and_replayed(world: World) -> None:
     b = world.hello()
     (first,), _ = world.service.workers.apply_ops(b, [DrainOp("d")])

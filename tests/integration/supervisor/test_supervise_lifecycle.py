@@ -100,6 +100,7 @@ def test_errors_before_connecting_have_distinct_exit_codes(sup_env: SupEnv,
     assert missing.returncode == 3 and "does not exist" in missing.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
+    bad.chmod(0o600)  # a looser mode is refused first (tests/integration/server/...file_modes)
     malformed = _cli("--credentials-file", str(bad), "m:x")
     assert malformed.returncode == 3 and "not valid JSON" in malformed.stderr
     no_module = _cli("--credentials-file", creds, "no_such_module_xyz:HANDLERS")

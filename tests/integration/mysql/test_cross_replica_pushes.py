@@ -1,0 +1,60 @@
+"""Cross-replica pushes: two replicas on one MariaDB database; a worker is connected to
+replica A, the producer and the admin talk to replica B.
+
+A cancel made through B reaches the worker on A as a ``cancel`` frame within one
+heartbeat (not only at its next renew), and a revocation made through B closes the
+worker's session on A within one heartbeat (fatal UNAUTHENTICATED, close 4006).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from support.orbit_http import expect, http_client, task_spec
+from support.protocol_client import ProtocolClient
+from support.server import ServerProcess
+from support.waiting import UNIT
+
+pytestmark = pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True)
+
+
+async def test_cancel_and_revocation_reach_a_worker_on_another_replica(
+        server_factory: Callable[..., ServerProcess]) -> None:
+    a = server_factory(session_ttl_ms=3000)
+    b = server_factory(db_url=a.db_url, session_ttl_ms=3000)
+    admin = b.bootstrap_admin()
+    with http_client(b.url, admin.bearer) as admin_b:
+        queue = expect(admin_b.post("/v1/queues", json={}), 201)["id"]
+        producer = expect(admin_b.post("/v1/credentials",
+                                       json={"role": "producer", "queues": [queue]}), 201)
+        worker = expect(admin_b.post("/v1/credentials",
+                                     json={"role": "worker", "queues": [queue]}), 201)
+        with http_client(b.url, f"{producer['credential_id']}.{producer['secret']}") as prod_b:
+            task = expect(prod_b.post(f"/v1/queues/{queue}/tasks",
+                                      json=task_spec(lease_ttl_ms=60_000)), 201)
+            async with await ProtocolClient.connect(a.ws_url) as wc:
+                welcome = await wc.hello(worker["credential_id"], worker["secret"], queue)
+                heartbeat_s = welcome.heartbeat_ms / 1000
+                await wc.credit(1)
+                [res] = await wc.reservations(1)
+                assert (await wc.start(res)).ok
+                asked = time.monotonic()
+                expect(await asyncio.to_thread(prod_b.post, f"/v1/tasks/{task['id']}/cancel"),
+                       200)
+                cancel = await wc.cancel_push(timeout=heartbeat_s / UNIT)
+                took_s = time.monotonic() - asked
+                assert (cancel.attempt_id, cancel.epoch) == (res.attempt_id, res.epoch)
+                assert took_s <= heartbeat_s * UNIT, took_s
+
+                asked = time.monotonic()
+                expect(await asyncio.to_thread(
+                    admin_b.delete, f"/v1/credentials/{worker['credential_id']}"), 200)
+                code = await wc.wait_closed(timeout=heartbeat_s / UNIT)
+                took_s = time.monotonic() - asked
+                assert code == 4006, code
+                assert took_s <= heartbeat_s * UNIT, took_s
+                error = await wc.error(timeout=1)
+                assert error.code == "UNAUTHENTICATED" and error.fatal

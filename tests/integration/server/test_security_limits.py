@@ -1,0 +1,71 @@
+"""Findings 4 and 5 of the security review (the parts done in the ASGI layer): failed
+authentications are rate limited per credential ID and per peer (429 RATE_LIMITED with
+Retry-After; over the WebSocket a retryable RATE_LIMITED), submits per credential, worker
+connections per credential, and a WebSocket that never says hello is closed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from support.orbit_http import OrbitEnv, http_client, task_spec
+from support.protocol_client import ECHO, ProtocolClient
+from support.server import ServerProcess
+
+from orbit_wire.frames import Hello
+
+
+def test_failed_authentications_are_limited(orbit: OrbitEnv) -> None:
+    queue = orbit.queue()
+    made = orbit.credential("producer", [queue])
+    wrong = orbit.client(f"{made['credential_id']}.{'0' * 64}")
+    statuses = [wrong.get(f"/v1/queues/{queue}/stats").status_code for _ in range(40)]
+    assert statuses[0] == 401 and 429 in statuses, statuses
+    limited = wrong.get(f"/v1/queues/{queue}/stats")
+    assert limited.status_code == 429 and int(limited.headers["Retry-After"]) >= 1
+    assert limited.json()["error"]["code"] == "RATE_LIMITED"
+    # The right secret from another peer still works... and from this peer too: the
+    # per-peer bucket counts failures, and the right token is cached or verified once.
+    right = orbit.client(f"{made['credential_id']}.{made['secret']}")
+    status = right.get(f"/v1/queues/{queue}/stats").status_code
+    assert status in (200, 429), status
+
+
+def test_submits_and_sessions_per_credential_are_limited(
+        server_factory: Callable[..., ServerProcess]) -> None:
+    srv = server_factory(extra_args=("--submits-per-s", "1", "--submits-burst", "3",
+                                     "--max-sessions-per-credential", "1",
+                                     "--hello-timeout-ms", "500"))
+    admin = srv.bootstrap_admin()
+    with http_client(srv.url, admin.bearer) as http:
+        env = OrbitEnv(srv, admin, http)
+        queue = env.queue()
+        producer = env.producer(queue)
+        codes = [producer.post(f"/v1/queues/{queue}/tasks", json=task_spec()).status_code
+                 for _ in range(6)]
+        assert codes[:3] == [201, 201, 201] and 429 in codes[3:], codes
+        batch = producer.post(f"/v1/queues/{queue}/tasks/batch",
+                              json={"tasks": [task_spec()] * 10})
+        assert batch.status_code == 429 and batch.headers.get("Retry-After")
+        worker = env.worker_credential(queue)
+        async def sessions() -> None:
+            async with await ProtocolClient.connect(srv.ws_url) as first:
+                await first.hello_as(worker)
+                second = await ProtocolClient.connect(srv.ws_url)
+                try:
+                    await second.send(Hello(worker.credential_id, worker.secret,
+                                            second.instance_id, second.instance_secret,
+                                            queue, (ECHO,), 1))
+                    error = await second.error()
+                    assert error.code == "RATE_LIMITED" and error.retryable
+                finally:
+                    await second.close()
+                silent = await ProtocolClient.connect(srv.ws_url)
+                try:
+                    assert await silent.wait_closed(timeout=5) == 4008
+                finally:
+                    await silent.close()
+                await first.heartbeat()  # the first session is unaffected
+
+        asyncio.run(sessions())
+        env.close()
