@@ -67,8 +67,8 @@ from orbit_wire.frames import (  # noqa: E402
 from orbit_wire.ids import new_id, new_secret  # noqa: E402
 from orbit_wire.model import Capability  # noqa: E402
 
-BEGIN = "<!-- listing-bench:begin -->"
-END = "<!-- listing-bench:end -->"
+# One section per store: "<!-- listing-bench-sqlite:begin -->" ... ":end -->".
+MARKER = "<!-- listing-bench-{store}:{edge} -->"
 CAP = Capability("bench.noop", "v1", "v1")
 RARE = "rare.handler"
 SEED_CHUNK = 5_000
@@ -326,18 +326,20 @@ async def _measure(server: Server, http: httpx.Client, cred: dict[str, Any], que
 def write_docs(results: list[tuple[str, tuple[float, float, float], str]], store: str) -> None:
     path = ROOT / "docs" / "benchmarks.md"
     text = path.read_text() if path.exists() else ""
-    lines = [BEGIN, "",
-             f"### Operator lists ({store}, {results[0][2]}, "
+    key = "mysql" if store == "MariaDB" else "sqlite"
+    begin, end = (MARKER.format(store=key, edge=e) for e in ("begin", "end"))
+    lines = [begin, "",
+             f"## Operator lists ({store}, {results[0][2]}, "
              f"{dt.date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} CPUs)", "",
              "| request | p50 ms | p99 ms | max ms |", "| --- | --- | --- | --- |"]
     lines += [f"| {label} | {p50:.2f} | {p99:.2f} | {mx:.2f} |"
               for label, (p50, p99, mx), _rows in results]
     lines += ["", "Rerun: `.venv/bin/python scripts/bench_listing.py` (add `--db mysql://...` "
-              "for MariaDB).", "", END]
+              "for MariaDB).", "", end]
     block = "\n".join(lines)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text)
