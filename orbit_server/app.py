@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import signal
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -26,9 +28,11 @@ from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
 from .dispatcher import Dispatcher
+from .domain.listing import WarnOnce
 from .http_api import http_exception_handlers, http_routes
 from .parts import ServerParts
 from .services import Effects, Services
+from .services.retention import TASK_BATCH
 from .store.db import create_engine_for, is_sqlite, migrate
 from .store.retry import faults_logged
 from .store_thread import StoreThread
@@ -50,6 +54,10 @@ DISPATCH_POLL_SQLITE_S = 2.0
 RECEIPT_PRUNE_PERIOD_S = 60.0
 RECEIPT_PRUNE_MAX_BATCHES = 1_000
 _NEVER = 2**63
+# PENDING work no live worker offers to serve is looked for this often, and each (queue,
+# capability) is logged at warning level at most once per UNSERVED_WARN_INTERVAL_S.
+UNSERVED_CHECK_S = 30.0
+UNSERVED_WARN_INTERVAL_S = 300.0
 
 
 def wall_clock_ms() -> int:
@@ -64,7 +72,10 @@ class OrbitServer:
         self.clock = wall_clock_ms
         self.store = StoreThread()
         self.engine = create_engine_for(config.db_url)
-        self.services = Services(self.engine, config, wall_clock_ms, random.Random())
+        # How instance rows and logs name this server among the replicas of one database.
+        self.replica = f"{socket.gethostname()}:{config.port or os.getpid()}"
+        self.services = Services(self.engine, config, wall_clock_ms, random.Random(),
+                                 self.replica)
         self.waiters = TaskWaiters()
         self.dispatcher = Dispatcher(self.store, self.services.workers)
         self._reaper_wake = asyncio.Event()
@@ -125,15 +136,58 @@ class OrbitServer:
             self._reaper_at_ms = _NEVER
 
     async def _receipt_prune_loop(self) -> None:
-        """Delete receipts past the retention. Each batch is its own call on the store
-        thread's normal lane, so worker requests and other calls take turns with it."""
+        """Delete receipts past the retention, then finished tasks past the task retention
+        and long-unseen instances. Each batch is its own call on the store thread's normal
+        lane, so worker requests and other calls take turns with it."""
+        retention = self.services.retention
         while True:
             with faults_logged(log, "receipt prune failed"):  # the next pass runs anyway
                 for _ in range(RECEIPT_PRUNE_MAX_BATCHES):
                     deleted = await self.store.call(self.services.reaper.prune_receipts)
                     if deleted < self.config.reap_batch:
                         break
+            with faults_logged(log, "task retention failed"):
+                tasks = 0
+                for _ in range(RECEIPT_PRUNE_MAX_BATCHES):
+                    deleted = await self.store.call(retention.prune_tasks)
+                    tasks += deleted
+                    if deleted < TASK_BATCH:
+                        break
+                instances = await self.store.call(retention.prune_instances)
+                if tasks or instances:
+                    log.info("retention: deleted %d finished task(s) (with their attempts, "
+                             "evidence and audit) and %d unseen worker instance(s)",
+                             tasks, instances)
             await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
+
+    async def _presence_loop(self) -> None:
+        """Every heartbeat interval, record the live connections of this replica (seen now,
+        their credit, their last frame) so every replica lists them (GET /v1/workers)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.heartbeat_ms / 1000)
+            with faults_logged(log, "presence write failed"):  # the next write runs anyway
+                rows = self.dispatcher.presence(wall_clock_ms(), loop.time())
+                if rows:
+                    await self.store.call(self.services.workers.presence, rows)
+
+    async def _unserved_loop(self) -> None:
+        """Warn of PENDING tasks whose capability no live worker of their queue offers (a
+        handler name or version typo, or no worker running): once per capability and
+        interval, so a waiting task never waits in silence."""
+        warn = WarnOnce(UNSERVED_WARN_INTERVAL_S)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(UNSERVED_CHECK_S)
+            with faults_logged(log, "looking for unserved tasks failed"):
+                unserved = await self.store.call(self.services.listing.unserved)
+                for item in warn.due(unserved, loop.time()):
+                    cap = item["capability"]
+                    log.warning(
+                        "%d task(s) of queue %s wait for %s@%s/%s, which no live worker "
+                        "offers (for %s ms)", item["pending"], item["queue_id"],
+                        cap["handler"], cap["handler_version"], cap["payload_version"],
+                        max(0, wall_clock_ms() - item["since"]))
 
     async def _dispatch_poll_loop(self) -> None:
         period = DISPATCH_POLL_SQLITE_S if is_sqlite(self.config.db_url) else DISPATCH_POLL_S
@@ -149,11 +203,18 @@ class OrbitServer:
             asyncio.create_task(self._reaper_loop(), name="orbit-reaper"),
             asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
             asyncio.create_task(self._receipt_prune_loop(), name="orbit-receipt-prune"),
+            asyncio.create_task(self._presence_loop(), name="orbit-presence"),
+            asyncio.create_task(self._unserved_loop(), name="orbit-unserved"),
         ]
-        log.info("orbit-server ready on %s:%s", self.config.host, self.config.port)
+        cfg = self.config
+        log.info("orbit-server %s serving on %s://%s:%s (replica %s), database %s",
+                 _version(), "https" if cfg.tls_cert else "http", cfg.host, cfg.port,
+                 self.replica, redacted_url(cfg.db_url))
         try:
             yield
         finally:
+            log.info("orbit-server shutting down (%d worker connection(s) open)",
+                     len(self.dispatcher.sessions()))
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
@@ -162,9 +223,29 @@ class OrbitServer:
             await self.dispatcher.stop()
             self.store.close()
             self.engine.dispose()
+            log.info("orbit-server stopped")
 
 
-def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> uvicorn.Config:
+def redacted_url(url: str) -> str:
+    """The database URL without its password (it never reaches a log line)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL fails later with its own error; hide it whole
+        return "<database URL>"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("orbit")
+    except PackageNotFoundError:
+        return "(development)"
+
+
+def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Config:
     """The uvicorn configuration that serves ``server.app``: uvloop and httptools, the
     WebSocket limits, TLS when configured, and a bounded graceful shutdown."""
     import uvicorn
@@ -183,7 +264,8 @@ def uvicorn_config(server: OrbitServer, log_level: str = "warning") -> uvicorn.C
         ws_ping_interval=None,  # the protocol has its own heartbeat and session TTL
         # Frames are small JSON; compressing each costs more CPU and latency than it saves.
         ws_per_message_deflate=False,
-        log_level=log_level,
+        # uvicorn's own start and stop lines repeat the server's: only its warnings show.
+        log_level="warning" if log_level == "info" else log_level,
         access_log=False,
         ssl_certfile=cfg.tls_cert,
         ssl_keyfile=cfg.tls_key,
@@ -210,7 +292,7 @@ def bootstrap_admin(config: ServerConfig, output: Path, server_url: str,
     return str(made["credential_id"])
 
 
-def serve(config: ServerConfig, log_level: str = "warning") -> None:
+def serve(config: ServerConfig, log_level: str = "info") -> None:
     """Migrate the database to head, then serve until SIGTERM/SIGINT (graceful, exit 0)."""
     import uvicorn
 
@@ -231,5 +313,6 @@ def serve(config: ServerConfig, log_level: str = "warning") -> None:
                     signal.signal(sig, handler)
 
     migrate(config.db_url)
+    log.info("database %s is at the latest schema", redacted_url(config.db_url))
     server = OrbitServer(config)
     GracefulServer(uvicorn_config(server, log_level)).run()

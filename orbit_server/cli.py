@@ -43,6 +43,20 @@ def _config(**overrides: Any) -> Any:
         raise click.UsageError(exc.message) from None
 
 
+_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str, option: str) -> int:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``500ms`` or ``0`` as milliseconds."""
+    raw = text.strip().lower()
+    number = raw.rstrip("smhd")
+    unit = raw[len(number):] or ("ms" if number == "0" else "")
+    if not number.isdigit() or unit not in _UNITS_MS:
+        raise click.BadParameter(f"{text!r} is not a duration like 30d, 12h, 90m or 0",
+                                 param_hint=option)
+    return int(number) * _UNITS_MS[unit]
+
+
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.pass_context
 def main(ctx: click.Context) -> None:
@@ -68,13 +82,16 @@ def main(ctx: click.Context) -> None:
               help="Lease reaper period (default 100).")
 @click.option("--receipt-retention-hours", type=click.IntRange(1, 87_600),
               help="Delete operation receipts this many hours old (default 24).")
-@click.option("--log-level", default="warning",
+@click.option("--task-retention", metavar="DURATION",
+              help="Delete finished tasks this long after they finished, e.g. 30d, 12h, 90m; "
+                   "0 keeps them (default 30d).")
+@click.option("--log-level", default="info",
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(db_url: str | None = None, host: str | None = None, port: int | None = None,
           tls_cert: str | None = None, tls_key: str | None = None,
           session_ttl_ms: int | None = None, kill_grace_ms: int | None = None,
           reaper_interval_ms: int | None = None, receipt_retention_hours: int | None = None,
-          log_level: str = "warning") -> None:
+          task_retention: str | None = None, log_level: str = "info") -> None:
     """Migrate the database to the latest schema and serve until SIGTERM/SIGINT."""
     from .app import serve as run
 
@@ -82,11 +99,15 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
         raise click.UsageError("--tls-cert and --tls-key go together")
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if log_level != "debug":  # Alembic narrates every migration step at info
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     config = _config(db_url=db_url, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                      session_ttl_ms=session_ttl_ms, kill_grace_ms=kill_grace_ms,
                      reaper_interval_ms=reaper_interval_ms,
                      receipt_retention_ms=None if receipt_retention_hours is None
-                     else receipt_retention_hours * 3_600_000)
+                     else receipt_retention_hours * 3_600_000,
+                     task_retention_ms=None if task_retention is None
+                     else _duration_ms(task_retention, "--task-retention"))
     with _one_line_errors():
         run(config, log_level=log_level)
 

@@ -16,6 +16,7 @@ from typing import Any
 from orbit_wire.errors import ErrorCode, OrbitError
 
 HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
 MIN_RECEIPT_RETENTION_MS = HOUR_MS
 
 
@@ -44,6 +45,9 @@ class ServerConfig:
     reap_batch: int = 1_000
     # Operation receipts are deleted this long after they were written.
     receipt_retention_ms: int = 24 * HOUR_MS
+    # Finished tasks (with their attempts, evidence, audit) are deleted this long after they
+    # finished; 0 keeps them.
+    task_retention_ms: int = 30 * DAY_MS
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch"):
@@ -52,6 +56,8 @@ class ServerConfig:
         if self.receipt_retention_ms < MIN_RECEIPT_RETENTION_MS:
             # A receipt must outlive every lease it could concern (lease TTL <= 10 min).
             raise OrbitError(ErrorCode.BAD_REQUEST, "receipt_retention_ms must be >= 1 hour")
+        if self.task_retention_ms < 0:
+            raise OrbitError(ErrorCode.BAD_REQUEST, "task_retention_ms must be >= 0 (0 keeps)")
         if self.kill_grace_ms < 0 or self.auth_cache_ms < 0:
             raise OrbitError(ErrorCode.BAD_REQUEST, "kill_grace_ms and auth_cache_ms must be >= 0")
         if not 0 <= self.port <= 65535:

@@ -205,6 +205,7 @@ class Supervisor:
                 reconnect_min_delay=opts.reconnect_min_delay,
                 reconnect_max_delay=opts.reconnect_max_delay,
                 report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
+                agent=_agent(),
             ), random.random)
             self._finished = loop.create_future()
             # Every task (connection, executions) is owned by this group; the shutdown below
@@ -479,3 +480,13 @@ def _not_run(reason: str) -> ChildOutcome:
     """Outcome of an execution stopped before any child received it."""
     return ChildOutcome(Outcome.UNKNOWN, UnknownCode.LEASE_LOST.value, False, None, None,
                         Report(kill_reason=reason))
+
+
+def _agent() -> str:
+    """``orbit-supervise/<version>``: what hello tells operators this runtime is."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"orbit-supervise/{version('orbit')}"
+    except PackageNotFoundError:
+        return "orbit-supervise/dev"

@@ -163,6 +163,8 @@ class SessionConfig:
     # CPUs the children share. With more handlers running than that, a held finish idles no
     # CPU, so it may wait for the next handlers' finishes (batching.py); None: never.
     cpus: int | None = None
+    # What hello announces of this runtime (e.g. "orbit-supervise/0.1.0"), for operators.
+    agent: str | None = None
 
 
 REPORT_MARGIN = 0.050  # seconds: the margin's floor (margin.py measures what it must cover)
@@ -241,6 +243,7 @@ class Session:
             credential_id=cfg.credential_id, credential_secret=cfg.credential_secret,
             instance_id=cfg.instance_id, instance_secret=cfg.instance_secret,
             queue_id=cfg.queue_id, capabilities=cfg.capabilities, capacity=cfg.capacity,
+            agent=cfg.agent,
         )
         return [self._send(hello, now)]
 
@@ -329,7 +332,7 @@ class Session:
             msg_id=self._outbox.new_msg_id(), attempt_id=attempt_id, epoch=att.reservation.epoch,
             outcome=result.outcome, code=result.code, retryable=result.retryable,
             result_json=result.result_json if result.outcome is Outcome.SUCCEEDED else None,
-            details_json=result.details_json if result.outcome is Outcome.FAILED else None,
+            details_json=result.details_json if result.outcome is not Outcome.SUCCEEDED else None,
             report=report,
         )
         # Its start was answered, so a queued renewal is all there can be: one it is waiting

@@ -49,6 +49,7 @@ from supervisor_support import (  # noqa: E402  (the test tree's real-process he
     wait_task,
     worker_credentials_file,
 )
+from support.invariants import Journal, Run, TaskFacts, check, flatten  # noqa: E402
 from support.orbit_http import OrbitEnv, http_client  # noqa: E402
 from support.proxy import TcpProxy  # noqa: E402
 from support.server import ServerProcess  # noqa: E402
@@ -196,49 +197,21 @@ class Soak:
             history = (self.producer.get(f"/v1/tasks/{task_id}/attempts").json()["attempts"]
                        if view is not None else [])
             out.append(TaskFacts(task_id, self.key_idempotency[key],
-                                 None if view is None else view["state"], history))
+                                 None if view is None else view["state"], history,
+                                 None if view is None else view["result"],
+                                 None if view is None else view["epoch"]))
         return out
-
-
-@dataclass
-class TaskFacts:
-    task_id: str
-    idempotency: str
-    state: str | None  # None: it did not end in time
-    attempts: list[dict[str, Any]]  # the server's attempt history
 
 
 def violations(tasks: list[TaskFacts], runs: list[str], key_conflicts: list[str],
                unsent: int) -> list[str]:
     """The broken promises (pure). ``runs`` holds one "task_id attempt_id" line per handler
-    execution."""
+    execution; the checks are those of the fault report (tests/support/invariants.py)."""
     bad = [f"operation key answered two tasks: {c}" for c in key_conflicts]
     if unsent:
         bad.append(f"{unsent} batches were never accepted")
-    pairs = [line.split() for line in runs if line]
-    runs_per_attempt = collections.Counter(attempt for _task, attempt in pairs)
-    runs_per_task = collections.Counter(task for task, _attempt in pairs)
-    bad += [f"attempt {a} ran {n} times" for a, n in runs_per_attempt.items() if n > 1]
-    for t in tasks:
-        if t.state is None:
-            bad.append(f"task {t.task_id} did not end within {SETTLE_S:.0f} s")
-            continue
-        ids = {a["id"] for a in t.attempts}
-        started = {a["id"] for a in t.attempts if a["started_at_ms"] is not None}
-        ran = {a for a in runs_per_attempt if a in ids}
-        bad += [f"attempt {a} of {t.task_id} ran without a confirmed start"
-                for a in sorted(ran - started)]
-        accepted = {a["id"] for a in t.attempts if a["outcome"] == "SUCCEEDED"}
-        if t.state == "SUCCEEDED" and not accepted & ran:
-            bad.append(f"{t.task_id} SUCCEEDED by an attempt that never ran")
-        if t.idempotency == "IDEMPOTENT" and t.state != "SUCCEEDED":
-            bad.append(f"idempotent {t.task_id} ended {t.state}")
-        if t.idempotency == "NON_IDEMPOTENT":
-            if runs_per_task[t.task_id] > 1:
-                bad.append(f"non-idempotent {t.task_id} ran {runs_per_task[t.task_id]} times")
-            if t.state not in ("SUCCEEDED", "NEEDS_REVIEW"):
-                bad.append(f"non-idempotent {t.task_id} ended {t.state}")
-    return bad
+    journal = Journal([Run(*line.split()) for line in runs if line])
+    return bad + flatten(check(tasks, journal))
 
 
 def main() -> int:

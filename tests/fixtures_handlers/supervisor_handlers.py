@@ -7,7 +7,9 @@ test can check with psutil that nothing survives; ``append`` appends one line pe
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 from typing import Any
 
@@ -20,6 +22,7 @@ from common_handlers import (
     memory_hog,
     sleep,
     whoami,
+    write_pids,
 )
 
 from orbit_child import Execution, Handler, WorkerFailure
@@ -39,14 +42,68 @@ def append(execution: Execution) -> Any:
     return {"ok": True}
 
 
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _journal_line(path: str, line: str) -> None:
+    with open(path, "a") as fh:  # one small O_APPEND write: whole lines even across kills
+        fh.write(line + "\n")
+
+
+def journal(execution: Execution) -> Any:
+    """The outside record the fault report checks the server against (tests/support/
+    invariants.py): a ``start`` line (task, attempt, epoch, pid, wall ms) in
+    ``payload["journal"]``, the wall-clock ms stamped into ``payload["stamps"]/<attempt>``
+    every 5 ms while it runs (the last one is its last instruction, to within 5 ms), and an
+    ``end`` line holding the exact result it returns. It runs ``seconds`` (``retry_seconds``
+    from the second attempt on, when given). With ``grandchild`` it starts a ``sleep`` (pids
+    in ``pid_file``), ends early when that ends, and returns its exit status (-15 when the
+    handler itself stopped it at the end of its time)."""
+    p = execution.payload
+    _journal_line(p["journal"], f"start {execution.task_id} {execution.attempt_id} "
+                                f"{execution.epoch} {os.getpid()} {_wall_ms()}")
+    fd = os.open(os.path.join(p["stamps"], execution.attempt_id), os.O_WRONLY | os.O_CREAT)
+    child = None
+    if p.get("grandchild"):
+        child = subprocess.Popen(["sleep", "60"])
+        write_pids(execution, os.getpid(), child.pid)
+    seconds = p.get("seconds", 0)
+    if execution.attempt_number > 1:
+        seconds = p.get("retry_seconds", seconds)
+    deadline = time.monotonic() + float(seconds)
+    while True:
+        os.pwrite(fd, b"%20d" % _wall_ms(), 0)
+        if time.monotonic() >= deadline or (child is not None and child.poll() is not None):
+            break
+        time.sleep(0.005)
+    os.close(fd)
+    result: dict[str, Any] = {"task": execution.task_id, "attempt": execution.attempt_id,
+                              "n": p.get("n")}
+    if child is not None:
+        if child.poll() is None:
+            child.terminate()
+        result["grandchild_rc"] = child.wait()
+    text = json.dumps(result, sort_keys=True, separators=(",", ":"))
+    _journal_line(p["journal"], f"end {execution.task_id} {execution.attempt_id} "
+                                f"{_wall_ms()} {text}")
+    return result
+
+
 def reject(execution: Execution) -> Any:
     raise WorkerFailure("OBJECT_REJECTED", details={"why": "test"})
+
+
+def key_error(execution: Execution) -> Any:
+    """A bug in the handler: the missing key (a secret of the payload) is in the message."""
+    return {}[execution.payload["secret"]]
 
 
 HANDLERS = [
     Handler("sup.upper", "v1", "v1", upper),
     Handler("sup.sleep", "v1", "v1", sleep),
     Handler("sup.append", "v1", "v1", append),
+    Handler("sup.journal", "v1", "v1", journal),
     Handler("sup.c_spin", "v1", "v1", c_spin),
     Handler("sup.ignores_sigterm", "v1", "v1", ignores_sigterm),
     Handler("sup.blocked_read", "v1", "v1", blocked_read),
@@ -55,6 +112,7 @@ HANDLERS = [
     Handler("sup.reject", "v1", "v1", reject),
     Handler("sup.whoami", "v1", "v1", whoami),
     Handler("sup.kills_its_template", "v1", "v1", kills_its_template),
+    Handler("sup.key_error", "v1", "v1", key_error),
 ]
 
 BROKEN_DUPLICATES = [

@@ -6,6 +6,9 @@
     proxy.blackhole(False)
     proxy.stop()                              # closes everything; the thread ends (bounded)
 
+With ``tap=`` (tests/support/ws_tap.py: OpTap) it reads the worker protocol frame by frame
+and drops a chosen request or answer, cutting that connection, when the tap says so.
+
 It runs its own asyncio loop on a daemon thread so synchronous tests can drive it.
 """
 
@@ -15,16 +18,22 @@ import asyncio
 import contextlib
 import threading
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from .waiting import UNIT
+
+if TYPE_CHECKING:
+    from .ws_tap import Direction, OpTap
 
 _CHUNK = 65536
 _THREAD_JOIN_S = 5.0 * UNIT
 
 
 class TcpProxy:
-    def __init__(self, target_port: int, *, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, *, port: int = 0, host: str = "127.0.0.1",
+                 tap: OpTap | None = None) -> None:
         self.target = (host, target_port)
+        self.tap = tap
         self.host = host
         self.port = port
         self.connections_total = 0
@@ -108,7 +117,12 @@ class TcpProxy:
         pair = (client_w, server_w)
         self._pairs.add(pair)
         try:
-            await asyncio.gather(self._pump(client_r, server_w), self._pump(server_r, client_w))
+            if self.tap is None:
+                await asyncio.gather(self._pump(client_r, server_w),
+                                     self._pump(server_r, client_w))
+            else:
+                await asyncio.gather(self._tapped(client_r, server_w, "to_server", pair),
+                                     self._tapped(server_r, client_w, "to_client", pair))
         finally:
             self._pairs.discard(pair)
             client_w.transport.abort()
@@ -125,6 +139,25 @@ class TcpProxy:
                 if not self._blackholed:
                     writer.write(data)
                     await writer.drain()
+
+    async def _tapped(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      direction: Direction,
+                      pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter | None]) -> None:
+        """Forward whole frames, as the tap decides; a dropped one cuts the connection."""
+        assert self.tap is not None
+        splitter = self.tap.splitter(direction)
+        with contextlib.suppress(Exception):
+            while data := await reader.read(_CHUNK):
+                for frame in splitter.feed(data):
+                    if (frame.message is not None and not self._blackholed
+                            and self.tap.decide(direction, frame.message) == "drop_and_cut"):
+                        for w in pair:
+                            if w is not None:
+                                w.transport.abort()
+                        return
+                    if not self._blackholed:
+                        writer.write(frame.raw)
+                await writer.drain()
 
     async def _cut(self) -> int:
         pairs = list(self._pairs)

@@ -1,0 +1,58 @@
+"""Bounded storage: finished tasks past ``config.task_retention_ms`` are deleted with their
+attempts, evidence and audit rows, oldest first, a bounded batch per transaction; instance
+rows unseen for the receipt retention (no open attempt, so nothing to resume) are deleted
+too. Every public method is one transaction, safe with several replicas: each skips the rows
+another replica's batch holds, and a row deleted twice is simply gone.
+"""
+
+from __future__ import annotations
+
+from ..store import retention as q
+from ..store.retry import transactional
+from .context import TxContext
+
+# Tasks per transaction: each takes its attempts, evidence and audit rows with it.
+TASK_BATCH = 500
+
+
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
+class Retention:
+    """Deletes what is kept no longer (docs/deployment.md "Retention")."""
+
+    def __init__(self, tx: TxContext) -> None:
+        self._tx = tx
+
+    def prune_tasks(self) -> int:
+        """Delete up to TASK_BATCH of the oldest tasks finished before the retention, with
+        their rows in every table; the number deleted (0 with a retention of 0: keep all).
+        Fewer than TASK_BATCH means none is left for now."""
+        retention = self._tx.config.task_retention_ms
+        if retention <= 0:
+            return 0
+        before = self._tx.clock() - retention
+        with self._tx.write() as conn:
+            ids = list(conn.scalars(q.OLD_FINISHED_TASKS, {"before": before, "n": TASK_BATCH}))
+            if not ids:
+                return 0
+            for stmt in (q.DELETE_ATTEMPTS_OF, q.DELETE_EVIDENCE_OF, q.DELETE_AUDIT_OF):
+                conn.execute(stmt, {"ids": ids})
+            deleted: int = conn.execute(q.DELETE_TASKS, {"ids": ids, "before": before}).rowcount
+        return deleted
+
+    def prune_instances(self) -> int:
+        """Delete up to ``reap_batch`` instance rows not seen for the receipt retention and
+        holding no reserved or running attempt; the number deleted. Their receipts are
+        gone by then, and an instance that comes back is registered anew at its hello."""
+        cfg = self._tx.config
+        before = self._tx.clock() - cfg.receipt_retention_ms
+        with self._tx.write() as conn:
+            ids = list(conn.scalars(q.OLD_INSTANCES, {"before": before, "n": cfg.reap_batch}))
+            if not ids:
+                return 0
+            busy = set(conn.scalars(q.OPEN_ATTEMPT_INSTANCES, {"ids": ids}))
+            idle = [i for i in ids if i not in busy]
+            if not idle:
+                return 0
+            deleted: int = conn.execute(q.DELETE_INSTANCES,
+                                        {"ids": idle, "before": before}).rowcount
+        return deleted

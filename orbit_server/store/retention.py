@@ -1,0 +1,44 @@
+"""Statements of bounded storage: the oldest finished tasks past the retention (on
+``ix_tasks_finished``) and their rows in every table, and instance rows long unseen (on
+``ix_instances_seen``). Every one is a range on an index or a delete by keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Integer, bindparam, delete, select
+
+from orbit_wire.model import AttemptState
+
+from .tables import attempts, audit, evidence, instances, tasks
+
+# Locked rows are another replica's batch: skipped, so replicas never wait on each other.
+OLD_FINISHED_TASKS = (
+    select(tasks.c.id)
+    .where(tasks.c.finished_at_ms < bindparam("before"))
+    .order_by(tasks.c.finished_at_ms)
+    .limit(bindparam("n", type_=Integer))
+    .with_for_update(skip_locked=True)
+)
+_IDS: Any = bindparam("ids", expanding=True)
+DELETE_ATTEMPTS_OF = delete(attempts).where(attempts.c.task_id.in_(_IDS))
+DELETE_EVIDENCE_OF = delete(evidence).where(evidence.c.task_id.in_(_IDS))
+DELETE_AUDIT_OF = delete(audit).where(audit.c.task_id.in_(_IDS))
+# The finish instant again: only a task still finished that long ago goes.
+DELETE_TASKS = delete(tasks).where(tasks.c.id.in_(_IDS),
+                                   tasks.c.finished_at_ms < bindparam("before"))
+
+OLD_INSTANCES = (
+    select(instances.c.id)
+    .where(instances.c.last_seen_at_ms < bindparam("before"))
+    .order_by(instances.c.last_seen_at_ms)
+    .limit(bindparam("n", type_=Integer))
+    .with_for_update(skip_locked=True)
+)
+OPEN_ATTEMPT_INSTANCES = select(attempts.c.instance_id).where(
+    attempts.c.instance_id.in_(_IDS),
+    attempts.c.state.in_([AttemptState.RESERVED.value, AttemptState.RUNNING.value]),
+)
+# Unseen since ``before`` still: a hello in between (any replica) keeps the row.
+DELETE_INSTANCES = delete(instances).where(instances.c.id.in_(_IDS),
+                                           instances.c.last_seen_at_ms < bindparam("before"))
