@@ -32,6 +32,7 @@ from orbit_host.messages import (
 from orbit_host.procutil import descendant_pids, kill_pid
 from orbit_wire.errors import ValueRejected
 from orbit_wire.model import Capability, Outcome, UnknownCode
+from orbit_wire.names import EXCEPTION_TYPE_MAX
 
 from .api import Execution, Handler, WorkerFailure
 from .results import encode_json_value
@@ -125,10 +126,13 @@ class ChildLoop:
             value = self._call(handler, execution)
         except WorkerFailure as failure:
             return _failure_answer(failure, execution.attempt_id)
-        except BaseException:
+        except BaseException as exc:
             _log(f"attempt {execution.attempt_id}: handler {handler.capability} raised:\n"
                  + traceback.format_exc())
-            return _unknown(UnknownCode.HANDLER_ERROR)
+            # The exception's type name only: its message may hold payload data or secrets.
+            return {**_unknown(UnknownCode.HANDLER_ERROR),
+                    "details_json": encode_json_value({"exception_type": _type_name(exc)},
+                                                      what="details")}
         try:
             text = encode_json_value(value)
         except ValueRejected as exc:
@@ -192,6 +196,14 @@ def _failure_answer(failure: WorkerFailure, attempt_id: str) -> dict[str, Any]:
         return _unknown(UnknownCode.HANDLER_ERROR)
     return {"outcome": Outcome.FAILED.value, "code": failure.code,
             "retryable": failure.retryable, "details_json": details}
+
+
+def _type_name(exc: BaseException) -> str:
+    """``KeyError``, or ``module.Name`` for an exception class outside the builtins."""
+    kind = type(exc)
+    module = kind.__module__
+    name = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+    return name[:EXCEPTION_TYPE_MAX]
 
 
 def _unknown(code: UnknownCode) -> dict[str, Any]:

@@ -111,6 +111,58 @@ def get_task(task_id: str, wait_ms: int | None = None) -> Call:
     return Call("GET", path, params={"wait_ms": str(wait_ms)}, wait_ms=wait_ms, task_answer=True)
 
 
+TASK_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED")
+LIST_ORDERS = ("newest", "oldest")
+MAX_LIST_LIMIT = 500  # the server's bound on one page
+
+
+def list_tasks(
+    queue_id: str, *, state: str | Sequence[str] | None = None, handler: str | None = None,
+    handler_version: str | None = None, payload_version: str | None = None,
+    created_after: int | None = None, created_before: int | None = None,
+    finished_after: int | None = None, finished_before: int | None = None,
+    order: str = "newest", limit: int = 50, cursor: str | None = None,
+) -> Call:
+    """One page of a queue's tasks; ``state`` is a state or several (any case). Times are
+    epoch milliseconds, inclusive."""
+    params: dict[str, str] = {}
+    if state is not None:
+        states = [state] if isinstance(state, str) else list(state)
+        names = [part.strip().upper() for s in states for part in s.split(",") if part.strip()]
+        bad = [n for n in names if n not in TASK_STATES]
+        if bad:
+            raise _local(f"state {bad[0]!r} is not one of {', '.join(TASK_STATES)}")
+        if names:
+            params["state"] = ",".join(dict.fromkeys(names))
+    for key, text in (("handler", handler), ("handler_version", handler_version),
+                      ("payload_version", payload_version), ("cursor", cursor)):
+        if text is not None:
+            params[key] = text
+    for key, value in (("created_after", created_after), ("created_before", created_before),
+                       ("finished_after", finished_after), ("finished_before", finished_before)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise _local(f"{key} must be epoch milliseconds (an integer >= 0)")
+            params[key] = str(value)
+    if order not in LIST_ORDERS:
+        raise _local("order must be newest or oldest")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise _local(f"limit must be 1 to {MAX_LIST_LIMIT}, not {limit!r}")
+    params["order"] = order
+    params["limit"] = str(limit)
+    return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/tasks", params=params)
+
+
+def list_queues() -> Call:
+    return Call("GET", "/v1/queues")
+
+
+def list_workers(queue_id: str | None = None) -> Call:
+    if queue_id is None:
+        return Call("GET", "/v1/workers")
+    return Call("GET", "/v1/workers", params={"queue_id": _id(queue_id, "queue")})
+
+
 def cancel(task_id: str, reason: str | None = None) -> Call:
     body: dict[str, Any] = {} if reason is None else {"reason": reason}
     return Call(

@@ -20,7 +20,7 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -37,6 +37,7 @@ _SETTLED = frozenset(state.value for state in TaskState if state.settled)
 _WAIT_SLACK_S = 10.0
 _MAX_WAIT_ROUNDS = 100_000  # hard bound on long-poll rounds whatever the clock does
 DEFAULT_MAX_CONNECTIONS = 32
+_MAX_PAGES = 100_000  # hard bound on the pages iter_tasks follows
 
 CredentialsArg = Credentials | str | os.PathLike[str] | None
 
@@ -228,6 +229,38 @@ class OrbitClient(_Base):
     ) -> dict[str, Any]:
         return self._send(calls.review(task_id, action, result, reason))
 
+    def list_tasks(self, queue_id: str, **filters: Any) -> dict[str, Any]:
+        """One page of the queue's tasks: ``{"tasks": [...], "next_cursor": str | None}``.
+        Filters: state (one or several), handler, handler_version, payload_version,
+        created_after, created_before, finished_after, finished_before (epoch ms,
+        inclusive), order ("newest" or "oldest"), limit (1-500, default 50), cursor."""
+        return self._send(calls.list_tasks(queue_id, **filters))
+
+    def iter_tasks(self, queue_id: str, *, max_tasks: int | None = None,
+                   **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every task the filters select, following the cursors page by page; stops after
+        ``max_tasks`` tasks when given, and after _MAX_PAGES pages in any case."""
+        yielded = 0
+        cursor = filters.pop("cursor", None)
+        for _ in range(_MAX_PAGES):
+            page = self.list_tasks(queue_id, cursor=cursor, **filters)
+            for task in page["tasks"]:
+                if max_tasks is not None and yielded >= max_tasks:
+                    return
+                yielded += 1
+                yield task
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def list_queues(self) -> dict[str, Any]:
+        """``{"queues": [{"queue_id", "name", "created_at", "counts"}, ...]}``."""
+        return self._send(calls.list_queues())
+
+    def list_workers(self, queue_id: str | None = None) -> dict[str, Any]:
+        """``{"workers": [...]}``: live worker instances on every replica."""
+        return self._send(calls.list_workers(queue_id))
+
 
 class AsyncOrbitClient(_Base):
     """The same API as OrbitClient for asyncio code; every method is a coroutine."""
@@ -332,3 +365,27 @@ class AsyncOrbitClient(_Base):
         self, task_id: str, action: str, result: Any = None, reason: str | None = None
     ) -> dict[str, Any]:
         return await self._send(calls.review(task_id, action, result, reason))
+
+    async def list_tasks(self, queue_id: str, **filters: Any) -> dict[str, Any]:
+        return await self._send(calls.list_tasks(queue_id, **filters))
+
+    async def iter_tasks(self, queue_id: str, *, max_tasks: int | None = None,
+                         **filters: Any) -> AsyncIterator[dict[str, Any]]:
+        yielded = 0
+        cursor = filters.pop("cursor", None)
+        for _ in range(_MAX_PAGES):
+            page = await self.list_tasks(queue_id, cursor=cursor, **filters)
+            for task in page["tasks"]:
+                if max_tasks is not None and yielded >= max_tasks:
+                    return
+                yielded += 1
+                yield task
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    async def list_queues(self) -> dict[str, Any]:
+        return await self._send(calls.list_queues())
+
+    async def list_workers(self, queue_id: str | None = None) -> dict[str, Any]:
+        return await self._send(calls.list_workers(queue_id))

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import signal
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -26,6 +28,7 @@ from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
 from .dispatcher import Dispatcher
+from .domain.listing import WarnOnce
 from .http_api import http_exception_handlers, http_routes
 from .parts import ServerParts
 from .services import Effects, Services
@@ -50,6 +53,10 @@ DISPATCH_POLL_SQLITE_S = 2.0
 RECEIPT_PRUNE_PERIOD_S = 60.0
 RECEIPT_PRUNE_MAX_BATCHES = 1_000
 _NEVER = 2**63
+# PENDING work no live worker offers to serve is looked for this often, and each (queue,
+# capability) is logged at warning level at most once per UNSERVED_WARN_INTERVAL_S.
+UNSERVED_CHECK_S = 30.0
+UNSERVED_WARN_INTERVAL_S = 300.0
 
 
 def wall_clock_ms() -> int:
@@ -64,7 +71,10 @@ class OrbitServer:
         self.clock = wall_clock_ms
         self.store = StoreThread()
         self.engine = create_engine_for(config.db_url)
-        self.services = Services(self.engine, config, wall_clock_ms, random.Random())
+        # How instance rows and logs name this server among the replicas of one database.
+        self.replica = f"{socket.gethostname()}:{config.port or os.getpid()}"
+        self.services = Services(self.engine, config, wall_clock_ms, random.Random(),
+                                 self.replica)
         self.waiters = TaskWaiters()
         self.dispatcher = Dispatcher(self.store, self.services.workers)
         self._reaper_wake = asyncio.Event()
@@ -135,6 +145,35 @@ class OrbitServer:
                         break
             await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
 
+    async def _presence_loop(self) -> None:
+        """Every heartbeat interval, record the live connections of this replica (seen now,
+        their credit, their last frame) so every replica lists them (GET /v1/workers)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.heartbeat_ms / 1000)
+            with faults_logged(log, "presence write failed"):  # the next write runs anyway
+                rows = self.dispatcher.presence(wall_clock_ms(), loop.time())
+                if rows:
+                    await self.store.call(self.services.workers.presence, rows)
+
+    async def _unserved_loop(self) -> None:
+        """Warn of PENDING tasks whose capability no live worker of their queue offers (a
+        handler name or version typo, or no worker running): once per capability and
+        interval, so a waiting task never waits in silence."""
+        warn = WarnOnce(UNSERVED_WARN_INTERVAL_S)
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(UNSERVED_CHECK_S)
+            with faults_logged(log, "looking for unserved tasks failed"):
+                unserved = await self.store.call(self.services.listing.unserved)
+                for item in warn.due(unserved, loop.time()):
+                    cap = item["capability"]
+                    log.warning(
+                        "%d task(s) of queue %s wait for %s@%s/%s, which no live worker "
+                        "offers (for %s ms)", item["pending"], item["queue_id"],
+                        cap["handler"], cap["handler_version"], cap["payload_version"],
+                        max(0, wall_clock_ms() - item["since"]))
+
     async def _dispatch_poll_loop(self) -> None:
         period = DISPATCH_POLL_SQLITE_S if is_sqlite(self.config.db_url) else DISPATCH_POLL_S
         while True:
@@ -149,6 +188,8 @@ class OrbitServer:
             asyncio.create_task(self._reaper_loop(), name="orbit-reaper"),
             asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
             asyncio.create_task(self._receipt_prune_loop(), name="orbit-receipt-prune"),
+            asyncio.create_task(self._presence_loop(), name="orbit-presence"),
+            asyncio.create_task(self._unserved_loop(), name="orbit-unserved"),
         ]
         log.info("orbit-server ready on %s:%s", self.config.host, self.config.port)
         try:

@@ -26,6 +26,7 @@ from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
 from .services import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerService
+from .services.binding import Presence
 from .store.retry import faults_logged
 from .store_thread import StoreThread
 
@@ -56,6 +57,7 @@ class WorkerSession:
         # not trigger a claim (it would find nothing); a hint that work arrived does.
         self.exhausted = False
         self.served_seq = 0  # when this session last received reservations (dispatch order)
+        self.last_frame_at = 0.0  # event-loop time of the last frame received (presence)
 
     @property
     def instance_id(self) -> str:
@@ -123,6 +125,13 @@ class Dispatcher:
 
     def sessions(self) -> list[WorkerSession]:
         return list(self._by_instance.values())
+
+    def presence(self, now_ms: int, loop_now: float) -> list[Presence]:
+        """What the presence write records of every current session: its credit and the
+        wall-clock instant of its last frame."""
+        return [Presence(s.instance_id, s.binding.connected_at_ms, s.credits,
+                         now_ms - max(0, int((loop_now - s.last_frame_at) * 1000)))
+                for s in self._by_instance.values() if not s.closed]
 
     # -------------------------------------------------------------- hints
 

@@ -30,6 +30,7 @@ from orbit_wire.limits import MAX_SUBMIT_BATCH, MAX_VALUE_DEPTH
 from orbit_wire.model import Capability, TaskState
 
 from .auth import Principal
+from .domain.listing import parse_filter
 from .openapi import openapi_document
 from .parts import ServerParts
 from .services import Effects, Reservations, Submitted
@@ -172,6 +173,7 @@ class HttpApi:
         self.store = parts.store
         self.admin = parts.services.admin
         self.tasks = parts.services.tasks
+        self.listing = parts.services.listing
         self._openapi = orjson.dumps(openapi_document())
 
     def _bearer(self, request: Request) -> str:
@@ -250,6 +252,31 @@ class HttpApi:
         queue_id = _path_id(request, "queue_id")
         bearer = self._bearer(request)
         return JSONResponse(await self._as(bearer, self.tasks.queue_stats, queue_id))
+
+    # -------------------------------------------------------------- lists
+
+    async def list_queues(self, request: Request) -> Response:
+        bearer = self._bearer(request)
+        _no_params(request)
+        return JSONResponse(await self._as(bearer, self.listing.list_queues))
+
+    async def list_tasks(self, request: Request) -> Response:
+        queue_id = _path_id(request, "queue_id")
+        bearer = self._bearer(request)
+        params = request.query_params
+        filt = parse_filter({key: params.getlist(key) for key in params})
+        return JSONResponse(await self._as(bearer, self.listing.list_tasks, queue_id, filt))
+
+    async def list_workers(self, request: Request) -> Response:
+        bearer = self._bearer(request)
+        params = request.query_params
+        unknown = sorted(k for k in params if k != "queue_id")
+        if unknown:
+            raise _bad(f"unknown parameter(s): {', '.join(unknown)}")
+        queue_id = params.get("queue_id") or None
+        if queue_id is not None and not is_id(queue_id):
+            raise _bad("queue_id must be a 32-character lowercase hex ID")
+        return JSONResponse(await self._as(bearer, self.listing.list_workers, queue_id))
 
     # -------------------------------------------------------------- producer
 
@@ -372,6 +399,11 @@ class HttpApi:
         return JSONResponse(task)
 
 
+def _no_params(request: Request) -> None:
+    if request.query_params:
+        raise _bad(f"unknown parameter(s): {', '.join(sorted(request.query_params))}")
+
+
 def _wait_ms(request: Request) -> int:
     raw = request.query_params.get("wait_ms")
     if raw is None or raw == "":
@@ -408,6 +440,9 @@ def http_routes(parts: ServerParts) -> list[Route]:
         Route("/healthz", e(api.healthz), methods=["GET"]),
         Route("/openapi.json", e(api.openapi), methods=["GET"]),
         Route("/v1/queues", e(api.create_queue), methods=["POST"]),
+        Route("/v1/queues", e(api.list_queues), methods=["GET"]),
+        Route("/v1/queues/{queue_id}/tasks", e(api.list_tasks), methods=["GET"]),
+        Route("/v1/workers", e(api.list_workers), methods=["GET"]),
         Route("/v1/queues/{queue_id}/stats", e(api.queue_stats), methods=["GET"]),
         Route("/v1/credentials", e(api.create_credential), methods=["POST"]),
         Route("/v1/credentials/{credential_id}", e(api.revoke_credential), methods=["DELETE"]),

@@ -57,6 +57,10 @@ _SCHEMAS: dict[str, Any] = {
         "deadline_ms": {"type": "integer", "minimum": 100, "maximum": 31 * 86_400_000},
         "lease_ttl_ms": {"type": "integer", "minimum": 100, "maximum": 600_000},
         "operation_key": {"type": "string"},
+        "schedule_to_start_ms": {"type": ["integer", "null"], "minimum": 100,
+                                 "maximum": 31 * 86_400_000,
+                                 "description": "unstarted this long after submit: "
+                                                "FAILED/NOT_STARTED_IN_TIME"},
         "priority": {"type": "integer", "minimum": 0, "maximum": 9, "default": 5,
                      "description": "higher is dispatched first within the queue"},
         "delay_ms": {"type": "integer", "minimum": 0, "maximum": 31 * 86_400_000},
@@ -66,8 +70,12 @@ _SCHEMAS: dict[str, Any] = {
     "Policy": _obj({
         "idempotency": {"type": "string", "enum": ["IDEMPOTENT", "NON_IDEMPOTENT"]},
         "max_attempts": {"type": "integer"}, "backoff": _ref("Backoff"),
-        "attempt_timeout_ms": _MS, "lease_ttl_ms": _MS,
+        "attempt_timeout_ms": _MS, "lease_ttl_ms": _MS, "schedule_to_start_ms": _NULLABLE_INT,
     }),
+    "Waiting": {"oneOf": [{"type": "null"}, _obj({
+        "reason": {"type": "string", "enum": ["NO_LIVE_WORKER"]},
+        "capability": _ref("Capability"), "since": _MS,
+    }, ["reason", "capability", "since"])]},
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
         "capability": _ref("Capability"), "payload": {}, "policy": _ref("Policy"),
@@ -78,7 +86,8 @@ _SCHEMAS: dict[str, Any] = {
         "epoch": {"type": "integer"},
         "result": {"description": "the handler's JSON exactly as produced, or null"},
         "failure": {"oneOf": [{"type": "null"}, _obj({"code": {"type": "string"}, "details": {}})]},
-        "cancel_requested": {"type": "boolean"},
+        "cancel_requested": {"type": "boolean"}, "finished_at_ms": _NULLABLE_INT,
+        "waiting": _ref("Waiting"),
         "attempt_outcome_pending": {
             "type": "boolean",
             "description": "CANCELLED while its running attempt has no outcome yet"},
@@ -119,9 +128,33 @@ _SCHEMAS: dict[str, Any] = {
         "queue_id": _ID,
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "running_attempts": {"type": "integer"}, "oldest_pending_age_ms": _NULLABLE_INT,
+        "capabilities": {"type": "array", "items": _obj({
+            "capability": _ref("Capability"), "pending": {"type": "integer"},
+            "live_workers": {"type": "integer"}, "waiting": _ref("Waiting")})},
         "pending_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pending_delayed": {"type": "integer"},
     }, ["queue_id", "counts"]),
+    "TaskPage": _obj({
+        "tasks": {"type": "array", "items": _ref("Task"),
+                  "description": "task views without payload and result"},
+        "next_cursor": {**_NULLABLE_STR, "description": "null: the list ends here"},
+    }, ["tasks", "next_cursor"]),
+    "QueueList": _obj({"queues": {"type": "array", "items": _obj({
+        "queue_id": _ID, "id": _ID, "name": _NULLABLE_STR, "created_at": _MS,
+        "created_at_ms": _MS,
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+    }, ["queue_id", "name", "created_at", "counts"])}}, ["queues"]),
+    "WorkerList": _obj({"workers": {"type": "array", "items": _obj({
+        "instance_id": _ID, "queue_id": _ID, "replica": _NULLABLE_STR,
+        "version": _NULLABLE_STR, "capabilities": {"type": "array", "items": _ref("Capability")},
+        "slots": {"type": "integer"}, "credit": {"type": "integer"},
+        "connected_at": _MS, "connected_at_ms": _MS, "last_heartbeat_at": _MS,
+        "last_heartbeat_at_ms": _MS, "last_seen_at_ms": _MS,
+        "running": {"type": "array", "items": _obj({
+            "task_id": _ID, "attempt_id": _ID, "child_pid": _NULLABLE_INT,
+            "running_ms": _MS})},
+    }, ["instance_id", "queue_id", "capabilities", "slots", "credit", "running"])}},
+        ["workers"]),
     "CredentialRequest": _obj({
         "role": {"type": "string", "enum": ["admin", "producer", "worker"]},
         "queues": {"type": "array", "items": _ID}, "name": {"type": "string"},
@@ -185,6 +218,26 @@ def _op(summary: str, ok: str, schema: str, *, body: str | None = None,
     return op
 
 
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema,
+            "description": description}
+
+
+_LIST_QUERY = [
+    _query("state", {"type": "string"}, "states, repeated or comma-separated"),
+    _query("handler", {"type": "string"}, "capability handler"),
+    _query("handler_version", {"type": "string"}, "capability handler version"),
+    _query("payload_version", {"type": "string"}, "capability payload version"),
+    *(_query(name, _MS, "epoch ms, inclusive") for name in (
+        "created_after", "created_before", "finished_after", "finished_before")),
+    _query("order", {"type": "string", "enum": ["newest", "oldest"], "default": "newest"},
+           "by creation"),
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+           "tasks per page at most"),
+    _query("cursor", {"type": "string"}, "the previous page's next_cursor"),
+]
+
+
 def openapi_document() -> dict[str, Any]:
     """The whole OpenAPI 3.1 document (a fresh dict each call)."""
     wait = {"name": "wait_ms", "in": "query", "required": False,
@@ -196,7 +249,12 @@ def openapi_document() -> dict[str, Any]:
             "200": {"description": "OpenAPI 3.1 document",
                     "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         "/v1/queues": {"post": _op("Create a queue (admin)", "created", "Queue",
-                                   body="QueueRequest", status="201")},
+                                   body="QueueRequest", status="201"),
+                       "get": _op("Queues with task counts (admin: all; producer: its own)",
+                                  "queues", "QueueList")},
+        "/v1/workers": {"get": _op(
+            "Live worker instances on every replica (admin: all; producer: its queues)",
+            "workers", "WorkerList", query=[_query("queue_id", _ID, "only this queue")])},
         "/v1/queues/{queue_id}/stats": {"get": _op("Queue statistics (admin, producer)",
                                                    "statistics", "QueueStats",
                                                    params=["queue_id"])},
@@ -209,7 +267,9 @@ def openapi_document() -> dict[str, Any]:
         "/v1/queues/{queue_id}/tasks": {"post": _op(
             "Submit a task (producer); 200 with the existing task when operation_key matched",
             "created", "Task", body="TaskSpec", params=["queue_id"], status="201",
-            extra={"200": _json(_ref("Task"), "existing task with this operation_key")})},
+            extra={"200": _json(_ref("Task"), "existing task with this operation_key")}),
+            "get": _op("A page of the queue's tasks, filtered, newest or oldest first",
+                       "a page", "TaskPage", params=["queue_id"], query=_LIST_QUERY)},
         "/v1/queues/{queue_id}/tasks/batch": {"post": _op(
             "Submit up to 1000 tasks, all or nothing (producer)", "created", "TaskList",
             body="Batch", params=["queue_id"], status="201")},

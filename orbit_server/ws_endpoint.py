@@ -141,15 +141,20 @@ class WorkerConnection:
         if session is None:
             return
         if self.parts.dispatcher.detach(session):
-            await self._release_reservations(session.instance_id)
+            log.info("worker %s disconnected from queue %s", session.instance_id,
+                     session.queue_id)
+            await self._release_reservations(session.instance_id,
+                                             session.binding.connected_at_ms)
 
-    async def _release_reservations(self, instance_id: str) -> None:
-        """Release the instance's unstarted reservations. On failure the reaper releases them
-        once they time out, so the error is only logged (a bug with its traceback)."""
+    async def _release_reservations(self, instance_id: str,
+                                    connected_at_ms: int | None = None) -> None:
+        """Release the instance's unstarted reservations (and mark its row disconnected when
+        ``connected_at_ms`` names the connection that ended). On failure the reaper releases
+        them once they time out, so the error is only logged (a bug with its traceback)."""
         parts = self.parts
         with faults_logged(log, "releasing reservations of instance %s failed", instance_id):
             effects = await parts.store.call_worker(self.workers.release_reservations,
-                                                    instance_id)
+                                                    instance_id, connected_at_ms)
             parts.apply(effects)
 
     # -------------------------------------------------------------- output
@@ -205,6 +210,8 @@ class WorkerConnection:
             if message["type"] == "websocket.disconnect":
                 return
             self._last_seen = self._loop.time()
+            if self.session is not None:
+                self.session.last_frame_at = self._last_seen
             text = message.get("text")
             if text is None:
                 self.fatal(ErrorCode.BAD_FRAME, "binary frames are not accepted; send text")
@@ -268,8 +275,12 @@ class WorkerConnection:
             return
         now_ms = parts.clock()
         session = WorkerSession(new_id(now_ms), binding, hello.capacity, self.send, self.close)
+        session.last_frame_at = self._last_seen
         self.session = session
         dispatcher.attach(session)
+        log.info("worker %s connected to queue %s (%s, %d slots, %s)", binding.instance_id,
+                 binding.queue_id, hello.agent or "unknown agent", hello.capacity,
+                 ", ".join(str(c) for c in binding.capabilities))
         cfg = self.config
         self.send(Welcome(
             session_id=session.session_id,

@@ -9,14 +9,14 @@ its attempt uncertain rather than falsely successful. Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orbit_host.messages import MalformedMessage, TaskDone
 from orbit_wire.errors import ValueRejected
 from orbit_wire.frames import Report
 from orbit_wire.jsonvalue import check_text
 from orbit_wire.model import Outcome, UnknownCode
-from orbit_wire.names import is_code
+from orbit_wire.names import EXCEPTION_TYPE_MAX, EXCEPTION_TYPE_RE, is_code
 
 __all__ = ["ChildOutcome", "outcome_from_done", "uncertain"]
 
@@ -78,8 +78,26 @@ def outcome_from_done(done: TaskDone, report: Report, *,
         return ChildOutcome(Outcome.FAILED, str(code), bool(retryable), None, str(details),
                             report)
     code = done.code
-    return uncertain(code if code in _UNKNOWN_FROM_CHILD else UnknownCode.HANDLER_ERROR.value,
-                     report)
+    out = uncertain(code if code in _UNKNOWN_FROM_CHILD else UnknownCode.HANDLER_ERROR.value,
+                    report)
+    exception_type = _exception_type(done.details_json)
+    if exception_type is None or out.code != UnknownCode.HANDLER_ERROR.value:
+        return out
+    # Only the type name is carried on (checked, re-encoded), never anything else.
+    return replace(out, details_json=f'{{"exception_type":"{exception_type}"}}')
+
+
+def _exception_type(details: object) -> str | None:
+    if not isinstance(details, str) or len(details) > 2 * EXCEPTION_TYPE_MAX:
+        return None
+    try:
+        value = check_text(details, what="details")
+    except ValueRejected:
+        return None
+    if not isinstance(value, dict) or set(value) != {"exception_type"}:
+        return None
+    name = value["exception_type"]
+    return name if isinstance(name, str) and EXCEPTION_TYPE_RE.fullmatch(name) else None
 
 
 def _ignore(_message: str) -> None:

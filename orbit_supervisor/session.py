@@ -329,7 +329,7 @@ class Session:
             msg_id=self._outbox.new_msg_id(), attempt_id=attempt_id, epoch=att.reservation.epoch,
             outcome=result.outcome, code=result.code, retryable=result.retryable,
             result_json=result.result_json if result.outcome is Outcome.SUCCEEDED else None,
-            details_json=result.details_json if result.outcome is Outcome.FAILED else None,
+            details_json=result.details_json if result.outcome is not Outcome.SUCCEEDED else None,
             report=report,
         )
         # Its start was answered, so a queued renewal is all there can be: one it is waiting

@@ -72,6 +72,8 @@ class Hello:
     capabilities: tuple[Capability, ...]
     capacity: int
     protocol: int = 1
+    # The worker runtime's name and version (e.g. "orbit-supervise/0.1.0"), for operators.
+    agent: str | None = None
     type: str = field(default="hello", init=False)
 
 
@@ -466,6 +468,7 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
             capabilities=tuple(_capability(c, "frame.capabilities") for c in caps),
             capacity=f.integer("capacity", 1, MAX_CAPACITY),
             protocol=f.integer("protocol", 1, 1 << 16),
+            agent=f.text("agent", NAME_RE, required=False),
         )
     raise ProtocolError(ErrorCode.UNKNOWN_FRAME_TYPE, f"frame type {kind!r} is not known")
 

@@ -21,3 +21,7 @@ def is_name(value: object) -> TypeGuard[str]:
 
 def is_code(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and CODE_RE.fullmatch(value) is not None
+
+# A handler exception's type name as the child reports it (``KeyError``, ``pkg.mod.Error``).
+EXCEPTION_TYPE_MAX = 128
+EXCEPTION_TYPE_RE = re.compile(rf"[A-Za-z_][A-Za-z0-9_.<>]{{0,{EXCEPTION_TYPE_MAX - 1}}}")

@@ -34,6 +34,8 @@ class TaskRec:
     failure_code: str | None = None
     failure_details: str | None = None
     updated_at_ms: int = 0
+    finished_at_ms: int | None = None  # set by the store when the task becomes terminal
+    start_by_at_ms: int | None = None  # policy schedule_to_start_ms; cleared once moot
 
 
 @dataclass(slots=True)

@@ -5,11 +5,14 @@ the clock's reading and the jitter's random draw are arguments."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
+
+import orjson
 
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.jsonvalue import encode_value
@@ -39,7 +42,7 @@ _SPEC_KEYS = frozenset(
     {
         "handler", "handler_version", "payload_version", "payload", "idempotency",
         "max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms", "lease_ttl_ms",
-        "operation_key", "priority", "delay_ms", "not_before_at_ms",
+        "operation_key", "priority", "delay_ms", "not_before_at_ms", "schedule_to_start_ms",
     }
 )
 _BACKOFF_KEYS = frozenset({"initial_ms", "max_ms", "multiplier", "jitter"})
@@ -82,6 +85,9 @@ class Policy:
     attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS
     deadline_ms: int = DEFAULT_DEADLINE_MS
     lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
+    # None: no bound. Else a task no attempt started within this long of its submit ends
+    # FAILED/NOT_STARTED_IN_TIME (a typo'd capability fails fast instead of at the deadline).
+    schedule_to_start_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +101,9 @@ class TaskSpec:
     priority: int = DEFAULT_PRIORITY
     delay_ms: int | None = None
     not_before_at_ms: int | None = None
+    # SHA-256 hex of the capability, the payload (keys sorted) and the whole policy: two
+    # submissions of one operation key must agree on it.
+    digest: str = ""
 
     def start_at(self, now_ms: int) -> int:
         """When the first attempt may start: now, ``now + delay_ms``, or ``not_before_at_ms``
@@ -163,6 +172,8 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
                                 DAY_MS, where),
         deadline_ms=_int(obj, "deadline_ms", DEFAULT_DEADLINE_MS, 100, 31 * DAY_MS, where),
         lease_ttl_ms=_int(obj, "lease_ttl_ms", DEFAULT_LEASE_TTL_MS, 100, 600_000, where),
+        schedule_to_start_ms=(None if obj.get("schedule_to_start_ms") is None else
+                              _int(obj, "schedule_to_start_ms", 0, 100, 31 * DAY_MS, where)),
     )
     key = obj.get("operation_key")
     if key is not None and (not isinstance(key, str) or not _OPERATION_KEY_RE.fullmatch(key)):
@@ -175,13 +186,22 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
         raise _bad(where, "give delay_ms or not_before_at_ms, not both")
     delay = obj.get("delay_ms")
     not_before = obj.get("not_before_at_ms")
-    return TaskSpec(
-        capability, payload_json, policy, key,
-        priority=_int(obj, "priority", DEFAULT_PRIORITY, MIN_PRIORITY, MAX_PRIORITY, where),
-        delay_ms=None if delay is None else _int(obj, "delay_ms", 0, 0, MAX_DELAY_MS, where),
-        not_before_at_ms=(None if not_before is None
-                          else _int(obj, "not_before_at_ms", 0, 0, 2**53, where)),
-    )
+    priority = _int(obj, "priority", DEFAULT_PRIORITY, MIN_PRIORITY, MAX_PRIORITY, where)
+    delay_ms = None if delay is None else _int(obj, "delay_ms", 0, 0, MAX_DELAY_MS, where)
+    not_before_at_ms = (None if not_before is None
+                        else _int(obj, "not_before_at_ms", 0, 0, 2**53, where))
+    digest = hashlib.sha256(orjson.dumps({
+        "capability": capability.to_dict(), "payload": obj["payload"],
+        "policy": {"idempotency": policy.idempotency.value, "max_attempts": policy.max_attempts,
+                   "backoff": [backoff.initial_ms, backoff.max_ms, backoff.multiplier,
+                               backoff.jitter],
+                   "attempt_timeout_ms": policy.attempt_timeout_ms,
+                   "deadline_ms": policy.deadline_ms, "lease_ttl_ms": policy.lease_ttl_ms,
+                   "schedule_to_start_ms": policy.schedule_to_start_ms},
+        "priority": priority, "delay_ms": delay_ms, "not_before_at_ms": not_before_at_ms,
+    }, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return TaskSpec(capability, payload_json, policy, key, priority=priority, delay_ms=delay_ms,
+                    not_before_at_ms=not_before_at_ms, digest=digest)
 
 
 def _bad(where: str, message: str) -> OrbitError:

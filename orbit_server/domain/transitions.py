@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.jsonvalue import encode_value
@@ -228,7 +228,9 @@ def _close(task: TaskRec, attempt: AttemptRec, report: CheckedReport, now_ms: in
     elif verdict.decision is Decision.RETRY:
         assert verdict.available_at_ms is not None
         task.available_at_ms = verdict.available_at_ms
-    elif verdict.task_state is TaskState.FAILED:
+    elif verdict.task_state in (TaskState.FAILED, TaskState.NEEDS_REVIEW):
+        # What ended the task or sent it to review (e.g. HANDLER_ERROR and the exception's
+        # type name): the producer sees it without reading the attempts.
         task.failure_code = report.code
         task.failure_details = report.details if report.details is not None else "{}"
     return FinishResult(verdict=verdict)
@@ -280,6 +282,29 @@ def expire_deadline(task: TaskRec, now_ms: int) -> None:
     task.updated_at_ms = now_ms
 
 
+def expire_start_by(task: TaskRec, now_ms: int, schedule_to_start_ms: int,
+                    waiting: Mapping[str, Any] | None) -> bool:
+    """The policy's schedule_to_start_ms has passed: a task no attempt started yet ends
+    FAILED/NOT_STARTED_IN_TIME, the reason in its details (``waiting``: what it waited for,
+    if known). Returns False, changing nothing but the cleared start-by instant, when the
+    task started or ended meanwhile."""
+    if task.start_by_at_ms is None or now_ms < task.start_by_at_ms:
+        raise OrbitError(ErrorCode.CONFLICT, "task start-by instant has not passed")
+    task.start_by_at_ms = None
+    if task.state is not TaskState.PENDING or task.attempts_started > 0:
+        return False
+    task.state = next_task_state(task.state, TaskEvent.DEADLINE)
+    task.failure_code = "NOT_STARTED_IN_TIME"
+    reason = (f"no live worker offered the capability for {schedule_to_start_ms} ms"
+              if waiting is not None else f"no attempt started within {schedule_to_start_ms} ms")
+    task.failure_details = encode_value({
+        "reason": reason, "schedule_to_start_ms": schedule_to_start_ms,
+        "waiting": None if waiting is None else dict(waiting),
+    }).decode()
+    task.updated_at_ms = now_ms
+    return True
+
+
 class ReviewAction(StrEnum):
     RETRY = "retry"
     SUCCEED = "succeed"
@@ -309,11 +334,13 @@ def review(task: TaskRec, action: ReviewAction, result_json: str | None,
         task.max_attempts = max(task.max_attempts, task.attempts_started + 1)
         task.deadline_at_ms = max(task.deadline_at_ms, available + task.attempt_timeout_ms)
         task.available_at_ms = available
+        task.failure_code = task.failure_details = None  # the attempts keep the history
     elif action is ReviewAction.SUCCEED:
         if result_json is None:
             raise OrbitError(ErrorCode.BAD_REQUEST, "succeed needs a result")
         task.state = next_task_state(task.state, TaskEvent.OPERATOR_SUCCEED)
         task.result = result_json
+        task.failure_code = task.failure_details = None
     else:
         task.state = next_task_state(task.state, TaskEvent.OPERATOR_FAIL)
         task.failure_code = "REVIEW_FAILED"

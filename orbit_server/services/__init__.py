@@ -4,7 +4,8 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     admin          AdminService    authenticate, queues, credentials, the bootstrap admin
     tasks          TaskService     submit (and submit-and-reserve), read, cancel, review, stats
     reaper         Reaper          lapsed leases, stale reservations, deadlines, receipt pruning
-    workers        WorkerService   hello, release, reserve, a control request's ops
+    workers        WorkerService   hello, release, reserve, a control request's ops, presence
+    listing        ListingService  task pages, queues with counts, live workers, unserved work
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
@@ -30,6 +31,7 @@ from .admin import AdminService
 from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding
 from .context import TxContext
 from .effects import Effects
+from .listing import ListingService
 from .reaper import Reaper
 from .reservations import Reservations
 from .tasks import Submitted, TaskService
@@ -41,6 +43,7 @@ __all__ = [
     "AdminService",
     "ClaimRoom",
     "Effects",
+    "ListingService",
     "Reaper",
     "Reservations",
     "Services",
@@ -53,14 +56,15 @@ __all__ = [
 
 
 class Services:
-    """The four groups of use cases over one context, sharing one ``Wakeups``: what the app
+    """The groups of use cases over one context, sharing one ``Wakeups``: what the app
     composes and the adapters call (``services.tasks.submit(...)``)."""
 
     def __init__(self, engine: Engine, config: ServerConfig, clock: Callable[[], int],
-                 rng: random.Random) -> None:
+                 rng: random.Random, replica: str = "local") -> None:
         self.tx = TxContext(engine, config, clock, rng)
         wakeups = Wakeups()
         self.admin = AdminService(self.tx)
         self.tasks = TaskService(self.tx, wakeups)
         self.reaper = Reaper(self.tx, wakeups)
-        self.workers = WorkerService(self.tx, wakeups)
+        self.workers = WorkerService(self.tx, wakeups, replica)
+        self.listing = ListingService(self.tx)

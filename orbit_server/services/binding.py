@@ -16,6 +16,7 @@ class WorkerBinding:
     credential_id: str
     queue_id: str
     capabilities: tuple[Capability, ...]
+    connected_at_ms: int = 0  # the hello's instant: names this connection in its row
 
     @property
     def actor(self) -> str:
@@ -36,3 +37,13 @@ class ClaimRoom:
 
 
 NO_CLAIMS = ClaimRoom(False, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """What a replica records of one live connection in each presence write."""
+
+    instance_id: str
+    connected_at_ms: int
+    credit: int
+    last_frame_at_ms: int

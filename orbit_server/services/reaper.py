@@ -6,14 +6,16 @@ public method is one transaction; the app's loops call them on the store thread.
 
 from __future__ import annotations
 
-from orbit_wire.model import Outcome, TaskState
+from orbit_wire.model import Capability, Outcome, TaskState
 
 from .. import domain
+from ..domain.listing import waiting_fact
 from ..store import queries
 from ..store.retry import transactional
 from ..store.rows import UnitOfWork
 from .context import TxContext
 from .effects import Effects
+from .listing import Offers, queue_offers
 from .recording import SERVER, fail_at_deadline, record_close, release_all
 from .wakeups import Wakeups
 
@@ -64,16 +66,41 @@ class Reaper:
             for task in overdue:
                 if task.state is TaskState.PENDING:
                     fail_at_deadline(uow, task, effects)
+            late = self._not_started(uow, now, limit, effects)
             uow.flush()
-            full = len(expired) >= limit or len(stale) >= limit or len(overdue) >= limit
+            full = (len(expired) >= limit or len(stale) >= limit or len(overdue) >= limit
+                    or late >= limit)
             effects.due(now if full else None)
             effects.due(conn.scalar(queries.NEXT_LEASE_EXPIRY))
             oldest_reserved = conn.scalar(queries.OLDEST_RESERVATION)
             if oldest_reserved is not None:
                 effects.due(oldest_reserved + cfg.reservation_ttl_ms)
             effects.due(conn.scalar(queries.NEXT_PENDING_DEADLINE))
+            effects.due(conn.scalar(queries.NEXT_START_BY))
         self._wakeups.take_due(now, effects)
         return effects
+
+    def _not_started(self, uow: UnitOfWork, now: int, limit: int, effects: Effects) -> int:
+        """Fail the tasks whose schedule_to_start_ms passed before any attempt started
+        (FAILED/NOT_STARTED_IN_TIME, with what they waited for); returns the rows read."""
+        rows = uow.conn.execute(queries.START_BY_PASSED, {"now": now, "n": limit}).mappings().all()
+        offers: dict[str, Offers] = {}
+        ttl = self._tx.config.session_ttl_ms
+        for row in rows:
+            task = uow.adopt_task_row(row)
+            waiting = None
+            if task.state is TaskState.PENDING:
+                if task.queue_id not in offers:
+                    offers[task.queue_id] = queue_offers(uow.conn, task.queue_id, now, ttl)
+                waiting = waiting_fact(task.state.value, Capability(
+                    row["handler"], row["handler_version"], row["payload_version"]),
+                    row["created_at_ms"], offers[task.queue_id])
+            if domain.expire_start_by(task, now, row["schedule_to_start_ms"], waiting):
+                uow.audit(task.id, None, SERVER, "task_not_started_in_time",
+                          TaskState.PENDING.value, task.state.value,
+                          {"schedule_to_start_ms": row["schedule_to_start_ms"]})
+                effects.terminal_tasks.append(task.id)
+        return len(rows)
 
     def prune_receipts(self) -> int:
         """Delete the oldest receipts past the retention, about ``reap_batch`` of them in one

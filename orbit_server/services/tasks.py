@@ -37,6 +37,7 @@ from ..store.views import attempt_view, audit_view, evidence_view, task_view
 from .binding import WorkerBinding
 from .context import TxContext
 from .effects import Effects
+from .listing import capability_stats, queue_offers, with_waiting
 from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
 
@@ -96,7 +97,9 @@ class TaskService:
                                          [s.operation_key for s in parsed if s.operation_key])
                 for spec in parsed:
                     if spec.operation_key is not None and spec.operation_key in keyed:
-                        out.append((task_view(keyed[spec.operation_key]), False))
+                        existing = keyed[spec.operation_key]
+                        _same_spec(existing, spec)
+                        out.append((task_view(existing), False))
                         continue
                     row = _new_task_row(queue_id, spec, now)
                     new_rows.append(row)
@@ -117,6 +120,11 @@ class TaskService:
                     uow = UnitOfWork(conn, now)
                     reservations = reserve_for(uow, binding, count)
                     uow.flush()
+                if binding is None:  # else a live worker serves them: nothing to say
+                    offers = queue_offers(conn, queue_id, now, self._tx.config.session_ttl_ms)
+                    for view, _created in out:
+                        if view["state"] == TaskState.PENDING.value:
+                            with_waiting(view, offers)
         except IntegrityError:
             # Another replica inserted the same operation key first; a retry finds it.
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
@@ -133,7 +141,12 @@ class TaskService:
     def get_task(self, principal: Principal, task_id: str) -> dict[str, Any]:
         """The Task view; NOT_FOUND also for a task of a queue the principal may not use."""
         with self._tx.read() as conn:
-            return task_view(_task_row(conn, principal, task_id))
+            view = task_view(_task_row(conn, principal, task_id))
+            if view["state"] == TaskState.PENDING.value:
+                cfg = self._tx.config
+                with_waiting(view, queue_offers(conn, view["queue_id"], self._tx.clock(),
+                                                cfg.session_ttl_ms))
+            return view
 
     def list_attempts(self, principal: Principal, task_id: str) -> dict[str, Any]:
         """A task's attempts (by epoch) and the evidence stored for it."""
@@ -249,6 +262,7 @@ class TaskService:
                     tasks.c.queue_id == queue_id, tasks.c.state == TaskState.PENDING.value
                 )
             )
+            by_capability = capability_stats(conn, queue_id, now, self._tx.config.session_ttl_ms)
             by_priority: dict[str, int] = {}
             delayed = 0
             for rank, later, count in conn.execute(
@@ -264,6 +278,7 @@ class TaskService:
             "counts": counts,
             "running_attempts": running or 0,
             "oldest_pending_age_ms": None if oldest is None else max(0, now - oldest),
+            "capabilities": by_capability,
             # PENDING tasks by priority (highest first), and how many of them wait for a
             # delay or a retry backoff (available_at_ms still ahead).
             "pending_by_priority": dict(sorted(by_priority.items(), key=lambda kv: -int(kv[0]))),
@@ -312,8 +327,22 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "created_at_ms": now, "updated_at_ms": now, "available_at_ms": start, "epoch": 0,
         "attempts_started": 0, "uncertain": False, "result": None, "failure_code": None,
         "failure_details": None, "cancel_requested": False, "current_attempt_id": None,
+        "finished_at_ms": None, "schedule_to_start_ms": policy.schedule_to_start_ms,
+        "start_by_at_ms": (None if policy.schedule_to_start_ms is None
+                           else now + policy.schedule_to_start_ms),
+        "spec_digest": spec.digest or None,
         "dispatch_rank": rank_of(spec.priority),
     }
+
+
+def _same_spec(existing: Mapping[Any, Any], spec: domain.TaskSpec) -> None:
+    """CONFLICT when an operation key already names a task submitted with another spec
+    (tasks from before digests were kept are not compared)."""
+    digest = existing["spec_digest"]
+    if digest is not None and spec.digest and digest != spec.digest:
+        raise OrbitError(ErrorCode.CONFLICT,
+                         f"operation key {spec.operation_key!r} already names task "
+                         f"{existing['id']}, submitted with a different spec")
 
 
 def _existing_by_key(conn: Connection, queue_id: str,

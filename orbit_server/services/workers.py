@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, bindparam, select
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
@@ -49,13 +49,24 @@ from ..store.retry import transactional
 from ..store.rows import UnitOfWork
 from ..store.tables import attempts, credentials, instances
 from ..store.views import task_view
-from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding, worker_actor
+from .binding import NO_CLAIMS, ClaimRoom, Presence, WorkerBinding, worker_actor
 from .context import TxContext
 from .effects import Effects
+from .listing import capabilities_json
 from .recording import fail_at_deadline, record_close, release_all
 from .reservations import Reservations, reservation, reservation_of, reserve_for, reserve_in
 from .wakeups import Wakeups
 
+# A connection's row, only while that connection (replica, connect instant) still holds it.
+_THIS_CONNECTION = and_(instances.c.id == bindparam("_id"),
+                        instances.c.connected_at_ms == bindparam("_connected"),
+                        instances.c.replica == bindparam("_replica"))
+_PRESENCE = instances.update().where(_THIS_CONNECTION).values(
+    last_seen_at_ms=bindparam("_seen"), credit=bindparam("_credit"),
+    last_heartbeat_at_ms=bindparam("_heard"))
+_DISCONNECTED = instances.update().where(
+    _THIS_CONNECTION, instances.c.disconnected_at_ms.is_(None)).values(
+    disconnected_at_ms=bindparam("_seen"), last_seen_at_ms=bindparam("_seen"), credit=0)
 # Evidence of the attempt's own epoch whose kill facts the attempt keeps (domain
 # keep_late_facts): the lease ran out before the report came, or the reaper closed it.
 _LATE_FACTS_KEPT = frozenset({domain.EvidenceReason.LEASE_EXPIRED,
@@ -67,9 +78,10 @@ class WorkerService:
     """The worker protocol's use cases; every public method is one transaction. Finishes
     that retry later are scheduled on the shared ``Wakeups``."""
 
-    def __init__(self, tx: TxContext, wakeups: Wakeups) -> None:
+    def __init__(self, tx: TxContext, wakeups: Wakeups, replica: str = "local") -> None:
         self._tx = tx
         self._wakeups = wakeups
+        self._replica = replica  # recorded on the instances this server connects
 
     def worker_hello(self, hello: Hello) -> WorkerBinding:
         """Authenticate a worker and bind or re-attach its instance.
@@ -93,11 +105,17 @@ class WorkerService:
             instance = conn.execute(
                 select(instances).where(instances.c.id == hello.instance_id)
             ).mappings().first()
+            connection = {
+                "last_seen_at_ms": now, "replica": self._replica, "agent": hello.agent,
+                "capabilities": capabilities_json(dict.fromkeys(hello.capabilities)),
+                "slots": hello.capacity, "credit": 0, "connected_at_ms": now,
+                "last_heartbeat_at_ms": now, "disconnected_at_ms": None,
+            }
             if instance is None:
                 conn.execute(instances.insert(), {
                     "id": hello.instance_id, "secret_hash": hash_secret(hello.instance_secret),
                     "credential_id": hello.credential_id, "queue_id": hello.queue_id,
-                    "created_at_ms": now, "last_seen_at_ms": now,
+                    "created_at_ms": now, **connection,
                 })
             else:
                 if not (secret_matches(hello.instance_secret, instance["secret_hash"])
@@ -106,16 +124,39 @@ class WorkerService:
                     raise OrbitError(ErrorCode.INSTANCE_CONFLICT,
                                      "instance ID is bound to another secret, credential or queue")
                 conn.execute(instances.update().where(instances.c.id == hello.instance_id)
-                             .values(last_seen_at_ms=now))
+                             .values(**connection))
         return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
-                             tuple(dict.fromkeys(hello.capabilities)))
+                             tuple(dict.fromkeys(hello.capabilities)), now)
 
-    def release_reservations(self, instance_id: str) -> Effects:
+    def presence(self, sessions: Sequence[Presence]) -> int:
+        """Record that these connections of this replica are alive: seen now, their credit
+        and last frame; one executemany. A row another connection took over (a newer hello
+        on any replica) is left alone. Returns the rows updated."""
+        if not sessions:
+            return 0
+        now = self._tx.clock()
+        with self._tx.write() as conn:
+            updated: int = conn.execute(_PRESENCE, [
+                {"_id": p.instance_id, "_connected": p.connected_at_ms,
+                 "_replica": self._replica, "_seen": now, "_credit": p.credit,
+                 "_heard": p.last_frame_at_ms}
+                for p in sessions
+            ]).rowcount
+        return updated
+
+    def release_reservations(self, instance_id: str, connected_at_ms: int | None = None
+                             ) -> Effects:
         """The instance's connection ended: every unstarted reservation is released (task
-        back to PENDING, available now, no attempt spent)."""
+        back to PENDING, available now, no attempt spent). With ``connected_at_ms`` (the
+        ended connection's) the instance's row is marked disconnected, unless a newer
+        connection has taken it over."""
         effects = Effects()
         with self._tx.write() as conn:
             uow = UnitOfWork(conn, self._tx.clock())
+            if connected_at_ms is not None:
+                conn.execute(_DISCONNECTED, {
+                    "_id": instance_id, "_connected": connected_at_ms,
+                    "_replica": self._replica, "_seen": uow.now_ms})
             for row in conn.execute(
                 select(attempts).where(attempts.c.instance_id == instance_id,
                                        attempts.c.state == AttemptState.RESERVED.value)

@@ -16,7 +16,8 @@ from .tables import DISPATCH_RANKS, attempts, receipts, tasks
 # What a state change needs of a task: everything but the capability, the payload and the
 # big JSON outputs (a payload or result may be 256 KiB; finishing 100 tasks must not read them).
 _NOT_FOR_RULES = {"handler", "handler_version", "payload_version", "payload", "result",
-                  "failure_details", "operation_key", "created_at_ms"}
+                  "failure_details", "operation_key", "created_at_ms", "spec_digest",
+                  "schedule_to_start_ms"}
 TASK_REC_COLUMNS = [c for c in tasks.c if c.name not in _NOT_FOR_RULES]
 TASKS_BY_ID = (
     select(*TASK_REC_COLUMNS).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
@@ -144,6 +145,16 @@ OVERDUE_PENDING = (
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
+# Tasks whose schedule_to_start_ms passed (ix_tasks_start_by): unstarted ones fail, the
+# others only get the instant cleared, so the index holds just the tasks still waiting.
+START_BY_PASSED = (
+    select(tasks)
+    .where(tasks.c.start_by_at_ms <= bindparam("now"))
+    .order_by(tasks.c.start_by_at_ms)
+    .limit(bindparam("n", type_=Integer))
+    .with_for_update(skip_locked=True)  # another replica's reaper has these
+)
+NEXT_START_BY = select(func.min(tasks.c.start_by_at_ms))
 # Receipt pruning, oldest first, a bounded batch per transaction (ix_receipts_created): the
 # creation instant of the (skip + 1)-th oldest receipt before ``before``, then a range delete
 # up to it. Both are range scans of that index on every store.

@@ -34,7 +34,7 @@ IN_CHUNK = 500
 TASK_MUTABLE = (
     "state", "max_attempts", "deadline_at_ms", "available_at_ms", "epoch", "attempts_started",
     "uncertain", "cancel_requested", "current_attempt_id", "result", "failure_code",
-    "failure_details", "updated_at_ms",
+    "failure_details", "updated_at_ms", "finished_at_ms", "start_by_at_ms",
 )
 ATTEMPT_MUTABLE = (
     "state", "child_pid", "started_at_ms", "finished_at_ms", "lease_expires_at_ms",
@@ -112,6 +112,8 @@ def task_rec(row: Mapping[Any, Any]) -> TaskRec:
         failure_code=row["failure_code"],
         failure_details=row.get("failure_details"),
         updated_at_ms=row["updated_at_ms"],
+        finished_at_ms=row["finished_at_ms"],
+        start_by_at_ms=row["start_by_at_ms"],
     )
 
 
@@ -225,6 +227,9 @@ class UnitOfWork:
         new_ids = {a.id for a in self.new_attempts}
         if self.new_attempts:
             INSERT_ATTEMPT.run(conn, [attempt_row(a) for a in self.new_attempts])
+        for rec in self.tasks.values():
+            if rec.finished_at_ms is None and rec.state.terminal:
+                rec.finished_at_ms = self.now_ms  # retention and listing count from here
         self._flush_changed(self.tasks, self._task_snap, _TASK_SNAP, TASK_MUTABLE, "task",
                             skip=set())
         self._flush_changed(self.attempts, self._attempt_snap, _ATTEMPT_SNAP, ATTEMPT_MUTABLE,

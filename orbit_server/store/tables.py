@@ -92,6 +92,18 @@ instances = Table(
     Column("queue_id", String(ID), nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("last_seen_at_ms", BigInteger, nullable=False),
+    # The instance's current (or last) connection, as its server replica records it:
+    # which replica, what it offers, its credit at the replica's last presence write.
+    Column("replica", String(NAME), nullable=True),
+    Column("agent", String(NAME), nullable=True),
+    Column("capabilities", Text, nullable=True),  # JSON list of capability objects
+    Column("slots", Integer, nullable=True),
+    Column("credit", Integer, nullable=True),
+    Column("connected_at_ms", BigInteger, nullable=True),
+    Column("last_heartbeat_at_ms", BigInteger, nullable=True),
+    Column("disconnected_at_ms", BigInteger, nullable=True),
+    # Live instances are a range of recent last_seen_at_ms; old rows are pruned by it.
+    Index("ix_instances_seen", "last_seen_at_ms"),
     **MYSQL_OPTIONS,
 )
 
@@ -126,6 +138,14 @@ tasks = Table(
     Column("failure_details", JsonText, nullable=True),
     Column("cancel_requested", Boolean, nullable=False),
     Column("current_attempt_id", String(ID), nullable=True),
+    # When the task became SUCCEEDED, FAILED or CANCELLED (retention and listing by it).
+    Column("finished_at_ms", BigInteger, nullable=True),
+    # The policy's schedule_to_start_ms, and the instant it ends an unstarted task (the
+    # reaper clears start_by_at_ms once the task started or ended, so its index stays small).
+    Column("schedule_to_start_ms", BigInteger, nullable=True),
+    Column("start_by_at_ms", BigInteger, nullable=True),
+    # SHA-256 of the submitted spec: the same operation key with another spec is refused.
+    Column("spec_digest", String(64), nullable=True),
     Column("dispatch_rank", SmallInteger, nullable=False),  # rank_of(priority)
     # Several NULL operation keys are allowed by the unique index on every supported engine.
     UniqueConstraint("queue_id", "operation_key", name="uq_tasks_queue_operation_key"),
@@ -135,6 +155,10 @@ tasks = Table(
         "available_at_ms",
     ),
     Index("ix_tasks_state_deadline", "state", "deadline_at_ms"),
+    # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
+    Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
+    Index("ix_tasks_finished", "finished_at_ms"),
+    Index("ix_tasks_start_by", "start_by_at_ms"),
     **MYSQL_OPTIONS,
 )
 

@@ -20,13 +20,15 @@ def fragment(text: str | None) -> orjson.Fragment | None:
     return None if text is None else orjson.Fragment(text)
 
 
-def task_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
+    """The Task view; ``full=False`` (task lists) leaves out ``payload`` and ``result``,
+    which a list row does not read (each may be 256 KiB)."""
     state = row["state"]
     failure = None
     if row["failure_code"] is not None:
         failure = {"code": row["failure_code"],
                    "details": fragment(row["failure_details"] or "{}")}
-    return {
+    view: dict[str, Any] = {
         "id": row["id"],
         "queue_id": row["queue_id"],
         "state": str(state),
@@ -35,7 +37,6 @@ def task_view(row: Mapping[Any, Any]) -> dict[str, Any]:
             "handler_version": row["handler_version"],
             "payload_version": row["payload_version"],
         },
-        "payload": fragment(row["payload"]),
         "policy": {
             "idempotency": str(row["idempotency"]),
             "max_attempts": row["max_attempts"],
@@ -47,22 +48,29 @@ def task_view(row: Mapping[Any, Any]) -> dict[str, Any]:
             },
             "attempt_timeout_ms": row["attempt_timeout_ms"],
             "lease_ttl_ms": row["lease_ttl_ms"],
+            "schedule_to_start_ms": row["schedule_to_start_ms"],
         },
         "operation_key": row["operation_key"],
         "priority": priority_of(row["dispatch_rank"]),
         "created_at_ms": row["created_at_ms"],
         "updated_at_ms": row["updated_at_ms"],
+        "finished_at_ms": row["finished_at_ms"],
         "deadline_at_ms": row["deadline_at_ms"],
         "next_attempt_at_ms": row["available_at_ms"] if state == TaskState.PENDING else None,
         "attempts": row["attempts_started"],
         "epoch": row["epoch"],
-        "result": fragment(row["result"]),
         "failure": failure,
         "cancel_requested": bool(row["cancel_requested"]),
+        # Filled by the reads that know the live workers (services.listing.with_waiting).
+        "waiting": None,
         # A cancelled task whose running attempt has no outcome yet (docs/http-api.md).
         "attempt_outcome_pending": (state == TaskState.CANCELLED
                                     and row.get("current_attempt_id") is not None),
     }
+    if full:
+        view["payload"] = fragment(row["payload"])
+        view["result"] = fragment(row["result"])
+    return view
 
 
 def attempt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
@@ -133,3 +141,11 @@ def audit_view(row: Mapping[Any, Any]) -> dict[str, Any]:
 
 def queue_view(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {"id": row["id"], "name": row["name"], "created_at_ms": row["created_at_ms"]}
+
+
+def queue_list_view(row: Mapping[Any, Any], counts: Mapping[str, int]) -> dict[str, Any]:
+    """A queue in ``GET /v1/queues``: its view (``queue_id`` beside ``id``, ``created_at``
+    beside ``created_at_ms``, the same values) with its task counts by state."""
+    return {"queue_id": row["id"], "id": row["id"], "name": row["name"],
+            "created_at": row["created_at_ms"], "created_at_ms": row["created_at_ms"],
+            "counts": {s.value: counts.get(s.value, 0) for s in TaskState}}

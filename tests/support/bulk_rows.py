@@ -20,6 +20,8 @@ def task_row(i: int, state: str) -> dict[str, Any]:
         "available_at_ms": NOW - i, "epoch": 1, "attempts_started": 1, "uncertain": False,
         "result": "1", "failure_code": None, "failure_details": None,
         "cancel_requested": False, "current_attempt_id": None, "dispatch_rank": 4,
+        "finished_at_ms": NOW if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None,
+        "schedule_to_start_ms": None, "start_by_at_ms": None, "spec_digest": None,
     }
 
 

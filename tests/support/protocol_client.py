@@ -164,11 +164,13 @@ class ProtocolClient:
 
     async def hello(self, credential_id: str, secret: str, queue_id: str, *,
                     capabilities: tuple[Capability, ...] = (ECHO,), capacity: int = 4,
-                    protocol: int = 1, timeout: float = DEFAULT_TIMEOUT_S) -> Welcome:
+                    protocol: int = 1, timeout: float = DEFAULT_TIMEOUT_S,
+                    agent: str | None = None) -> Welcome:
         await self.send(Hello(
             credential_id=credential_id, credential_secret=secret,
             instance_id=self.instance_id, instance_secret=self.instance_secret,
             queue_id=queue_id, capabilities=capabilities, capacity=capacity, protocol=protocol,
+            agent=agent,
         ))
         self.welcome = await asyncio.wait_for(self.welcomes.get(), timeout * UNIT)
         return self.welcome

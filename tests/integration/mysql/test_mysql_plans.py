@@ -61,3 +61,18 @@ def test_attempts_with_tasks_join_on_primary_keys(big_db: Engine) -> None:
     rows = _plan(big_db, queries.ATTEMPTS_WITH_TASKS_BY_ID,
                  ids=[f"{i:032x}" for i in range(5)])
     assert {r["table"]: r["key"] for r in rows} == {"attempts": "PRIMARY", "tasks": "PRIMARY"}
+
+
+@pytest.mark.parametrize("newest", [True, False])
+def test_task_list_page_is_an_index_range(big_db: Engine, newest: bool) -> None:
+    from orbit_server.domain.listing import Position, TaskFilter
+    from orbit_server.store import listing
+    from orbit_wire.model import TaskState
+
+    filt = TaskFilter(newest_first=newest, after=Position(NOW - 10_000, f"{10_000:032x}"))
+    params = listing.state_params(filt, Q, TaskState.SUCCEEDED)
+    (row,) = _plan(big_db, listing.state_range(filt), **params)
+    assert row["key"] == "ix_tasks_queue_state_created", row
+    assert "filesort" not in str(row.get("Extra") or ""), row
+    (row,) = _plan(big_db, listing.INSTANCES_SEEN_SINCE, since=NOW)
+    assert row["type"] != "ALL" or int(row["rows"] or 0) < 10, row

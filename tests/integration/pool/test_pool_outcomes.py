@@ -81,12 +81,17 @@ def test_worker_failure_is_an_explicit_failure(kind: str, code: str, retryable: 
     assert out.result_json is None
 
 
-@pytest.mark.parametrize("kind", ["bad_code", "bad_details", "list_details", "value_error",
-                                  "system_exit"])
-def test_broken_failures_and_exceptions_are_handler_errors(kind: str) -> None:
+@pytest.mark.parametrize(("kind", "exception_type"), [
+    ("bad_code", None), ("bad_details", None), ("list_details", None),
+    ("value_error", "ValueError"), ("system_exit", "SystemExit")])
+def test_broken_failures_and_exceptions_are_handler_errors(kind: str,
+                                                           exception_type: str | None) -> None:
     out = run(_one("fail", {"kind": kind}))
     assert (out.outcome, out.code, out.retryable) == (Outcome.UNKNOWN, "HANDLER_ERROR", False)
-    assert out.result_json is None and out.details_json is None
+    assert out.result_json is None
+    # An exception's type name is reported, never its message or traceback.
+    expected = None if exception_type is None else {"exception_type": exception_type}
+    assert (None if out.details_json is None else orjson.loads(out.details_json)) == expected
     assert SECRET_TEXT not in repr(out) and "Traceback" not in repr(out)
 
 

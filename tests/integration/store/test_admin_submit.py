@@ -80,7 +80,7 @@ def test_submit_fills_defaults_and_view_matches_contract(world: World) -> None:
     assert t["policy"] == {
         "idempotency": "NON_IDEMPOTENT", "max_attempts": 3,
         "backoff": {"initial_ms": 1000, "max_ms": 60000, "multiplier": 2.0, "jitter": 0.2},
-        "attempt_timeout_ms": 300000, "lease_ttl_ms": 30000,
+        "attempt_timeout_ms": 300000, "lease_ttl_ms": 30000, "schedule_to_start_ms": None,
     }
     assert t["deadline_at_ms"] == t["created_at_ms"] + 86_400_000
     assert t["next_attempt_at_ms"] == t["created_at_ms"]
@@ -130,9 +130,9 @@ def test_batch_is_all_or_nothing_and_names_the_index(world: World) -> None:
 
 def test_operation_key_returns_the_existing_task(world: World) -> None:
     first = world.submit(operation_key="order-42")
-    again, effects = world.service.tasks.submit(world.producer, world.queue_id, [{
-        "handler": "other", "handler_version": "2", "payload_version": "2", "payload": 0,
-        "operation_key": "order-42"}])
+    # The same spec again (another spec is a CONFLICT: test_producer_facts.py).
+    again, effects = world.service.tasks.submit(world.producer, world.queue_id, [
+        world.spec(operation_key="order-42")])
     assert again[0][1] is False and again[0][0]["id"] == first["id"]
     assert not effects.ready_queues
     # Within one batch, the second use of a key refers to the first.

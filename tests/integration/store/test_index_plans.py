@@ -123,3 +123,19 @@ def test_receipt_pruning_ranges_over_the_creation_index(big_db: Engine) -> None:
     with big_db.connect() as conn:
         rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, (NOW,)).all()
     assert_indexed("\n".join(str(r[-1]) for r in rows), "ix_receipts_created")
+
+
+def test_task_list_pages_range_over_the_listing_index(big_db: Engine) -> None:
+    from orbit_server.domain.listing import Position, TaskFilter
+    from orbit_server.store import listing
+    from orbit_wire.model import TaskState
+
+    for newest in (True, False):
+        for filt in (TaskFilter(newest_first=newest),
+                     TaskFilter(newest_first=newest, handler="h", created_after=NOW - 5,
+                                after=Position(NOW - 100, f"{100:032x}"))):
+            params = listing.state_params(filt, Q, TaskState.SUCCEEDED)
+            text = plan(big_db, listing.state_range(filt), **params)
+            assert_indexed(text, "ix_tasks_queue_state_created")
+            assert "TEMP B-TREE" not in text  # the index gives the order
+    assert_indexed(plan(big_db, listing.INSTANCES_SEEN_SINCE, since=NOW), "ix_instances_seen")

@@ -63,6 +63,30 @@ def test_a_child_can_only_claim_its_own_unknown_codes(code: str | None, expected
     assert (out.outcome, out.code, out.retryable) == (Outcome.UNKNOWN, expected, False)
 
 
+def test_a_handler_exception_keeps_only_its_type_name() -> None:
+    out = outcome_from_done(done(outcome="UNKNOWN", code="HANDLER_ERROR",
+                                 details_json='{"exception_type":"KeyError"}'), REPORT)
+    assert (out.outcome, out.code, out.details_json) == (
+        Outcome.UNKNOWN, "HANDLER_ERROR", '{"exception_type":"KeyError"}')
+    named = outcome_from_done(done(outcome="UNKNOWN", code="HANDLER_ERROR",
+                                   details_json='{"exception_type":"app.errors.Boom"}'), REPORT)
+    assert named.details_json == '{"exception_type":"app.errors.Boom"}'
+
+
+@pytest.mark.parametrize("details", [
+    '{"exception_type":"KeyError","message":"secret"}', '{"exception_type":"a b"}',
+    '{"exception_type":"x\\"}', '{"exception_type":1}', '{"message":"secret"}', "[1]", "{",
+    '{"exception_type":"' + "A" * 200 + '"}',
+])
+def test_anything_else_a_child_puts_beside_an_unknown_is_dropped(details: str) -> None:
+    out = outcome_from_done(done(outcome="UNKNOWN", code="HANDLER_ERROR",
+                                 details_json=details), REPORT)
+    assert (out.code, out.details_json) == ("HANDLER_ERROR", None)
+    lost = outcome_from_done(done(outcome="UNKNOWN", code="INVALID_HANDLER_RESULT",
+                                  details_json='{"exception_type":"KeyError"}'), REPORT)
+    assert lost.details_json is None
+
+
 @pytest.mark.parametrize("frame", [done(), done(outcome="MAYBE"),
                                    done(outcome="SUCCEEDED", result_json={"not": "text"})])
 def test_garbage_frames_are_malformed(frame: TaskDone) -> None:

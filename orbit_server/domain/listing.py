@@ -1,0 +1,245 @@
+"""The task list's rules (docs/http-api.md "Listing tasks"): its filters, the opaque keyset
+cursor, and how a page is cut from the rows scanned in index order. Pure.
+
+A page walks ``ix_tasks_queue_state_created`` (queue, state, created_at_ms, id): one ordered
+range per wanted state, merged. Filters that index does not serve (capability, finish time)
+are applied to the rows scanned, and a page scans at most ``SCAN_BUDGET`` rows: such a page
+may hold fewer than ``limit`` tasks (even none) and still carry a ``next_cursor``, so a page
+costs a bounded number of index steps whatever the table holds. The cursor is the position
+(created_at_ms, id) of the last row the page passed, so rows inserted meanwhile never shift
+the pages (new tasks are newer than every cursor: newest-first never sees them again,
+oldest-first reaches them at the end).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.ids import is_id
+from orbit_wire.model import Capability, TaskState
+
+DEFAULT_LIMIT: Final = 50
+MAX_LIMIT: Final = 500
+# Rows one page may scan when a filter is applied outside the index.
+SCAN_BUDGET: Final = 1_000
+ORDERS: Final = ("newest", "oldest")
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A row's place in the list order."""
+
+    created_at_ms: int
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """What a task list asks for. Empty ``states`` means every state."""
+
+    states: tuple[TaskState, ...] = ()
+    handler: str | None = None
+    handler_version: str | None = None
+    payload_version: str | None = None
+    created_after: int | None = None  # inclusive bounds, epoch ms
+    created_before: int | None = None
+    finished_after: int | None = None
+    finished_before: int | None = None
+    newest_first: bool = True
+    limit: int = DEFAULT_LIMIT
+    after: Position | None = None  # the cursor: rows strictly past this position
+
+    @property
+    def scanned_filters(self) -> bool:
+        """True when a filter is checked on scanned rows rather than by the index range."""
+        return (self.handler is not None or self.handler_version is not None
+                or self.payload_version is not None or self.finished_after is not None
+                or self.finished_before is not None)
+
+    @property
+    def scan_size(self) -> int:
+        """Rows each state range reads: one more than a page (to know if more exist), or
+        the scan budget when rows are filtered after the index."""
+        return max(SCAN_BUDGET, self.limit + 1) if self.scanned_filters else self.limit + 1
+
+    def wanted_states(self) -> tuple[TaskState, ...]:
+        return self.states or tuple(TaskState)
+
+    def matches(self, row: Mapping[Any, Any]) -> bool:
+        """The filters the index range does not apply, on one scanned row."""
+        if self.handler is not None and row["handler"] != self.handler:
+            return False
+        if self.handler_version is not None and row["handler_version"] != self.handler_version:
+            return False
+        if self.payload_version is not None and row["payload_version"] != self.payload_version:
+            return False
+        finished = row["finished_at_ms"]
+        if self.finished_after is not None and (finished is None
+                                                or finished < self.finished_after):
+            return False
+        return not (self.finished_before is not None
+                    and (finished is None or finished > self.finished_before))
+
+
+def encode_cursor(filt: TaskFilter, pos: Position) -> str:
+    order = "n" if filt.newest_first else "o"
+    raw = f"{order}.{pos.created_at_ms}.{pos.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(text: str, newest_first: bool) -> Position:
+    """The position a cursor names; BAD_REQUEST for anything this list did not make."""
+    bad = OrbitError(ErrorCode.BAD_REQUEST, "cursor is not one this list returned")
+    if not text or len(text) > 128:
+        raise bad
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise bad from None
+    parts = raw.split(".")
+    if len(parts) != 3 or parts[0] != ("n" if newest_first else "o"):
+        raise OrbitError(ErrorCode.BAD_REQUEST,
+                         "cursor is not one this list returned (or the order changed)")
+    created, task_id = parts[1], parts[2]
+    if not created.isdigit() or not is_id(task_id):
+        raise bad
+    return Position(int(created), task_id)
+
+
+def parse_filter(params: Mapping[str, Sequence[str]]) -> TaskFilter:
+    """A TaskFilter from query parameters (each name to its values, repeats allowed).
+    BAD_REQUEST names the parameter at fault."""
+    known = {"state", "handler", "handler_version", "payload_version", "created_after",
+             "created_before", "finished_after", "finished_before", "order", "limit",
+             "cursor"}
+    unknown = sorted(k for k in params if k not in known)
+    if unknown:
+        raise OrbitError(ErrorCode.BAD_REQUEST, f"unknown parameter(s): {', '.join(unknown)}")
+    states: list[TaskState] = []
+    for value in params.get("state", ()):
+        for part in value.split(","):
+            name = part.strip().upper()
+            if not name:
+                continue
+            try:
+                state = TaskState(name)
+            except ValueError:
+                raise OrbitError(ErrorCode.BAD_REQUEST, f"state {part!r} is not one of "
+                                 f"{', '.join(s.value for s in TaskState)}") from None
+            if state not in states:
+                states.append(state)
+    order = _one(params, "order") or "newest"
+    if order not in ORDERS:
+        raise OrbitError(ErrorCode.BAD_REQUEST, "order must be newest or oldest")
+    newest = order == "newest"
+    limit = _int(params, "limit", 1, MAX_LIMIT)
+    cursor = _one(params, "cursor")
+    return TaskFilter(
+        states=tuple(states),
+        handler=_one(params, "handler"),
+        handler_version=_one(params, "handler_version"),
+        payload_version=_one(params, "payload_version"),
+        created_after=_int(params, "created_after", 0, 2**53),
+        created_before=_int(params, "created_before", 0, 2**53),
+        finished_after=_int(params, "finished_after", 0, 2**53),
+        finished_before=_int(params, "finished_before", 0, 2**53),
+        newest_first=newest,
+        limit=DEFAULT_LIMIT if limit is None else limit,
+        after=None if not cursor else decode_cursor(cursor, newest),
+    )
+
+
+def cut_page(filt: TaskFilter, streams: Iterable[Sequence[Mapping[Any, Any]]]
+             ) -> tuple[list[Mapping[Any, Any]], Position | None]:
+    """The page's rows and the position of its next cursor (None: the list ends here),
+    from each state's range as read (ordered, at most ``filt.scan_size`` rows each).
+
+    Every range holds the first ``scan_size`` rows of its state past the cursor, so the
+    first ``scan_size`` rows of their merge are exactly the list's next ``scan_size`` rows."""
+    size = filt.scan_size
+    merged = sorted((row for stream in streams for row in stream),
+                    key=lambda r: (r["created_at_ms"], r["id"]), reverse=filt.newest_first)
+    scanned = merged[:size]
+    page: list[Mapping[Any, Any]] = []
+    for row in scanned:
+        if not filt.scanned_filters or filt.matches(row):
+            if len(page) == filt.limit:
+                return page, _pos(page[-1])  # a matching row lies past the page
+            page.append(row)
+    if len(merged) > size or (len(scanned) == size and filt.scanned_filters):
+        # More rows lie beyond the scanned ones: continue after the last row scanned.
+        return page, _pos(scanned[-1])
+    return page, None
+
+
+def _pos(row: Mapping[Any, Any]) -> Position:
+    return Position(int(row["created_at_ms"]), str(row["id"]))
+
+
+def _one(params: Mapping[str, Sequence[str]], key: str) -> str | None:
+    values = params.get(key, ())
+    if len(values) > 1:
+        raise OrbitError(ErrorCode.BAD_REQUEST, f"{key} may be given once")
+    if not values or values[0] == "":
+        return None
+    if len(values[0]) > 256:
+        raise OrbitError(ErrorCode.BAD_REQUEST, f"{key} is longer than 256 characters")
+    return values[0]
+
+
+def _int(params: Mapping[str, Sequence[str]], key: str, lo: int, hi: int) -> int | None:
+    raw = _one(params, key)
+    if raw is None:
+        return None
+    if not raw.isdigit() or not lo <= int(raw) <= hi:
+        raise OrbitError(ErrorCode.BAD_REQUEST, f"{key} must be an integer in [{lo}, {hi}]")
+    return int(raw)
+
+
+# ------------------------------------------------------------------- silent waiting
+
+NO_LIVE_WORKER: Final = "NO_LIVE_WORKER"
+
+
+def waiting_fact(state: str, capability: Capability, created_at_ms: int,
+                 offered: Mapping[Capability, int | None]) -> dict[str, Any] | None:
+    """What a PENDING task waits for, when no live worker of its queue offers its
+    capability: ``{"reason": "NO_LIVE_WORKER", "capability", "since"}``, else None.
+
+    ``offered`` maps each capability of the queue's instances to when the last one
+    offering it was seen, or None while one is live. ``since`` is the later of the task's
+    submit and that last sighting."""
+    if state != TaskState.PENDING.value:
+        return None
+    if capability in offered and offered[capability] is None:
+        return None
+    last_seen = offered.get(capability)
+    return {"reason": NO_LIVE_WORKER, "capability": capability.to_dict(),
+            "since": created_at_ms if last_seen is None else max(created_at_ms, last_seen)}
+
+
+class WarnOnce:
+    """Which unserved (queue, capability) pairs to log now: each at most once per
+    ``interval`` (clock units of the caller); pairs not seen for two intervals are forgotten,
+    so the memory stays as small as the unserved set."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._warned: dict[tuple[str, str], float] = {}
+
+    def due(self, items: Iterable[Mapping[str, Any]], now: float) -> list[Mapping[str, Any]]:
+        out = []
+        for item in items:
+            key = (str(item["queue_id"]), str(sorted(item["capability"].items())))
+            last = self._warned.get(key)
+            if last is None or now - last >= self.interval:
+                self._warned[key] = now
+                out.append(item)
+        for key in [k for k, at in self._warned.items() if now - at > 2 * self.interval]:
+            del self._warned[key]
+        return out

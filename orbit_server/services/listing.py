@@ -1,0 +1,209 @@
+"""The operator's views: a queue's tasks (filtered, keyset pages), the queues with their
+counts, the live workers of every replica, and the capabilities nobody serves. Every public
+method is one read transaction.
+
+Workers come from the ``instances`` rows each replica keeps current for the connections it
+serves (hello, a presence write every heartbeat interval, the close), so every replica sees
+the instances connected to all of them. An instance is live while its row says connected and
+it was seen within the session TTL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, select
+
+from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.model import Capability, Role
+
+from ..auth import Principal, require_queue, require_role
+from ..domain.listing import TaskFilter, cut_page, encode_cursor, waiting_fact
+from ..store import listing as q
+from ..store.retry import transactional
+from ..store.rows import IN_CHUNK
+from ..store.tables import queues
+from ..store.views import queue_list_view, task_view
+from .context import TxContext
+
+_READERS = (Role.ADMIN, Role.PRODUCER)
+# Capability -> None while a live worker offers it, else when one last offered it.
+Offers = dict[Capability, int | None]
+
+
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
+class ListingService:
+    """Lists for operators and producers (admin: every queue; others: their queues)."""
+
+    def __init__(self, tx: TxContext) -> None:
+        self._tx = tx
+
+    def list_tasks(self, principal: Principal, queue_id: str,
+                   filt: TaskFilter) -> dict[str, Any]:
+        """One page of the queue's tasks: ``{"tasks": [...], "next_cursor"}``; task views
+        without payload and result, PENDING ones with their ``waiting`` fact."""
+        require_role(principal, _READERS)
+        require_queue(principal, queue_id)
+        with self._tx.read() as conn:
+            _queue_exists(conn, queue_id)
+            stmt = q.state_range(filt)
+            streams = [conn.execute(stmt, q.state_params(filt, queue_id, state)).mappings()
+                       .all() for state in filt.wanted_states()]
+            page, nxt = cut_page(filt, streams)
+            ids = [str(row["id"]) for row in page]
+            rows = {r["id"]: r for r in conn.execute(q.LIST_ROWS_BY_ID, {"ids": ids})
+                    .mappings()} if ids else {}
+            offers = self._offers(conn, queue_id) if any(
+                r["state"] == "PENDING" for r in rows.values()) else {}
+        views = [with_waiting(task_view(rows[i], full=False), offers) for i in ids if i in rows]
+        return {"tasks": views, "next_cursor": None if nxt is None else encode_cursor(filt, nxt)}
+
+    def list_queues(self, principal: Principal) -> dict[str, Any]:
+        """Every queue (admin) or the principal's queues, with task counts by state."""
+        require_role(principal, _READERS)
+        with self._tx.read() as conn:
+            stmt = select(queues).order_by(queues.c.created_at_ms, queues.c.id)
+            if principal.role is not Role.ADMIN:
+                stmt = stmt.where(queues.c.id.in_(sorted(principal.queues)))
+            rows = conn.execute(stmt).mappings().all()
+            counts: dict[str, dict[str, int]] = {}
+            ids = [r["id"] for r in rows]
+            for start in range(0, len(ids), IN_CHUNK):
+                for queue_id, state, n in conn.execute(
+                        q.COUNTS_OF_QUEUES, {"queue_ids": ids[start:start + IN_CHUNK]}):
+                    counts.setdefault(queue_id, {})[state] = n
+        return {"queues": [queue_list_view(r, counts.get(r["id"], {})) for r in rows]}
+
+    def list_workers(self, principal: Principal, queue_id: str | None) -> dict[str, Any]:
+        """The live worker instances of one queue, or of every queue the principal may see,
+        with their running attempts."""
+        require_role(principal, _READERS)
+        if queue_id is not None:
+            require_queue(principal, queue_id)
+        now = self._tx.clock()
+        with self._tx.read() as conn:
+            if queue_id is not None:
+                _queue_exists(conn, queue_id)
+            rows = [r for r in live_instances(conn, now, self._tx.config.session_ttl_ms)
+                    if (queue_id is None or r["queue_id"] == queue_id)
+                    and principal.may_use_queue(r["queue_id"])]
+            running: dict[str, list[dict[str, Any]]] = {}
+            ids = [r["id"] for r in rows]
+            for start in range(0, len(ids), IN_CHUNK):
+                for a in conn.execute(q.RUNNING_OF_INSTANCES,
+                                      {"ids": ids[start:start + IN_CHUNK]}).mappings():
+                    running.setdefault(a["instance_id"], []).append({
+                        "task_id": a["task_id"], "attempt_id": a["id"],
+                        "child_pid": a["child_pid"],
+                        "running_ms": max(0, now - (a["started_at_ms"] or now)),
+                    })
+        return {"workers": [worker_view(r, running.get(r["id"], [])) for r in rows]}
+
+    def unserved(self) -> list[dict[str, Any]]:
+        """Every (queue, capability) with PENDING tasks and no live worker offering it:
+        ``{"queue_id", "capability", "pending", "since"}`` (the server's warning log)."""
+        now = self._tx.clock()
+        with self._tx.read() as conn:
+            live: set[tuple[str, Capability]] = set()
+            for row in live_instances(conn, now, self._tx.config.session_ttl_ms):
+                live.update((row["queue_id"], cap) for cap in _capabilities(row["capabilities"]))
+            out = []
+            offers_by_queue: dict[str, Offers] = {}
+            for queue_id, handler, version, payload_version, n, oldest in conn.execute(
+                    q.PENDING_BY_QUEUE_CAPABILITY):
+                cap = Capability(handler, version, payload_version)
+                if (queue_id, cap) in live:
+                    continue
+                if queue_id not in offers_by_queue:
+                    offers_by_queue[queue_id] = self._offers(conn, queue_id)
+                fact = waiting_fact("PENDING", cap, oldest, offers_by_queue[queue_id])
+                if fact is not None:
+                    out.append({"queue_id": queue_id, "capability": cap.to_dict(),
+                                "pending": n, "since": fact["since"]})
+        return out
+
+    def _offers(self, conn: Connection, queue_id: str) -> Offers:
+        return queue_offers(conn, queue_id, self._tx.clock(), self._tx.config.session_ttl_ms)
+
+
+def queue_offers(conn: Connection, queue_id: str, now: int, ttl_ms: int) -> Offers:
+    """Each capability the queue's instances offered: None while a live one offers it,
+    else when the last one offering it was seen."""
+    live_after = now - ttl_ms
+    offers: Offers = {}
+    for caps, seen, gone in conn.execute(q.INSTANCE_OFFERS_OF_QUEUE, {"queue_id": queue_id}):
+        live = gone is None and seen >= live_after
+        for cap in _capabilities(caps):
+            if live:
+                offers[cap] = None
+            elif cap not in offers or (offers[cap] is not None and offers[cap] < seen):
+                offers[cap] = seen
+    return offers
+
+
+def capability_stats(conn: Connection, queue_id: str, now: int,
+                     ttl_ms: int) -> list[dict[str, Any]]:
+    """Pending tasks per capability beside the live workers offering it (the queue's
+    capabilities either way), read in the caller's transaction."""
+    live: dict[Capability, int] = {}
+    for row in live_instances(conn, now, ttl_ms):
+        if row["queue_id"] == queue_id:
+            for cap in _capabilities(row["capabilities"]):
+                live[cap] = live.get(cap, 0) + 1
+    pending: dict[Capability, tuple[int, int]] = {}
+    for handler, version, payload_version, n, oldest in conn.execute(
+            q.PENDING_BY_CAPABILITY, {"queue_id": queue_id}):
+        pending[Capability(handler, version, payload_version)] = (n, oldest)
+    offers = queue_offers(conn, queue_id, now, ttl_ms) if pending else {}
+    out = []
+    for cap in sorted(set(live) | set(pending), key=str):
+        n, oldest = pending.get(cap, (0, None))
+        out.append({"capability": cap.to_dict(), "pending": n, "live_workers": live.get(cap, 0),
+                    "waiting": None if oldest is None
+                    else waiting_fact("PENDING", cap, oldest, offers)})
+    return out
+
+
+def with_waiting(view: dict[str, Any], offers: Offers) -> dict[str, Any]:
+    cap = view["capability"]
+    view["waiting"] = waiting_fact(
+        view["state"], Capability(cap["handler"], cap["handler_version"], cap["payload_version"]),
+        view["created_at_ms"], offers)
+    return view
+
+
+def live_instances(conn: Connection, now: int, ttl_ms: int) -> list[Mapping[Any, Any]]:
+    """Instance rows connected (per the replica serving them) and seen within ``ttl_ms``."""
+    return [r for r in conn.execute(q.INSTANCES_SEEN_SINCE, {"since": now - ttl_ms}).mappings()
+            if r["disconnected_at_ms"] is None and r["connected_at_ms"] is not None]
+
+
+def worker_view(row: Mapping[Any, Any], running: list[dict[str, Any]]) -> dict[str, Any]:
+    caps = _capabilities(row["capabilities"])
+    return {
+        "instance_id": row["id"], "queue_id": row["queue_id"], "replica": row["replica"],
+        "version": row["agent"], "capabilities": [c.to_dict() for c in caps],
+        "slots": row["slots"], "credit": row["credit"],
+        "connected_at": row["connected_at_ms"], "connected_at_ms": row["connected_at_ms"],
+        "last_heartbeat_at": row["last_heartbeat_at_ms"],
+        "last_heartbeat_at_ms": row["last_heartbeat_at_ms"],
+        "last_seen_at_ms": row["last_seen_at_ms"], "running": running,
+    }
+
+
+def capabilities_json(caps: Iterable[Capability]) -> str:
+    return orjson.dumps([c.to_dict() for c in caps]).decode()
+
+
+def _capabilities(text: str | None) -> list[Capability]:
+    if not text:
+        return []
+    return [Capability(c["handler"], c["handler_version"], c["payload_version"])
+            for c in orjson.loads(text)]
+
+
+def _queue_exists(conn: Connection, queue_id: str) -> None:
+    if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
+        raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")

@@ -1,0 +1,110 @@
+"""The operator's read statements: a state's range of a queue's task list (keyset, on
+``ix_tasks_queue_state_created``), the page's rows by id, queue counts, the instances of a
+queue and their running attempts. tests/integration/store/test_index_plans.py checks the
+task list's plan."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from sqlalchemy import Integer, Select, and_, bindparam, func, or_, select
+
+from orbit_wire.model import AttemptState, TaskState
+
+from ..domain.listing import TaskFilter
+from .tables import attempts, instances, tasks
+
+_INDEX_HINT = "FORCE INDEX (ix_tasks_queue_state_created)"
+# What a page row shows: everything but the payload and the result (each up to 256 KiB).
+LIST_COLUMNS = [c for c in tasks.c if c.name not in ("payload", "result")]
+_SCAN_EXTRA = (tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version,
+               tasks.c.finished_at_ms)
+
+
+@functools.cache
+def _state_range(newest_first: bool, scanned_filters: bool, after: bool,
+                 created_after: bool, created_before: bool) -> Select[Any]:
+    """One state's rows of a queue in list order past the cursor: id and created_at_ms
+    only (the index holds both) unless filters need the capability and finish time."""
+    created, ident = tasks.c.created_at_ms, tasks.c.id
+    cols = [ident, created, *(_SCAN_EXTRA if scanned_filters else ())]
+    where = [tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == bindparam("state")]
+    if created_after:
+        where.append(created >= bindparam("created_after"))
+    if created_before:
+        where.append(created <= bindparam("created_before"))
+    if after:
+        c: Any = bindparam("after_created")
+        i: Any = bindparam("after_id")
+        if newest_first:  # the range bound first (an index range), then the tie-break
+            where += [created <= c, or_(created < c, ident < i)]
+        else:
+            where += [created >= c, or_(created > c, ident > i)]
+    order = [created.desc(), ident.desc()] if newest_first else [created, ident]
+    return (
+        select(*cols).where(and_(*where)).order_by(*order)
+        .limit(bindparam("n", type_=Integer))
+        .with_hint(tasks, _INDEX_HINT, dialect_name="mysql")
+        .with_hint(tasks, _INDEX_HINT, dialect_name="mariadb")
+    )
+
+
+def state_range(filt: TaskFilter) -> Select[Any]:
+    """The statement for each wanted state (bind with ``state_params``)."""
+    return _state_range(filt.newest_first, filt.scanned_filters, filt.after is not None,
+                        filt.created_after is not None, filt.created_before is not None)
+
+
+def state_params(filt: TaskFilter, queue_id: str, state: TaskState) -> dict[str, Any]:
+    params: dict[str, Any] = {"queue_id": queue_id, "state": state.value, "n": filt.scan_size}
+    if filt.created_after is not None:
+        params["created_after"] = filt.created_after
+    if filt.created_before is not None:
+        params["created_before"] = filt.created_before
+    if filt.after is not None:
+        params["after_created"] = filt.after.created_at_ms
+        params["after_id"] = filt.after.id
+    return params
+
+
+LIST_ROWS_BY_ID = select(*LIST_COLUMNS).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
+COUNTS_BY_QUEUE_STATE = (
+    select(tasks.c.queue_id, tasks.c.state, func.count())
+    .group_by(tasks.c.queue_id, tasks.c.state)
+)
+COUNTS_OF_QUEUES = (
+    select(tasks.c.queue_id, tasks.c.state, func.count())
+    .where(tasks.c.queue_id.in_(bindparam("queue_ids", expanding=True)))
+    .group_by(tasks.c.queue_id, tasks.c.state)
+)
+# Instances seen since ``since`` (ix_instances_seen): the live ones, and recent sightings.
+INSTANCES_SEEN_SINCE = (
+    select(instances).where(instances.c.last_seen_at_ms >= bindparam("since"))
+    .order_by(instances.c.queue_id, instances.c.connected_at_ms, instances.c.id)
+)
+# What each instance of a queue offered and when it was last seen (the waiting fact).
+INSTANCE_OFFERS_OF_QUEUE = select(
+    instances.c.capabilities, instances.c.last_seen_at_ms, instances.c.disconnected_at_ms,
+).where(instances.c.queue_id == bindparam("queue_id"))
+RUNNING_OF_INSTANCES = (
+    select(attempts.c.instance_id, attempts.c.task_id, attempts.c.id, attempts.c.child_pid,
+           attempts.c.started_at_ms)
+    .where(attempts.c.instance_id.in_(bindparam("ids", expanding=True)),
+           attempts.c.state == AttemptState.RUNNING.value)
+    .order_by(attempts.c.started_at_ms)
+)
+PENDING_BY_CAPABILITY = (
+    select(tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version,
+           func.count(), func.min(tasks.c.created_at_ms))
+    .where(tasks.c.queue_id == bindparam("queue_id"),
+           tasks.c.state == TaskState.PENDING.value)
+    .group_by(tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version)
+)
+PENDING_BY_QUEUE_CAPABILITY = (
+    select(tasks.c.queue_id, tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version,
+           func.count(), func.min(tasks.c.created_at_ms))
+    .where(tasks.c.state == TaskState.PENDING.value)
+    .group_by(tasks.c.queue_id, tasks.c.handler, tasks.c.handler_version,
+              tasks.c.payload_version)
+)
