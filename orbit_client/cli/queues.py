@@ -9,12 +9,12 @@ import click
 from .app import settings
 from .args import queue_option
 from .output import json_option
-from .render import stats_view
+from .render import queues_table, stats_view
 
 
 @click.group()
 def queues() -> None:
-    """Create queues and read their statistics (admin; stats also producer)."""
+    """Create queues (admin), list them and read their statistics."""
 
 
 @queues.command("create")
@@ -47,3 +47,17 @@ def queues_stats(
         out.show(stats_view(stats, int(time.time() * 1000)))
     else:
         out.json(stats)
+
+
+@queues.command("list")
+@json_option
+@click.pass_context
+def queues_list(ctx: click.Context, as_json: bool) -> None:
+    """The queues you may use (an admin: every queue) with their task counts."""
+    s = settings(ctx)
+    answer = s.client(ctx).list_queues()
+    out = s.output(as_json)
+    if out.human:
+        out.show(queues_table(answer.get("queues") or [], int(time.time() * 1000)))
+    else:
+        out.json(answer)

@@ -38,7 +38,7 @@ def show_task(out: Output, client: OrbitClient, task: dict[str, Any]) -> None:
 
 @click.group()
 def tasks() -> None:
-    """Submit, read, cancel and review tasks (producer)."""
+    """Submit, find, read, cancel and review tasks (producer)."""
 
 
 @tasks.command("submit")
@@ -59,6 +59,9 @@ def tasks() -> None:
               help="Run no earlier than this instant: ISO 8601 with offset, or epoch ms.")
 @click.option("--priority", type=click.IntRange(0, 9), default=None,
               help="0-9, higher dispatched first (default 5).")
+@click.option("--schedule-to-start", default=None,
+              help="Fail the task (NOT_STARTED_IN_TIME) if no attempt starts within this "
+                   "long of submit: 30s, 5m, 1h.")
 @json_option
 @wait_option
 @click.pass_context
@@ -78,6 +81,7 @@ def tasks_submit(
     delay: str | None,
     not_before: str | None,
     priority: int | None,
+    schedule_to_start: str | None,
     as_json: bool,
     wait_s: float | None,
 ) -> None:
@@ -99,6 +103,8 @@ def tasks_submit(
         "not_before_at_ms": (None if not_before is None
                              else parse_instant_ms(not_before, "--not-before")),
         "priority": priority,
+        "schedule_to_start_ms": None if schedule_to_start is None
+        else parse_duration_ms(schedule_to_start, "--schedule-to-start"),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     s = settings(ctx)

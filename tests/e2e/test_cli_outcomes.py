@@ -17,6 +17,7 @@ from support.cli import (
     Cli,
     closed_port_url,
     one_error_line,
+    read_to_exit,
     read_until,
     run_orbit,
     run_orbit_tty,
@@ -160,12 +161,11 @@ def test_ctrl_c_stops_the_wait_not_the_task(admin_cli: Cli, tmp_path: Path) -> N
     try:
         read_until(master, "PENDING · no attempt yet")  # the wait has begun
         os.kill(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=30 * UNIT) == 130
+        ended = read_to_exit(proc, master, timeout=30)
     finally:
         os.close(master)
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30 * UNIT)
+    assert ended.returncode == 130, ended.text
+    assert "orbit: interrupted" in ended.text
     assert producer.json("tasks", "get", task_id)["state"] == "PENDING"
 
 

@@ -96,6 +96,15 @@ def run_orbit_tty(
     """Run `orbit ARGS` on a pseudo-terminal (as a person at a shell would); ``timeout`` in
     units. The process is killed by its PID if it outlives the bound."""
     proc, master = spawn_tty(*args, env=env, columns=columns)
+    try:
+        return read_to_exit(proc, master, timeout)
+    finally:
+        os.close(master)
+
+
+def read_to_exit(proc: subprocess.Popen[bytes], master: int, timeout: float = 60) -> TtyResult:
+    """Read the terminal until the process ends, as a terminal would (a writer never blocks
+    on a full buffer); ``timeout`` in units, then the process is killed by its PID."""
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout * UNIT
     try:
@@ -112,11 +121,9 @@ def run_orbit_tty(
             elif proc.poll() is not None:
                 break
         else:
-            os.kill(proc.pid, signal.SIGKILL)
-            raise AssertionError(f"orbit {' '.join(args)} did not end within {timeout} units")
+            raise AssertionError(f"{proc.args} did not end within {timeout} units")
         returncode = proc.wait(timeout=10 * UNIT)
     finally:
-        os.close(master)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10 * UNIT)
