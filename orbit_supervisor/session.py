@@ -278,6 +278,10 @@ class Session:
                 self._outbox.drop_ops_of(att.attempt_id)
                 self._attempts.forget(att)
                 actions.append(_event("reservation_released", att, "CONNECTION_LOST"))
+            elif att.phase is Phase.REPORTING:
+                # A renewal in flight when its child ended came back with the others; the
+                # finish makes it moot.
+                self._outbox.drop_ops_of(att.attempt_id)
         self.outstanding_credit = 0
         actions += self._disconnected(now)
         self._check_done(now, actions)
@@ -853,6 +857,9 @@ class Session:
                             else first.peak_rss_bytes),
             reap_ms=reap.reap_ms)
         label = f"{Outcome.UNKNOWN.value}:LEASE_LOST"
+        # A renewal in flight at the kill is queued again if the connection drops; the reap
+        # ends any need for it.
+        self._outbox.drop_ops_of(att.attempt_id)
         if self._outbox.replace_unsent_report(att.kill_msg, merged):
             att.kill_report = merged
             self._attempts.move(att, Phase.REPORTING)

@@ -25,6 +25,7 @@ from orbit_client import (
     TaskTimeout,
     TaskType,
 )
+from orbit_wire.errors import ErrorCode
 from orbit_wire.model import TaskState
 
 ECHO_TYPE: TaskType[dict[str, Any], dict[str, Any]] = TaskType(
@@ -80,10 +81,15 @@ async def test_typed_submit_and_result(lane: Lane) -> None:
     assert result == {"text": "HI", "n": 1.1}
     done = await asyncio.to_thread(lane.producer.task, task.id)
     assert done.state is TaskState.SUCCEEDED and done.result_json == '{"text":"HI","n":1.10}'
-    # The same operation key answers the same task.
-    again = await asyncio.to_thread(lane.producer.submit, ECHO_TYPE, {"text": "other"},
-                                    operation_key="typed-1")
+    # The same operation key with the same spec answers the same task; with another spec it
+    # is a typed conflict naming the task.
+    again = await asyncio.to_thread(lane.producer.submit, ECHO_TYPE, {"text": "hi"},
+                                    idempotent=True, priority=7, operation_key="typed-1")
     assert again.id == task.id
+    with pytest.raises(OrbitApiError) as conflict:
+        await asyncio.to_thread(lane.producer.submit, ECHO_TYPE, {"text": "other"},
+                                operation_key="typed-1")
+    assert conflict.value.code is ErrorCode.CONFLICT and task.id in str(conflict.value)
 
 
 async def test_failed_needs_review_cancelled_and_timeout_are_typed_errors(lane: Lane) -> None:
