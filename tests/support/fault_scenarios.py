@@ -21,6 +21,7 @@ import collections
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -592,6 +593,48 @@ def _lease_shortened(stage: Stage, server: Server) -> None:
     stage.row.merge_facts(facts, journal)
 
 
+def _revoked_credential(stage: Stage, server: Server) -> None:
+    """Revoke the worker's credential while its handlers run: the server closes the session
+    (fatal UNAUTHENTICATED) within a heartbeat and fences its lease, the supervisor kills its
+    children and exits, and nothing the revoked session sends afterwards is taken. The
+    IDEMPOTENT task is retried by a worker with a fresh credential after the lease ends; the
+    NON_IDEMPOTENT one goes to review."""
+    sup = stage.supervisor(2)
+    stage.submit(1, 4.0, "IDEMPOTENT", lease_ttl_ms=1000)
+    stage.submit(1, 4.0, "NON_IDEMPOTENT", lease_ttl_ms=1000)
+    stage.expected[stage.task_ids[0]] = ("SUCCEEDED",)
+    stage.expected[stage.task_ids[1]] = ("NEEDS_REVIEW",)
+    stage.wait_runs(2)
+    tree = sup.descendants()
+    credential_id = json.loads(stage.creds.read_text())["credential_id"]
+    t0 = time.monotonic()
+    revoked_at_ms = time.time_ns() // 1_000_000
+    expect(server.env.admin_http.delete(f"/v1/credentials/{credential_id}"), 200)
+    stage.row.faults["credential revoked with 2 handlers running"] += 1
+    try:
+        code: int | None = sup.wait(timeout_s=10)
+    except subprocess.TimeoutExpired:
+        code = None
+    gone = _wait_gone(tree)
+    stage.row.expect("orbit-supervise ended on the revocation and its children died",
+                     [] if code not in (None, 0) and gone else
+                     [f"exit code {code}; alive: {alive(tree)}"])
+    stage.row.expect("the session was closed as unauthenticated",
+                     [] if "UNAUTHENTICATED" in sup.log() else ["no UNAUTHENTICATED in the log"])
+    if gone:
+        stage.row.measure("revocation → worker tree gone", [(time.monotonic() - t0) * 1000])
+    first = {r.attempt_id for r in stage.journal().runs}
+    stage.creds = worker_credentials_file(server.env, stage.queue_id, stage.dir / "worker2.json")
+    stage.supervisor(2)
+    facts = stage.facts()
+    taken = [f"attempt {a['id']} of the revoked worker ended {a['outcome']} at "
+             f"{a['finished_at_ms']} after the revocation at {revoked_at_ms}"
+             for t in facts for a in t.attempts
+             if a["id"] in first and a["outcome"] == "SUCCEEDED"]
+    stage.row.expect("no result of the revoked worker was taken", taken)
+    stage.row.merge_facts(facts, stage.journal())
+
+
 def _scenarios() -> dict[str, Scenario]:
     out: dict[str, Scenario] = {}
     for kind in ("start", "renew", "finish", "drain"):
@@ -612,19 +655,15 @@ def _scenarios() -> dict[str, Scenario]:
                                       _kill_grandchild, sigkill=True)
     out["lease_shortened"] = Scenario("lease_shortened", "the server shortens a lease",
                                       _lease_shortened)
+    out["revoked_credential"] = Scenario(
+        "revoked_credential", "a credential revoked while its worker is connected",
+        _revoked_credential)
     return out
 
 
 SCENARIOS = _scenarios()
 # Scenarios whose product behaviour has not landed: their rows say so (name -> title, why).
-PENDING = {
-    "revoked_credential": (
-        "a credential revoked while its worker is connected",
-        "revoking a credential does not yet close its live worker sessions (SPEC §7 "
-        "\"Guard\", issue 14); the row is added when that lands. Tried against this code, "
-        "the scenario found the revoked worker's session still open 10 s after the "
-        "revocation and both of its running attempts' SUCCEEDED results accepted after it"),
-}
+PENDING: dict[str, tuple[str, str]] = {}
 
 
 @contextmanager
