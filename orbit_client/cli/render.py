@@ -228,12 +228,13 @@ def _how(attempt: Mapping[str, Any]) -> str:
 
 
 def _cancel_ending(attempt: Mapping[str, Any]) -> list[str]:
-    """Which ended a cancelled attempt: its handler, or the SIGKILL after the grace."""
+    """Which ended a cancelled attempt: its handler, or a SIGKILL (the kill reason says
+    which kill; a lease kill may have come before the grace ran out)."""
     ended_by = attempt.get("ended_by")
     if ended_by == "COOPERATIVE":
-        return ["cancelled: the handler stopped by itself"]
-    if ended_by == "KILLED":
-        return ["cancelled: the child was killed"]
+        return ["stopped by itself on cancel"]
+    if ended_by == "KILLED" and attempt.get("kill_reason") != "TASK_CANCELLED":
+        return ["cancelled, then killed"]
     return []
 
 

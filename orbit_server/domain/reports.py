@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orbit_wire.errors import ErrorCode, ValueRejected
-from orbit_wire.frames import ENDED_KILLED, Report
+from orbit_wire.frames import Report
 from orbit_wire.jsonvalue import check_text, encode_value
 from orbit_wire.model import Outcome
 
@@ -84,15 +84,7 @@ def apply_report_facts(attempt: AttemptRec, report: FinishReport, now_ms: int) -
     attempt.kill_reason = facts.kill_reason
     attempt.killed_at_ms = killed_at_ms(facts, now_ms)
     attempt.reap_ms = facts.reap_ms
-    attempt.ended_by = ended_by(facts)
-
-
-def ended_by(facts: Report) -> str | None:
-    """How the child of a cancelled attempt ended, as the worker said; a worker that does
-    not say it (one without cooperative cancel) killed at once on a cancel."""
-    if facts.ended_by is None and facts.kill_reason == "TASK_CANCELLED":
-        return ENDED_KILLED
-    return facts.ended_by
+    attempt.ended_by = facts.ended_by  # after a cancel reached a running child
 
 
 def killed_at_ms(facts: Report, now_ms: int) -> int | None:
@@ -122,7 +114,7 @@ def keep_late_facts(attempt: AttemptRec, report: FinishReport, now_ms: int) -> b
                         ("peak_rss_bytes", facts.peak_rss_bytes),
                         ("kill_reason", facts.kill_reason),
                         ("killed_at_ms", killed_at_ms(facts, now_ms)),
-                        ("reap_ms", facts.reap_ms), ("ended_by", ended_by(facts))):
+                        ("reap_ms", facts.reap_ms), ("ended_by", facts.ended_by)):
         if value is not None and getattr(attempt, name) is None:
             setattr(attempt, name, value)
             changed = True
