@@ -3,13 +3,15 @@ a cancel of a running task tells the child first and SIGKILLs it only after the 
 cancel grace; the attempt records which one ended it (``ended_by``), in the HTTP attempt
 view and in ``orbit tasks attempts``.
 
-One supervisor runs the three kinds side by side: a sync handler that polls
-``execution.cancelled()`` and returns early, an async handler whose task is cancelled, and
-one that ignores the cancel and is killed at the end of its grace.
+One supervisor runs them side by side: a sync handler that polls ``execution.cancelled()``
+and returns early, an async handler whose task is cancelled, one that ignores the cancel and
+is killed at the end of its grace, and the polling one again with a grace of 0 (submitted
+with ``orbit tasks submit --cancel-grace 0s``), which is killed at once.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,14 @@ from support.waiting import wait_until
 from orbit_host.credentials import Credentials, write_credentials
 
 GRACE_MS = 1500
+
+
+def _producer_cli(sup_env: SupEnv, tmp_path: Path) -> Cli:
+    made = sup_env.orbit.credential("producer", [sup_env.queue_id])
+    creds = tmp_path / "producer.json"
+    write_credentials(creds, Credentials(sup_env.orbit.server.url, made["credential_id"],
+                                         made["secret"], "producer", (sup_env.queue_id,)))
+    return Cli(creds)
 
 
 def _cancel(sup_env: SupEnv, task_id: str) -> dict[str, Any]:
@@ -44,16 +54,23 @@ def _decided(sup_env: SupEnv, task_id: str) -> dict[str, Any]:
 
 def test_cancel_ends_cooperative_handlers_and_kills_the_one_that_ignores_it(
         sup_env: SupEnv, tmp_path: Path) -> None:
-    sup_env.start(workers=3)
+    sup_env.start(workers=4)
+    cli = _producer_cli(sup_env, tmp_path)
     pid_files = {name: tmp_path / f"{name}.pids"
-                 for name in ("polls_cancelled", "awaits_cancel", "ignores_cancel")}
+                 for name in ("polls_cancelled", "awaits_cancel", "ignores_cancel", "zero")}
     marker = tmp_path / "async.marker"
     tasks = {
         name: submit(sup_env.producer, sup_env.queue_id, name,
                      {"pid_file": str(pid_files[name]), "marker": str(marker)},
                      max_attempts=1, lease_ttl_ms=30_000, cancel_grace_ms=GRACE_MS)
-        for name in pid_files
+        for name in pid_files if name != "zero"
     }
+    zero = cli.json(
+        "tasks", "submit", "--handler", "sup.polls_cancelled", "--handler-version", "v1",
+        "--payload-version", "v1", "--payload", json.dumps({"pid_file": str(pid_files["zero"])}),
+        "--max-attempts", "1", "--lease-ttl-ms", "30000", "--cancel-grace", "0s", "--json")
+    assert zero["policy"]["cancel_grace_ms"] == 0
+    tasks["zero"] = zero["id"]
     pids = {name: wait_pids(path, f"{name} running", count=1)
             for name, path in pid_files.items()}
     task = wait_task(sup_env.producer, tasks["ignores_cancel"], until=lambda t: True)
@@ -82,33 +99,19 @@ def test_cancel_ends_cooperative_handlers_and_kills_the_one_that_ignores_it(
     assert spun["killed_at_ms"] >= cancelled_at["ignores_cancel"] + GRACE_MS
     wait_until(lambda: not alive(pids["ignores_cancel"]), timeout=10,
                what="the killed child gone")
+
+    # A grace of 0 is the hard cancel: even a handler that would have stopped is killed.
+    hard = _decided(sup_env, tasks["zero"])
+    assert (hard["kill_reason"], hard["ended_by"], hard["signal"]) == ("TASK_CANCELLED",
+                                                                       "KILLED", 9)
     for name, task_id in tasks.items():
         task = wait_task(sup_env.producer, task_id)
         assert task["state"] == "CANCELLED" and task["result"] is None, name
 
     # `orbit tasks attempts` says which ended each one.
-    made = sup_env.orbit.credential("producer", [sup_env.queue_id])
-    creds = tmp_path / "producer.json"
-    write_credentials(creds, Credentials(sup_env.orbit.server.url, made["credential_id"],
-                                         made["secret"], "producer", (sup_env.queue_id,)))
-    cli = Cli(creds)
     for name, ended_by in (("polls_cancelled", "COOPERATIVE"), ("awaits_cancel", "COOPERATIVE"),
-                           ("ignores_cancel", "KILLED")):
+                           ("ignores_cancel", "KILLED"), ("zero", "KILLED")):
         (shown,) = cli.json("tasks", "attempts", tasks[name])["attempts"]
         assert shown["ended_by"] == ended_by, name
     table = cli.tty("tasks", "attempts", tasks["polls_cancelled"]).text
     assert "stopped by itself on cancel" in table, table
-
-
-def test_a_zero_grace_kills_at_once(sup_env: SupEnv, tmp_path: Path) -> None:
-    sup_env.start(workers=1)
-    pid_file = tmp_path / "zero.pids"
-    task_id = submit(sup_env.producer, sup_env.queue_id, "polls_cancelled",
-                     {"pid_file": str(pid_file)}, max_attempts=1, lease_ttl_ms=30_000,
-                     cancel_grace_ms=0)
-    wait_pids(pid_file, "handler running", count=1)
-    _cancel(sup_env, task_id)
-    att = _decided(sup_env, task_id)
-    # Even a handler that would have stopped is killed: a grace of 0 is today's hard cancel.
-    assert (att["kill_reason"], att["ended_by"], att["signal"]) == ("TASK_CANCELLED",
-                                                                     "KILLED", 9)
