@@ -703,8 +703,11 @@ class Session:
                 att.lease.margin = self._margin.value()
                 if not att.lease.grant(sent_at, entry.lease_ms, now):
                     self._kill(att, KILL_LEASE_LOST, actions)
-            elif entry.reason == KILL_TASK_CANCELLED and att.cancel_at is not None:
-                continue  # the cancel it is winding down: its grace and its lease still hold
+            elif entry.reason == KILL_TASK_CANCELLED:
+                # The task was cancelled (maybe while the connection was down): as a cancel
+                # push. Its lease still stands on the server until the report or its end.
+                self._on_cancel(Cancel(att.attempt_id, att.reservation.epoch, entry.reason),
+                                now, actions)
             else:
                 att.lease.lost = True
                 self._kill(att, KILL_LEASE_LOST, actions)

@@ -151,3 +151,19 @@ def test_only_the_cancelled_attempt_stops_renewing() -> None:
     renewed = [op.attempt_id for r in requests(_advance(s, 1.1)) for op in r.ops
                if isinstance(op, RenewOp)]
     assert renewed == [other.attempt_id]
+
+
+def test_a_cancel_learnt_from_a_resume_is_cooperative_too() -> None:
+    # The push was lost with the connection: the resume's LOST / TASK_CANCELLED starts the
+    # grace as the push would have.
+    s, _ = ready()
+    res = run_one(s, 0.0, lease_ms=3000, cancel_grace_ms=1000)
+    s.connection_lost(0.5, "CUT")
+    s.connected(0.6)
+    (req,) = requests(s.frame_received(welcome(), 0.6))
+    lost = Response(req.id, (OpResult(req.ops[0].msg_id, True, attempts=(
+        ResumeEntry(res.attempt_id, "LOST", reason="TASK_CANCELLED"),)),))
+    acts = s.frame_received(lost, 0.7)
+    assert _told(acts) == [res.attempt_id] and kills(acts) == []
+    (kill,) = kills(_advance(s, 1.7))
+    assert kill.reason == "TASK_CANCELLED"
