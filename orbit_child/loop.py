@@ -147,8 +147,32 @@ class ChildLoop:
                 import asyncio  # only children that serve async handlers pay for a loop
 
                 self._runner = asyncio.Runner()
-            value = self._runner.run(_await(value))
+            value = self._runner.run(self._watched(value))
         return value
+
+    async def _watched(self, value: Any) -> Any:
+        """Await an async handler as a task of its own; a cancel frame for this attempt
+        (or the supervisor's end) cancels that task, so the handler sees CancelledError at
+        its next await. Ignoring it only delays the SIGKILL at the end of the grace."""
+        import asyncio
+
+        task = asyncio.ensure_future(value)
+        loop = asyncio.get_running_loop()
+        fd = self._sock.fileno()
+
+        def readable() -> None:
+            if self._cancelled():
+                loop.remove_reader(fd)
+                task.cancel()
+
+        if self._cancelled():
+            task.cancel()
+        else:
+            loop.add_reader(fd, readable)
+        try:
+            return await task
+        finally:
+            loop.remove_reader(fd)
 
     # ----------------------------------------------------------------------------- cancel
 
@@ -176,10 +200,6 @@ class ChildLoop:
                 if isinstance(cancel, CancelTask) and cancel.attempt_id == self._running:
                     self._cancel_requested = True
         return self._cancel_requested
-
-
-async def _await(value: Any) -> Any:
-    return await value
 
 
 def _failure_answer(failure: WorkerFailure, attempt_id: str) -> dict[str, Any]:

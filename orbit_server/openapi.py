@@ -66,11 +66,17 @@ _SCHEMAS: dict[str, Any] = {
         "delay_ms": {"type": "integer", "minimum": 0, "maximum": 31 * 86_400_000},
         "not_before_at_ms": {"type": "integer", "minimum": 0,
                              "description": "instant (ms since the epoch); not with delay_ms"},
+        "cancel_grace_ms": {"type": "integer", "minimum": 0, "maximum": 60_000,
+                            "default": 2000,
+                            "description": "a cancel of a running attempt asks its handler to "
+                                           "stop, then SIGKILLs its child after this long "
+                                           "(0: at once)"},
     }, ["handler", "handler_version", "payload_version", "payload"]),
     "Policy": _obj({
         "idempotency": {"type": "string", "enum": ["IDEMPOTENT", "NON_IDEMPOTENT"]},
         "max_attempts": {"type": "integer"}, "backoff": _ref("Backoff"),
         "attempt_timeout_ms": _MS, "lease_ttl_ms": _MS, "schedule_to_start_ms": _NULLABLE_INT,
+        "cancel_grace_ms": {"type": "integer"},
     }),
     "Waiting": {"oneOf": [{"type": "null"}, _obj({
         "reason": {"type": "string", "enum": ["NO_LIVE_WORKER"]},
@@ -109,6 +115,10 @@ _SCHEMAS: dict[str, Any] = {
         "kill_after_lease_end_ms": {"type": ["integer", "null"],
                                     "description": "the SIGKILL's instant less the lease end"},
         "reap_ms": _NULLABLE_INT,
+        "ended_by": {"type": ["string", "null"], "enum": ["COOPERATIVE", "KILLED", None],
+                     "description": "after a cancel reached the running attempt: its handler "
+                                    "stopped by itself (COOPERATIVE) or its child was "
+                                    "SIGKILLed (KILLED)"},
         "decision": _NULLABLE_STR, "decision_rule": _NULLABLE_STR,
     }, ["id", "task_id", "attempt_number", "epoch", "state"]),
     "Evidence": _obj({

@@ -68,6 +68,15 @@ class Kill:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelChild:
+    """Tell the child running ``attempt_id`` that its task was cancelled (its handler's
+    ``execution.cancelled()`` turns true; an async handler's task is cancelled). The Kill
+    follows at the end of the cancel grace unless the child ends first."""
+
+    attempt_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Emit:
     event: SupervisorEvent
 
@@ -79,4 +88,4 @@ class Finish:
     error: SupervisorError | None
 
 
-Action = Connect | SendFrame | CloseConnection | Execute | Kill | Emit | Finish
+Action = Connect | SendFrame | CloseConnection | Execute | CancelChild | Kill | Emit | Finish

@@ -32,6 +32,7 @@ from orbit_wire.model import Outcome, UnknownCode
 from . import defaults
 from .actions import (
     Action,
+    CancelChild,
     CloseConnection,
     Connect,
     Emit,
@@ -279,6 +280,9 @@ class Supervisor:
                     self._executions[res.attempt_id] = task
                 case Kill(attempt_id=attempt_id, reason=reason, code=code, late_by=late):
                     self._kill(attempt_id, reason, code, late)
+                case CancelChild(attempt_id=attempt_id):
+                    assert self._pool is not None
+                    self._pool.cancel(attempt_id)
                 case Emit(event=event):
                     self._events.publish(event)
                     self._log.debug("event %s %s %s", event.type, event.attempt_id or "",

@@ -53,7 +53,11 @@ class Attempt:
     lease: Lease
     phase: Phase = Phase.RESERVED
     kill_reason: str | None = None
-    cancelled: bool = False
+    cancelled: bool = False  # a cancel came while its start was in flight: never run it
+    # A cancel reached it while running: the child was told (CancelChild) and is killed at
+    # ``cancel_at`` (the end of its cancel grace) unless it ends first or its lease runs out.
+    cancel_told: bool = False
+    cancel_at: float | None = None
     running_since: float | None = None  # when Execute was emitted
     # A kill reported before its reap (Session.kill_sent): the report's msg_id and what it
     # said; confirmed once the server answered it (the attempt waits for the reap).

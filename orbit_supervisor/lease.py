@@ -14,6 +14,9 @@ Rules (docs/protocol.md "Leases and fencing"):
   revives it (``grant`` returns False).
 - The next renewal is due after one third of the remaining lease, and never sooner than
   ``RENEW_MIN_GAP`` after the previous renewal was sent.
+- ``stop_renewing`` (a cancel is winding the attempt down: the server refuses renewals of a
+  cancelled task) leaves the expiry as it is; nothing is renewed any more, so the lease's
+  end bounds the cancel grace.
 
 Times are float seconds from a monotonic clock, passed in by the caller.
 """
@@ -39,6 +42,7 @@ class Lease:
     renewals: int = 0  # confirmed renewals
     capped: bool = False  # the last grant was cut by the attempt timeout or task deadline
     lost: bool = False
+    final: bool = False  # stop_renewing(): the expiry stands, no renewal is due any more
 
     def grant(self, sent_at: float, lease_ms: int, now: float) -> bool:
         """Adopt a lease the server granted to a request sent at ``sent_at``.
@@ -73,8 +77,11 @@ class Lease:
             self.renew_at = now + RENEW_MIN_GAP
 
     def renewal_due(self, now: float) -> bool:
-        return (not self.lost and not self.renewing and self.renew_at is not None
-                and now >= self.renew_at)
+        return (not self.lost and not self.final and not self.renewing
+                and self.renew_at is not None and now >= self.renew_at)
+
+    def stop_renewing(self) -> None:
+        self.final = True
 
     def renew_sent(self, now: float) -> None:
         self.last_renew_sent = now
@@ -90,7 +97,7 @@ class Lease:
         """The earliest instant at which ``check`` or ``renewal_due`` may change answer."""
         if self.lost or self.expires_at is None:
             return None
-        if self.renew_at is not None and not self.renewing:
+        if self.renew_at is not None and not self.renewing and not self.final:
             return min(self.renew_at, self.expires_at)
         return self.expires_at
 

@@ -201,6 +201,10 @@ class ChildPool:
         self._by_gen: dict[int, _Slot] = {}
         self._dying: dict[int, _Dying] = {}
         self._by_attempt: dict[str, _Slot] = {}
+        # Executions waiting for a child, and those of them a cancel reached meanwhile (the
+        # child they get is told right after the run frame).
+        self._waiting: set[str] = set()
+        self._cancel_early: set[str] = set()
         self._idle: deque[_Slot] = deque()
         self._waiters: deque[asyncio.Future[_Slot]] = deque()
         self._idle_watchers: list[tuple[int, asyncio.Future[None]]] = []
@@ -252,7 +256,16 @@ class ChildPool:
         Raises PoolClosed if the pool closes while waiting for a child, and ValueRejected if
         the request cannot be framed. Cancelling the call kills the child running it.
         """
-        slot = await self._acquire()
+        self._waiting.add(request.attempt_id)
+        try:
+            slot = await self._acquire()
+        except BaseException:
+            self._cancel_early.discard(request.attempt_id)
+            raise
+        finally:
+            self._waiting.discard(request.attempt_id)
+        cancel_early = request.attempt_id in self._cancel_early
+        self._cancel_early.discard(request.attempt_id)
         loop = self._require_loop()
         future: asyncio.Future[ChildOutcome] = loop.create_future()
         slot.attempt_id = request.attempt_id
@@ -273,6 +286,8 @@ class ChildPool:
             raise ValueRejected(ErrorCode.PAYLOAD_TOO_LARGE, f"request cannot be framed: {exc}"
                                 ) from None
         self._send_child(slot, data)
+        if cancel_early:
+            self.cancel(request.attempt_id)
         if self._max_memory is not None and not future.done():
             generation, attempt_id = slot.generation, request.attempt_id
             slot.memory.watch(
@@ -310,10 +325,13 @@ class ChildPool:
     def cancel(self, attempt_id: str) -> bool:
         """Ask the handler of ``attempt_id`` to stop (its Execution.cancelled() turns true).
 
-        Cooperative only; it never replaces kill(). False if no child runs that attempt.
+        Cooperative only; it never replaces kill(). False if no child runs that attempt; an
+        execution still waiting for a child tells the child it gets.
         """
         slot = self._by_attempt.get(attempt_id)
         if slot is None or slot.state is not SlotState.BUSY or slot.channel is None:
+            if attempt_id in self._waiting:
+                self._cancel_early.add(attempt_id)
             return False
         self._send_child(slot, encode_frame(CancelTask(slot.generation, attempt_id).to_wire()))
         return True

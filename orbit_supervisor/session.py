@@ -25,10 +25,14 @@ Rules it keeps (docs/protocol.md, docs/supervisor.md):
   (≤ max_batch_ops); at most one renewal per attempt is ever queued. A request of starts
   and finishes only may wait for more finishes (batching.py).
 - Local lease expiry = send time of the granting request + lease_ms - the margin
-  (lease.py, margin.py); at expiry, on a stale/expired renewal answer or on a ``cancel``
-  push the child is killed at once, and its report (``kill_sent``) goes out at once, never
-  held for a batch; the reap's facts follow in the same finish if it was not sent yet,
-  else in a second finish of the attempt (the server keeps the facts it lacks).
+  (lease.py, margin.py); at expiry or on a stale/expired renewal answer the child is killed
+  at once, and its report (``kill_sent``) goes out at once, never held for a batch; the
+  reap's facts follow in the same finish if it was not sent yet, else in a second finish of
+  the attempt (the server keeps the facts it lacks).
+- A ``cancel`` push for a running attempt tells its child (CancelChild) and stops renewing;
+  the Kill (TASK_CANCELLED) follows at the end of the reservation's cancel grace, or at once
+  for a grace of 0. The lease's expiry still kills first if it comes earlier. The finish
+  says which ended the child: ``report.ended_by`` COOPERATIVE (it ended by itself) or KILLED.
 - Credit = free slots - outstanding credit, free slots = capacity - executing - reserved
   not yet running - results not yet confirmed - slots being replaced - slots a ``claim`` in
   flight asks for. Known attempts stay <= 2 x capacity; reservations beyond that bound are
@@ -61,6 +65,8 @@ from typing import Protocol
 
 from orbit_wire.errors import FATAL_CODES, RETRYABLE_CODES, ErrorCode
 from orbit_wire.frames import (
+    ENDED_COOPERATIVE,
+    ENDED_KILLED,
     AttemptRef,
     Cancel,
     ClaimOp,
@@ -90,6 +96,7 @@ from orbit_wire.model import Capability, Disposition, Outcome
 from . import defaults
 from .actions import (
     Action,
+    CancelChild,
     CloseConnection,
     Connect,
     Emit,
@@ -329,11 +336,9 @@ class Session:
             self._batching.handler_took(max(0.0, now - att.running_since),
                                         None if cpu_ms is None else cpu_ms / 1000,
                                         self.executing)
-        report = replace(
-            result.report,
-            renewals=att.lease.renewals,
-            kill_reason=result.report.kill_reason or (att.kill_reason if killed else None),
-        )
+        kill_reason = result.report.kill_reason or (att.kill_reason if killed else None)
+        report = replace(result.report, renewals=att.lease.renewals, kill_reason=kill_reason,
+                         ended_by=_ended_by(att, kill_reason))
         finish = FinishOp(
             msg_id=self._outbox.new_msg_id(), attempt_id=attempt_id, epoch=att.reservation.epoch,
             outcome=result.outcome, code=result.code, retryable=result.retryable,
@@ -362,7 +367,8 @@ class Session:
         if (att is None or att.phase is not Phase.KILLING or att.kill_msg is not None
                 or self._done):
             return []
-        report = replace(report, kill_reason=att.kill_reason, renewals=att.lease.renewals)
+        report = replace(report, kill_reason=att.kill_reason, renewals=att.lease.renewals,
+                         ended_by=_ended_by(att, att.kill_reason))
         finish = FinishOp(self._outbox.new_msg_id(), attempt_id, att.reservation.epoch,
                           Outcome.UNKNOWN, code="LEASE_LOST", report=report)
         att.kill_msg, att.kill_report, att.killed_at = finish.msg_id, report, now
@@ -420,6 +426,9 @@ class Session:
                 if late > LATE_KILL_BOUND:
                     self.late_kills += 1
                 self._kill(att, reason, actions, late_by=late)
+            elif att.cancel_at is not None and now >= att.cancel_at:
+                att.lease.lost = True  # the grace is over: the handler did not stop
+                self._kill(att, KILL_TASK_CANCELLED, actions)
             elif att.lease.renewal_due(now):
                 renew = RenewOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch)
                 att.lease.renewing = True
@@ -455,6 +464,8 @@ class Session:
             deadline = att.lease.deadline()
             if deadline is not None:
                 times.append(deadline)
+            if att.cancel_at is not None:
+                times.append(att.cancel_at)
         return min(times) if times else None
 
     # ------------------------------------------------------------------ queries
@@ -640,6 +651,10 @@ class Session:
             att.lease.renewal_failed(now)
             return
         att.lease.renewing = False
+        if att.cancel_at is not None and result.error_code is ErrorCode.LEASE_EXPIRED:
+            # The cancelled task's renewal is refused; the lease it holds still stands (the
+            # local expiry is never later than the server's) and bounds the grace.
+            return
         att.lease.lost = True
         self._kill(att, KILL_LEASE_LOST, actions)
 
@@ -688,6 +703,11 @@ class Session:
                 att.lease.margin = self._margin.value()
                 if not att.lease.grant(sent_at, entry.lease_ms, now):
                     self._kill(att, KILL_LEASE_LOST, actions)
+            elif entry.reason == KILL_TASK_CANCELLED:
+                # The task was cancelled (maybe while the connection was down): as a cancel
+                # push. Its lease still stands on the server until the report or its end.
+                self._on_cancel(Cancel(att.attempt_id, att.reservation.epoch, entry.reason),
+                                now, actions)
             else:
                 att.lease.lost = True
                 self._kill(att, KILL_LEASE_LOST, actions)
@@ -718,8 +738,22 @@ class Session:
             return
         actions.append(_event("cancel_received", att, frame.reason))
         if att.phase is Phase.RUNNING:
-            att.lease.lost = True
-            self._kill(att, KILL_TASK_CANCELLED, actions)
+            if att.cancel_told:
+                return  # a repeated push: the grace already runs
+            att.cancel_told = True
+            grace = att.reservation.cancel_grace_ms
+            if grace <= 0:
+                att.lease.lost = True
+                self._kill(att, KILL_TASK_CANCELLED, actions)
+                return
+            # The server refuses renewals of a cancelled task: none is sent any more, and
+            # the lease timer still kills at the local expiry if that comes first.
+            att.cancel_at = now + grace / 1000.0
+            att.lease.stop_renewing()
+            self._outbox.drop_ops_of(att.attempt_id)
+            att.lease.renewing = any(isinstance(op, RenewOp) and op.attempt_id == att.attempt_id
+                                     for op in self._outbox.in_flight_ops())
+            actions.append(CancelChild(att.attempt_id))
         elif att.phase is Phase.STARTING:
             att.cancelled = True
         elif att.phase is Phase.RESERVED:
@@ -931,6 +965,13 @@ class Session:
     def phase_counts(self) -> dict[Phase, int]:
         """Known attempts per phase (kept incrementally; tests check it against a count)."""
         return self._attempts.phase_counts()
+
+
+def _ended_by(att: Attempt, kill_reason: str | None) -> str | None:
+    """How the child of an attempt a cancel reached ended (None: no cancel reached it)."""
+    if not att.cancel_told:
+        return None
+    return ENDED_COOPERATIVE if kill_reason is None else ENDED_KILLED
 
 
 def _event(kind: str, att: Attempt | None = None, classification: str | None = None,

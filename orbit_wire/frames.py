@@ -19,15 +19,22 @@ from .errors import ErrorCode, ProtocolError
 from .ids import is_id
 from .limits import (
     MAX_BATCH_OPS,
+    MAX_CANCEL_GRACE_MS,
     MAX_CAPABILITIES,
     MAX_CAPACITY,
     MAX_CODE_LEN,
     MAX_FRAME_BYTES,
     MAX_KILL_AGE_MS,
     MAX_RESERVATIONS_PER_FRAME,
+    MIN_CANCEL_GRACE_MS,
 )
 from .model import Capability, Disposition, Idempotency, Outcome, TaskState
 from .names import CODE_RE, MSG_ID_RE, NAME_RE
+
+# report.ended_by: how the child of a cancelled attempt ended (docs/protocol.md).
+ENDED_COOPERATIVE = "COOPERATIVE"
+ENDED_KILLED = "KILLED"
+ENDED_BY_RE = re.compile(f"{ENDED_COOPERATIVE}|{ENDED_KILLED}")
 
 # --------------------------------------------------------------------------- shared parts
 
@@ -54,6 +61,9 @@ class Report:
     # child took to be reaped after it (None until the reap is known).
     kill_age_ms: int | None = None
     reap_ms: int | None = None
+    # After a cancel reached the attempt: COOPERATIVE (the child ended by itself within the
+    # cancel grace) or KILLED (SIGKILLed: after the grace, or at a lease kill that came first).
+    ended_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
@@ -191,6 +201,8 @@ class Reservation:
     # Only in a ``claim`` answer: the attempt is already started with this lease (0: the
     # lease is gone, e.g. a replayed answer after expiry; the handler must not run).
     lease_ms: int | None = None
+    # How long a cancel lets the handler stop by itself before the SIGKILL (0: at once).
+    cancel_grace_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,10 +413,14 @@ def _report(f: _Fields) -> Report:
         renewals=f.integer("renewals", required=False),
         kill_age_ms=f.integer("kill_age_ms", 0, MAX_KILL_AGE_MS, required=False),
         reap_ms=f.integer("reap_ms", 0, MAX_KILL_AGE_MS, required=False),
+        ended_by=f.text("ended_by", ENDED_BY_RE, required=False),
     )
     if report.kill_reason is None and (report.kill_age_ms is not None
                                        or report.reap_ms is not None):
         raise _bad(f"{f.where}: kill_age_ms and reap_ms need a kill_reason")
+    if report.ended_by is not None and (report.kill_reason is None) != (
+            report.ended_by == ENDED_COOPERATIVE):
+        raise _bad(f"{f.where}: ended_by KILLED needs a kill_reason, COOPERATIVE none")
     return report
 
 
@@ -526,6 +542,9 @@ def _reservation(obj: Any) -> Reservation:
         lease_ttl_ms=f.integer("lease_ttl_ms", 1),
         attempt_timeout_ms=f.integer("attempt_timeout_ms", 1),
         deadline_at_ms=f.integer("deadline_at_ms"),
+        # Absent from an older server: its cancels kill at once.
+        cancel_grace_ms=f.integer("cancel_grace_ms", MIN_CANCEL_GRACE_MS, MAX_CANCEL_GRACE_MS,
+                                  required=False) or 0,
         lease_ms=f.integer("lease_ms", required=False),
     )
 

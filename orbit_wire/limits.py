@@ -33,3 +33,8 @@ MAX_PRIORITY = 9
 DEFAULT_PRIORITY = 5
 # How far ahead a task may be delayed (delay_ms, not_before_at_ms): 31 days.
 MAX_DELAY_MS = 31 * 86_400_000
+# A task's cancel grace (docs/http-api.md "TaskSpec"): how long a cancelled attempt's handler
+# may take to stop by itself before its child is SIGKILLed (0: kill at once).
+MIN_CANCEL_GRACE_MS = 0
+MAX_CANCEL_GRACE_MS = 60_000
+DEFAULT_CANCEL_GRACE_MS = 2_000

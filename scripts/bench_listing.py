@@ -133,6 +133,7 @@ def _task(task_id: str, queue_id: str, state: str, created: int,
         "failure_details": "{}" if state == "FAILED" else None, "cancel_requested": False,
         "current_attempt_id": None, "finished_at_ms": finished, "schedule_to_start_ms": None,
         "start_by_at_ms": None, "spec_digest": None, "dispatch_rank": 4,
+        "cancel_grace_ms": 2000,
     }
 
 
@@ -148,7 +149,8 @@ def _attempt(attempt_id: str, task_id: str, queue_id: str, created: int,
         "outcome": "SUCCEEDED" if ok else "UNKNOWN" if state == "NEEDS_REVIEW" else "FAILED",
         "code": None if ok else "E", "retryable": False, "details": None, "exit_code": 0,
         "signal": None, "cpu_ms": 1, "peak_rss_bytes": 1, "kill_reason": None,
-        "killed_at_ms": None, "reap_ms": None, "decision": "SUCCEEDED" if ok else state,
+        "killed_at_ms": None, "reap_ms": None, "ended_by": None,
+        "decision": "SUCCEEDED" if ok else state,
         "decision_rule": "bench",
     }
 

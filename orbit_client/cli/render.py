@@ -199,7 +199,7 @@ def _ending(attempt: Mapping[str, Any]) -> str:
     details = attempt.get("details")
     if isinstance(details, Mapping) and details.get("exception_type"):
         text += f": {details['exception_type']}"  # the handler's exception, by type name
-    facts = []
+    facts = _cancel_ending(attempt)
     if attempt.get("kill_reason"):
         facts.append(f"killed: {str(attempt['kill_reason']).replace('_', ' ').lower()}")
     if attempt.get("signal"):
@@ -215,8 +215,8 @@ def _ending(attempt: Mapping[str, Any]) -> str:
 
 
 def _how(attempt: Mapping[str, Any]) -> str:
-    """How the child ended, when that is news: a kill, a signal, an exit code."""
-    facts = []
+    """How the child ended, when that is news: a cancel, a kill, a signal, an exit code."""
+    facts = _cancel_ending(attempt)
     if attempt.get("kill_reason"):
         facts.append(f"killed: {str(attempt['kill_reason']).replace('_', ' ').lower()}")
     if attempt.get("signal"):
@@ -225,6 +225,17 @@ def _how(attempt: Mapping[str, Any]) -> str:
         facts.append(f"exit code {attempt['exit_code']}")
     facts.extend(_kill_timing(attempt))
     return ", ".join(facts) or "-"
+
+
+def _cancel_ending(attempt: Mapping[str, Any]) -> list[str]:
+    """Which ended a cancelled attempt: its handler, or a SIGKILL (the kill reason says
+    which kill; a lease kill may have come before the grace ran out)."""
+    ended_by = attempt.get("ended_by")
+    if ended_by == "COOPERATIVE":
+        return ["stopped by itself on cancel"]
+    if ended_by == "KILLED" and attempt.get("kill_reason") != "TASK_CANCELLED":
+        return ["cancelled, then killed"]
+    return []
 
 
 def _kill_timing(attempt: Mapping[str, Any]) -> list[str]:

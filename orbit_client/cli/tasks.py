@@ -62,6 +62,9 @@ def tasks() -> None:
 @click.option("--schedule-to-start", default=None,
               help="Fail the task (NOT_STARTED_IN_TIME) if no attempt starts within this "
                    "long of submit: 30s, 5m, 1h.")
+@click.option("--cancel-grace", default=None,
+              help="How long a cancel lets a running handler stop by itself before the "
+                   "kill: 0 to 60s (default 2s; 0 kills at once).")
 @json_option
 @wait_option
 @click.pass_context
@@ -82,6 +85,7 @@ def tasks_submit(
     not_before: str | None,
     priority: int | None,
     schedule_to_start: str | None,
+    cancel_grace: str | None,
     as_json: bool,
     wait_s: float | None,
 ) -> None:
@@ -105,6 +109,8 @@ def tasks_submit(
         "priority": priority,
         "schedule_to_start_ms": None if schedule_to_start is None
         else parse_duration_ms(schedule_to_start, "--schedule-to-start"),
+        "cancel_grace_ms": None if cancel_grace is None
+        else parse_duration_ms(cancel_grace, "--cancel-grace"),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     s = settings(ctx)

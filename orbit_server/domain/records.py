@@ -65,5 +65,6 @@ class AttemptRec:
     kill_reason: str | None = None
     killed_at_ms: int | None = None  # the server's estimate of the SIGKILL's instant
     reap_ms: int | None = None  # the worker's measure of SIGKILL to reap
+    ended_by: str | None = None  # after a cancel: COOPERATIVE or KILLED
     decision: str | None = None
     decision_rule: str | None = None

@@ -84,6 +84,7 @@ def apply_report_facts(attempt: AttemptRec, report: FinishReport, now_ms: int) -
     attempt.kill_reason = facts.kill_reason
     attempt.killed_at_ms = killed_at_ms(facts, now_ms)
     attempt.reap_ms = facts.reap_ms
+    attempt.ended_by = facts.ended_by  # after a cancel reached a running child
 
 
 def killed_at_ms(facts: Report, now_ms: int) -> int | None:
@@ -113,7 +114,7 @@ def keep_late_facts(attempt: AttemptRec, report: FinishReport, now_ms: int) -> b
                         ("peak_rss_bytes", facts.peak_rss_bytes),
                         ("kill_reason", facts.kill_reason),
                         ("killed_at_ms", killed_at_ms(facts, now_ms)),
-                        ("reap_ms", facts.reap_ms)):
+                        ("reap_ms", facts.reap_ms), ("ended_by", facts.ended_by)):
         if value is not None and getattr(attempt, name) is None:
             setattr(attempt, name, value)
             changed = True

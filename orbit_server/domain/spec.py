@@ -17,10 +17,13 @@ import orjson
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.jsonvalue import encode_value
 from orbit_wire.limits import (
+    DEFAULT_CANCEL_GRACE_MS,
     DEFAULT_PRIORITY,
+    MAX_CANCEL_GRACE_MS,
     MAX_DELAY_MS,
     MAX_NAME_LEN,
     MAX_PRIORITY,
+    MIN_CANCEL_GRACE_MS,
     MIN_PRIORITY,
 )
 from orbit_wire.model import Capability, Idempotency
@@ -43,6 +46,7 @@ _SPEC_KEYS = frozenset(
         "handler", "handler_version", "payload_version", "payload", "idempotency",
         "max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms", "lease_ttl_ms",
         "operation_key", "priority", "delay_ms", "not_before_at_ms", "schedule_to_start_ms",
+        "cancel_grace_ms",
     }
 )
 _BACKOFF_KEYS = frozenset({"initial_ms", "max_ms", "multiplier", "jitter"})
@@ -88,6 +92,9 @@ class Policy:
     # None: no bound. Else a task no attempt started within this long of its submit ends
     # FAILED/NOT_STARTED_IN_TIME (a typo'd capability fails fast instead of at the deadline).
     schedule_to_start_ms: int | None = None
+    # A cancel of a running attempt first asks its handler to stop; its child is SIGKILLed
+    # after this long (0: at once), and never later than its local lease expiry.
+    cancel_grace_ms: int = DEFAULT_CANCEL_GRACE_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +181,8 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
         lease_ttl_ms=_int(obj, "lease_ttl_ms", DEFAULT_LEASE_TTL_MS, 100, 600_000, where),
         schedule_to_start_ms=(None if obj.get("schedule_to_start_ms") is None else
                               _int(obj, "schedule_to_start_ms", 0, 100, 31 * DAY_MS, where)),
+        cancel_grace_ms=_int(obj, "cancel_grace_ms", DEFAULT_CANCEL_GRACE_MS,
+                             MIN_CANCEL_GRACE_MS, MAX_CANCEL_GRACE_MS, where),
     )
     key = obj.get("operation_key")
     if key is not None and (not isinstance(key, str) or not _OPERATION_KEY_RE.fullmatch(key)):
@@ -190,14 +199,17 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
     delay_ms = None if delay is None else _int(obj, "delay_ms", 0, 0, MAX_DELAY_MS, where)
     not_before_at_ms = (None if not_before is None
                         else _int(obj, "not_before_at_ms", 0, 0, 2**53, where))
+    digested_policy: dict[str, object] = {
+        "idempotency": policy.idempotency.value, "max_attempts": policy.max_attempts,
+        "backoff": [backoff.initial_ms, backoff.max_ms, backoff.multiplier, backoff.jitter],
+        "attempt_timeout_ms": policy.attempt_timeout_ms, "deadline_ms": policy.deadline_ms,
+        "lease_ttl_ms": policy.lease_ttl_ms, "schedule_to_start_ms": policy.schedule_to_start_ms,
+    }
+    if policy.cancel_grace_ms != DEFAULT_CANCEL_GRACE_MS:
+        # Only when set otherwise: digests stored before the field existed stay valid.
+        digested_policy["cancel_grace_ms"] = policy.cancel_grace_ms
     digest = hashlib.sha256(orjson.dumps({
-        "capability": capability.to_dict(), "payload": obj["payload"],
-        "policy": {"idempotency": policy.idempotency.value, "max_attempts": policy.max_attempts,
-                   "backoff": [backoff.initial_ms, backoff.max_ms, backoff.multiplier,
-                               backoff.jitter],
-                   "attempt_timeout_ms": policy.attempt_timeout_ms,
-                   "deadline_ms": policy.deadline_ms, "lease_ttl_ms": policy.lease_ttl_ms,
-                   "schedule_to_start_ms": policy.schedule_to_start_ms},
+        "capability": capability.to_dict(), "payload": obj["payload"], "policy": digested_policy,
         "priority": priority, "delay_ms": delay_ms, "not_before_at_ms": not_before_at_ms,
     }, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return TaskSpec(capability, payload_json, policy, key, priority=priority, delay_ms=delay_ms,

@@ -97,5 +97,6 @@ def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch:
         lease_ttl_ms=row["lease_ttl_ms"],
         attempt_timeout_ms=row["attempt_timeout_ms"],
         deadline_at_ms=row["deadline_at_ms"],
+        cancel_grace_ms=row["cancel_grace_ms"],
         lease_ms=lease_ms,
     )

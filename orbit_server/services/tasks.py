@@ -345,6 +345,7 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
                            else now + policy.schedule_to_start_ms),
         "spec_digest": spec.digest or None,
         "dispatch_rank": rank_of(spec.priority),
+        "cancel_grace_ms": policy.cancel_grace_ms,
     }
 
 

@@ -17,7 +17,7 @@ from .tables import DISPATCH_RANKS, attempts, receipts, tasks
 # big JSON outputs (a payload or result may be 256 KiB; finishing 100 tasks must not read them).
 _NOT_FOR_RULES = {"handler", "handler_version", "payload_version", "payload", "result",
                   "failure_details", "operation_key", "created_at_ms", "spec_digest",
-                  "schedule_to_start_ms"}
+                  "schedule_to_start_ms", "cancel_grace_ms"}
 TASK_REC_COLUMNS = [c for c in tasks.c if c.name not in _NOT_FOR_RULES]
 TASKS_BY_ID = (
     select(*TASK_REC_COLUMNS).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
@@ -40,7 +40,7 @@ CLAIMED_ATTEMPTS = (
            attempts.c.state.label("attempt_state"), attempts.c.lease_expires_at_ms,
            tasks.c.id.label("task_id"), tasks.c.handler, tasks.c.handler_version,
            tasks.c.payload_version, tasks.c.payload, tasks.c.idempotency, tasks.c.lease_ttl_ms,
-           tasks.c.attempt_timeout_ms, tasks.c.deadline_at_ms)
+           tasks.c.attempt_timeout_ms, tasks.c.deadline_at_ms, tasks.c.cancel_grace_ms)
     .join_from(attempts, tasks, tasks.c.id == attempts.c.task_id)
     .where(attempts.c.id.in_(bindparam("ids", expanding=True)))
 )

@@ -167,6 +167,7 @@ tasks = Table(
     # SHA-256 of the submitted spec: the same operation key with another spec is refused.
     Column("spec_digest", String(64), nullable=True),
     Column("dispatch_rank", SmallInteger, nullable=False),  # rank_of(priority)
+    Column("cancel_grace_ms", Integer, nullable=False),  # migration 0008
     # Several NULL operation keys are allowed by the unique index on every supported engine.
     UniqueConstraint("queue_id", "operation_key", name="uq_tasks_queue_operation_key"),
     Index(
@@ -212,6 +213,8 @@ attempts = Table(
     Column("decision_rule", String(CODE), nullable=True),
     Column("killed_at_ms", BigInteger, nullable=True),  # migration 0004
     Column("reap_ms", Integer, nullable=True),
+    # After a cancel reached the running attempt: COOPERATIVE or KILLED (migration 0008).
+    Column("ended_by", String(16), nullable=True),
     Index("ix_attempts_task", "task_id"),
     Index("ix_attempts_state_lease", "state", "lease_expires_at_ms"),
     Index("ix_attempts_state_reserved", "state", "reserved_at_ms"),

@@ -49,6 +49,7 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
             "attempt_timeout_ms": row["attempt_timeout_ms"],
             "lease_ttl_ms": row["lease_ttl_ms"],
             "schedule_to_start_ms": row["schedule_to_start_ms"],
+            "cancel_grace_ms": row["cancel_grace_ms"],
         },
         "operation_key": row["operation_key"],
         "priority": priority_of(row["dispatch_rank"]),
@@ -100,6 +101,8 @@ def attempt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
         # Negative: the SIGKILL went out before the server's lease end (docs/http-api.md).
         "kill_after_lease_end_ms": _difference(row["killed_at_ms"], row["lease_expires_at_ms"]),
         "reap_ms": row["reap_ms"],
+        # After a cancel: COOPERATIVE (the handler stopped by itself) or KILLED.
+        "ended_by": row["ended_by"],
         "decision": row["decision"],
         "decision_rule": row["decision_rule"],
     }

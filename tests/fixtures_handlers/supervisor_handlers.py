@@ -7,6 +7,7 @@ test can check with psutil that nothing survives; ``append`` appends one line pe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -99,6 +100,40 @@ def key_error(execution: Execution) -> Any:
     return {}[execution.payload["secret"]]
 
 
+def polls_cancelled(execution: Execution) -> Any:
+    """Works in small steps, looking at ``cancelled()`` between them, and returns early
+    when asked to stop (at most 30 s)."""
+    write_pids(execution, os.getpid())
+    deadline = time.monotonic() + 30.0
+    steps = 0
+    while not execution.cancelled() and time.monotonic() < deadline:
+        time.sleep(0.01)
+        steps += 1
+    return {"stopped": "cancelled" if execution.cancelled() else "done", "steps": steps}
+
+
+async def awaits_cancel(execution: Execution) -> Any:
+    """Awaits for up to 30 s; a cancel cancels its task: it notes that in
+    ``payload["marker"]`` and lets the CancelledError end it."""
+    write_pids(execution, os.getpid())
+    try:
+        await asyncio.sleep(30.0)
+    except asyncio.CancelledError:
+        with open(execution.payload["marker"], "w") as fh:
+            fh.write("cancelled")
+        raise
+    return {"stopped": "done"}
+
+
+def ignores_cancel(execution: Execution) -> Any:
+    """Never looks at ``cancelled()``: runs its 30 s unless it is killed."""
+    write_pids(execution, os.getpid())
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"stopped": "done"}
+
+
 HANDLERS = [
     Handler("sup.upper", "v1", "v1", upper),
     Handler("sup.sleep", "v1", "v1", sleep),
@@ -113,6 +148,9 @@ HANDLERS = [
     Handler("sup.whoami", "v1", "v1", whoami),
     Handler("sup.kills_its_template", "v1", "v1", kills_its_template),
     Handler("sup.key_error", "v1", "v1", key_error),
+    Handler("sup.polls_cancelled", "v1", "v1", polls_cancelled),
+    Handler("sup.awaits_cancel", "v1", "v1", awaits_cancel),
+    Handler("sup.ignores_cancel", "v1", "v1", ignores_cancel),
 ]
 
 BROKEN_DUPLICATES = [

@@ -22,6 +22,7 @@ def task_row(i: int, state: str) -> dict[str, Any]:
         "cancel_requested": False, "current_attempt_id": None, "dispatch_rank": 4,
         "finished_at_ms": NOW if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None,
         "schedule_to_start_ms": None, "start_by_at_ms": None, "spec_digest": None,
+        "cancel_grace_ms": 2000,
     }
 
 
@@ -33,6 +34,6 @@ def attempt_row(i: int, state: str) -> dict[str, Any]:
         "lease_expires_at_ms": NOW + i, "attempt_deadline_at_ms": NOW + i, "renewals": 0,
         "outcome": "SUCCEEDED", "code": None, "retryable": False, "details": None,
         "exit_code": 0, "signal": None, "cpu_ms": 1, "peak_rss_bytes": 1, "kill_reason": None,
-        "killed_at_ms": None, "reap_ms": None,
+        "killed_at_ms": None, "reap_ms": None, "ended_by": None,
         "decision": "SUCCEEDED", "decision_rule": "handler_succeeded",
     }

@@ -167,6 +167,24 @@ def test_cooperative_cancel_reaches_the_handler() -> None:
     assert (out.outcome, out.code, out.retryable) == (Outcome.FAILED, "STOPPED_EARLY", True)
 
 
+def test_a_cancel_before_the_child_is_passed_on_with_the_run() -> None:
+    # One child, busy with the first request: the second waits for it, and its cancel comes
+    # meanwhile. The child it then gets is told right after the run frame.
+    async def scenario() -> ChildOutcome:
+        async with running_pool(1) as pool:
+            first, second = request("cooperative"), request("cooperative")
+            busy = asyncio.create_task(pool.execute(first))
+            await wait_busy(pool)
+            waiting = asyncio.create_task(pool.execute(second))
+            await asyncio.sleep(0)
+            assert not pool.cancel(second.attempt_id)  # no child runs it yet
+            assert pool.cancel(first.attempt_id)
+            await busy
+            return await waiting
+    out = run(scenario())
+    assert (out.outcome, out.code) == (Outcome.FAILED, "STOPPED_EARLY")
+
+
 def test_a_payload_larger_than_the_socket_buffer_arrives_whole() -> None:
     payload = {"blob": "é" * (120 * 1024), "n": 1}  # ~240 KiB of JSON, written in pieces
     out = run(_one("echo", payload))

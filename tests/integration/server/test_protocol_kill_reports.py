@@ -74,3 +74,30 @@ async def test_a_cancelled_task_says_its_attempt_outcome_is_pending(lane: Lane) 
     [a] = lane.attempts(task["id"])["attempts"]
     assert (a["outcome"], a["kill_reason"], a["decision"]) == ("UNKNOWN", "TASK_CANCELLED",
                                                                "CANCELLED")
+
+
+async def test_a_cancelled_attempt_reported_cooperative_keeps_its_result_in_history(
+        lane: Lane) -> None:
+    # The reservation carries the task's cancel grace; after the cancel the attempt's lease
+    # is not renewed (the worker stops asking), and a result the handler returned within the
+    # grace decides the attempt, not the task.
+    task = lane.submit(cancel_grace_ms=750)
+    async with await lane.connect(credit=1) as wc:
+        [r] = await wc.reservations(1)
+        assert r.cancel_grace_ms == 750
+        assert (await wc.start(r)).ok
+        await asyncio.to_thread(lane.cancel, task["id"])
+        await wc.cancel_push()
+        refused = await wc.renew(r)
+        assert not refused.ok and refused.error_code == "LEASE_EXPIRED"
+        res = await wc.finish(r, "SUCCEEDED", result_json='{"partial":1}',
+                              report=Report(child_pid=4242, exit_code=0,
+                                            ended_by="COOPERATIVE"))
+        assert res.ok and res.disposition == "ACCEPTED" and res.task_state == "CANCELLED"
+    got = lane.task(task["id"])
+    assert (got["state"], got["result"], got["attempt_outcome_pending"]) == (
+        "CANCELLED", None, False)
+    assert got["policy"]["cancel_grace_ms"] == 750
+    [a] = lane.attempts(task["id"])["attempts"]
+    assert (a["outcome"], a["ended_by"], a["kill_reason"], a["decision"]) == (
+        "SUCCEEDED", "COOPERATIVE", None, "CANCELLED")

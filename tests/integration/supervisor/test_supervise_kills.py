@@ -125,8 +125,10 @@ def test_sigkill_of_the_supervisor_leaves_nothing_alive(sup_env: SupEnv, tmp_pat
 def test_cancel_push_kills_and_the_report_is_accepted(sup_env: SupEnv, tmp_path: Path) -> None:
     sup_env.start(workers=1)
     pid_file = tmp_path / "cancel.pids"
+    # A grace of 0: the cancel kills at once (test_supervise_cooperative_cancel.py has the
+    # grace).
     task_id = submit(sup_env.producer, sup_env.queue_id, "blocked_read",
-                     {"pid_file": str(pid_file)}, lease_ttl_ms=30000)
+                     {"pid_file": str(pid_file)}, lease_ttl_ms=30000, cancel_grace_ms=0)
     pids = wait_pids(pid_file, "handler running")
     t0 = time.monotonic()
     task = sup_env.producer.post(f"/v1/tasks/{task_id}/cancel", json={"reason": "test"})

@@ -204,3 +204,16 @@ def test_time_filters_accept_relative_iso_and_epoch_times() -> None:
     assert parse_instant("2026-12-02T01:00+01:00", NOW, "--x") == 1_796_169_600_000
     with pytest.raises(click.BadParameter, match="is not a time"):
         parse_instant("yesterday", NOW, "--created-after")
+
+
+def test_a_cancelled_attempt_says_which_ended_it() -> None:
+    stopped = {**ATTEMPT, "outcome": "SUCCEEDED", "code": None, "kill_reason": None,
+               "signal": None, "ended_by": "COOPERATIVE"}
+    assert "stopped by itself on cancel" in render.attempt_story(stopped, NOW)
+    assert "stopped by itself on cancel" in text_of(
+        render.attempts_view({"attempts": [stopped]}, NOW), 240)
+    # A lease kill inside the grace: the kill reason alone would not say a cancel came first.
+    lease = {**ATTEMPT, "kill_reason": "LEASE_LOST", "ended_by": "KILLED"}
+    assert "cancelled, then killed" in render.attempt_story(lease, NOW)
+    cancel = {**ATTEMPT, "kill_reason": "TASK_CANCELLED", "ended_by": "KILLED"}
+    assert "killed: task cancelled" in render.attempt_story(cancel, NOW)

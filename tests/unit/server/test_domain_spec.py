@@ -64,6 +64,10 @@ def test_max_ms_defaults_to_at_least_initial() -> None:
     ({"operation_key": "k" * 256}, "operation_key"),
     ({"operation_key": 7}, "operation_key"),
     ({"unknown": 1}, "unknown"),
+    ({"cancel_grace_ms": -1}, "cancel_grace_ms"),
+    ({"cancel_grace_ms": 60_001}, "cancel_grace_ms"),
+    ({"cancel_grace_ms": 1.5}, "cancel_grace_ms"),
+    ({"cancel_grace_ms": False}, "cancel_grace_ms"),
 ])
 def test_rejections_name_the_field(patch: dict[str, object], needle: str) -> None:
     with pytest.raises(OrbitError) as exc:
@@ -120,3 +124,16 @@ def test_priority_and_delays_parse_and_start_at() -> None:
                 {"not_before_at_ms": "soon"}):
         with pytest.raises(OrbitError):
             domain.parse_task_spec({**base, **bad})
+
+
+def test_cancel_grace_default_bounds_and_digest() -> None:
+    assert domain.parse_task_spec(BASE).policy.cancel_grace_ms == 2000
+    assert domain.parse_task_spec({**BASE, "cancel_grace_ms": None}).policy.cancel_grace_ms == 2000
+    for grace in (0, 60_000):
+        assert domain.parse_task_spec({**BASE, "cancel_grace_ms": grace}
+                                      ).policy.cancel_grace_ms == grace
+    # Saying the default changes nothing (digests stored before the field stay valid);
+    # another grace is another spec for an operation key.
+    plain = domain.parse_task_spec(BASE).digest
+    assert domain.parse_task_spec({**BASE, "cancel_grace_ms": 2000}).digest == plain
+    assert domain.parse_task_spec({**BASE, "cancel_grace_ms": 0}).digest != plain

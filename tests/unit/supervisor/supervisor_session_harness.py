@@ -40,11 +40,12 @@ def welcome(heartbeat_ms: int = 1000, ttl_ms: int = 3000, max_batch_ops: int = 2
 
 
 def reservation(lease_ttl_ms: int = 3000, attempt_timeout_ms: int = 60000,
-                capability: Capability = CAP) -> Reservation:
+                capability: Capability = CAP, cancel_grace_ms: int = 0) -> Reservation:
     return Reservation(
         attempt_id=new_id(5), task_id=new_id(6), epoch=1, attempt_number=1,
         capability=capability, payload={"text": "x"}, idempotency=Idempotency.NON_IDEMPOTENT,
         lease_ttl_ms=lease_ttl_ms, attempt_timeout_ms=attempt_timeout_ms, deadline_at_ms=0,
+        cancel_grace_ms=cancel_grace_ms,
     )
 
 

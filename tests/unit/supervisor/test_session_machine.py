@@ -8,7 +8,10 @@ the machine chooses, after any delay; connections drop at random moments. Invari
   never twice;
 - an execution alive at ``now`` always holds an unexpired lease on the server (the local
   expiry is never later than the server's, and the kill comes at the local expiry);
-- known attempts <= 2 x capacity; a credit grant never exceeds the free slots.
+- known attempts <= 2 x capacity; a credit grant never exceeds the free slots;
+- a cancel tells only a running child, and a told child is killed by the end of its
+  cancel grace (or its lease) unless it ended first; the server refuses renewals of a
+  cancelled attempt and a resume lists it LOST / TASK_CANCELLED, as the real one does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from supervisor_session_harness import FakeOutcome, make_session, reservation, w
 
 from orbit_supervisor.actions import (
     Action,
+    CancelChild,
     CloseConnection,
     Connect,
     Execute,
@@ -60,6 +64,7 @@ class ServerAttempt:
     state: str = "RESERVED"  # RESERVED, RUNNING, DONE, RELEASED
     expires: float = 0.0
     epoch: int = 1
+    cancelled: bool = False
 
 
 @dataclass
@@ -85,6 +90,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.executed: set[str] = set()
         self.alive: set[str] = set()  # executing, not yet reported by the pool
         self.killed: set[str] = set()
+        self.told: set[str] = set()  # children a cancel was passed on to
         self.finished = False
         self.pending_connect: float | None = None
         self.next_id = 0
@@ -110,6 +116,9 @@ class SessionMachine(RuleBasedStateMachine):
                     assert res.attempt_id not in self.executed, "ran twice"
                     self.executed.add(res.attempt_id)
                     self.alive.add(res.attempt_id)
+                case CancelChild(attempt_id=attempt_id):
+                    assert attempt_id in self.alive - self.killed, "told a child not running"
+                    self.told.add(attempt_id)
                 case Kill(attempt_id=attempt_id):
                     self.killed.add(attempt_id)
                     if attempt_id in self.alive:  # a child was signalled: report it now
@@ -167,7 +176,7 @@ class SessionMachine(RuleBasedStateMachine):
                 return OpResult(op.msg_id, True, lease_ms=lease_ms)
             case RenewOp():
                 att = self.server.attempts[op.attempt_id]
-                if att.state != "RUNNING" or self.now >= att.expires:
+                if att.state != "RUNNING" or self.now >= att.expires or att.cancelled:
                     return OpResult(op.msg_id, False, ErrorCode.LEASE_EXPIRED)
                 att.expires = self.now + lease_ms / 1000
                 return OpResult(op.msg_id, True, lease_ms=lease_ms)
@@ -181,7 +190,10 @@ class SessionMachine(RuleBasedStateMachine):
                 entries = []
                 for ref in op.attempts:
                     att = self.server.attempts[ref.attempt_id]
-                    if att.state == "RUNNING" and self.now < att.expires:
+                    if att.state == "RUNNING" and att.cancelled:
+                        entries.append(ResumeEntry(ref.attempt_id, "LOST",
+                                                   reason="TASK_CANCELLED"))
+                    elif att.state == "RUNNING" and self.now < att.expires:
                         entries.append(ResumeEntry(ref.attempt_id, "RUNNING",
                                                    int((att.expires - self.now) * 1000)))
                     else:
@@ -195,8 +207,9 @@ class SessionMachine(RuleBasedStateMachine):
                 claimed = []
                 for _ in range(taken):
                     self.next_id += 1
-                    res = replace(reservation(lease_ttl_ms=300), attempt_id=f"{self.next_id:032x}",
-                                  lease_ms=lease_ms)
+                    res = replace(reservation(lease_ttl_ms=300,
+                                              cancel_grace_ms=_grace(self.next_id)),
+                                  attempt_id=f"{self.next_id:032x}", lease_ms=lease_ms)
                     self.server.attempts[res.attempt_id] = ServerAttempt(
                         "RUNNING", self.now + lease_ms / 1000)
                     claimed.append(res)
@@ -293,7 +306,8 @@ class SessionMachine(RuleBasedStateMachine):
         for _ in range(n):
             # Deterministic IDs, so hypothesis can replay and shrink a failure.
             self.next_id += 1
-            res = replace(reservation(lease_ttl_ms=300), attempt_id=f"{self.next_id:032x}")
+            res = replace(reservation(lease_ttl_ms=300, cancel_grace_ms=_grace(self.next_id)),
+                          attempt_id=f"{self.next_id:032x}")
             self.server.attempts[res.attempt_id] = ServerAttempt()
             batch.append(res)
             self.sent.append(res)
@@ -323,6 +337,7 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel_push(self, data: st.DataObject) -> None:
         attempt_id = data.draw(st.sampled_from(sorted(self.alive)))
+        self.server.attempts[attempt_id].cancelled = True
         self.apply(self.s.frame_received(Cancel(attempt_id, 1, "TASK_CANCELLED"), self.now))
 
     @precondition(lambda self: not self.finished)
@@ -344,6 +359,16 @@ class SessionMachine(RuleBasedStateMachine):
                 f"{attempt_id} runs at {self.now} past the server's lease {server.expires}")
             local = self.s.attempts[attempt_id].lease.expires_at
             assert local is not None and local <= server.expires + 1e-9
+
+    @invariant()
+    def a_told_child_is_killed_by_the_end_of_its_grace(self) -> None:
+        """A child that ignores a cancel runs no longer than its grace: once the timer
+        reached the grace's end it was killed (the lease bounds it too, see above)."""
+        for attempt_id in (self.told & self.alive) - self.killed:
+            att = self.s.attempts[attempt_id]
+            assert att.phase is Phase.RUNNING and att.cancel_at is not None, att
+            assert self.now < att.cancel_at, f"{attempt_id} outlived its cancel grace"
+            assert not att.lease.renewal_due(self.now), "a cancelled attempt renews"
 
     @invariant()
     def never_more_executions_than_slots(self) -> None:
@@ -416,6 +441,12 @@ class SessionMachine(RuleBasedStateMachine):
     def done_means_done(self) -> None:
         if self.finished:
             assert self.s.conn is Conn.DONE and self.s.next_timer() is None
+
+
+def _grace(n: int) -> int:
+    """Every other attempt has a cancel grace (shorter and longer than its 300 ms lease's
+    renewal interval); the others are killed at once on a cancel, as with a grace of 0."""
+    return (0, 150, 0, 400)[n % 4]
 
 
 class OversubscribedSessionMachine(SessionMachine):

@@ -149,6 +149,9 @@ def _kill_finish(**report: object) -> bytes:
     {"kill_reason": "LEASE_LOST", "reap_ms": True},
     {"kill_age_ms": 3},  # a kill's timing without the kill
     {"reap_ms": 3, "signal": 9},
+    {"ended_by": "KILLED"},  # a kill without its reason
+    {"ended_by": "COOPERATIVE", "kill_reason": "TASK_CANCELLED"},  # no kill ended it
+    {"ended_by": "cooperative"},
 ])
 def test_bad_kill_timing_is_a_bad_frame(report: dict[str, object]) -> None:
     with pytest.raises(ProtocolError) as info:
@@ -161,3 +164,24 @@ def test_kill_timing_decodes() -> None:
                                                reap_ms=86_400_000))
     assert isinstance(request, Request) and isinstance(request.ops[0], FinishOp)
     assert (request.ops[0].report.kill_age_ms, request.ops[0].report.reap_ms) == (0, 86_400_000)
+
+
+def test_ended_by_and_cancel_grace_decode() -> None:
+    request = decode_client_frame(_kill_finish(kill_reason="TASK_CANCELLED", ended_by="KILLED"))
+    assert isinstance(request, Request) and isinstance(request.ops[0], FinishOp)
+    assert request.ops[0].report.ended_by == "KILLED"
+    request = decode_client_frame(_kill_finish(ended_by="COOPERATIVE"))
+    assert isinstance(request, Request) and isinstance(request.ops[0], FinishOp)
+    assert request.ops[0].report.ended_by == "COOPERATIVE"
+    res = Reservation(A, B, 1, 1, CAP, {}, Idempotency.IDEMPOTENT, 30000, 1000, 5,
+                      cancel_grace_ms=60_000)
+    (decoded,) = decode_server_frame(encode(Reserve((res,)))).reservations  # type: ignore[union-attr]
+    assert decoded.cancel_grace_ms == 60_000
+    # An older server says nothing: its cancels kill at once.
+    wire = orjson.loads(encode(Reserve((res,))))
+    del wire["reservations"][0]["cancel_grace_ms"]
+    (older,) = decode_server_frame(orjson.dumps(wire)).reservations  # type: ignore[union-attr]
+    assert older.cancel_grace_ms == 0
+    wire["reservations"][0]["cancel_grace_ms"] = 60_001
+    with pytest.raises(ProtocolError):
+        decode_server_frame(orjson.dumps(wire))
