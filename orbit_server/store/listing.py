@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Integer, Select, and_, bindparam, func, or_, select, union_all
+from sqlalchemy import BigInteger, Integer, Select, and_, bindparam, func, or_, select, union_all
 
 from orbit_wire.model import AttemptState, TaskState
 
@@ -121,4 +121,17 @@ PENDING_BY_QUEUE_CAPABILITY = (
     .where(tasks.c.state == TaskState.PENDING.value)
     .group_by(tasks.c.queue_id, tasks.c.handler, tasks.c.handler_version,
               tasks.c.payload_version)
+)
+# Tasks of a queue finished in [since, until), counted by end state and window (the range of
+# ix_tasks_finished: the rows read are those every queue finished in the span).
+FINISHED_BY_WINDOW = (
+    select(tasks.c.state,
+           ((tasks.c.finished_at_ms - bindparam("since", type_=BigInteger))
+            // bindparam("window_ms", type_=BigInteger))
+           .label("slot"),
+           func.count())
+    .where(tasks.c.finished_at_ms >= bindparam("since"),
+           tasks.c.finished_at_ms < bindparam("until"),
+           tasks.c.queue_id == bindparam("queue_id"))
+    .group_by(tasks.c.state, "slot")
 )
