@@ -2,10 +2,11 @@
 // #/review?…, #/workers), the status line and auto-refresh.
 
 import { ApiError, credential, get, parseCredential, signIn, signOut } from "./api.js";
-import { replace, shortId } from "./dom.js";
+import { h, replace, shortId } from "./dom.js";
 import { renderQueues, renderReview, renderTask, renderTasks, renderWorkers } from "./pages.js";
 
 const REFRESH_MS = 5000;
+const ID = /^[0-9a-f]{32}$/;  // only an ID goes into an API path
 const $ = (id) => document.getElementById(id);
 // The sign-in form leaves the document while a page shows: keep hold of it.
 const signInForm = $("sign-in");
@@ -68,7 +69,8 @@ async function render() {
       clean: () => { dirty = false; } };
     let node;
     if (page === "tasks") node = await renderTasks(ctx);
-    else if (page === "task" && arg) node = await renderTask(ctx, arg);
+    else if (page === "task" && ID.test(arg || "")) node = await renderTask(ctx, arg);
+    else if (page === "task") node = h("p", { class: "error" }, "not a task ID");
     else if (page === "review") node = await renderReview(ctx);
     else if (page === "workers") node = await renderWorkers(ctx);
     else node = await renderQueues(ctx);

@@ -314,7 +314,8 @@ export async function renderWorkers(ctx) {
     h("td", { class: "num" }, String(w.credit)),
     h("td", {}, ago(w.connected_at_ms, now)), h("td", {}, ago(w.last_heartbeat_at_ms, now)),
     h("td", {}, w.running.length ? w.running.map((r) => h("div", {}, taskLink(r.task_id),
-      ` pid ${r.child_pid ?? "?"}, ${duration(r.running_ms)}`)) : h("span", { class: "muted" }, "idle"))));
+      r.child_pid === null ? "" : ` pid ${r.child_pid}`, ` for ${duration(r.running_ms)}`))
+      : h("span", { class: "muted" }, "idle"))));
   return h("div", {}, h("h1", {}, "Live workers"),
     h("div", { class: "card" },
       table(["instance", "queue", "replica", "version", "capabilities", "busy / slots", "credit",
