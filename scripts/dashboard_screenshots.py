@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests")]
 
 from support.dashboard import Scene, chromium, dashboard_scene, open_page, sign_in  # noqa: E402
+from support.supervisor_helpers import submit  # noqa: E402
+
+STREAM_S = 12.0  # tasks submitted over this long, so the per-second throughput has a shape
+
+
+def _stream(scene: Scene) -> None:
+    """A few tasks every half second, some rejected, for the throughput chart."""
+    end = time.monotonic() + STREAM_S
+    n = 0
+    while time.monotonic() < end:
+        for _ in range(1 + n % 4):
+            submit(scene.producer, scene.queue_id, "upper", {"text": f"stream {n}"})
+        if n % 5 == 2:
+            submit(scene.producer, scene.queue_id, "reject", {"n": n}, max_attempts=1)
+        n += 1
+        time.sleep(0.5)
+    time.sleep(1.0)  # the last ones finish
 
 
 def _shot(page: Any, scene: Scene, route: str, ready: str, path: Path) -> None:
@@ -44,7 +62,8 @@ def main() -> int:
             page.screenshot(path=str(out / "dashboard-sign-in.png"))
             sign_in(page, scene.url, scene.admin_bearer)
             q = scene.queue_id
-            _shot(page, scene, "queues", f"section[data-queue='{q}'] svg",
+            _stream(scene)
+            _shot(page, scene, "queues?span=1000", f"section[data-queue='{q}'] svg",
                   out / "dashboard-queues.png")
             _shot(page, scene, f"tasks?queue={q}", "#task-table tbody tr",
                   out / "dashboard-tasks.png")

@@ -45,11 +45,13 @@ export function duration(ms) {
   if (ms === null || ms === undefined) return "";
   const abs = Math.abs(ms);
   const sign = ms < 0 ? "-" : "";
+  const two = (big, bigUnit, small, smallUnit) =>
+    `${sign}${big} ${bigUnit}${small ? ` ${small} ${smallUnit}` : ""}`;
   if (abs < 1000) return `${sign}${Math.round(abs)} ms`;
   if (abs < 60_000) return `${sign}${(abs / 1000).toFixed(abs < 10_000 ? 2 : 1)} s`;
-  if (abs < 3_600_000) return `${sign}${Math.floor(abs / 60_000)} min ${Math.round((abs % 60_000) / 1000)} s`;
-  if (abs < 86_400_000) return `${sign}${Math.floor(abs / 3_600_000)} h ${Math.round((abs % 3_600_000) / 60_000)} min`;
-  return `${sign}${Math.floor(abs / 86_400_000)} d ${Math.round((abs % 86_400_000) / 3_600_000)} h`;
+  if (abs < 3_600_000) return two(Math.floor(abs / 60_000), "min", Math.round((abs % 60_000) / 1000), "s");
+  if (abs < 86_400_000) return two(Math.floor(abs / 3_600_000), "h", Math.round((abs % 3_600_000) / 60_000), "min");
+  return two(Math.floor(abs / 86_400_000), "d", Math.round((abs % 86_400_000) / 3_600_000), "h");
 }
 
 // An instant as "12 s ago", with the exact UTC time in its tooltip.

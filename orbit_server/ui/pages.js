@@ -9,6 +9,9 @@ import {
 
 const STATES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED"];
 const REVIEWERS = new Set(["admin", "producer"]);
+// Throughput windows: [window_ms, windows, label]; the overview's `span` parameter.
+const SPANS = [["1000", "60", "per second, last minute"], ["10000", "30", "per 10 s, last 5 min"],
+  ["60000", "30", "per minute, last 30 min"], ["3600000", "24", "per hour, last 24 h"]];
 const WITHIN = [["", "any time"], ["300000", "last 5 min"], ["3600000", "last hour"],
   ["86400000", "last 24 h"], ["604800000", "last 7 days"]];
 
@@ -39,11 +42,12 @@ function noQueue() {
 // ------------------------------------------------------------------ queues overview
 
 export async function renderQueues(ctx) {
+  const span = SPANS.find(([w]) => w === ctx.params.get("span")) || SPANS[2];
   const [workers, ...perQueue] = await Promise.all([
     get("/v1/workers"),
     ...ctx.queues.map((q) => Promise.all([
       get(`/v1/queues/${q.id}/stats`),
-      get(`/v1/queues/${q.id}/throughput`, { window_ms: 60000, windows: 30 }),
+      get(`/v1/queues/${q.id}/throughput`, { window_ms: span[0], windows: span[1] }),
     ])),
   ]);
   const now = Date.now();
@@ -74,7 +78,11 @@ export async function renderQueues(ctx) {
         " · ", h("a", { href: `#/workers?queue=${q.id}` }, "Workers"),
         h("span", { class: "muted" }, ` · as of ${isoTime(now)}`)));
   });
-  return h("div", {}, h("h1", {}, "Queues"),
+  const spanSelect = h("form", { class: "filters card", onsubmit: (e) => e.preventDefault() },
+    h("label", {}, "Throughput", h("select", { name: "span",
+      onchange: (e) => ctx.navigate("queues", { span: e.target.value }) },
+    SPANS.map(([w, , label]) => h("option", { value: w, selected: w === span[0] }, label)))));
+  return h("div", {}, h("h1", {}, "Queues"), spanSelect,
     cards.length ? h("div", { class: "cards" }, cards) : noQueue());
 }
 

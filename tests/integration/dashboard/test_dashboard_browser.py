@@ -117,6 +117,11 @@ def test_overview_shows_counts_workers_unserved_and_throughput(page: Any, scene:
     # The six upper tasks, the rejected one and anything resolved before this test.
     assert int(chart.get_attribute("data-total")) >= 7
     assert chart.locator("rect.bar-SUCCEEDED").count() >= 1
+    # Per second over the last minute: 60 windows of the same tasks (all finished lately).
+    page.select_option("select[name=span]", "1000")
+    page.wait_for_function("() => location.hash.includes('span=1000')")
+    _shown(page)
+    assert "1.00 s per bar" in chart.text_content()
 
 
 def test_task_list_filters_by_state_and_capability_and_pages(page: Any, scene: Scene) -> None:
