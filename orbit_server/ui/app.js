@@ -6,6 +6,8 @@ import { h, replace, shortId } from "./dom.js";
 import { renderQueues, renderReview, renderTask, renderTasks, renderWorkers } from "./pages.js";
 
 const REFRESH_MS = 5000;
+// The queue list (names for the menus) counts every queue's tasks: read it at most this often.
+const QUEUES_MS = 60000;
 const ID = /^[0-9a-f]{32}$/;  // only an ID goes into an API path
 const $ = (id) => document.getElementById(id);
 // The sign-in form leaves the document while a page shows: keep hold of it.
@@ -17,6 +19,14 @@ let me = null;
 let generation = 0;   // a render started before the latest navigation is dropped
 let dirty = false;    // the user typed into the page: auto-refresh waits
 let rendering = false;
+let queuesRead = { at: 0, list: [] };
+
+async function queueList() {
+  if (Date.now() - queuesRead.at >= QUEUES_MS) {
+    queuesRead = { at: Date.now(), list: (await get("/v1/queues")).queues };
+  }
+  return queuesRead.list;
+}
 
 function route() {
   const hash = window.location.hash.replace(/^#\/?/, "");
@@ -44,6 +54,7 @@ function navigate(page, params = {}) {
 
 function showSignIn(message = "") {
   me = null;
+  queuesRead = { at: 0, list: [] };
   $("nav").hidden = true;
   $("sign-out").hidden = true;
   $("refresh-box").hidden = true;
@@ -64,7 +75,7 @@ async function render() {
   }
   rendering = true;
   try {
-    const queues = (await get("/v1/queues")).queues;
+    const queues = await queueList();
     const ctx = { me, queues, params, navigate, status, refresh: () => render(),
       clean: () => { dirty = false; } };
     let node;
