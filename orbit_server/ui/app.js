@@ -65,7 +65,14 @@ function showSignIn(message = "") {
   credentialInput.focus();
 }
 
-async function render() {
+// A field of the page has focus: auto-refresh would take it away.
+function typing() {
+  const active = document.activeElement;
+  return Boolean(active && $("main").contains(active)
+    && ["INPUT", "TEXTAREA", "SELECT"].includes(active.tagName));
+}
+
+async function render({ auto = false } = {}) {
   if (!me) return;
   const mine = ++generation;
   const hash = window.location.hash;
@@ -86,6 +93,8 @@ async function render() {
     else if (page === "workers") node = await renderWorkers(ctx);
     else node = await renderQueues(ctx);
     if (mine !== generation) return;
+    // The user started typing while an auto-refresh was reading: keep what they typed.
+    if (auto && (dirty || typing())) return;
     replace($("main"), node);
     document.body.dataset.page = page;
     document.body.dataset.route = hash;  // what is shown (the browser tests wait for it)
@@ -142,9 +151,9 @@ function setUp() {
   $("main").addEventListener("input", () => { dirty = true; });
   window.addEventListener("hashchange", () => { dirty = false; status(""); render(); });
   window.setInterval(() => {
-    const active = document.activeElement;
-    const typing = active && $("main").contains(active) && ["INPUT", "TEXTAREA", "SELECT"].includes(active.tagName);
-    if (me && $("refresh").checked && !dirty && !typing && !rendering && !document.hidden) render();
+    if (me && $("refresh").checked && !dirty && !typing() && !rendering && !document.hidden) {
+      render({ auto: true });
+    }
   }, REFRESH_MS);
   start();
 }
