@@ -17,7 +17,7 @@ import orjson
 from sqlalchemy import Connection, select
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.model import Capability, Role
+from orbit_wire.model import Capability, Role, TaskState
 
 from ..auth import Principal, require_queue, require_role, require_visible_queue
 from ..domain.listing import TaskFilter, cut_page, encode_cursor, waiting_fact
@@ -29,7 +29,9 @@ from ..store.views import queue_list_view, task_view
 from .context import TxContext
 
 _READERS = (Role.ADMIN, Role.PRODUCER)
-FINISHED_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+# The end states the throughput counts (finished_at_ms is set when a task reaches one).
+FINISHED_STATES = tuple(s.value for s in (TaskState.SUCCEEDED, TaskState.FAILED,
+                                          TaskState.CANCELLED))
 # Capability -> None while a live worker offers it, else when one last offered it.
 Offers = dict[Capability, int | None]
 
