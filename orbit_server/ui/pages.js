@@ -175,8 +175,8 @@ function reviewControls(ctx, task, onDone) {
   if (!REVIEWERS.has(ctx.me.role)) {
     return h("p", { class: "muted" }, "This credential may not review tasks.");
   }
-  const reason = h("input", { name: "reason", placeholder: "why (audited)", size: 28 });
-  const result = h("input", { name: "result", value: "{}", size: 14, class: "mono",
+  const reason = h("input", { name: "reason", placeholder: "why (audited)", size: 20 });
+  const result = h("input", { name: "result", value: "{}", size: 8, class: "mono",
     title: "the result recorded by mark succeeded (JSON)" });
   const act = async (action) => {
     const body = { action };
@@ -227,7 +227,7 @@ export async function renderReview(ctx) {
     h("form", { class: "filters card", onsubmit: (e) => e.preventDefault() },
       queueSelect(ctx, queue, (id) => ctx.navigate("review", { queue: id }))),
     h("div", { class: "card" },
-      table(["task", "capability", "last attempt", "kill reason", "rule", "waiting since",
+      table(["task", "capability", "last attempt", "kill reason", "rule", "in review since",
         "resolve"], rows, { id: "review-table" }),
       rows.length ? null : h("p", { class: "muted", id: "review-empty" }, "Nothing to review."),
       page.next_cursor ? h("p", {}, h("a", {
