@@ -28,6 +28,7 @@ from orbit_host.version import DISTRIBUTION
 from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
+from .dashboard import dashboard_routes
 from .dispatcher import Dispatcher
 from .domain.listing import WarnOnce
 from .http_api import http_exception_handlers, http_routes
@@ -95,7 +96,7 @@ class OrbitServer:
                             services=self.services, dispatcher=self.dispatcher,
                             waiters=self.waiters, apply=self.apply)
         self.app = Starlette(routes=[*http_routes(parts), *schedule_routes(parts),
-                                     *ws_routes(parts)],
+                                     *ws_routes(parts), *dashboard_routes()],
                              exception_handlers=http_exception_handlers(),
                              lifespan=self._lifespan)
 

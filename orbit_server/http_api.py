@@ -28,9 +28,9 @@ from orbit_wire.frames import Reserve
 from orbit_wire.ids import is_id
 from orbit_wire.jsonvalue import check_int_range, walk_json
 from orbit_wire.limits import MAX_SUBMIT_BATCH, MAX_VALUE_DEPTH
-from orbit_wire.model import Capability, TaskState
+from orbit_wire.model import Capability, Role, TaskState
 
-from .auth import Principal
+from .auth import Principal, require_role
 from .domain.listing import parse_filter
 from .openapi import openapi_document
 from .parts import ServerParts
@@ -45,6 +45,7 @@ log = logging.getLogger("orbit.http")
 MAX_BODY_BYTES = 512 * 1024
 MAX_BATCH_BODY_BYTES = 16 * 1024 * 1024
 MAX_WAIT_MS = 60_000
+MAX_THROUGHPUT_WINDOWS = 120
 # A long poll re-reads the task at least this often even without a local wake-up, so a task
 # finished through another replica sharing the database is still seen.
 WAIT_SLICE_S = 1.0
@@ -329,6 +330,27 @@ class HttpApi:
             raise _bad("queue_id must be a 32-character lowercase hex ID")
         return JSONResponse(await self._as(request, self.listing.list_workers, queue_id))
 
+    async def throughput(self, request: Request) -> Response:
+        queue_id = _path_id(request, "queue_id")
+        params = request.query_params
+        unknown = sorted(k for k in params if k not in ("window_ms", "windows"))
+        if unknown:
+            raise _bad(f"unknown parameter(s): {', '.join(unknown)}")
+        window_ms = _query_int(request, "window_ms", 1_000, 86_400_000, 60_000)
+        windows = _query_int(request, "windows", 1, MAX_THROUGHPUT_WINDOWS, 30)
+        return JSONResponse(await self._as(request, self.listing.throughput, queue_id,
+                                           window_ms, windows))
+
+    async def me(self, request: Request) -> Response:
+        """The credential the request authenticated with (no secret): what the dashboard
+        shows and offers (review actions only to the roles that may review)."""
+        _no_params(request)
+        principal = await self._principal(request)
+        require_role(principal, (Role.ADMIN, Role.PRODUCER))
+        return JSONResponse({"credential_id": principal.credential_id,
+                             "role": principal.role.value,
+                             "queues": sorted(principal.queues)})
+
     # -------------------------------------------------------------- producer
 
     async def submit(self, request: Request) -> Response:
@@ -456,6 +478,15 @@ def _no_params(request: Request) -> None:
         raise _bad(f"unknown parameter(s): {', '.join(sorted(request.query_params))}")
 
 
+def _query_int(request: Request, key: str, lo: int, hi: int, default: int) -> int:
+    raw = request.query_params.get(key)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not lo <= int(raw) <= hi:
+        raise _bad(f"{key} must be an integer in [{lo}, {hi}]")
+    return int(raw)
+
+
 def _wait_ms(request: Request) -> int:
     raw = request.query_params.get("wait_ms")
     if raw is None or raw == "":
@@ -496,6 +527,8 @@ def http_routes(parts: ServerParts) -> list[Route]:
         Route("/v1/queues/{queue_id}/tasks", e(api.list_tasks), methods=["GET"]),
         Route("/v1/workers", e(api.list_workers), methods=["GET"]),
         Route("/v1/queues/{queue_id}/stats", e(api.queue_stats), methods=["GET"]),
+        Route("/v1/queues/{queue_id}/throughput", e(api.throughput), methods=["GET"]),
+        Route("/v1/me", e(api.me), methods=["GET"]),
         Route("/v1/credentials", e(api.create_credential), methods=["POST"]),
         Route("/v1/credentials", e(api.list_credentials), methods=["GET"]),
         Route("/v1/credentials/{credential_id}/rotate", e(api.rotate_credential),

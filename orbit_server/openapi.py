@@ -176,6 +176,17 @@ _SCHEMAS: dict[str, Any] = {
         "created_at_ms": _MS,
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
     }, ["queue_id", "name", "created_at", "counts"])}}, ["queues"]),
+    "Throughput": _obj({
+        "queue_id": _ID, "window_ms": _MS, "until_at_ms": _MS,
+        "windows": {"type": "array", "items": _obj({
+            "from_at_ms": _MS,
+            "counts": _obj({s: {"type": "integer"} for s in ("SUCCEEDED", "FAILED",
+                                                             "CANCELLED")}),
+        }, ["from_at_ms", "counts"])},
+    }, ["queue_id", "window_ms", "until_at_ms", "windows"]),
+    "Me": _obj({"credential_id": _ID, "role": {"type": "string", "enum": ["admin", "producer"]},
+                "queues": {"type": "array", "items": _ID}},
+               ["credential_id", "role", "queues"]),
     "WorkerList": _obj({"workers": {"type": "array", "items": _obj({
         "instance_id": _ID, "queue_id": _ID, "replica": _NULLABLE_STR,
         "version": _NULLABLE_STR, "capabilities": {"type": "array", "items": _ref("Capability")},
@@ -309,6 +320,16 @@ def openapi_document() -> dict[str, Any]:
         "/v1/queues/{queue_id}/stats": {"get": _op("Queue statistics (admin, producer)",
                                                    "statistics", "QueueStats",
                                                    params=["queue_id"])},
+        "/v1/queues/{queue_id}/throughput": {"get": _op(
+            "Tasks finished per recent window, by end state (admin, producer)", "counts",
+            "Throughput", params=["queue_id"], query=[
+                _query("window_ms", {"type": "integer", "minimum": 1000,
+                                     "maximum": 86_400_000, "default": 60_000},
+                       "width of one window"),
+                _query("windows", {"type": "integer", "minimum": 1, "maximum": 120,
+                                   "default": 30}, "windows up to now, oldest first")])},
+        "/v1/me": {"get": _op("The calling credential: its ID, role and queues (no secret)",
+                              "the credential", "Me")},
         "/v1/credentials": {
             "post": _op("Create a credential (admin); the secret is shown once",
                         "created", "Credential", body="CredentialRequest", status="201"),

@@ -17,9 +17,9 @@ import orjson
 from sqlalchemy import Connection, select
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.model import Capability, Role
+from orbit_wire.model import Capability, Role, TaskState
 
-from ..auth import Principal, require_queue, require_role
+from ..auth import Principal, require_queue, require_role, require_visible_queue
 from ..domain.listing import TaskFilter, cut_page, encode_cursor, waiting_fact
 from ..store import listing as q
 from ..store.retry import transactional
@@ -29,6 +29,9 @@ from ..store.views import queue_list_view, task_view
 from .context import TxContext
 
 _READERS = (Role.ADMIN, Role.PRODUCER)
+# The end states the throughput counts (finished_at_ms is set when a task reaches one).
+FINISHED_STATES = tuple(s.value for s in (TaskState.SUCCEEDED, TaskState.FAILED,
+                                          TaskState.CANCELLED))
 # Capability -> None while a live worker offers it, else when one last offered it.
 Offers = dict[Capability, int | None]
 
@@ -98,6 +101,26 @@ class ListingService:
                         "running_ms": max(0, now - (a["started_at_ms"] or now)),
                     })
         return {"workers": [worker_view(r, running.get(r["id"], [])) for r in rows]}
+
+    def throughput(self, principal: Principal, queue_id: str, window_ms: int,
+                   windows: int) -> dict[str, Any]:
+        """The queue's tasks finished in each of the last ``windows`` windows of
+        ``window_ms`` (oldest first), by end state: what the dashboard's chart draws."""
+        require_role(principal, _READERS)
+        require_visible_queue(principal, queue_id)
+        until = self._tx.clock()
+        since = until - window_ms * windows
+        slots: list[dict[str, int]] = [{s: 0 for s in FINISHED_STATES} for _ in range(windows)]
+        with self._tx.read() as conn:
+            _queue_exists(conn, queue_id)
+            for state, slot, n in conn.execute(q.FINISHED_BY_WINDOW, {
+                    "since": since, "until": until, "window_ms": window_ms,
+                    "queue_id": queue_id}):
+                if state in FINISHED_STATES and 0 <= int(slot) < windows:
+                    slots[int(slot)][state] += n
+        return {"queue_id": queue_id, "window_ms": window_ms, "until_at_ms": until,
+                "windows": [{"from_at_ms": since + i * window_ms, "counts": counts}
+                            for i, counts in enumerate(slots)]}
 
     def unserved(self) -> list[dict[str, Any]]:
         """Every (queue, capability) with PENDING tasks and no live worker offering it:

@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,14 +33,7 @@ from .invariants import CHECKS, Journal, TaskFacts, check, killed_after_lease_en
 from .orbit_http import OrbitEnv, expect, http_client
 from .proxy import TcpProxy
 from .server import ServerProcess
-from .waiting import UNIT, wait_until
-from .ws_tap import OpTap
-
-_SUPERVISOR_TESTS = Path(__file__).resolve().parents[1] / "integration" / "supervisor"
-if str(_SUPERVISOR_TESTS) not in sys.path:  # the real-process helpers of the supervisor tests
-    sys.path.append(str(_SUPERVISOR_TESTS))
-
-from supervisor_support import (  # noqa: E402
+from .supervisor_helpers import (
     SupervisorProcess,
     alive,
     read_pids,
@@ -49,6 +41,8 @@ from supervisor_support import (  # noqa: E402
     wait_task,
     worker_credentials_file,
 )
+from .waiting import UNIT, wait_until
+from .ws_tap import OpTap
 
 SETTLE_S = 60.0  # every task of a run ends within this (units)
 FAST_BACKOFF = {"initial_ms": 20, "max_ms": 100, "multiplier": 2.0, "jitter": 0.0}

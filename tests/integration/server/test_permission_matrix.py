@@ -21,6 +21,8 @@ def _routes(queue: str, task: str, cred: str) -> dict[str, tuple[str, str, Any]]
     return {
         "create_queue": ("POST", "/v1/queues", {}),
         "stats": ("GET", f"/v1/queues/{queue}/stats", None),
+        "throughput": ("GET", f"/v1/queues/{queue}/throughput", None),
+        "me": ("GET", "/v1/me", None),
         "create_credential": ("POST", "/v1/credentials", {"role": "producer", "queues": [queue]}),
         "list_credentials": ("GET", "/v1/credentials", None),
         "rotate": ("POST", f"/v1/credentials/{cred}/rotate", {"grace_ms": 0}),
@@ -43,7 +45,7 @@ def _expected(principal: str, route: str) -> set[int]:
     if route in ADMIN_ONLY:
         return {403} if principal != "admin" else {200, 201}
     if principal == "stranger":
-        return {404}
+        return {200} if route == "me" else {404}  # itself, but no other queue
     if route == "review":
         return {409}  # allowed, but the task is not in NEEDS_REVIEW
     return {200, 201}

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 from support.bulk_rows import NOW, Q, attempt_row, task_row
 
-from orbit_server.store import create_engine_for, migrate, queries
+from orbit_server.store import create_engine_for, listing, migrate, queries
 from orbit_server.store.rows import INSERT_ATTEMPT, INSERT_AUDIT, INSERT_TASK
 from orbit_server.store.tables import attempts, audit, evidence, tasks
 
@@ -156,3 +156,10 @@ def test_retention_and_start_by_range_over_their_indexes(big_db: Engine) -> None
                    "ix_instances_seen")
     assert_indexed(plan(big_db, queries.START_BY_PASSED, now=NOW, n=1000), "ix_tasks_start_by")
     assert_indexed(plan(big_db, queries.NEXT_START_BY), "ix_tasks_start_by")
+
+
+def test_throughput_reads_the_finish_time_range(big_db: Engine) -> None:
+    # The dashboard's chart: the tasks finished lately, not every task of the queue.
+    text = plan(big_db, listing.FINISHED_BY_WINDOW, since=NOW - 1_800_000, until=NOW,
+                window_ms=60_000, queue_id=Q)
+    assert_indexed(text, "ix_tasks_finished")
