@@ -7,34 +7,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
 from supervisor_support import SupEnv, attempts, submit, wait_task
+from support.metrics import Samples, scrape, value
 from support.orbit_http import expect
 from support.server import free_port
 from support.waiting import wait_until
-
-Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def scrape(url: str) -> tuple[str, Samples]:
-    """The exposition text and every sample by name (histograms as _bucket/_sum/_count)."""
-    response = httpx.get(url, timeout=10)
-    assert response.status_code == 200, response.text
-    text = response.text
-    samples: Samples = {}
-    for family in text_string_to_metric_families(text):
-        # The parser names a counter family without its _total suffix.
-        samples.setdefault(family.name + ("_total" if family.type == "counter" else ""), [])
-        for s in family.samples:
-            samples.setdefault(s.name, []).append((dict(s.labels), s.value))
-    return text, samples
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples whose labels include ``labels`` (0 if none)."""
-    return sum(v for got, v in samples.get(name, [])
-               if all(got.get(k) == want for k, want in labels.items()))
 
 
 def test_server_and_supervisor_metrics_after_tasks_and_a_kill(sup_env: SupEnv,
