@@ -16,7 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-__all__ = ["LATENCY_BOUNDS", "LONG_BOUNDS", "Buckets", "Counts", "LabeledBuckets"]
+__all__ = ["LATENCY_BOUNDS", "LONG_BOUNDS", "Bounded", "Buckets", "Counts", "LabeledBuckets"]
 
 Labels = tuple[str, ...]
 
@@ -42,6 +42,27 @@ class Counts:
 
     def snapshot(self) -> dict[Labels, float]:
         return dict(self._by)
+
+
+class Bounded:
+    """A label's values, at most ``limit`` distinct ones: past that, a new value is shown as
+    ``other``, so a peer that makes up codes cannot grow the exposition without bound."""
+
+    __slots__ = ("_seen", "limit", "other")
+
+    def __init__(self, limit: int, other: str = "OTHER") -> None:
+        self._seen: set[str] = set()
+        self.limit = limit
+        self.other = other
+
+    def __call__(self, value: str) -> str:
+        seen = self._seen
+        if value in seen:
+            return value
+        if len(seen) >= self.limit:
+            return self.other
+        seen.add(value)
+        return value
 
 
 class Buckets:

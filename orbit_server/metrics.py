@@ -42,7 +42,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orbit_host.exposition import counter, histogram
-from orbit_host.tally import LONG_BOUNDS, Counts, LabeledBuckets
+from orbit_host.tally import LONG_BOUNDS, Bounded, Counts, LabeledBuckets
 from orbit_wire.errors import ErrorCode, OrbitError
 
 from .services.effects import Counted
@@ -58,6 +58,10 @@ log = logging.getLogger("orbit.metrics")
 # A scrape waits this long for a database count in progress, then answers with the last one.
 _REFRESH_WAIT_S = 2.0
 UNMATCHED = "unmatched"  # the route label of a request no route matched (a 404)
+# Codes and kill reasons come from handlers and workers: the first this many distinct ones
+# are labels of their own, later ones count as OTHER.
+MAX_CODES = 256
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 
 
 class ServerTally:
@@ -75,6 +79,8 @@ class ServerTally:
         self.timed_out = Counts()  # (queue, code)
         self.requests = Counts()  # (method, route, status)
         self.request_time = LabeledBuckets(LONG_BOUNDS)  # (method, route)
+        self._code = Bounded(MAX_CODES)
+        self._reason = Bounded(MAX_CODES)
 
     def count(self, counted: Counted) -> None:
         """Count what one committed transaction did."""
@@ -83,10 +89,10 @@ class ServerTally:
         for queue, first, wait_ms in counted.started:
             self.start_wait.observe((queue, "first" if first else "retry"), wait_ms / 1000)
         for queue, outcome, code, decision in counted.ended:
-            self.ended.add((queue, outcome, code))
+            self.ended.add((queue, outcome, self._code(code)))
             self.decisions.add((queue, decision))
         for queue, reason in counted.kills:
-            self.kills.add((queue, reason))
+            self.kills.add((queue, self._reason(reason)))
         for queue, reason in counted.evidence:
             self.evidence.add((queue, reason))
         for queue in counted.expired:
@@ -127,6 +133,8 @@ class RequestMetrics:
             # The router wrote the matched route's endpoint into this same scope.
             route = self.templates.get(scope.get("endpoint"), UNMATCHED)
             method = scope["method"]
+            if method not in _METHODS:  # another HTTP parser may pass any token on
+                method = "OTHER"
             self.tally.requests.add((method, route, str(status)))
             self.tally.request_time.observe((method, route), time.perf_counter() - started)
 

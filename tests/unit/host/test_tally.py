@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from orbit_host.tally import Buckets, Counts, LabeledBuckets
+from orbit_host.tally import Bounded, Buckets, Counts, LabeledBuckets
 
 
 def test_a_value_on_a_bound_falls_in_that_bucket_and_buckets_cumulate() -> None:
@@ -30,3 +30,9 @@ def test_counts_and_labeled_buckets_keep_each_label_tuple_apart() -> None:
     h.observe(("b",), 2.0)
     assert h.snapshot() == {("a",): ([(1.0, 1), (math.inf, 1)], 0.5),
                             ("b",): ([(1.0, 0), (math.inf, 1)], 2.0)}
+
+
+def test_bounded_labels_keep_the_first_values_and_fold_the_rest() -> None:
+    label = Bounded(2)
+    assert [label(v) for v in ("A", "B", "C", "A", "D", "B")] == ["A", "B", "OTHER", "A",
+                                                                   "OTHER", "B"]
