@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from orbit_host.credentials import Credentials, write_credentials
-from orbit_host.version import DISTRIBUTION
+from orbit_host.version import installed_version
 from orbit_wire.limits import MAX_FRAME_BYTES
 
 from .config import ServerConfig
@@ -45,6 +46,8 @@ from .ws_endpoint import ws_routes
 
 if TYPE_CHECKING:
     import uvicorn
+
+    from .metrics import ServerMetrics
 
 log = logging.getLogger("orbit.server")
 
@@ -78,7 +81,7 @@ class OrbitServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.clock = wall_clock_ms
-        self.store = StoreThread()
+        self.store = StoreThread(timed=config.metrics)
         self.engine = create_engine_for(config.db_url)
         # How instance rows and logs name this server among the replicas of one database.
         self.replica = f"{socket.gethostname()}:{config.port or os.getpid()}"
@@ -95,15 +98,30 @@ class OrbitServer:
         parts = ServerParts(config=config, clock=self.clock, store=self.store,
                             services=self.services, dispatcher=self.dispatcher,
                             waiters=self.waiters, apply=self.apply)
-        self.app = Starlette(routes=[*http_routes(parts), *schedule_routes(parts),
-                                     *ws_routes(parts), *dashboard_routes()],
+        routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
+                  *dashboard_routes()]
+        middleware: list[Middleware] = []
+        self.metrics: ServerMetrics | None = None
+        if config.metrics:  # prometheus_client is loaded only then
+            from .metrics import RequestMetrics, ServerMetrics, route_templates
+
+            self.metrics = ServerMetrics(self.engine, self.store, self.dispatcher, self.replica,
+                                         _version(), config.metrics_refresh_ms,
+                                         config.metrics_token)
+            routes += self.metrics.routes()
+            middleware.append(Middleware(RequestMetrics, self.metrics.tally,
+                                         route_templates(routes)))
+        self.app = Starlette(routes=routes, middleware=middleware,
                              exception_handlers=http_exception_handlers(),
                              lifespan=self._lifespan)
 
     # -------------------------------------------------------------- effects of a transaction
 
     def apply(self, effects: Effects) -> None:
-        """Act on what a transaction changed: wake long polls, dispatch, push cancels."""
+        """Act on what a transaction changed: wake long polls, dispatch, push cancels;
+        count what it did (metrics)."""
+        if effects.counts is not None and self.metrics is not None:
+            self.metrics.tally.count(effects.counts)
         if effects.terminal_tasks:
             self.waiters.wake(effects.terminal_tasks, effects.terminal_views)
         if effects.ready_queues:
@@ -279,6 +297,8 @@ class OrbitServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await self.dispatcher.stop()
+            if self.metrics is not None:
+                self.metrics.close()
             self.store.close()
             self.engine.dispose()
             log.info("orbit-server stopped")
@@ -295,12 +315,7 @@ def redacted_url(url: str) -> str:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:
-        return "(development)"
+    return installed_version("(development)")
 
 
 def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Config:

@@ -44,6 +44,21 @@ def _config(**overrides: Any) -> Any:
         raise click.UsageError(exc.message) from None
 
 
+def _token_file(path: str | None) -> str | None:
+    """The token in a file (its first line, stripped): a token never goes on a command line,
+    where every local user could read it in the process list."""
+    if path is None:
+        return None
+    try:
+        token = Path(path).read_text().strip().splitlines()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror}",
+                                 param_hint="--metrics-token-file") from None
+    if not token:
+        raise click.BadParameter(f"{path} is empty", param_hint="--metrics-token-file")
+    return token[0].strip()
+
+
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -105,6 +120,14 @@ def main(ctx: click.Context) -> None:
 @click.option("--task-retention", metavar="DURATION",
               help="Delete finished tasks this long after they finished, e.g. 30d, 12h, 90m; "
                    "0 keeps them (default 30d).")
+@click.option("--metrics/--no-metrics", default=None,
+              help="Serve GET /metrics for Prometheus (default: on).")
+@click.option("--metrics-token-file", type=click.Path(exists=True, dir_okay=False),
+              help="Serve /metrics only to requests bearing the token in this file "
+                   "(or ORBIT_METRICS_TOKEN); default: open.")
+@click.option("--metrics-refresh-ms", type=click.IntRange(0, 3_600_000),
+              help="Count tasks by queue and state for /metrics at most this often "
+                   "(default 5000).")
 @click.option("--log-level", default="info",
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(db_url: str | None = None, host: str | None = None, port: int | None = None,
@@ -116,7 +139,9 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
           max_sessions_per_credential: int | None = None, max_sessions: int | None = None,
           hello_timeout_ms: int | None = None, limit_concurrency: int | None = None,
           timeout_keep_alive: int | None = None,
-          task_retention: str | None = None, log_level: str = "info") -> None:
+          task_retention: str | None = None, metrics: bool | None = None,
+          metrics_token_file: str | None = None, metrics_refresh_ms: int | None = None,
+          log_level: str = "info") -> None:
     """Migrate the database to the latest schema and serve until SIGTERM/SIGINT."""
     from .app import serve as run
 
@@ -138,7 +163,9 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
                      max_sessions=max_sessions, hello_timeout_ms=hello_timeout_ms,
                      limit_concurrency=limit_concurrency, timeout_keep_alive=timeout_keep_alive,
                      task_retention_ms=None if task_retention is None
-                     else _duration_ms(task_retention, "--task-retention"))
+                     else _duration_ms(task_retention, "--task-retention"),
+                     metrics=metrics, metrics_refresh_ms=metrics_refresh_ms,
+                     metrics_token=_token_file(metrics_token_file))
     with _one_line_errors():
         run(config, log_level=log_level)
 

@@ -1,7 +1,8 @@
 """Server configuration: one frozen dataclass with its defaults (docs/deployment.md, docs/cli.md).
 
-``ServerConfig.from_env`` reads ORBIT_DB, ORBIT_HOST and ORBIT_PORT; explicit keyword
-arguments (the CLI's options) win over the environment. Nothing here touches the disk: the
+``ServerConfig.from_env`` reads ORBIT_DB, ORBIT_HOST, ORBIT_PORT and ORBIT_METRICS_TOKEN;
+explicit keyword arguments (the CLI's options) win over the environment. Nothing here
+touches the disk: the
 SQLite directory is created by ``orbit_server.store.db.create_engine_for``.
 """
 
@@ -18,6 +19,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 MIN_RECEIPT_RETENTION_MS = HOUR_MS
+MIN_METRICS_TOKEN_LEN = 16
 
 
 def default_db_url(env: Mapping[str, str] | None = None) -> str:
@@ -66,6 +68,12 @@ class ServerConfig:
     # Finished tasks (with their attempts, evidence, audit) are deleted this long after they
     # finished; 0 keeps them.
     task_retention_ms: int = 30 * DAY_MS
+    # GET /metrics (docs/observability.md): served unless off; with a token, only to a
+    # request bearing it (docs/security.md). Tasks by queue and state are counted from the
+    # database at most once per metrics_refresh_ms, when scraped.
+    metrics: bool = True
+    metrics_token: str | None = field(default=None, repr=False)
+    metrics_refresh_ms: int = 5_000
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms"):
@@ -78,6 +86,11 @@ class ServerConfig:
             raise OrbitError(ErrorCode.BAD_REQUEST, "task_retention_ms must be >= 0 (0 keeps)")
         if self.kill_grace_ms < 0 or self.auth_cache_ms < 0:
             raise OrbitError(ErrorCode.BAD_REQUEST, "kill_grace_ms and auth_cache_ms must be >= 0")
+        if self.metrics_refresh_ms < 0:
+            raise OrbitError(ErrorCode.BAD_REQUEST, "metrics_refresh_ms must be >= 0")
+        if self.metrics_token is not None and len(self.metrics_token) < MIN_METRICS_TOKEN_LEN:
+            raise OrbitError(ErrorCode.BAD_REQUEST, f"the metrics token must be at least "
+                             f"{MIN_METRICS_TOKEN_LEN} characters")
         if not 0 <= self.port <= 65535:
             raise OrbitError(ErrorCode.BAD_REQUEST, f"port {self.port} is out of range")
 
@@ -93,7 +106,8 @@ class ServerConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:
-        """Defaults, then ORBIT_DB/ORBIT_HOST/ORBIT_PORT, then ``overrides`` that are not None."""
+        """Defaults, then ORBIT_DB/ORBIT_HOST/ORBIT_PORT/ORBIT_METRICS_TOKEN, then
+        ``overrides`` that are not None."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {"db_url": default_db_url(env)}
         if env.get("ORBIT_DB"):
@@ -105,6 +119,8 @@ class ServerConfig:
                 values["port"] = int(env["ORBIT_PORT"])
             except ValueError:
                 raise OrbitError(ErrorCode.BAD_REQUEST, "ORBIT_PORT must be an integer") from None
+        if env.get("ORBIT_METRICS_TOKEN"):
+            values["metrics_token"] = env["ORBIT_METRICS_TOKEN"]
         known = {f.name for f in fields(cls)}
         for key, value in overrides.items():
             if key not in known:

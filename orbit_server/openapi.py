@@ -310,6 +310,13 @@ def openapi_document() -> dict[str, Any]:
         "/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {
             "200": {"description": "OpenAPI 3.1 document",
                     "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+        "/metrics": {"get": {
+            "summary": "Prometheus metrics (docs/observability.md); open unless the server "
+                       "has a metrics token, then that token as the bearer",
+            "security": [], "responses": {
+                "200": {"description": "Prometheus text exposition (or OpenMetrics, by Accept)",
+                        "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "401": {"description": "the server's metrics token is required"}}}},
         "/v1/queues": {"post": _op("Create a queue (admin)", "created", "Queue",
                                    body="QueueRequest", status="201"),
                        "get": _op("Queues with task counts (admin: all; producer: its own)",

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+from orbit_host.tally import Buckets
 from orbit_wire.errors import ErrorCode, OrbitError
 
 P = ParamSpec("P")
@@ -47,13 +49,18 @@ class StoreThread:
     ``start()`` inside the running event loop; ``await call(fn, ...)`` (normal lane) or
     ``await call_worker(fn, ...)`` (worker lane) from coroutines; ``close()`` once at
     shutdown: it lets queued calls finish and stops the thread.
+
+    ``timed=True``: each call's duration on the thread (its transaction, retries included)
+    goes into ``timings`` by lane, written by this thread only (the metrics read them).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, timed: bool = False) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cv = threading.Condition()
         self._worker: deque[_Item] = deque()
         self._normal: deque[_Item] = deque()
+        self.timings: dict[str, Buckets] | None = (
+            {"worker": Buckets(), "normal": Buckets()} if timed else None)
         self._closing = False
         self._thread: threading.Thread | None = None
 
@@ -61,6 +68,10 @@ class StoreThread:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="orbit-store", daemon=True)
         self._thread.start()
+
+    def queued(self) -> dict[str, int]:
+        """Calls waiting for the thread, by lane (not counting the one running)."""
+        return {"worker": len(self._worker), "normal": len(self._normal)}
 
     def on_store_thread(self) -> bool:
         return threading.current_thread() is self._thread
@@ -88,6 +99,7 @@ class StoreThread:
         return await fut
 
     def _next(self, streak: int) -> tuple[_Item | None, int]:
+        """The next call and the new streak (> 0: the call is from the worker lane)."""
         with self._cv:
             while not self._worker and not self._normal:
                 if self._closing:
@@ -100,18 +112,22 @@ class StoreThread:
     def _run(self) -> None:
         loop = self._loop
         assert loop is not None
+        timings = self.timings
         streak = 0
         while True:
             item, streak = self._next(streak)
             if item is None:
                 return
             fut, fn, args = item
+            started = time.perf_counter() if timings is not None else 0.0
             try:
                 result = fn(*args)
             except BaseException as exc:  # handed to the awaiting coroutine
                 outcome: tuple[bool, Any] = (False, exc)
             else:
                 outcome = (True, result)
+            if timings is not None:
+                timings["worker" if streak else "normal"].observe(time.perf_counter() - started)
             try:
                 loop.call_soon_threadsafe(_resolve, fut, *outcome)
             except RuntimeError:  # the loop is closed: nobody is waiting any more

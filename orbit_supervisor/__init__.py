@@ -5,7 +5,7 @@ processes that are hard-killed the moment their lease is lost. See docs/supervis
 """
 
 from .actions import SupervisorEvent
-from .app import Supervisor, SupervisorStats
+from .app import Supervisor, SupervisorStats, SupervisorTimings
 from .errors import FatalSessionError, ShutdownTimeoutError, SupervisorError, WorkerAlreadyRun
 from .options import OptionError
 
@@ -17,5 +17,6 @@ __all__ = [
     "SupervisorError",
     "SupervisorEvent",
     "SupervisorStats",
+    "SupervisorTimings",
     "WorkerAlreadyRun",
 ]

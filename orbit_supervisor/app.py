@@ -19,12 +19,13 @@ import os
 import random
 import signal
 import time
-from collections.abc import AsyncIterator, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import dataclass, field
 
 from orbit_host.credentials import Credentials, load_credentials
+from orbit_host.tally import Buckets
 from orbit_host.tls import ca_file_from, client_ssl_context
-from orbit_host.version import DISTRIBUTION
+from orbit_host.version import installed_version
 from orbit_wire.frames import Report, Reservation, ServerFrame
 from orbit_wire.ids import new_id, new_secret
 from orbit_wire.model import Outcome, UnknownCode
@@ -78,6 +79,18 @@ class SupervisorStats:
     loop_lag_ms: float = 0.0  # the largest recent lateness of this process's event loop
     reap_ms: float = 0.0  # the largest recent SIGKILL -> reap latency
     loop_lag_max_ms: float = 0.0  # the largest lateness of the event loop since run()
+    ended: Mapping[str, int] = field(default_factory=dict)  # executions ended, by outcome
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorTimings:
+    """Histograms the driver fills as things happen (seconds; orbit_supervisor/metrics.py
+    exports them): local expiry (or the kill decision) → the killed child's reaped outcome,
+    kill → the slot's fresh child ready, and the loop's lateness every lag probe."""
+
+    kill: Buckets
+    replacement: Buckets
+    loop_lag: Buckets
 
 
 class Supervisor:
@@ -146,6 +159,9 @@ class Supervisor:
         self._lag_probe_at = 0.0
         self._pending_stop: bool | None = None  # stop() before run() reached the loop
         self._connect_attempts = 0
+        self._kill_latency = Buckets()
+        self._loop_lag = Buckets()
+        self._killed_from: dict[str, float] = {}  # attempt -> local expiry, for the latency
 
     def __repr__(self) -> str:
         return f"Supervisor(instance_id={self.instance_id!r}, url={self.url!r})"
@@ -186,8 +202,27 @@ class Supervisor:
             children=self._pool.stats() if self._pool is not None else None,
             late_kills=session.late_kills, margin_ms=session.margin_ms,
             loop_lag_ms=session.loop_lag_ms, reap_ms=session.reap_ms,
-            loop_lag_max_ms=session.loop_lag_max_ms,
+            loop_lag_max_ms=session.loop_lag_max_ms, ended=session.ended,
         )
+
+    def timings(self) -> SupervisorTimings:
+        """The latency histograms (live objects: read them on the loop's thread)."""
+        replacement = self._pool.replacement_latency if self._pool is not None else Buckets()
+        return SupervisorTimings(self._kill_latency, replacement, self._loop_lag)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop run() runs on (None before it started)."""
+        return self._loop
+
+    def child_pids(self) -> list[int]:
+        """The pids of the children alive now."""
+        return list(self._pool.child_pids().values()) if self._pool is not None else []
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection to the server is open now."""
+        return self._conn is not None
 
     def events(self) -> AsyncIterator[SupervisorEvent]:
         """The local event stream: 128 buffered, drops counted, ends when run() returns."""
@@ -307,6 +342,8 @@ class Supervisor:
         assert self._pool is not None and self._session is not None
         facts = self._pool.kill(attempt_id, reason, code=code)
         if facts is not None:
+            # The kill latency runs from the local expiry (the timer ran late_by after it).
+            self._killed_from[attempt_id] = facts.at - late_by
             # The report goes out now, before anything else: the reap's facts follow.
             self._apply(self._session.kill_sent(attempt_id, Report(
                 child_pid=facts.pid, signal=int(signal.SIGKILL), cpu_ms=facts.cpu_ms,
@@ -365,7 +402,9 @@ class Supervisor:
             return
         now = loop.time()
         if self._lag_probe is not None:
-            session.loop_lag(now - self._lag_probe_at)
+            lag = now - self._lag_probe_at
+            session.loop_lag(lag)
+            self._loop_lag.observe(max(0.0, lag))
         self._lag_probe_at = now + _LAG_PROBE_EVERY
         self._lag_probe = loop.call_at(self._lag_probe_at, self._probe_lag)
 
@@ -488,6 +527,9 @@ class Supervisor:
                                    None, None, Report())
         finally:
             self._executions.pop(res.attempt_id, None)
+            killed_from = self._killed_from.pop(res.attempt_id, None)
+            if killed_from is not None:
+                self._kill_latency.observe(max(0.0, loop.time() - killed_from))
         if outcome.outcome is not Outcome.SUCCEEDED:
             self._log.info("attempt %s ended %s/%s", res.attempt_id, outcome.outcome,
                            outcome.code)
@@ -503,9 +545,4 @@ def _not_run(reason: str) -> ChildOutcome:
 
 def _agent() -> str:
     """``orbit-supervise/<version>``: what hello tells operators this runtime is."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"orbit-supervise/{version(DISTRIBUTION)}"
-    except PackageNotFoundError:
-        return "orbit-supervise/dev"
+    return f"orbit-supervise/{installed_version()}"

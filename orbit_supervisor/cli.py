@@ -25,7 +25,7 @@ from orbit_host.isolation import (
     set_not_dumpable,
 )
 from orbit_host.tls import CaFileError
-from orbit_host.version import DISTRIBUTION
+from orbit_host.version import DISTRIBUTION, installed_version
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.ids import is_id
 
@@ -142,6 +142,10 @@ def _fail(code: int, message: str) -> None:
 @click.option("--child-nice", default=defaults.CHILD_NICE, show_default=True,
               type=click.IntRange(0, 19),
               help="Nice steps the children run below the supervisor (0: the same).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535),
+              help="Serve Prometheus metrics over HTTP on this port (default: off).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the metrics port listens on.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--log-format", default="text", show_default=True,
@@ -152,7 +156,8 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
          reconnect_max_delay: float, max_tasks_per_child: int | None,
          max_memory_per_child: int | None, child_user: str | None,
          child_rlimit_as: int | None, child_rlimit_cpu: int | None, child_nofile: int | None,
-         ca_file: str | None, child_nice: int, log_level: str, log_format: str) -> None:
+         ca_file: str | None, child_nice: int, metrics_port: int | None, metrics_host: str,
+         log_level: str, log_format: str) -> None:
     """Run handlers from MODULE:ATTR in isolated child processes for one queue."""
     _setup_logging(log_level, log_format)
     try:
@@ -182,7 +187,7 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
         _fail(EXIT_USAGE, exc.message)
     except (OptionError, ValueError) as exc:
         _fail(EXIT_USAGE, str(exc))
-    sys.exit(asyncio.run(_run(sup)))
+    sys.exit(asyncio.run(_run(sup, metrics_host, metrics_port)))
 
 
 def _harden(child_user: str | None, rlimit_as: int | None, rlimit_cpu: int | None,
@@ -206,8 +211,28 @@ def _harden(child_user: str | None, rlimit_as: int | None, rlimit_cpu: int | Non
     set_child_isolation(ChildIsolation(uid, gid, rlimit_as, rlimit_cpu, nofile))
 
 
-async def _run(sup: Supervisor) -> int:
+async def _run(sup: Supervisor, metrics_host: str, metrics_port: int | None) -> int:
     loop = asyncio.get_running_loop()
+    metrics = None
+    if metrics_port is not None:  # prometheus_client is loaded only then
+        from .metrics import MetricsServer
+
+        try:
+            metrics = MetricsServer(sup, metrics_host, metrics_port, installed_version())
+        except OSError as exc:
+            click.echo(f"orbit-supervise: --metrics-port: cannot listen on {metrics_host}:"
+                       f"{metrics_port}: {exc.strerror or exc}", err=True)
+            return EXIT_USAGE
+        logging.getLogger("orbit.supervisor").info(
+            "metrics on http://%s:%d/metrics", metrics_host, metrics.port)
+    try:
+        return await _supervise(sup, loop)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+async def _supervise(sup: Supervisor, loop: asyncio.AbstractEventLoop) -> int:
     interrupts = 0
 
     def on_sigint() -> None:

@@ -51,6 +51,7 @@ from orbit_host.messages import (
     RunTask,
     decode_from_child,
 )
+from orbit_host.tally import Buckets
 from orbit_wire.errors import ErrorCode, HandlerSpecError, OrbitError, ValueRejected
 from orbit_wire.frames import Report
 from orbit_wire.model import Capability, UnknownCode
@@ -142,6 +143,8 @@ class _Slot:
     timer: asyncio.TimerHandle | None = None
     startup_failures: int = 0
     ready_event: asyncio.Event = field(default_factory=asyncio.Event)
+    # Loop time of the kill whose replacement this slot waits for (the metrics' latency).
+    replacing_since: float | None = None
 
     @property
     def state(self) -> SlotState:
@@ -222,6 +225,8 @@ class ChildPool:
         self._crashed = 0
         self._reap_orphans = reap_orphans
         self._orphans = OrphanReaper(self._template_pids, self._log)
+        # Seconds from a kill to its slot's fresh child being ready (read by the metrics).
+        self.replacement_latency = Buckets()
 
     # ------------------------------------------------------------------------ public API
 
@@ -525,6 +530,9 @@ class ChildPool:
     def _maybe_ready(self, slot: _Slot) -> None:
         if slot.state is SlotState.SPAWNING and slot.ready and slot.pid is not None:
             slot.startup_failures = 0
+            if slot.replacing_since is not None and self._loop is not None:
+                self.replacement_latency.observe(self._loop.time() - slot.replacing_since)
+                slot.replacing_since = None
             slot.ready_event.set()
             self._release(slot)
             if self._on_child_ready is not None:
@@ -653,7 +661,7 @@ class ChildPool:
             procutil.kill_tree(pid)
             slot.memory.kill_descendants()  # seen by the memory watch, maybe moved away
             if self._loop is not None:
-                slot.killed_at = self._loop.time()
+                slot.killed_at = slot.replacing_since = self._loop.time()
         if reason is not None:
             self._killed[reason] = self._killed.get(reason, 0) + 1
         slot.kill_reason = reason

@@ -191,6 +191,8 @@ class SessionStats:
     loop_lag_ms: float = 0.0  # the largest recent lateness of the driver's loop
     reap_ms: float = 0.0  # the largest recent SIGKILL → reap latency
     loop_lag_max_ms: float = 0.0  # the largest lateness of the driver's loop since start
+    # Executions ended, by outcome (a copy): the handler's answer, or UNKNOWN for a kill.
+    ended: Mapping[str, int] = field(default_factory=dict)
 
 
 class Session:
@@ -231,6 +233,7 @@ class Session:
         self.evidence_confirmed = 0
         self.reconnects = 0
         self.dropped_reservations = 0
+        self.ended: dict[str, int] = {}
 
     # ------------------------------------------------------------------ inputs
 
@@ -354,6 +357,7 @@ class Session:
         self._attempts.move(att, Phase.REPORTING)
         self._outbox.queue(finish)
         label = result.outcome.value if result.code is None else f"{result.outcome}:{result.code}"
+        self._ended(result.outcome)
         actions.append(_event("finished", att, label))
         self._progress(now, actions)
         return actions
@@ -479,7 +483,7 @@ class Session:
             late_kills=self.late_kills, margin_ms=self._margin.value() * 1000,
             loop_lag_ms=self._margin.recent_loop_lag() * 1000,
             reap_ms=self._margin.recent_reap() * 1000,
-            loop_lag_max_ms=self._loop_lag_max * 1000,
+            loop_lag_max_ms=self._loop_lag_max * 1000, ended=dict(self.ended),
         )
 
     @property
@@ -891,6 +895,7 @@ class Session:
                             else first.peak_rss_bytes),
             reap_ms=reap.reap_ms)
         label = f"{Outcome.UNKNOWN.value}:LEASE_LOST"
+        self._ended(Outcome.UNKNOWN)
         # A renewal in flight at the kill is queued again if the connection drops; the reap
         # ends any need for it.
         self._outbox.drop_ops_of(att.attempt_id)
@@ -909,6 +914,9 @@ class Session:
                 self._attempts.move(att, Phase.REPORTING)
         actions.append(_event("finished", att, label))
         self._progress(now, actions)
+
+    def _ended(self, outcome: Outcome) -> None:
+        self.ended[outcome.value] = self.ended.get(outcome.value, 0) + 1
 
     def _check_done(self, now: float, actions: list[Action]) -> None:
         if (self.stop_deadline is None or not self.drain_acked or self._attempts

@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/bench_server.py [--tasks 20000] [--latency-samples 300] [--no-write]
     .venv/bin/python scripts/bench_server.py --db mysql://root@127.0.0.1:3306/orbit_bench
+    .venv/bin/python scripts/bench_server.py --metrics-compare [--rounds 3] [--quick]
 
 With ``--db`` the server runs on that MySQL/MariaDB database (it must exist; the schema is
 migrated) and the figures go to their own section of docs/benchmarks.md, beside SQLite's.
@@ -16,6 +17,11 @@ Measures
       the producer's `GET /v1/tasks/{id}?wait_ms=` returns.
 The server section of docs/benchmarks.md (between the markers) is replaced; the rest of the
 file is kept. The server process is stopped by PID at the end.
+
+``--metrics-compare`` measures only (a), alternately with ``--no-metrics`` and with metrics on
+and scraped every second (a fresh server each run, the order swapped every round), and
+prints the medians and the difference; ``--no-metrics`` runs everything with metrics off.
+``--quick`` is a smoke run: fewer tasks and samples, two rounds, nothing written.
 """
 
 from __future__ import annotations
@@ -73,8 +79,9 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, workdir: Path, profile: Path | None = None,
-                 db_url: str | None = None) -> None:
+                 db_url: str | None = None, extra: tuple[str, ...] = ()) -> None:
         self.profile = profile
+        self.extra = extra
         self.db_url = db_url or f"sqlite:///{workdir / 'orbit.db'}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -90,7 +97,7 @@ class Server:
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
-             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT)
+             "--host", "127.0.0.1", *self.extra], stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -305,9 +312,39 @@ def python_loop_ms(count: int = 1_000_000, repeats: int = 5) -> float:
     return best * 1e3
 
 
+class Scraper:
+    """A process that GETs ``url`` every ``period`` seconds until ``stop()``: the load a
+    Prometheus server puts on a metrics endpoint (at four times its usual rate). A process
+    of its own, so the benchmark client's event loop shares no GIL with it."""
+
+    _CODE = ("import sys, time, httpx\n"
+             "n = 0\n"
+             "with httpx.Client(timeout=10) as http:\n"
+             "    while True:\n"
+             "        time.sleep(float(sys.argv[2]))\n"
+             "        n += http.get(sys.argv[1]).status_code == 200\n"
+             "        print(n, flush=True)\n")
+
+    def __init__(self, url: str, period: float = 1.0) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", self._CODE, url, str(period)],
+                                     stdout=subprocess.PIPE, text=True)
+
+    def stop(self) -> int:
+        """Stop it (by PID); the number of successful scrapes."""
+        os.kill(self.proc.pid, signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=15)
+        lines = out.split()
+        return int(lines[-1]) if lines else 0
+
+
 async def bench(url: str, admin: str, tasks: int, samples: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    # (a) throughput
+    out: dict[str, Any] = {"throughput": await throughput(url, admin, tasks)}
+    await latencies(url, admin, samples, out)
+    return out
+
+
+async def throughput(url: str, admin: str, tasks: int) -> dict[str, Any]:
+    """(a): batched submits while one worker starts and finishes everything."""
     queue, producer, work = await setup(url, admin)
     worker = await BenchWorker.connect(url, work, queue, capacity=256)
     t0 = time.perf_counter()
@@ -320,12 +357,14 @@ async def bench(url: str, admin: str, tasks: int, samples: int) -> dict[str, Any
     submitted = time.perf_counter()
     await asyncio.wait_for(consume, 600)
     elapsed = time.perf_counter() - t0
-    out["throughput"] = {"tasks": tasks, "seconds": elapsed, "per_s": tasks / elapsed,
-                         "submit_per_s": tasks / (submitted - t0)}
     await worker.close()
     await producer.aclose()
+    return {"tasks": tasks, "seconds": elapsed, "per_s": tasks / elapsed,
+            "submit_per_s": tasks / (submitted - t0)}
 
-    # (b) submit -> dispatch latency and (c) submit-and-wait, on a fresh queue
+
+async def latencies(url: str, admin: str, samples: int, out: dict[str, Any]) -> None:
+    """(b) submit -> dispatch latency and (c) submit-and-wait, on a fresh queue."""
     queue, producer, work = await setup(url, admin)
     bearer = producer.headers["Authorization"].removeprefix("Bearer ")
     await producer.aclose()
@@ -374,7 +413,44 @@ async def bench(url: str, admin: str, tasks: int, samples: int) -> dict[str, Any
                       "posted": pct([m[0] for m in marks], 0.5) * 1000,
                       "reserved": pct([m[1] for m in marks], 0.5) * 1000,
                       "answered": pct([m[2] for m in marks], 0.5) * 1000}
-    return out
+
+
+def compare_metrics(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """(a) with metrics off and on (scraped every second), side by side, ``args.rounds``
+    times each, a fresh server per run and the order swapped every round."""
+    import uvloop
+
+    runs: dict[str, list[float]] = {"off": [], "on": []}
+    scrapes = 0
+    for r in range(args.rounds):
+        for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            here = workdir / f"compare-{r}-{mode}"
+            here.mkdir()
+            server = Server(here, None, args.db, () if mode == "on" else ("--no-metrics",))
+            server.start()
+            scraper = Scraper(f"{server.url}/metrics") if mode == "on" else None
+            try:
+                admin = server.admin_bearer()
+                result = uvloop.run(throughput(server.url, admin, args.tasks))
+            finally:
+                if scraper is not None:
+                    scrapes += scraper.stop()
+                server.stop()
+            runs[mode].append(result["per_s"])
+            print(f"round {r + 1} metrics {mode}: {result['per_s']:.0f} completions/s",
+                  flush=True)
+    off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
+    return {"off": runs["off"], "on": runs["on"], "median_off": off, "median_on": on,
+            "cost_pct": (off - on) / off * 100, "scrapes": scrapes, "tasks": args.tasks}
+
+
+def render_compare(c: dict[str, Any], what: str, unit: str) -> str:
+    """One table row of a side-by-side metrics comparison (docs/benchmarks.md)."""
+    def runs(xs: list[float]) -> str:
+        return ", ".join(f"{x:.0f}" for x in xs)
+
+    return (f"| {what} | {c['median_off']:.0f} {unit} ({runs(c['off'])}) | "
+            f"{c['median_on']:.0f} {unit} ({runs(c['on'])}) | {c['cost_pct']:+.1f} % |")
 
 
 def markers(store: str) -> tuple[str, str]:
@@ -511,11 +587,30 @@ def main() -> None:
                         "SQLite file (the database must exist)")
     parser.add_argument("--profile", type=Path, help="cProfile the server into this file "
                         "(figures are then not written to docs/benchmarks.md)")
+    parser.add_argument("--no-metrics", action="store_true",
+                        help="run the server with --no-metrics")
+    parser.add_argument("--metrics-compare", action="store_true",
+                        help="measure (a) with metrics off and on, side by side")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="--metrics-compare: runs of each (default 3)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 3000 tasks, 50 samples, 2 rounds, nothing written")
     args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.latency_samples, args.rounds = 3000, 50, 2
+        args.no_write = True
+    if args.metrics_compare:
+        with tempfile.TemporaryDirectory(prefix="orbit-bench-") as tmp:
+            c = compare_metrics(args, Path(tmp))
+        print(f"metrics off: median {c['median_off']:.0f}/s, on: median {c['median_on']:.0f}/s "
+              f"({c['scrapes']} scrapes): cost {c['cost_pct']:+.1f} % of the throughput")
+        print(render_compare(c, f"`bench_server.py` (a), {c['tasks']} tasks", "/s"))
+        return
     with tempfile.TemporaryDirectory(prefix="orbit-bench-") as tmp:
         load_before = os.getloadavg()[0]
         host = {"fsync_us": fsync_latency_us(Path(tmp)), "loop_ms": python_loop_ms()}
-        server = Server(Path(tmp), args.profile, args.db)
+        server = Server(Path(tmp), args.profile, args.db,
+                        ("--no-metrics",) if args.no_metrics else ())
         server.start()
         try:
             admin = server.admin_bearer()

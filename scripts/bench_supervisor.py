@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/bench_supervisor.py [--noop-tasks 5000] [--cpu-tasks 600]
                                                  [--rounds 3] [--kills 60] [--no-write]
+    .venv/bin/python scripts/bench_supervisor.py --metrics-compare [--rounds 3] [--quick]
 
 Measures (all with --workers 2 unless stated)
   (1) no-op throughput: submit -> confirmed result (the server's task SUCCEEDED), counted
@@ -19,6 +20,11 @@ Measures (all with --workers 2 unless stated)
   (6) the RSS of the orbit-supervise parent process (psutil, peak over runs 1 and 2).
 The "Supervisor" section of docs/benchmarks.md (between its markers) is replaced; the other
 sections are kept. Every process started here is stopped by PID, and every wait is bounded.
+
+``--metrics-compare`` measures only (1), alternately by a supervisor without and with
+``--metrics-port`` (scraped every second), a fresh supervisor each run and the order swapped
+every round, and prints the medians and the difference. ``--quick`` is a smoke run: 1000
+no-op tasks, two rounds, nothing written.
 
 Development aids (environment): BENCH_SUPERVISE_LOG=debug (the supervisor's log level),
 BENCH_KEEP=1 (keep the work directory with the logs), BENCH_SERVER_PROFILE=FILE (cProfile
@@ -57,10 +63,13 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(HANDLER_DIR))  # for the in-process pool's template only
 
 from bench_server import (  # noqa: E402
+    Scraper,
     Server,
+    free_port,
     fsync_latency_us,
     pct,
     python_loop_ms,
+    render_compare,
     replace_section,
 )
 
@@ -159,14 +168,16 @@ def wait_counts(producer: httpx.Client, queue: str, state: str, total: int,
 class SuperviseProcess:
     """One `orbit-supervise --workers N` process (2 unless stated); stopped by PID."""
 
-    def __init__(self, creds_path: Path, queue: str, log: Path, workers: int = WORKERS) -> None:
+    def __init__(self, creds_path: Path, queue: str, log: Path, workers: int = WORKERS,
+                 extra: tuple[str, ...] = ()) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(HANDLER_DIR), str(ROOT), os.environ.get("PYTHONPATH", "")]))
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [str(ROOT / ".venv" / "bin" / "orbit-supervise"), "--credentials-file",
                  str(creds_path), "--queue", queue, "--workers", str(workers),
-                 "--log-level", os.environ.get("BENCH_SUPERVISE_LOG", "warning"), SPEC],
+                 "--log-level", os.environ.get("BENCH_SUPERVISE_LOG", "warning"), *extra,
+                 SPEC],
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         self.ps = psutil.Process(self.proc.pid)
         self.peak_rss = 0
@@ -222,6 +233,38 @@ def bench_throughput(env: Env, noop_tasks: int, cpu_tasks: int) -> dict[str, Any
     out["cpu10_over"] = [bench_cpu_oversubscribed(env, cpu_tasks, workers)
                          for workers in OVERSUBSCRIBED]
     return out
+
+
+def compare_metrics(env: Env, tasks: int, rounds: int) -> dict[str, Any]:
+    """(1) by a supervisor without and with --metrics-port (scraped every second), side by
+    side, ``rounds`` times each; a fresh queue and supervisor per run, the order swapped
+    every round."""
+    runs: dict[str, list[float]] = {"off": [], "on": []}
+    scrapes = 0
+    for r in range(rounds):
+        for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            queue, producer, creds_path, _ = env.new_queue(f"bench-metrics-{mode}")
+            port = free_port()
+            extra = ("--metrics-port", str(port)) if mode == "on" else ()
+            sup = SuperviseProcess(creds_path, queue, env.workdir / f"supervise-{queue}.log",
+                                   extra=extra)
+            scraper = None
+            try:
+                submit_all(producer, queue, [task_spec("noop", i) for i in range(20)])
+                wait_counts(producer, queue, "SUCCEEDED", 20)
+                if mode == "on":
+                    scraper = Scraper(f"http://127.0.0.1:{port}/metrics")
+                result = timed_run(env, sup, producer, queue, "noop", tasks, 20)
+            finally:
+                if scraper is not None:
+                    scrapes += scraper.stop()
+                sup.stop()
+                producer.close()
+            runs[mode].append(result["per_s"])
+            print(f"round {r + 1} metrics {mode}: {result['per_s']:.0f} tasks/s", flush=True)
+    off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
+    return {"off": runs["off"], "on": runs["on"], "median_off": off, "median_on": on,
+            "cost_pct": (off - on) / off * 100, "scrapes": scrapes, "tasks": tasks}
 
 
 def bench_cpu_oversubscribed(env: Env, count: int, workers: int) -> dict[str, Any]:
@@ -607,7 +650,28 @@ def main() -> None:
     parser.add_argument("--only-throughput", action="store_true",
                         help="skip the in-process measures; never writes the docs")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--metrics-compare", action="store_true",
+                        help="measure (1) without and with --metrics-port, side by side")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 1000 no-op tasks, 2 rounds, nothing written")
     args = parser.parse_args()
+    if args.quick:
+        args.noop_tasks, args.cpu_tasks, args.kills, args.rounds = 1000, 100, 10, 2
+        args.round_trips, args.no_write = 200, True
+    if args.metrics_compare:
+        with tempfile.TemporaryDirectory(prefix="orbit-bench-sup-") as tmp:
+            server = Server(Path(tmp))
+            server.start()
+            try:
+                env = Env(server, server.admin_bearer(), Path(tmp))
+                c = compare_metrics(env, args.noop_tasks, args.rounds)
+            finally:
+                server.stop()
+        print(f"metrics off: median {c['median_off']:.0f}/s, on: median {c['median_on']:.0f}/s "
+              f"({c['scrapes']} scrapes): cost {c['cost_pct']:+.1f} % of the throughput")
+        print(render_compare(c, f"`bench_supervisor.py` (1) no-op, {c['tasks']} tasks",
+                             "tasks/s"))
+        return
     result: dict[str, Any] = {"load_before": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory(prefix="orbit-bench-sup-") as tmp:
         if os.environ.get("BENCH_KEEP"):

@@ -63,6 +63,7 @@ class Reaper:
                 result = domain.expire(task, attempt, now, rng.random(), cfg.kill_grace_ms)
                 record_close(uow, self._wakeups, SERVER, task, attempt, before, _LEASE_EXPIRED,
                              result, effects)
+                effects.counted().expired.append(task.queue_id)
                 lines.append((attempt.id, task.id, attempt.instance_id, task.state.value))
             release_all(uow, stale, domain.Rule.RESERVATION_EXPIRED, SERVER, effects)
             overdue = [uow.adopt_task_row(r) for r in conn.execute(
@@ -113,6 +114,7 @@ class Reaper:
                           TaskState.PENDING.value, task.state.value,
                           {"schedule_to_start_ms": row["schedule_to_start_ms"]})
                 effects.terminal_tasks.append(task.id)
+                effects.counted().timed_out.append((task.queue_id, "NOT_STARTED_IN_TIME"))
         return len(rows)
 
     def prune_receipts(self) -> int:

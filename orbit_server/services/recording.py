@@ -47,6 +47,8 @@ def record_close(uow: UnitOfWork, wakeups: Wakeups, actor: str, task: domain.Tas
         wakeups.schedule(task.queue_id, verdict.available_at_ms, uow.now_ms, effects)
     uow.audit(task.id, attempt.id, actor, "attempt_finished", before_task.value,
               task.state.value, detail)
+    effects.counted().ended.append((task.queue_id, checked.outcome.value, checked.code or "",
+                                    attempt.decision or ""))
     if task.state.settled and before_task is not task.state:
         effects.terminal_tasks.append(task.id)
 
@@ -57,3 +59,4 @@ def fail_at_deadline(uow: UnitOfWork, task: domain.TaskRec, effects: Effects) ->
     uow.audit(task.id, None, SERVER, "task_deadline_exceeded", TaskState.PENDING.value,
               task.state.value, None)
     effects.terminal_tasks.append(task.id)
+    effects.counted().timed_out.append((task.queue_id, "DEADLINE_EXCEEDED"))

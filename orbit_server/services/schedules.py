@@ -154,6 +154,7 @@ class ScheduleService:
                     continue
                 if fired:
                     effects.ready_queues.add(row["queue_id"])
+                    effects.counted().submitted.append((row["queue_id"], 1))
             return _earliest(conn)
 
 

@@ -109,6 +109,8 @@ class TaskService:
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
                              retryable=True) from None
         effects = Effects()
+        if new_rows:
+            effects.counted().submitted.append((queue_id, len(new_rows)))
         claimed = {r.task_id for r in reservations}
         later = [row["available_at_ms"] for row in new_rows if row["available_at_ms"] > now]
         if any(row["id"] not in claimed and row["available_at_ms"] <= now for row in new_rows):
@@ -217,6 +219,7 @@ class TaskService:
             effects.terminal_tasks.append(task.id)
         else:
             self._wakeups.schedule(task.queue_id, task.available_at_ms, now, effects)
+        effects.counted().reviews.append((task.queue_id, review_action.value))
         return task_view(out), effects
 
     def queue_stats(self, principal: Principal, queue_id: str) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from ..store.tables import attempts, credentials, instances
 from ..store.views import task_view
 from .binding import NO_CLAIMS, ClaimRoom, Presence, WorkerBinding, worker_actor
 from .context import TxContext
-from .effects import Effects
+from .effects import Counted, Effects
 from .listing import capabilities_json
 from .recording import fail_at_deadline, record_close, release_all
 from .reservations import Reservations, reservation, reservation_of, reserve_for, reserve_in
@@ -265,6 +265,7 @@ class WorkerService:
         for task, attempt, row in made:
             granted = domain.start(task, attempt, attempt.epoch, binding.instance_id, None, now)
             _audit_started(uow, binding, task, attempt, AttemptState.RESERVED, None, granted)
+            _count_start(effects, task, attempt, now)
             effects.due(attempt.lease_expires_at_ms)
             claimed.append(reservation(task, attempt, row, granted))
         credited = min(op.count - len(claimed), room.credit_room) if room.allowed else 0
@@ -315,11 +316,15 @@ class WorkerService:
                                      op.details_json, op.report)
         checked = domain.check_report(report)
         before_task = task.state
+        known_kill = attempt.kill_reason
         result = domain.finish(task, attempt, op.epoch, binding.instance_id, checked, now,
                                self._tx.rng.random())
         if result.evidence is not None:
             if result.evidence in _LATE_FACTS_KEPT:
                 domain.keep_late_facts(attempt, report, now)
+            counted = effects.counted()
+            counted.evidence.append((task.queue_id, result.evidence.value))
+            _count_kill(counted, task, attempt, known_kill)
             uow.evidence_rows.append({
                 "id": new_id(now), "task_id": task.id, "attempt_id": attempt.id,
                 "epoch": op.epoch, "instance_id": binding.instance_id, "received_at_ms": now,
@@ -332,6 +337,7 @@ class WorkerService:
         domain.apply_report_facts(attempt, report, now)
         record_close(uow, self._wakeups, binding.actor, task, attempt, before_task, checked,
                      result, effects)
+        _count_kill(effects.counted(), task, attempt, known_kill)
         return {"ok": True, "disposition": Disposition.ACCEPTED.value,
                 "task_state": task.state.value}
 
@@ -358,6 +364,7 @@ def _start(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
         raise
     if before is AttemptState.RESERVED:
         _audit_started(uow, binding, task, attempt, before, op.child_pid, granted)
+        _count_start(effects, task, attempt, now)
     effects.due(attempt.lease_expires_at_ms)
     return {"ok": True, "lease_ms": granted, "lease_expires_at_ms": now + granted}
 
@@ -412,6 +419,22 @@ def _audit_started(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec
     uow.audit(task.id, attempt.id, binding.actor, "attempt_started", task.state.value,
               task.state.value, {"attempt_state": [before.value, attempt.state.value],
                                  "child_pid": child_pid, "lease_ms": granted})
+
+
+def _count_start(effects: Effects, task: domain.TaskRec, attempt: domain.AttemptRec,
+                 now: int) -> None:
+    """A start for the metrics: how long the task waited since it became available (its
+    submit or requested start, or the end of a retry's backoff)."""
+    effects.counted().started.append((task.queue_id, attempt.attempt_number == 1,
+                                      max(0, now - task.available_at_ms)))
+
+
+def _count_kill(counted: Counted, task: domain.TaskRec, attempt: domain.AttemptRec,
+                known: str | None) -> None:
+    """A kill for the metrics, once per attempt: the report that first told of it (a
+    follow-up with the reap's facts repeats the reason)."""
+    if known is None and attempt.kill_reason is not None:
+        counted.kills.append((task.queue_id, attempt.kill_reason))
 
 
 def finishes_confirmed(ops: Sequence[Op], results: Sequence[OpResult]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from support.waiting import hold, wait_until_async
@@ -97,3 +98,20 @@ async def test_a_closed_store_thread_answers_unavailable_retryable() -> None:
         await store.call_worker(lambda: 2)
     assert caught.value.code is ErrorCode.UNAVAILABLE
     assert caught.value.retryable
+
+
+async def test_timed_store_thread_times_each_call_by_its_lane() -> None:
+    store = StoreThread(timed=True)
+    store.start()
+    try:
+        await asyncio.gather(*(store.call(time.sleep, 0.001) for _ in range(3)))
+        await store.call_worker(lambda: None)
+        assert store.timings is not None
+        normal, normal_sum = store.timings["normal"].snapshot()
+        worker, _ = store.timings["worker"].snapshot()
+        assert normal[-1][1] == 3 and worker[-1][1] == 1
+        assert normal_sum >= 0.003  # a sleep lasts at least as long as asked
+        assert store.queued() == {"worker": 0, "normal": 0}
+    finally:
+        store.close()
+    assert StoreThread().timings is None  # untimed by default: nothing to pay
