@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -90,6 +91,14 @@ def journal(execution: Execution) -> Any:
     return result
 
 
+def chatter(execution: Execution) -> Any:
+    """Prints a line on stdout and one on stderr (the supervisor logs each with the attempt)."""
+    n = execution.payload.get("n", 0)
+    print(f"CHATTER-OUT {n}")
+    print(f"CHATTER-ERR {n}", file=sys.stderr)
+    return {"n": n}
+
+
 def reject(execution: Execution) -> Any:
     raise WorkerFailure("OBJECT_REJECTED", details={"why": "test"})
 
@@ -113,6 +122,7 @@ HANDLERS = [
     Handler("sup.whoami", "v1", "v1", whoami),
     Handler("sup.kills_its_template", "v1", "v1", kills_its_template),
     Handler("sup.key_error", "v1", "v1", key_error),
+    Handler("sup.chatter", "v1", "v1", chatter),
 ]
 
 BROKEN_DUPLICATES = [

@@ -44,6 +44,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
 PURE = (
     "orbit_wire/*.py",
     "orbit_host/messages.py",
+    "orbit_host/output.py",
     "orbit_server/domain/*.py",
     "orbit_server/auth.py",
     "orbit_supervisor/session.py",
