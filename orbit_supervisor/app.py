@@ -500,10 +500,9 @@ class Supervisor:
             deadline_at_ms=res.deadline_at_ms, idempotency=str(res.idempotency),
         )
         outcome: ChildOutcome
-        ids = fields("attempt_started", attempt_id=res.attempt_id, task_id=res.task_id,
-                     capability=str(res.capability), attempt_number=res.attempt_number)
-        self._log.info("attempt %s of task %s started (%s)", res.attempt_id, res.task_id,
-                       res.capability, extra=ids)
+        # Per task: DEBUG, so that at the default level a success costs two level checks.
+        self._log_attempt(logging.DEBUG, res, "attempt_started", "attempt %s of task %s "
+                          "started (%s)", res.attempt_id, res.task_id, res.capability)
         started_at = loop.time()
         try:
             outcome = await pool.execute(request)
@@ -515,20 +514,33 @@ class Supervisor:
         except PoolClosed:
             outcome = _not_run("SHUTDOWN")
         except Exception:  # never let one execution take the run down
-            self._log.exception("attempt %s could not be executed", res.attempt_id,
-                                extra={**ids, "event": "attempt_execute_failed"})
+            self._log_attempt(logging.ERROR, res, "attempt_execute_failed",
+                              "attempt %s could not be executed", res.attempt_id,
+                              exc_info=True)
             outcome = ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_CRASHED.value, False,
                                    None, None, Report())
         finally:
             self._executions.pop(res.attempt_id, None)
             self._task_of.pop(res.attempt_id, None)
-        self._log.info("attempt %s ended %s%s", res.attempt_id, outcome.outcome.value,
-                       f"/{outcome.code}" if outcome.code else "", extra={
-                           **ids, "event": "attempt_ended", "outcome": outcome.outcome.value,
-                           "code": outcome.code, "kill_reason": outcome.report.kill_reason,
-                           "duration_ms": round((loop.time() - started_at) * 1000, 1)})
+        self._log_attempt(logging.DEBUG if outcome.outcome is Outcome.SUCCEEDED
+                          else logging.INFO, res, "attempt_ended", "attempt %s ended %s%s",
+                          res.attempt_id, outcome.outcome.value,
+                          f"/{outcome.code}" if outcome.code else "",
+                          outcome=outcome.outcome.value, code=outcome.code,
+                          kill_reason=outcome.report.kill_reason,
+                          duration_ms=round((loop.time() - started_at) * 1000, 1))
         self._timers_first()
         self._apply(session.execution_finished(res.attempt_id, outcome, loop.time()))
+
+
+    def _log_attempt(self, level: int, res: Reservation, event: str, message: str,
+                     *args: object, exc_info: bool = False, **values: object) -> None:
+        """One record about an attempt, with its IDs; nothing is built below the level
+        (these run for every task)."""
+        if self._log.isEnabledFor(level):
+            self._log.log(level, message, *args, exc_info=exc_info, extra=fields(
+                event, attempt_id=res.attempt_id, task_id=res.task_id,
+                capability=str(res.capability), attempt_number=res.attempt_number, **values))
 
 
 def _not_run(reason: str) -> ChildOutcome:

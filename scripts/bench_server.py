@@ -15,7 +15,9 @@ Measures
   (c) sequential submit-and-wait (p50/p99): submit one task, a worker starts and finishes it,
       the producer's `GET /v1/tasks/{id}?wait_ms=` returns.
 The server section of docs/benchmarks.md (between the markers) is replaced; the rest of the
-file is kept. The server process is stopped by PID at the end.
+file is kept. The server process is stopped by PID at the end. BENCH_SERVER_ARGS (environment)
+adds options to `orbit-server serve`, e.g. "--no-access-log" or "--log-format json", to
+compare them side by side.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import datetime as dt
 import itertools
 import os
 import platform
+import shlex
 import signal
 import socket
 import statistics
@@ -90,7 +93,8 @@ class Server:
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
-             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT)
+             "--host", "127.0.0.1", *shlex.split(os.environ.get("BENCH_SERVER_ARGS", ""))],
+            stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -21,6 +21,7 @@ The "Supervisor" section of docs/benchmarks.md (between its markers) is replaced
 sections are kept. Every process started here is stopped by PID, and every wait is bounded.
 
 Development aids (environment): BENCH_SUPERVISE_LOG=debug (the supervisor's log level),
+BENCH_SUPERVISE_ARGS / BENCH_SERVER_ARGS (more options, e.g. "--log-format json"),
 BENCH_KEEP=1 (keep the work directory with the logs), BENCH_SERVER_PROFILE=FILE (cProfile
 the server), BENCH_PYSPY=DIR (sample server and supervisor with py-spy, if installed).
 """
@@ -35,6 +36,7 @@ import logging
 import multiprocessing
 import os
 import platform
+import shlex
 import signal
 import socket
 import statistics
@@ -166,7 +168,8 @@ class SuperviseProcess:
             self.proc = subprocess.Popen(
                 [str(ROOT / ".venv" / "bin" / "orbit-supervise"), "--credentials-file",
                  str(creds_path), "--queue", queue, "--workers", str(workers),
-                 "--log-level", os.environ.get("BENCH_SUPERVISE_LOG", "warning"), SPEC],
+                 "--log-level", os.environ.get("BENCH_SUPERVISE_LOG", "warning"),
+                 *shlex.split(os.environ.get("BENCH_SUPERVISE_ARGS", "")), SPEC],
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         self.ps = psutil.Process(self.proc.pid)
         self.peak_rss = 0
