@@ -72,7 +72,9 @@ def test_both_processes_write_one_json_record_per_line(sup_env: SupEnv) -> None:
     assert sup.wait(30) == 0, sup.log()[-3000:]
     server.stop()
 
-    secrets = [orbit.admin.secret, *(_secret(sup_env.credentials_file.read_text()),)]
+    bearer = producer.headers["authorization"].split()[1]  # credential_id.secret
+    secrets = [orbit.admin.secret, bearer, bearer.split(".")[1],
+               _secret(sup_env.credentials_file.read_text())]
     sup_log, server_log = sup.log(), server.log_path.read_text()
     for secret in secrets:
         assert secret not in sup_log and secret not in server_log
