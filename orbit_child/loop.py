@@ -35,6 +35,7 @@ from orbit_wire.model import Capability, Outcome, UnknownCode
 from orbit_wire.names import EXCEPTION_TYPE_MAX
 
 from .api import Execution, Handler, WorkerFailure
+from .diag import report
 from .results import encode_json_value
 
 __all__ = ["ChildLoop"]
@@ -60,19 +61,20 @@ class ChildLoop:
             try:
                 frame = recv_frame(self._sock, self._decoder, self._pending)
             except (OSError, FrameError) as exc:
-                _log(f"child {self._pid}: control stream broken: {exc}")
+                _log("child_control_broken", f"child {self._pid}: control stream broken: {exc}")
                 os._exit(3)
             if frame is None:
                 _exit(0)
             if frame.get("g") != self._gen:
-                _log(f"child {self._pid}: ignored a frame for generation {frame.get('g')!r}")
+                _log("child_frame_ignored",
+                     f"child {self._pid}: ignored a frame for generation {frame.get('g')!r}")
                 continue
             kind = frame.get("t")
             if kind == "run":
                 try:
                     self._serve_run(frame)
                 except OSError as exc:  # the supervisor is gone; it kills us anyway
-                    _log(f"child {self._pid}: cannot answer: {exc}")
+                    _log("child_cannot_answer", f"child {self._pid}: cannot answer: {exc}")
                     _exit(3)
             elif kind == "exit":
                 _exit(0)
@@ -109,12 +111,12 @@ class ChildLoop:
         except MalformedMessage:
             run = None
         if not isinstance(run, RunTask):
-            _log(f"child {self._pid}: malformed run frame")
+            _log("child_malformed_run", f"child {self._pid}: malformed run frame")
             return _unknown(UnknownCode.HANDLER_ERROR)
         cap = run.capability
         handler = self._handlers.get(cap)
         if handler is None:
-            _log(f"attempt {run.attempt_id}: no handler registered for {cap}")
+            _log("handler_missing", f"attempt {run.attempt_id}: no handler registered for {cap}")
             return _unknown(UnknownCode.HANDLER_ERROR)
         execution = Execution(
             task_id=run.task_id, attempt_id=run.attempt_id, epoch=run.epoch,
@@ -127,8 +129,9 @@ class ChildLoop:
         except WorkerFailure as failure:
             return _failure_answer(failure, execution.attempt_id)
         except BaseException as exc:
-            _log(f"attempt {execution.attempt_id}: handler {handler.capability} raised:\n"
-                 + traceback.format_exc())
+            _log("handler_raised", f"attempt {execution.attempt_id}: handler "
+                 f"{handler.capability} raised {_type_name(exc)}", traceback.format_exc(),
+                 level="ERROR")
             # The exception's type name only: its message may hold payload data or secrets.
             return {**_unknown(UnknownCode.HANDLER_ERROR),
                     "details_json": encode_json_value({"exception_type": _type_name(exc)},
@@ -136,7 +139,8 @@ class ChildLoop:
         try:
             text = encode_json_value(value)
         except ValueRejected as exc:
-            _log(f"attempt {execution.attempt_id}: invalid result ({exc.code}): {exc.message}")
+            _log("handler_invalid_result",
+                 f"attempt {execution.attempt_id}: invalid result ({exc.code}): {exc.message}")
             return _unknown(UnknownCode.INVALID_HANDLER_RESULT)
         return {"outcome": Outcome.SUCCEEDED.value, "result_json": text}
 
@@ -204,15 +208,18 @@ class ChildLoop:
 
 def _failure_answer(failure: WorkerFailure, attempt_id: str) -> dict[str, Any]:
     if not failure.code_is_valid or not isinstance(failure.retryable, bool):
-        _log(f"attempt {attempt_id}: WorkerFailure with an invalid code or retryable flag")
+        _log("handler_invalid_failure",
+             f"attempt {attempt_id}: WorkerFailure with an invalid code or retryable flag")
         return _unknown(UnknownCode.HANDLER_ERROR)
     if not isinstance(failure.details, dict):
-        _log(f"attempt {attempt_id}: WorkerFailure details must be a JSON object")
+        _log("handler_invalid_failure",
+             f"attempt {attempt_id}: WorkerFailure details must be a JSON object")
         return _unknown(UnknownCode.HANDLER_ERROR)
     try:
         details = encode_json_value(failure.details, what="details")
     except ValueRejected as exc:
-        _log(f"attempt {attempt_id}: WorkerFailure details rejected ({exc.code}): {exc.message}")
+        _log("handler_invalid_failure",
+             f"attempt {attempt_id}: WorkerFailure details rejected ({exc.code}): {exc.message}")
         return _unknown(UnknownCode.HANDLER_ERROR)
     return {"outcome": Outcome.FAILED.value, "code": failure.code,
             "retryable": failure.retryable, "details_json": details}
@@ -268,9 +275,5 @@ def reap_zombies() -> None:
         pass
 
 
-def _log(message: str) -> None:
-    try:
-        sys.stderr.write(f"orbit-child: {message}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+def _log(event: str, message: str, exc: str | None = None, *, level: str = "WARNING") -> None:
+    report("orbit-child", level, event, message, exc)

@@ -53,6 +53,7 @@ from orbit_host.procutil import (
 from orbit_wire.errors import HandlerSpecError
 
 from .api import Handler
+from .diag import report, set_captured
 from .loop import ChildLoop
 from .registry import load_handlers
 
@@ -110,31 +111,41 @@ class Template:
             msg = decode_for_template(orjson.loads(data))
         except (orjson.JSONDecodeError, MalformedMessage):
             msg = None
-        if isinstance(msg, ForkChild) and len(fds) == 1:
-            self._fork(msg.generation, fds[0])
+        if isinstance(msg, ForkChild) and len(fds) in (1, 2):
+            # The second descriptor, when sent, is the child's output pipe (stdout+stderr).
+            self._fork(msg.generation, fds[0], fds[1] if len(fds) == 2 else None)
             return
         for fd in fds:
             os.close(fd)
         if isinstance(msg, StopTemplate):
             self.shutdown(0)
-        _log("template: ignored a malformed control message")
+        _log("template_malformed_control", "template: ignored a malformed control message")
 
-    def _fork(self, generation: int, child_fd: int) -> None:
+    def _fork(self, generation: int, child_fd: int, out_fd: int | None) -> None:
         _flush_stdio()  # or every child would print the template's buffered output again
         pid = os.fork()
         if pid == 0:
-            self._become_child(generation, child_fd)
+            self._become_child(generation, child_fd, out_fd)
         # Both sides call setpgid so the group exists before the parent learns the pid.
         # OSError: the child already did it, or already died (then a reap report follows).
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)
         os.close(child_fd)
+        if out_fd is not None:
+            os.close(out_fd)
         self._children[pid] = generation
         if not self._send(ChildForked(generation, pid)):
             self.shutdown(0)
 
-    def _become_child(self, generation: int, child_fd: int) -> NoReturn:
+    def _become_child(self, generation: int, child_fd: int, out_fd: int | None) -> NoReturn:
         try:
+            if out_fd is not None:
+                # The supervisor reads this child's output apart from the others', knowing
+                # which attempt it runs; Orbit's own diagnostics become one line each.
+                os.dup2(out_fd, 1)
+                os.dup2(out_fd, 2)
+                os.close(out_fd)
+                set_captured(True)
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, _DEATH_SIGNAL):
                 signal.signal(sig, signal.SIG_DFL)
@@ -159,7 +170,8 @@ class Template:
             sock.setblocking(True)
             ChildLoop(sock, generation, self._handlers).serve()
         except BaseException:
-            _log("child: failed to start:\n" + traceback.format_exc())
+            _log("child_start_failed", "child: failed to start", traceback.format_exc(),
+                 level="ERROR")
             os._exit(70)
 
     def _reap(self) -> None:
@@ -254,12 +266,8 @@ def _drain(fd: int) -> None:
         pass
 
 
-def _log(message: str) -> None:
-    try:
-        sys.stderr.write(f"orbit-template: {message}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+def _log(event: str, message: str, exc: str | None = None, *, level: str = "WARNING") -> None:
+    report("orbit-template", level, event, message, exc)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
@@ -271,7 +279,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     for flag in ("--child-uid", "--child-gid", "--rlimit-as", "--rlimit-cpu", "--nofile"):
         parser.add_argument(flag, type=int)
     parser.add_argument("--child-nice", type=int, default=0)
+    parser.add_argument("--captured", action="store_true",
+                        help="the supervisor reads this process's output (diagnostic lines)")
     args = parser.parse_args(argv)
+    set_captured(args.captured)
     isolation = ChildIsolation(args.child_uid, args.child_gid, args.rlimit_as,
                                args.rlimit_cpu, args.nofile)
     # The child user and the limits, before anything else (the parent-death signal below

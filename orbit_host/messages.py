@@ -254,7 +254,8 @@ class ChildReaped:
 
 @dataclass(frozen=True, slots=True)
 class ForkChild:
-    """Fork a child of ``generation``; the child's socket travels with the message."""
+    """Fork a child of ``generation``; the child's socket travels with the message, and its
+    output pipe after it when the supervisor captures children's output."""
 
     generation: int
 

@@ -25,9 +25,11 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from orbit_host.credentials import Credentials, write_credentials
+from orbit_host.logs import fields
 from orbit_host.version import installed_version
 from orbit_wire.limits import MAX_FRAME_BYTES
 
+from .access_log import AccessLog
 from .config import ServerConfig
 from .dashboard import dashboard_routes
 from .dispatcher import Dispatcher
@@ -100,7 +102,7 @@ class OrbitServer:
                             waiters=self.waiters, apply=self.apply)
         routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
                   *dashboard_routes()]
-        middleware: list[Middleware] = []
+        middleware: list[Middleware] = [Middleware(AccessLog)]
         self.metrics: ServerMetrics | None = None
         if config.metrics:  # prometheus_client is loaded only then
             from .metrics import RequestMetrics, ServerMetrics, route_templates
@@ -144,7 +146,8 @@ class OrbitServer:
         The reap's own effects make due retries dispatchable (``ready_queues``)."""
         interval_ms = self.config.reaper_interval_ms
         while True:
-            with faults_logged(log, "reaper pass failed"):  # the next pass runs anyway
+            # the next pass runs anyway
+            with faults_logged(log, "reaper pass failed", event="reaper_failed"):
                 effects = await self.store.call(self.services.reaper.reap)
                 self.apply(effects)
             planned = wall_clock_ms() + interval_ms
@@ -170,13 +173,14 @@ class OrbitServer:
         lane, so worker requests and other calls take turns with it."""
         retention = self.services.retention
         while True:
-            with faults_logged(log, "receipt prune failed"):  # the next pass runs anyway
+            # the next pass runs anyway
+            with faults_logged(log, "receipt prune failed", event="receipt_prune_failed"):
                 for _ in range(RECEIPT_PRUNE_MAX_BATCHES):
                     deleted = await self.store.call(self.services.reaper.prune_receipts)
                     if deleted < self.config.reap_batch:
                         break
                 await self.store.call(self.services.pushes.prune)
-            with faults_logged(log, "task retention failed"):
+            with faults_logged(log, "task retention failed", event="retention_failed"):
                 tasks = 0
                 for _ in range(RECEIPT_PRUNE_MAX_BATCHES):
                     deleted = await self.store.call(retention.prune_tasks)
@@ -187,7 +191,8 @@ class OrbitServer:
                 if tasks or instances:
                     log.info("retention: deleted %d finished task(s) (with their attempts, "
                              "evidence and audit) and %d unseen worker instance(s)",
-                             tasks, instances)
+                             tasks, instances, extra=fields(
+                                 "retention_deleted", tasks=tasks, instances=instances))
             await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
 
     async def _push_poll_loop(self) -> None:
@@ -201,7 +206,8 @@ class OrbitServer:
         started = wall_clock_ms()
         while True:
             await asyncio.sleep(period)
-            with faults_logged(log, "reading pushes failed"):  # the next poll reads again
+            # the next poll reads again
+            with faults_logged(log, "reading pushes failed", event="push_poll_failed"):
                 for push in await self.store.call(self.services.pushes.recent):
                     if push.id in seen or push.created_at_ms < started - PUSH_WINDOW_MS:
                         continue
@@ -224,7 +230,8 @@ class OrbitServer:
         tick across replicas), then sleep until the next known tick or the poll period."""
         while True:
             next_ms: int | None = None
-            with faults_logged(log, "schedule pass failed"):  # the next pass runs anyway
+            # the next pass runs anyway
+            with faults_logged(log, "schedule pass failed", event="schedule_failed"):
                 effects, next_ms = await self.store.call(self.services.schedules.fire_due)
                 self.apply(effects)
             wait_ms = SCHEDULE_POLL_MS
@@ -240,7 +247,8 @@ class OrbitServer:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.config.heartbeat_ms / 1000)
-            with faults_logged(log, "presence write failed"):  # the next write runs anyway
+            # the next write runs anyway
+            with faults_logged(log, "presence write failed", event="presence_failed"):
                 rows = self.dispatcher.presence(wall_clock_ms(), loop.time())
                 if rows:
                     await self.store.call(self.services.workers.presence, rows)
@@ -253,15 +261,21 @@ class OrbitServer:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(UNSERVED_CHECK_S)
-            with faults_logged(log, "looking for unserved tasks failed"):
+            with faults_logged(log, "looking for unserved tasks failed",
+                               event="unserved_check_failed"):
                 unserved = await self.store.call(self.services.listing.unserved)
                 for item in warn.due(unserved, loop.time()):
                     cap = item["capability"]
+                    waited = max(0, wall_clock_ms() - item["since"])
                     log.warning(
                         "%d task(s) of queue %s wait for %s@%s/%s, which no live worker "
                         "offers (for %s ms)", item["pending"], item["queue_id"],
                         cap["handler"], cap["handler_version"], cap["payload_version"],
-                        max(0, wall_clock_ms() - item["since"]))
+                        waited, extra=fields(
+                            "tasks_unserved", queue_id=item["queue_id"],
+                            pending=item["pending"], waited_ms=waited,
+                            capability=f"{cap['handler']}@{cap['handler_version']}/"
+                                       f"{cap['payload_version']}"))
 
     async def _dispatch_poll_loop(self) -> None:
         period = DISPATCH_POLL_SQLITE_S if is_sqlite(self.config.db_url) else DISPATCH_POLL_S
@@ -283,14 +297,19 @@ class OrbitServer:
             asyncio.create_task(self._unserved_loop(), name="orbit-unserved"),
         ]
         cfg = self.config
+        scheme = "https" if cfg.tls_cert else "http"
         log.info("orbit-server %s serving on %s://%s:%s (replica %s), database %s",
-                 _version(), "https" if cfg.tls_cert else "http", cfg.host, cfg.port,
-                 self.replica, redacted_url(cfg.db_url))
+                 _version(), scheme, cfg.host, cfg.port, self.replica,
+                 redacted_url(cfg.db_url), extra=fields(
+                     "server_started", version=_version(),
+                     url=f"{scheme}://{cfg.host}:{cfg.port}", replica=self.replica,
+                     database=redacted_url(cfg.db_url)))
         try:
             yield
         finally:
+            open_sessions = len(self.dispatcher.sessions())
             log.info("orbit-server shutting down (%d worker connection(s) open)",
-                     len(self.dispatcher.sessions()))
+                     open_sessions, extra=fields("server_stopping", workers=open_sessions))
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
@@ -301,7 +320,7 @@ class OrbitServer:
                 self.metrics.close()
             self.store.close()
             self.engine.dispose()
-            log.info("orbit-server stopped")
+            log.info("orbit-server stopped", extra=fields("server_stopped"))
 
 
 def redacted_url(url: str) -> str:
@@ -345,6 +364,9 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
         timeout_keep_alive=cfg.timeout_keep_alive,
         # uvicorn's own start and stop lines repeat the server's: only its warnings show.
         log_level="warning" if log_level == "info" else log_level,
+        # uvicorn's records go to the root logger, so --log-format applies to them too; its
+        # access log stays off (it writes query strings): access_log.py replaces it.
+        log_config=None,
         access_log=False,
         ssl_certfile=cfg.tls_cert,
         ssl_keyfile=cfg.tls_key,
@@ -392,6 +414,7 @@ def serve(config: ServerConfig, log_level: str = "info") -> None:
                     signal.signal(sig, handler)
 
     migrate(config.db_url)
-    log.info("database %s is at the latest schema", redacted_url(config.db_url))
+    log.info("database %s is at the latest schema", redacted_url(config.db_url),
+             extra=fields("schema_ready", database=redacted_url(config.db_url)))
     server = OrbitServer(config)
     GracefulServer(uvicorn_config(server, log_level)).run()

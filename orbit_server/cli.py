@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from orbit_host.logs import LOG_FORMATS, configure_logging
 from orbit_host.version import DISTRIBUTION
 from orbit_wire.errors import OrbitError
 
@@ -130,6 +131,11 @@ def main(ctx: click.Context) -> None:
                    "(default 5000).")
 @click.option("--log-level", default="info",
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--log-format", default="text", show_default=True,
+              type=click.Choice(LOG_FORMATS),
+              help="text for people; json: one record per line (docs/observability.md).")
+@click.option("--access-log/--no-access-log", default=True, show_default=True,
+              help="One record per HTTP request (method, route, status, duration).")
 def serve(db_url: str | None = None, host: str | None = None, port: int | None = None,
           tls_cert: str | None = None, tls_key: str | None = None,
           session_ttl_ms: int | None = None, kill_grace_ms: int | None = None,
@@ -141,14 +147,16 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
           timeout_keep_alive: int | None = None,
           task_retention: str | None = None, metrics: bool | None = None,
           metrics_token_file: str | None = None, metrics_refresh_ms: int | None = None,
-          log_level: str = "info") -> None:
+          log_level: str = "info", log_format: str = "text", access_log: bool = True
+          ) -> None:
     """Migrate the database to the latest schema and serve until SIGTERM/SIGINT."""
     from .app import serve as run
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level, log_format)
+    if not access_log:
+        logging.getLogger("orbit.access").setLevel(logging.WARNING)
     if log_level != "debug":  # Alembic narrates every migration step at info
         logging.getLogger("alembic").setLevel(logging.WARNING)
     config = _config(db_url=db_url, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,

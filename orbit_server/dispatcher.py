@@ -277,7 +277,9 @@ class Dispatcher:
         self._dirty.clear()
         for session in batch:
             # A failing store must not end dispatching for everyone; a later hint retries.
-            with faults_logged(log, "dispatch claim failed for session %s", session.session_id):
+            with faults_logged(log, "dispatch claim failed for session %s", session.session_id,
+                               event="dispatch_failed", instance_id=session.instance_id,
+                               queue_id=session.queue_id):
                 await self._claim(session)
 
     async def _claim(self, session: WorkerSession) -> None:

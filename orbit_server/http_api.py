@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from orbit_host.logs import fields
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError
 from orbit_wire.frames import Reserve
 from orbit_wire.ids import is_id
@@ -30,6 +31,7 @@ from orbit_wire.jsonvalue import check_int_range, walk_json
 from orbit_wire.limits import MAX_SUBMIT_BATCH, MAX_VALUE_DEPTH
 from orbit_wire.model import Capability, Role, TaskState
 
+from .access_log import route_path
 from .auth import Principal, require_role
 from .domain.listing import parse_filter
 from .openapi import openapi_document
@@ -181,7 +183,9 @@ def _endpoint(fn: Handler) -> Handler:
         except OrbitError as exc:
             return error_response(exc)
         except Exception:
-            log.exception("unhandled error in %s %s", request.method, request.url.path)
+            log.exception("unhandled error in %s %s", request.method, route_path(request),
+                          extra=fields("http_unhandled_error", method=request.method,
+                                       path=route_path(request)))
             return error_response(OrbitError(ErrorCode.INTERNAL, "internal server error"))
 
     wrapped.__name__ = fn.__name__
@@ -505,7 +509,9 @@ async def _starlette_error(request: Request, exc: Exception) -> Response:
         return JSONResponse({"error": OrbitError(
             ErrorCode.BAD_REQUEST, f"method {request.method} is not allowed here").to_dict()},
             status_code=405)
-    log.error("unhandled HTTP error %s on %s", status, request.url.path)
+    log.error("unhandled HTTP error %s on %s", status, route_path(request),
+              extra=fields("http_unhandled_error", method=request.method,
+                           path=route_path(request), status=status))
     return error_response(OrbitError(ErrorCode.INTERNAL, "internal server error"))
 
 

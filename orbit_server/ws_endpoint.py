@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
+from orbit_host.logs import fields
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
     ClaimOp,
@@ -79,7 +81,8 @@ def failed_request_answers(request: Request, exc: Exception) -> list[OpResult]:
     both codes are retryable for the worker."""
     if isinstance(exc, OrbitError) and exc.retryable:
         return [OpResult(op.msg_id, False, exc.code, exc.message) for op in request.ops]
-    log.error("applying a worker request failed", exc_info=exc)
+    log.error("applying a worker request failed", exc_info=exc,
+              extra=fields("worker_request_failed"))
     return [OpResult(op.msg_id, False, ErrorCode.INTERNAL, "internal error; retry")
             for op in request.ops]
 
@@ -149,7 +152,9 @@ class WorkerConnection:
             return
         if self.parts.dispatcher.detach(session):
             log.info("worker %s disconnected from queue %s", session.instance_id,
-                     session.queue_id)
+                     session.queue_id, extra=fields(
+                         "worker_disconnected", instance_id=session.instance_id,
+                         queue_id=session.queue_id, session_id=session.session_id))
             await self._release_reservations(session.instance_id,
                                              session.binding.connected_at_ms)
 
@@ -159,19 +164,28 @@ class WorkerConnection:
         ``connected_at_ms`` names the connection that ended). On failure the reaper releases
         them once they time out, so the error is only logged (a bug with its traceback)."""
         parts = self.parts
-        with faults_logged(log, "releasing reservations of instance %s failed", instance_id):
+        with faults_logged(log, "releasing reservations of instance %s failed", instance_id,
+                           event="release_failed", instance_id=instance_id):
             effects = await parts.store.call_worker(self.workers.release_reservations,
                                                     instance_id, connected_at_ms)
             parts.apply(effects)
 
     # -------------------------------------------------------------- output
 
+    def _ids(self, event: str) -> dict[str, Any]:
+        session = self.session
+        if session is None:
+            return fields(event)
+        return fields(event, instance_id=session.instance_id, queue_id=session.queue_id,
+                      session_id=session.session_id)
+
     def send(self, frame: ServerFrame) -> None:
         """Queue a frame; never blocks. Frames after a close request are dropped."""
         if self.closing:
             return
         if self._out.qsize() >= MAX_QUEUED_FRAMES:
-            log.warning("worker connection is not reading; closing it")
+            log.warning("worker connection is not reading; closing it",
+                        extra=self._ids("worker_not_reading"))
             self.close(CLOSE_CODES[ErrorCode.UNAVAILABLE], "peer is not reading")
             return
         self._out.put_nowait(encode(frame).decode())
@@ -204,7 +218,8 @@ class WorkerConnection:
             now = self._loop.time()
             remaining = self._last_seen + ttl - now
             if remaining <= 0:
-                log.info("closing a worker connection silent for %s ms", self.config.session_ttl_ms)
+                log.info("closing a worker connection silent for %s ms",
+                         self.config.session_ttl_ms, extra=self._ids("worker_silent"))
                 self.close(CLOSE_SESSION_EXPIRED, "session expired")
                 return
             if self.session is None:
@@ -212,13 +227,14 @@ class WorkerConnection:
                 hello_left = self._accepted_at + self.config.hello_timeout_ms / 1000 - now
                 if hello_left <= 0:
                     log.info("closing a worker connection that sent no hello in %s ms",
-                             self.config.hello_timeout_ms)
+                             self.config.hello_timeout_ms, extra=self._ids("worker_no_hello"))
                     self.close(CLOSE_SESSION_EXPIRED, "no hello")
                     return
                 remaining = min(remaining, hello_left)
             if self._valid_until is not None:
                 if self._valid_until <= now:
-                    log.info("closing a worker connection: its credential expired")
+                    log.info("closing a worker connection: its credential expired",
+                             extra=self._ids("worker_credential_expired"))
                     self.fatal(ErrorCode.UNAUTHENTICATED, "the worker's credential expired")
                     return
                 remaining = min(remaining, self._valid_until - now)
@@ -290,7 +306,7 @@ class WorkerConnection:
             self.fatal(exc.code, exc.message, retryable=exc.retryable)
             return
         except Exception:
-            log.exception("worker hello failed")
+            log.exception("worker hello failed", extra=fields("worker_hello_failed"))
             self.fatal(ErrorCode.UNAVAILABLE, "the server cannot accept workers right now",
                        retryable=True)
             return
@@ -323,7 +339,12 @@ class WorkerConnection:
         dispatcher.attach(session)
         log.info("worker %s connected to queue %s (%s, %d slots, %s)", binding.instance_id,
                  binding.queue_id, hello.agent or "unknown agent", hello.capacity,
-                 ", ".join(str(c) for c in binding.capabilities))
+                 ", ".join(str(c) for c in binding.capabilities), extra=fields(
+                     "worker_connected", instance_id=binding.instance_id,
+                     queue_id=binding.queue_id, session_id=session.session_id,
+                     credential_id=binding.credential_id, agent=hello.agent,
+                     slots=hello.capacity,
+                     capabilities=[str(c) for c in binding.capabilities]))
         cfg = self.config
         self.send(Welcome(
             session_id=session.session_id,
@@ -403,6 +424,6 @@ def ws_routes(parts: ServerParts) -> list[WebSocketRoute]:
         try:
             await WorkerConnection(parts, websocket, hello_failures).run()
         except Exception:  # one connection's failure must never reach the server
-            log.exception("worker connection failed")
+            log.exception("worker connection failed", extra=fields("worker_connection_failed"))
 
     return [WebSocketRoute("/v1/worker", worker_endpoint)]

@@ -14,6 +14,7 @@ import logging
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from orbit_host.logs import fields
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import ErrorFrame, encode
 
@@ -35,7 +36,8 @@ class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):
                 peer = self.client
                 log.warning("closing a worker connection from %s: a text frame is not valid "
                             "UTF-8 (byte %d)", f"{peer[0]}:{peer[1]}" if peer else "?",
-                            exc.start)
+                            exc.start, extra=fields("worker_bad_utf8",
+                                                    client=peer[0] if peer else None))
                 frame = ErrorFrame(ErrorCode.BAD_FRAME, "text frame is not valid UTF-8",
                                    retryable=False, fatal=True)
                 self.conn.send_text(encode(frame))

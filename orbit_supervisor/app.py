@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 
 from orbit_host.credentials import Credentials, load_credentials
+from orbit_host.logs import fields
 from orbit_host.tally import Buckets
 from orbit_host.tls import ca_file_from, client_ssl_context
 from orbit_host.version import installed_version
@@ -120,6 +121,7 @@ class Supervisor:
         reap_orphans: bool = False,
         ca_file: str | None = None,
         child_nice: int = defaults.CHILD_NICE,
+        capture_child_output: bool = False,
     ) -> None:
         self.options = SupervisorOptions(
             queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
@@ -140,7 +142,9 @@ class Supervisor:
         self._instance_secret = new_secret()
         self._log = logger or log
         self._reap_orphans = reap_orphans
+        self._capture = capture_child_output
         self._events = EventStream()
+        self._task_of: dict[str, str] = {}  # attempt -> task, while it executes
         self._ran = False
         self._session: Session | None = None
         self._pool: ChildPool | None = None
@@ -238,12 +242,15 @@ class Supervisor:
                          max_tasks_per_child=opts.max_tasks_per_child,
                          max_memory_bytes=opts.max_memory_per_child, logger=self._log,
                          on_child_ready=self._on_child_ready, reap_orphans=self._reap_orphans,
-                         child_nice=opts.child_nice)
+                         child_nice=opts.child_nice, capture_output=self._capture)
         self._pool = pool
         try:
             capabilities = await pool.start()  # HandlerSpecError: before any connection
             self._log.info("handlers ready: %s; %d children", ", ".join(map(str, capabilities)),
-                           opts.workers)
+                           opts.workers, extra=fields(
+                               "handlers_ready", instance_id=self.instance_id,
+                               queue_id=opts.queue_id, workers=opts.workers,
+                               capabilities=[str(c) for c in capabilities]))
             creds = self._credentials
             self._session = Session(SessionConfig(
                 credential_id=creds.credential_id, credential_secret=creds.secret,
@@ -281,13 +288,19 @@ class Supervisor:
             self._cancel_timers()
             await pool.close(kill=True)
         if error is not None:
-            self._log.error("supervisor stopped: %s", error.message)
+            self._log.error("supervisor stopped: %s", error.message, extra=fields(
+                "supervisor_stopped", instance_id=self.instance_id, unconfirmed=error.unconfirmed,
+                running=error.running))
             raise error
         stats = self._session.stats()
+        confirmed = stats.reports_confirmed + stats.evidence_confirmed
         self._log.info("drained: started=%d confirmed=%d late_kills=%d loop_lag_max_ms=%.1f "
-                       "margin_ms=%.1f", stats.started,
-                       stats.reports_confirmed + stats.evidence_confirmed, stats.late_kills,
-                       stats.loop_lag_max_ms, stats.margin_ms)
+                       "margin_ms=%.1f", stats.started, confirmed, stats.late_kills,
+                       stats.loop_lag_max_ms, stats.margin_ms, extra=fields(
+                           "drained", instance_id=self.instance_id, started=stats.started,
+                           confirmed=confirmed, late_kills=stats.late_kills,
+                           loop_lag_max_ms=round(stats.loop_lag_max_ms, 1),
+                           margin_ms=round(stats.margin_ms, 1)))
 
     async def _end_executions(self) -> None:
         tasks = [t for t in self._executions.values() if not t.done()]
@@ -311,6 +324,7 @@ class Supervisor:
                     if self._conn is not None:
                         self._conn.send(frame)
                 case Execute(reservation=res):
+                    self._task_of[res.attempt_id] = res.task_id
                     task = self._spawn(self._execute(res))
                     self._executions[res.attempt_id] = task
                 case Kill(attempt_id=attempt_id, reason=reason, code=code, late_by=late):
@@ -320,12 +334,18 @@ class Supervisor:
                     self._pool.cancel(attempt_id)
                 case Emit(event=event):
                     self._events.publish(event)
-                    self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
-                                    event.classification or "")
+                    if self._log.isEnabledFor(logging.DEBUG):
+                        self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
+                                        event.classification or "", extra=fields(
+                                            "supervisor_event", type=event.type,
+                                            attempt_id=event.attempt_id,
+                                            task_id=event.task_id,
+                                            classification=event.classification))
                 case Connect(delay=delay):
                     self._connect_task = self._spawn(self._connect(delay))
                 case CloseConnection(reason=reason):
-                    self._log.warning("dropping the connection: %s", reason)
+                    self._log.warning("dropping the connection: %s", reason, extra=fields(
+                        "connection_dropped", reason=reason, instance_id=self.instance_id))
                     if self._conn is not None:
                         self._conn.abort()
                 case Finish(error=error):
@@ -348,12 +368,17 @@ class Supervisor:
             self._apply(self._session.kill_sent(attempt_id, Report(
                 child_pid=facts.pid, signal=int(signal.SIGKILL), cpu_ms=facts.cpu_ms,
                 peak_rss_bytes=facts.peak_rss_bytes), facts.at))
-            if late_by > LATE_KILL_BOUND:
+            late = late_by > LATE_KILL_BOUND
+            extra = fields("child_killed", attempt_id=attempt_id,
+                           task_id=self._task_of.get(attempt_id), reason=reason, code=code,
+                           pid=facts.pid, late_ms=round(late_by * 1000) if late else None)
+            if late:
                 self._log.warning("killed the child of attempt %s: %s, %.0f ms after the "
                                   "local expiry (a late kill: the event loop was late)",
-                                  attempt_id, reason, late_by * 1000)
+                                  attempt_id, reason, late_by * 1000, extra=extra)
             else:
-                self._log.warning("killed the child of attempt %s: %s", attempt_id, reason)
+                self._log.warning("killed the child of attempt %s: %s", attempt_id, reason,
+                                  extra=extra)
             return
         # No child runs it yet (still waiting for a free child) or it just finished: a
         # waiting execution must never start, so it is cancelled before it gets a child.
@@ -451,7 +476,8 @@ class Supervisor:
 
     def _internal_error(self, where: str, exc: BaseException) -> None:
         """A bug must end the run with an error, never hang it or leave children running."""
-        self._log.error("internal error in %s", where, exc_info=exc)
+        self._log.error("internal error in %s", where, exc_info=exc,
+                        extra=fields("internal_error", where=where))
         if self._finished is not None and not self._finished.done():
             session = self._session
             self._finished.set_result(SupervisorError(
@@ -477,17 +503,22 @@ class Supervisor:
             conn = await Connection.open(self.url, ssl_context=self._ssl)
         except ConnectFailed as exc:
             self._log.warning("cannot reach %s (attempt %d): %s", self.url,
-                              self._connect_attempts, exc)
+                              self._connect_attempts, exc, extra=fields(
+                                  "connect_failed", url=self.url,
+                                  attempt=self._connect_attempts, reason=exc.reason))
             self._apply(session.connect_failed(loop.time(), exc.reason))
             return
-        self._log.info("connected to %s", self.url)
+        self._log.info("connected to %s", self.url, extra=fields(
+            "connected", url=self.url, instance_id=self.instance_id,
+            queue_id=self.options.queue_id))
         self._conn = conn
         self._apply(session.connected(loop.time()))
         reason = await conn.run(self._on_frame)
         if self._conn is conn:
             self._conn = None
         if not session.done:
-            self._log.warning("connection lost: %s", reason)
+            self._log.warning("connection lost: %s", reason, extra=fields(
+                "connection_lost", url=self.url, reason=reason))
         self._apply(session.connection_lost(loop.time(), reason))
 
     def _on_frame(self, frame: ServerFrame) -> None:
@@ -512,6 +543,10 @@ class Supervisor:
             deadline_at_ms=res.deadline_at_ms, idempotency=str(res.idempotency),
         )
         outcome: ChildOutcome
+        # Per task: DEBUG, so that at the default level a success costs two level checks.
+        self._log_attempt(logging.DEBUG, res, "attempt_started", "attempt %s of task %s "
+                          "started (%s)", res.attempt_id, res.task_id, res.capability)
+        started_at = loop.time()
         try:
             outcome = await pool.execute(request)
         except asyncio.CancelledError:
@@ -522,19 +557,36 @@ class Supervisor:
         except PoolClosed:
             outcome = _not_run("SHUTDOWN")
         except Exception:  # never let one execution take the run down
-            self._log.exception("attempt %s could not be executed", res.attempt_id)
+            self._log_attempt(logging.ERROR, res, "attempt_execute_failed",
+                              "attempt %s could not be executed", res.attempt_id,
+                              exc_info=True)
             outcome = ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_CRASHED.value, False,
                                    None, None, Report())
         finally:
             self._executions.pop(res.attempt_id, None)
+            self._task_of.pop(res.attempt_id, None)
             killed_from = self._killed_from.pop(res.attempt_id, None)
             if killed_from is not None:
                 self._kill_latency.observe(max(0.0, loop.time() - killed_from))
-        if outcome.outcome is not Outcome.SUCCEEDED:
-            self._log.info("attempt %s ended %s/%s", res.attempt_id, outcome.outcome,
-                           outcome.code)
+        self._log_attempt(logging.DEBUG if outcome.outcome is Outcome.SUCCEEDED
+                          else logging.INFO, res, "attempt_ended", "attempt %s ended %s%s",
+                          res.attempt_id, outcome.outcome.value,
+                          f"/{outcome.code}" if outcome.code else "",
+                          outcome=outcome.outcome.value, code=outcome.code,
+                          kill_reason=outcome.report.kill_reason,
+                          duration_ms=round((loop.time() - started_at) * 1000, 1))
         self._timers_first()
         self._apply(session.execution_finished(res.attempt_id, outcome, loop.time()))
+
+
+    def _log_attempt(self, level: int, res: Reservation, event: str, message: str,
+                     *args: object, exc_info: bool = False, **values: object) -> None:
+        """One record about an attempt, with its IDs; nothing is built below the level
+        (these run for every task)."""
+        if self._log.isEnabledFor(level):
+            self._log.log(level, message, *args, exc_info=exc_info, extra=fields(
+                event, attempt_id=res.attempt_id, task_id=res.task_id,
+                capability=str(res.capability), attempt_number=res.attempt_number, **values))
 
 
 def _not_run(reason: str) -> ChildOutcome:

@@ -14,7 +14,6 @@ import sys
 from typing import Any
 
 import click
-import orjson
 
 from orbit_host.credentials import CredentialsFileError, load_credentials
 from orbit_host.isolation import (
@@ -24,6 +23,7 @@ from orbit_host.isolation import (
     secret_variables,
     set_not_dumpable,
 )
+from orbit_host.logs import LOG_FORMATS, configure_logging, fields
 from orbit_host.tls import CaFileError
 from orbit_host.version import DISTRIBUTION, installed_version
 from orbit_wire.errors import HandlerSpecError
@@ -79,30 +79,30 @@ class _SizeType(click.ParamType[int]):
             self.fail(str(exc), param, ctx)
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, object] = {
-            "ts": round(record.created, 3), "level": record.levelname,
-            "logger": record.name, "message": record.getMessage(),
-        }
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(out).decode()
+# The command's own last word (how it exits) is logged whatever --log-level says.
+_EXIT_LOG = logging.getLogger("orbit.supervise")
+_EXIT_LOG.setLevel(logging.INFO)
+_json_log = False
 
 
 def _setup_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
+    global _json_log
+    _json_log = fmt == "json"
+    configure_logging(level, fmt)
+
+
+def _say(code: int, message: str, **values: object) -> None:
+    """How the command ends: one ``exit`` record in JSON, else one ``orbit-supervise:``
+    line (the text people read at a terminal, as before the log format existed)."""
+    if _json_log:
+        _EXIT_LOG.log(logging.INFO if code == EXIT_DRAINED else logging.ERROR, "%s", message,
+                      extra=fields("exit", exit_code=code, **values))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+        click.echo(f"orbit-supervise: {message}", err=True)
 
 
 def _fail(code: int, message: str) -> None:
-    click.echo(f"orbit-supervise: {message}", err=True)
+    _say(code, message)
     sys.exit(code)
 
 
@@ -149,7 +149,8 @@ def _fail(code: int, message: str) -> None:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 @click.option("--log-format", default="text", show_default=True,
-              type=click.Choice(["text", "json"]))
+              type=click.Choice(LOG_FORMATS),
+              help="text for people; json: one record per line (docs/observability.md).")
 @click.version_option(package_name=DISTRIBUTION, prog_name="orbit-supervise")
 def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | None,
          workers: int, shutdown_timeout: float, reconnect_min_delay: float,
@@ -181,7 +182,7 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child, child_nice=child_nice,
             reap_orphans=True,  # this process starts nothing but the template
-            ca_file=ca_file,
+            ca_file=ca_file, capture_child_output=True,
         )
     except CaFileError as exc:
         _fail(EXIT_USAGE, exc.message)
@@ -245,28 +246,31 @@ async def _supervise(sup: Supervisor, loop: asyncio.AbstractEventLoop) -> int:
     try:
         await sup.run()
     except HandlerSpecError as exc:
-        click.echo(f"orbit-supervise: handlers: {exc.message}", err=True)
-        return EXIT_HANDLERS
+        return _ended(EXIT_HANDLERS, f"handlers: {exc.message}")
     except FatalSessionError as exc:
-        click.echo(f"orbit-supervise: fatal session error: {exc.message} "
-                   f"(unconfirmed={exc.unconfirmed} running={exc.running})", err=True)
-        return EXIT_FATAL_SESSION
+        return _ended(EXIT_FATAL_SESSION, f"fatal session error: {exc.message} "
+                      f"(unconfirmed={exc.unconfirmed} running={exc.running})",
+                      unconfirmed=exc.unconfirmed, running=exc.running)
     except ShutdownTimeoutError as exc:
-        click.echo(f"orbit-supervise: {exc.message} "
-                   f"(unconfirmed={exc.unconfirmed} running={exc.running})", err=True)
-        return EXIT_SHUTDOWN_TIMEOUT
+        return _ended(EXIT_SHUTDOWN_TIMEOUT, f"{exc.message} "
+                      f"(unconfirmed={exc.unconfirmed} running={exc.running})",
+                      unconfirmed=exc.unconfirmed, running=exc.running)
     except SupervisorError as exc:
-        click.echo(f"orbit-supervise: {exc.message}", err=True)
-        return EXIT_INTERNAL
+        return _ended(EXIT_INTERNAL, exc.message)
     except Exception:
-        logging.getLogger("orbit.supervisor").exception("internal error")
-        click.echo("orbit-supervise: internal error (see the log above)", err=True)
-        return EXIT_INTERNAL
+        logging.getLogger("orbit.supervisor").exception(
+            "internal error", extra=fields("internal_error", where="the run"))
+        return _ended(EXIT_INTERNAL, "internal error (see the log above)")
     stats = sup.stats()
-    click.echo(f"orbit-supervise: drained started={stats.started} "
-               f"confirmed={stats.reports_confirmed + stats.evidence_confirmed} "
-               f"running={stats.running}", err=True)
-    return EXIT_DRAINED
+    confirmed = stats.reports_confirmed + stats.evidence_confirmed
+    return _ended(EXIT_DRAINED, f"drained started={stats.started} confirmed={confirmed} "
+                  f"running={stats.running}", started=stats.started, confirmed=confirmed,
+                  running=stats.running)
+
+
+def _ended(code: int, message: str, **values: object) -> int:
+    _say(code, message, **values)
+    return code
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from orbit_host.logs import fields
 from orbit_host.tls import certificate_failure
 from orbit_wire.errors import ProtocolError
 from orbit_wire.frames import ClientFrame, ErrorFrame, ServerFrame, decode_server_frame, encode
@@ -145,7 +146,7 @@ class Connection:
             except ConnectionClosed:
                 return
             except OSError as exc:
-                log.debug("write failed: %s", exc)
+                log.debug("write failed: %s", exc, extra=fields("connection_write_failed"))
                 return
             finally:
                 self._outbox.task_done()

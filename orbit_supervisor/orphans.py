@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable
 
 from orbit_host import procutil
+from orbit_host.logs import fields
 
 # After a template loss, sweep at these delays (seconds): the children die by their death
 # signal within milliseconds, and what they started is re-parented as they die. Then again
@@ -61,7 +62,8 @@ class OrphanReaper:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
         if killed:
-            self._log.warning("killed %d process(es) left behind by a lost template", killed)
+            self._log.warning("killed %d process(es) left behind by a lost template", killed,
+                              extra=fields("orphans_killed", count=killed))
         return found
 
     def after_template_loss(self) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 
 from orbit_host import procutil
 from orbit_host.framing import FrameError, encode_frame
+from orbit_host.logs import fields
 from orbit_host.messages import (
     CancelTask,
     ChildReady,
@@ -58,6 +59,7 @@ from orbit_wire.model import Capability, UnknownCode
 from orbit_wire.names import is_code
 
 from .channel import ChildChannel
+from .child_output import OutputReader, output_pipe
 from .memory import ChildMemory
 from .orphans import OrphanReaper
 from .outcomes import ChildOutcome, outcome_from_done, uncertain
@@ -79,6 +81,7 @@ _GRACEFUL_EXIT_S = 2.0  # a recycled child that does not leave by then is killed
 _REAP_TIMEOUT_S = 5.0  # a kill whose reap is never reported still ends execute()
 _TEMPLATE_EXIT_S = 5.0
 _MAX_RESPAWN_DELAY_S = 5.0
+_CHILD_LOG = logging.getLogger("orbit.child")
 
 
 class PoolClosed(OrbitError):
@@ -136,6 +139,8 @@ class _Slot:
     ready: bool = False
     tasks: int = 0
     attempt_id: str | None = None
+    task_id: str | None = None
+    output: OutputReader | None = None  # the current child's output, when captured
     future: asyncio.Future[ChildOutcome] | None = None
     kill_reason: str | None = None
     kill_code: str | None = None
@@ -166,6 +171,7 @@ class _Dying:
     kill_code: str | None
     killed_at: float | None = None
     timer: asyncio.TimerHandle | None = None
+    output: OutputReader | None = None
 
 
 class ChildPool:
@@ -175,12 +181,16 @@ class ChildPool:
                  max_memory_bytes: int | None = None, memory_check_interval: float = 0.05,
                  logger: logging.Logger | None = None,
                  on_child_ready: Callable[[], None] | None = None,
-                 reap_orphans: bool = False, child_nice: int = 0) -> None:
+                 reap_orphans: bool = False, child_nice: int = 0,
+                 capture_output: bool = False) -> None:
         """``on_child_ready`` (optional) is called, on the loop, each time a fresh child
         becomes ready (so ``replacing`` may have dropped); it must not raise or block.
         ``reap_orphans``: this process becomes a subreaper and kills what a lost template's
         children left behind (orphans.py); only where the templates are its only children.
-        ``child_nice``: nice steps each child runs below this process (0-19)."""
+        ``child_nice``: nice steps each child runs below this process (0-19).
+        ``capture_output``: read the template's and each child's stdout and stderr and log
+        every line with the attempt it belongs to (child_output.py); otherwise they write to
+        this process's own stdout and stderr."""
         if size < 1:
             raise ValueError("size must be at least 1")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
@@ -192,6 +202,7 @@ class ChildPool:
         if not 0 <= child_nice <= 19:
             raise ValueError("child_nice must be in [0, 19]")
         self._child_nice = child_nice
+        self._capture = capture_output
         self._spec = handlers
         self._on_child_ready = on_child_ready
         self._size = size
@@ -274,6 +285,9 @@ class ChildPool:
         loop = self._require_loop()
         future: asyncio.Future[ChildOutcome] = loop.create_future()
         slot.attempt_id = request.attempt_id
+        slot.task_id = request.task_id
+        if slot.output is not None:
+            slot.output.attach(request.attempt_id, request.task_id)
         slot.future = future
         slot.kill_reason = slot.kill_code = None
         self._by_attempt[request.attempt_id] = slot
@@ -437,7 +451,8 @@ class ChildPool:
         self._template = TemplateLink(
             self._spec, on_forked=self._on_forked, on_reaped=self._on_reaped,
             on_lost=self._on_template_lost, logger=self._log,
-            start_timeout=_TEMPLATE_START_TIMEOUT_S, child_nice=self._child_nice)
+            start_timeout=_TEMPLATE_START_TIMEOUT_S, child_nice=self._child_nice,
+            capture_output=self._capture)
         return await self._template.start()
 
     def _on_forked(self, generation: int, pid: int) -> None:
@@ -445,6 +460,8 @@ class ChildPool:
         if slot is None or slot.state is not SlotState.SPAWNING:
             return
         slot.pid = pid
+        if slot.output is not None:
+            slot.output.pid = pid
         if slot.channel is not None and slot.channel.eof:
             self._kill_slot(slot, None, None)
         else:
@@ -454,7 +471,8 @@ class ChildPool:
         if self._closing or self._restart is not None or self._capabilities is None:
             return
         # Its children die with it (PR_SET_PDEATHSIG=SIGKILL); their attempts are uncertain.
-        self._log.error("the handler template exited; restarting it")
+        self._log.error("the handler template exited; restarting it",
+                        extra=fields("template_lost"))
         for dying in list(self._dying.values()):
             dying.kill_reason = dying.kill_reason or "TEMPLATE_LOST"
             self._settle_dying(dying, None)
@@ -479,11 +497,12 @@ class ChildPool:
             try:
                 caps = await self._start_template()
             except HandlerSpecError as exc:
-                self._log.error("restarting the handler template failed: %s", exc.message)
+                self._log.error("restarting the handler template failed: %s", exc.message,
+                                extra=fields("template_restart_failed"))
             else:
                 if caps != self._capabilities:
                     self._log.error("the restarted template serves other capabilities; "
-                                    "the pool closes")
+                                    "the pool closes", extra=fields("template_changed"))
                     self._restart = None
                     await self.close()
                     return
@@ -525,7 +544,12 @@ class ChildPool:
         self._spawned += 1
         template = self._template
         assert template is not None  # _can_spawn() checked it
-        template.fork(generation, child_end.detach())
+        fds = [child_end.detach()]
+        if self._capture:
+            read_end, write_end = output_pipe()
+            slot.output = OutputReader(loop, read_end, _CHILD_LOG, "child_output")
+            fds.append(write_end)
+        template.fork(generation, fds)
 
     def _maybe_ready(self, slot: _Slot) -> None:
         if slot.state is SlotState.SPAWNING and slot.ready and slot.pid is not None:
@@ -578,18 +602,21 @@ class ChildPool:
                 return slot
 
     def _on_broken_frame(self, slot: _Slot, exc: FrameError) -> None:
-        self._log.error("child %s sent a broken frame (%s); killing it", slot.pid, exc)
+        self._log.error("child %s sent a broken frame (%s); killing it", slot.pid, exc,
+                        extra=self._ids(slot, "child_broken_frame"))
         self._kill_slot(slot, "PROTOCOL_ERROR", UnknownCode.HANDLER_CRASHED.value)
 
     def _on_child_frame(self, slot: _Slot, frame: dict[str, Any]) -> None:
         if frame.get("g") != slot.generation:
             self._log.warning("ignored a frame for generation %r on the child of generation %d",
-                              frame.get("g"), slot.generation)
+                              frame.get("g"), slot.generation,
+                              extra=self._ids(slot, "child_frame_ignored"))
             return
         try:
             message = decode_from_child(frame)
         except MalformedMessage:
-            self._log.warning("ignored a %r frame from child %s", frame.get("t"), slot.pid)
+            self._log.warning("ignored a %r frame from child %s", frame.get("t"), slot.pid,
+                              extra=self._ids(slot, "child_frame_ignored"))
             return
         if isinstance(message, ChildReady):
             if slot.state is SlotState.SPAWNING:
@@ -598,18 +625,24 @@ class ChildPool:
         else:
             if slot.state is not SlotState.BUSY or message.attempt_id != slot.attempt_id:
                 self._log.info("dropped a result for attempt %r: no longer running on child %s",
-                               message.attempt_id, slot.pid)
+                               message.attempt_id, slot.pid, extra=fields(
+                                   "result_dropped", attempt_id=message.attempt_id,
+                                   pid=slot.pid))
                 return
             report = Report(child_pid=slot.pid, cpu_ms=message.cpu_ms,
                             peak_rss_bytes=message.peak_rss_bytes)
             try:
-                outcome = outcome_from_done(message, report, warn=self._log.warning)
+                outcome = outcome_from_done(message, report, warn=functools.partial(
+                    self._warn, slot, "child_invalid_result"))
             except MalformedMessage as exc:
                 self._log.error("child %s sent a malformed result (%s); killing it",
-                                slot.pid, exc)
+                                slot.pid, exc, extra=self._ids(slot, "child_malformed_result"))
                 self._kill_slot(slot, "PROTOCOL_ERROR", UnknownCode.HANDLER_CRASHED.value)
                 return
             future = slot.future
+            if slot.output is not None:
+                slot.output.drain()  # written before the answer: still this attempt's
+                slot.output.attach(None, None)
             self._finish_attempt(slot)
             slot.tasks += 1
             self._after_task(slot)
@@ -628,7 +661,8 @@ class ChildPool:
         if reason is None:
             self._release(slot)
             return
-        self._log.info("recycling child %s (%s)", slot.pid, reason)
+        self._log.info("recycling child %s (%s)", slot.pid, reason,
+                       extra=fields("child_recycled", pid=slot.pid, reason=reason))
         slot.move(SlotState.EXITING)
         self._send_child(slot, encode_frame(LeaveChild(slot.generation).to_wire()))
         slot.timer = self._require_loop().call_later(
@@ -636,7 +670,8 @@ class ChildPool:
 
     def _force_exit(self, slot: _Slot, generation: int) -> None:
         if slot.generation == generation and slot.state is SlotState.EXITING and slot.pid:
-            self._log.warning("recycled child %s did not exit; killing it", slot.pid)
+            self._log.warning("recycled child %s did not exit; killing it", slot.pid,
+                              extra=fields("child_recycle_overdue", pid=slot.pid))
             procutil.killpg(slot.pid)
 
     def _send_child(self, slot: _Slot, data: bytes) -> None:
@@ -647,7 +682,8 @@ class ChildPool:
     def _on_child_eof(self, slot: _Slot, write_error: OSError | None) -> None:
         """The child's socket closed: it died, or broke its end. Make sure it is dead."""
         if write_error is not None:
-            self._log.warning("writing to child %s failed: %s", slot.pid, write_error)
+            self._log.warning("writing to child %s failed: %s", slot.pid, write_error,
+                              extra=self._ids(slot, "child_write_failed"))
         if slot.state in (SlotState.KILLING, SlotState.EXITING, SlotState.CLOSED):
             return
         if slot.pid is None:
@@ -680,7 +716,8 @@ class ChildPool:
     def _replace_now(self, slot: _Slot, pid: int) -> None:
         """Hand the killed child to a _Dying record and fork the slot's next child now."""
         dying = _Dying(slot.generation, pid, slot.future, slot.kill_reason, slot.kill_code,
-                       slot.killed_at)
+                       slot.killed_at, output=slot.output)
+        slot.output = None  # the dying child's last lines still name its attempt
         dying.timer = self._require_loop().call_later(_REAP_TIMEOUT_S, self._dying_overdue,
                                                       dying)
         self._dying[dying.generation] = dying
@@ -693,10 +730,14 @@ class ChildPool:
         self._dying.pop(dying.generation, None)
         if dying.timer is not None:
             dying.timer.cancel()
+        if dying.output is not None:
+            dying.output.close()
+            dying.output = None
         _resolve_gone(dying.future, dying.pid, dying.kill_reason, dying.kill_code, report)
 
     def _dying_overdue(self, dying: _Dying) -> None:
-        self._log.error("no reap report for killed child %s", dying.pid)
+        self._log.error("no reap report for killed child %s", dying.pid,
+                        extra=fields("child_reap_overdue", pid=dying.pid))
         dying.timer = None
         self._settle_dying(dying, None)
 
@@ -707,7 +748,8 @@ class ChildPool:
     def _reap_overdue(self, slot: _Slot, generation: int) -> None:
         if slot.generation != generation or slot.state is not SlotState.KILLING:
             return
-        self._log.error("no reap report for child %s; replacing it anyway", slot.pid)
+        self._log.error("no reap report for child %s; replacing it anyway", slot.pid,
+                        extra=fields("child_reap_overdue", pid=slot.pid))
         slot.timer = None
         self._by_gen.pop(generation, None)
         self._end_future(slot, None)
@@ -727,7 +769,11 @@ class ChildPool:
         elif gone.kill_reason is None and not self._closing:
             self._crashed += 1
             self._log.warning("child %s died (exit code %s, signal %s)", gone.pid,
-                              msg.exit_code, msg.signal)
+                              msg.exit_code, msg.signal, extra=fields(
+                                  "child_died", pid=gone.pid, exit_code=msg.exit_code,
+                                  signal=msg.signal,
+                                  attempt_id=slot.attempt_id if slot else None,
+                                  task_id=slot.task_id if slot else None))
         reap_ms = None
         if gone.kill_reason is not None and gone.killed_at is not None:
             reap_ms = max(0, round((self._require_loop().time() - gone.killed_at) * 1000))
@@ -771,6 +817,7 @@ class ChildPool:
         if slot.attempt_id is not None and self._by_attempt.get(slot.attempt_id) is slot:
             del self._by_attempt[slot.attempt_id]
         slot.attempt_id = None
+        slot.task_id = None
         slot.future = None
         slot.memory.stop()
 
@@ -783,14 +830,27 @@ class ChildPool:
         if slot.channel is not None:
             slot.channel.close()
             slot.channel = None
+        if slot.output is not None:
+            slot.output.close()  # the child is gone: what it wrote is all in the pipe
+            slot.output = None
         self._by_gen.pop(slot.generation, None)
         slot.pid = None
 
     def _over_memory(self, slot: _Slot, attempt_id: str, rss: int) -> None:
         """The memory watch found the tree of ``attempt_id``'s child over the limit."""
         self._log.warning("attempt %s: child %s uses %d bytes, over %d; killing it",
-                          attempt_id, slot.pid, rss, self._max_memory)
+                          attempt_id, slot.pid, rss, self._max_memory,
+                          extra=fields("child_over_memory", attempt_id=attempt_id,
+                                       task_id=slot.task_id, pid=slot.pid, rss_bytes=rss,
+                                       limit_bytes=self._max_memory))
         self._kill_slot(slot, "MEMORY_LIMIT", UnknownCode.HANDLER_CRASHED.value)
+
+    @staticmethod
+    def _ids(slot: _Slot, event: str) -> dict[str, Any]:
+        return fields(event, attempt_id=slot.attempt_id, task_id=slot.task_id, pid=slot.pid)
+
+    def _warn(self, slot: _Slot, event: str, message: str) -> None:
+        self._log.warning("%s", message, extra=self._ids(slot, event))
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from orbit_host.isolation import ChildIsolation, is_secret_variable
+from orbit_host.logs import fields
 from orbit_host.messages import (
     ChildForked,
     ChildReaped,
@@ -34,7 +35,11 @@ from orbit_host.messages import (
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.model import Capability
 
+from .child_output import OutputReader, output_pipe
+
 __all__ = ["TemplateLink", "handler_environment"]
+
+_TEMPLATE_LOG = logging.getLogger("orbit.template")
 
 # The child user and limits every template of this process gets: set once at start by the
 # command line (``set_child_isolation``), before any pool exists.
@@ -64,8 +69,10 @@ class TemplateLink:
     def __init__(self, spec: str, *, on_forked: Callable[[int, int], None],
                  on_reaped: Callable[[ChildReaped], None], on_lost: Callable[[], None],
                  logger: logging.Logger, start_timeout: float = 60.0,
-                 child_nice: int = 0) -> None:
+                 child_nice: int = 0, capture_output: bool = False) -> None:
         self._spec = spec
+        self._capture = capture_output
+        self._output: OutputReader | None = None
         self._child_nice = child_nice
         self._on_forked = on_forked
         self._on_reaped = on_reaped
@@ -94,6 +101,7 @@ class TemplateLink:
         parent_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Resolve MODULE:ATTR as `python -m` would: the current folder first, then our path.
         sys_path = [os.getcwd(), *[p for p in sys.path if p]]
+        out_r, out_w = output_pipe() if self._capture else (None, None)
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "orbit_child.template", self._spec,
@@ -102,14 +110,22 @@ class TemplateLink:
                 "--sys-path", orjson.dumps(sys_path).decode(), *_isolation.to_args(),
                 "--sys-path", orjson.dumps(sys_path).decode(),
                 "--child-nice", str(self._child_nice),
+                *(["--captured"] if self._capture else []),
                 stdin=asyncio.subprocess.DEVNULL, pass_fds=(template_end.fileno(),),
-                env=handler_environment(os.environ),
+                stdout=out_w, stderr=out_w, env=handler_environment(os.environ),
             )
         except BaseException:
             parent_end.close()
+            if out_r is not None:
+                os.close(out_r)
             raise
         finally:
             template_end.close()
+            if out_w is not None:
+                os.close(out_w)
+        if out_r is not None:
+            self._output = OutputReader(loop, out_r, _TEMPLATE_LOG, "template_output")
+            self._output.pid = self._proc.pid
         parent_end.setblocking(False)
         self._ctl = parent_end
         self._caps = loop.create_future()
@@ -125,9 +141,10 @@ class TemplateLink:
                 ) from None
             raise
 
-    def fork(self, generation: int, fd: int) -> None:
-        """Ask for a child of ``generation`` serving socket ``fd`` (owned from here on)."""
-        self._send(ForkChild(generation), [fd])
+    def fork(self, generation: int, fds: list[int]) -> None:
+        """Ask for a child of ``generation`` serving socket ``fds[0]`` (and writing its output
+        to ``fds[1]`` when given); the descriptors are owned from here on."""
+        self._send(ForkChild(generation), fds)
 
     async def stop(self, timeout: float) -> None:
         """Ask the template to kill everything and leave; SIGKILL it after ``timeout``.
@@ -140,16 +157,23 @@ class TemplateLink:
                 async with asyncio.timeout(timeout):
                     await proc.wait()
             except TimeoutError:
-                self._log.error("template %s did not exit; killing it", proc.pid)
+                self._log.error("template %s did not exit; killing it", proc.pid,
+                                extra=fields("template_stop_overdue", pid=proc.pid))
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
         self._on_readable()  # the last reap reports
         self._close()
+        if self._output is not None:
+            self._output.close()
+            self._output = None
 
     async def wait_exited(self) -> None:
         if self._proc is not None:
             await self._proc.wait()
+        if self._output is not None:
+            self._output.close()
+            self._output = None
 
     # ------------------------------------------------------------------------- internals
 
@@ -167,7 +191,8 @@ class TemplateLink:
             try:
                 msg = decode_from_template(orjson.loads(data))
             except (orjson.JSONDecodeError, MalformedMessage):
-                self._log.error("malformed control message from the template ignored")
+                self._log.error("malformed control message from the template ignored",
+                                extra=fields("template_malformed_message"))
                 continue
             self._dispatch(msg)
 
@@ -234,7 +259,8 @@ class TemplateLink:
                 loop.add_writer(ctl.fileno(), self._flush)
                 return
             except OSError as exc:
-                self._log.error("template control socket failed: %s", exc)
+                self._log.error("template control socket failed: %s", exc,
+                                extra=fields("template_socket_failed"))
                 self._lost()
                 return
             self._out.popleft()

@@ -6,6 +6,7 @@ fresh child is ready), then prints the figures and writes the "Child pool" secti
 docs/benchmarks.md (other sections are kept).
 
     .venv/bin/python scripts/bench_pool.py [--iterations 200] [--round-trips 2000]
+        [--capture-output]   # children's output read and logged per line (orbit-supervise)
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ async def _stamped(awaitable: Awaitable[T]) -> tuple[T, float]:
     return value, time.perf_counter()
 
 
-async def bench(iterations: int, round_trips: int) -> dict[str, float]:
-    pool = ChildPool(SPEC, 1)
+async def bench(iterations: int, round_trips: int, capture: bool = False) -> dict[str, float]:
+    pool = ChildPool(SPEC, 1, capture_output=capture)
     t0 = time.perf_counter()
     await pool.start()
     start_ms = (time.perf_counter() - t0) * 1000
@@ -96,9 +97,9 @@ async def bench(iterations: int, round_trips: int) -> dict[str, float]:
     }
 
 
-async def bench_wide(size: int, tasks: int) -> dict[str, float]:
+async def bench_wide(size: int, tasks: int, capture: bool = False) -> dict[str, float]:
     """Start a wide pool, push no-op tasks through all children at once, close it."""
-    pool = ChildPool(SPEC, size)
+    pool = ChildPool(SPEC, size, capture_output=capture)
     t = time.perf_counter()
     await pool.start()
     start_ms = (time.perf_counter() - t) * 1000
@@ -175,12 +176,16 @@ def main() -> None:
     parser.add_argument("--round-trips", type=int, default=2000)
     parser.add_argument("--wide", type=int, default=64, help="children in the wide pool")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--capture-output", action="store_true",
+                        help="read each child's output through its pipe, as orbit-supervise "
+                             "does (print only)")
     args = parser.parse_args()
-    result = asyncio.run(bench(args.iterations, args.round_trips))
-    result.update(asyncio.run(bench_wide(args.wide, 20 * args.wide)))
+    capture = args.capture_output
+    result = asyncio.run(bench(args.iterations, args.round_trips, capture))
+    result.update(asyncio.run(bench_wide(args.wide, 20 * args.wide, capture)))
     section = render(result)
     print(section)
-    if not args.no_write:
+    if not args.no_write and not capture:
         write_section(ROOT / "docs" / "benchmarks.md", section)
         print("wrote the Child pool section of docs/benchmarks.md")
 

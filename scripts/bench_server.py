@@ -16,7 +16,9 @@ Measures
   (c) sequential submit-and-wait (p50/p99): submit one task, a worker starts and finishes it,
       the producer's `GET /v1/tasks/{id}?wait_ms=` returns.
 The server section of docs/benchmarks.md (between the markers) is replaced; the rest of the
-file is kept. The server process is stopped by PID at the end.
+file is kept. The server process is stopped by PID at the end. BENCH_SERVER_ARGS (environment)
+adds options to `orbit-server serve`, e.g. "--no-access-log" or "--log-format json", to
+compare them side by side.
 
 ``--metrics-compare`` measures only (a), alternately with ``--no-metrics`` and with metrics on
 and scraped every second (a fresh server each run, the order swapped every round), and
@@ -32,6 +34,7 @@ import datetime as dt
 import itertools
 import os
 import platform
+import shlex
 import signal
 import socket
 import statistics
@@ -97,7 +100,9 @@ class Server:
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
-             "--host", "127.0.0.1", *self.extra], stdout=log, stderr=subprocess.STDOUT)
+             "--host", "127.0.0.1", *self.extra,
+             *shlex.split(os.environ.get("BENCH_SERVER_ARGS", ""))],
+            stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

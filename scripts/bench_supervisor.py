@@ -27,6 +27,7 @@ every round, and prints the medians and the difference. ``--quick`` is a smoke r
 no-op tasks, two rounds, nothing written.
 
 Development aids (environment): BENCH_SUPERVISE_LOG=debug (the supervisor's log level),
+BENCH_SUPERVISE_ARGS / BENCH_SERVER_ARGS (more options, e.g. "--log-format json"),
 BENCH_KEEP=1 (keep the work directory with the logs), BENCH_SERVER_PROFILE=FILE (cProfile
 the server), BENCH_PYSPY=DIR (sample server and supervisor with py-spy, if installed).
 """
@@ -41,6 +42,7 @@ import logging
 import multiprocessing
 import os
 import platform
+import shlex
 import signal
 import socket
 import statistics
@@ -177,7 +179,7 @@ class SuperviseProcess:
                 [str(ROOT / ".venv" / "bin" / "orbit-supervise"), "--credentials-file",
                  str(creds_path), "--queue", queue, "--workers", str(workers),
                  "--log-level", os.environ.get("BENCH_SUPERVISE_LOG", "warning"), *extra,
-                 SPEC],
+                 *shlex.split(os.environ.get("BENCH_SUPERVISE_ARGS", "")), SPEC],
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         self.ps = psutil.Process(self.proc.pid)
         self.peak_rss = 0

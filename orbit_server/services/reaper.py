@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from orbit_host.logs import fields
 from orbit_wire.model import Capability, Outcome, TaskState
 
 from .. import domain
@@ -64,7 +65,8 @@ class Reaper:
                 record_close(uow, self._wakeups, SERVER, task, attempt, before, _LEASE_EXPIRED,
                              result, effects)
                 effects.counted().expired.append(task.queue_id)
-                lines.append((attempt.id, task.id, attempt.instance_id, task.state.value))
+                lines.append((attempt.id, task.id, attempt.instance_id, task.state.value,
+                              task.queue_id))
             release_all(uow, stale, domain.Rule.RESERVATION_EXPIRED, SERVER, effects)
             overdue = [uow.adopt_task_row(r) for r in conn.execute(
                 queries.OVERDUE_PENDING, {"now": now, "n": limit}).mappings()]
@@ -87,11 +89,15 @@ class Reaper:
             effects.due(conn.scalar(queries.NEXT_PENDING_DEADLINE))
             effects.due(conn.scalar(queries.NEXT_START_BY))
         self._wakeups.take_due(now, effects)
-        for attempt_id, task_id, instance_id, state in lines[:_LOGGED_EXPIRIES]:
+        for attempt_id, task_id, instance_id, state, queue_id in lines[:_LOGGED_EXPIRIES]:
             log.info("lease of attempt %s (task %s, worker %s) expired; the task is %s",
-                     attempt_id, task_id, instance_id, state)
+                     attempt_id, task_id, instance_id, state, extra=fields(
+                         "lease_expired", attempt_id=attempt_id, task_id=task_id,
+                         instance_id=instance_id, queue_id=queue_id, state=state))
         if len(lines) > _LOGGED_EXPIRIES:
-            log.info("%d more leases expired in this pass", len(lines) - _LOGGED_EXPIRIES)
+            more = len(lines) - _LOGGED_EXPIRIES
+            log.info("%d more leases expired in this pass", more,
+                     extra=fields("lease_expired_more", count=more))
         return effects
 
     def _not_started(self, uow: UnitOfWork, now: int, limit: int, effects: Effects) -> int:

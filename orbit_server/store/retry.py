@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from orbit_host.logs import fields
 from orbit_wire.errors import ErrorCode, OrbitError
 
 __all__ = ["MAX_TRIES", "faults_logged", "is_retryable_conflict", "transactional",
@@ -50,16 +51,19 @@ C = TypeVar("C", bound=type)
 
 
 @contextlib.contextmanager
-def faults_logged(logger: logging.Logger, failed: str, *args: object) -> Iterator[None]:
+def faults_logged(logger: logging.Logger, failed: str, *args: object, event: str,
+                  **values: Any) -> Iterator[None]:
     """For background store calls that a later pass retries: swallow what the block raises,
     logging a database fault (``OrbitError``) as one warning line and anything else (a bug)
-    with its traceback. ``failed`` is the %-style message, e.g. "reaper pass failed"."""
+    with its traceback. ``failed`` is the %-style message, e.g. "reaper pass failed";
+    ``event`` and ``values`` are the record's event name and fields."""
     try:
         yield
     except OrbitError as exc:
-        logger.warning(f"{failed}: %s", *args, exc.message)
+        logger.warning(f"{failed}: %s", *args, exc.message,
+                       extra=fields(event, code=exc.code.value, **values))
     except Exception:
-        logger.exception(failed, *args)
+        logger.exception(failed, *args, extra=fields(event, **values))
 
 
 def _errno(exc: DBAPIError) -> int | None:
@@ -122,7 +126,8 @@ def _with_retries(method: Callable[..., Any], args: tuple[Any, ...],
                     if typed is not None:
                         raise typed from exc
                 raise
-            log.debug("%s: retrying after %s", method.__name__, type(exc).__name__)
+            log.debug("%s: retrying after %s", method.__name__, type(exc).__name__,
+                      extra=fields("store_retry", method=method.__name__))
             time.sleep(random.uniform(*_PAUSE_S) * attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -91,6 +92,14 @@ def journal(execution: Execution) -> Any:
     return result
 
 
+def chatter(execution: Execution) -> Any:
+    """Prints a line on stdout and one on stderr (the supervisor logs each with the attempt)."""
+    n = execution.payload.get("n", 0)
+    print(f"CHATTER-OUT {n}")
+    print(f"CHATTER-ERR {n}", file=sys.stderr)
+    return {"n": n}
+
+
 def reject(execution: Execution) -> Any:
     raise WorkerFailure("OBJECT_REJECTED", details={"why": "test"})
 
@@ -151,6 +160,7 @@ HANDLERS = [
     Handler("sup.polls_cancelled", "v1", "v1", polls_cancelled),
     Handler("sup.awaits_cancel", "v1", "v1", awaits_cancel),
     Handler("sup.ignores_cancel", "v1", "v1", ignores_cancel),
+    Handler("sup.chatter", "v1", "v1", chatter),
 ]
 
 BROKEN_DUPLICATES = [

@@ -223,10 +223,8 @@ def kill_log(sup: SupervisorProcess) -> dict[str, float]:
     """attempt id -> the wall-clock ms at which the supervisor logged killing its child."""
     out: dict[str, float] = {}
     for record in log_records(sup):
-        message = str(record.get("message", ""))
-        if message.startswith("killed the child of attempt"):
-            attempt = message.split("attempt ", 1)[1].split(":", 1)[0]
-            out.setdefault(attempt, float(record["ts"]) * 1000)
+        if record.get("event") == "child_killed":
+            out.setdefault(str(record["attempt_id"]), float(record["ts"]) * 1000)
     return out
 
 

@@ -45,6 +45,7 @@ PURE = (
     "orbit_wire/*.py",
     "orbit_host/messages.py",
     "orbit_host/tally.py",
+    "orbit_host/output.py",
     "orbit_server/domain/*.py",
     "orbit_server/auth.py",
     "orbit_supervisor/session.py",

@@ -92,9 +92,10 @@ def test_unreachable_server_at_start_is_retried(sup_env: SupEnv) -> None:
                what="two logged retries")
     assert sup.proc is not None and sup.proc.poll() is None
     records = [orjson.loads(line) for line in sup.log().splitlines() if line]
-    assert {"ts", "level", "logger", "message"} <= set(records[0])
-    retries = [r for r in records if "cannot reach" in r["message"]]
-    assert retries[0]["level"] == "WARNING" and "(attempt 1)" in retries[0]["message"]
+    assert {"ts", "level", "logger", "event", "message"} <= set(records[0])
+    retries = [r for r in records if r["event"] == "connect_failed"]
+    assert retries[0]["level"] == "WARNING" and retries[0]["attempt"] == 1, retries[0]
+    assert "cannot reach" in retries[0]["message"] and retries[0]["reason"], retries[0]
     with TcpProxy(sup_env.orbit.server.port, port=port):
         task_id = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "late"})
         assert wait_task(sup_env.producer, task_id, timeout_s=20)["result"] == {"text": "LATE"}
