@@ -36,6 +36,14 @@ def test_all_fields() -> None:
     assert spec.operation_key == "order-42-normalize"
 
 
+def test_max_ms_below_initial_caps_every_delay() -> None:
+    spec = domain.parse_task_spec({**BASE, "backoff": {"initial_ms": 5, "max_ms": 4,
+                                                       "jitter": 0}})
+    assert [spec.policy.backoff.delay_ms(n, 0.5) for n in (1, 2, 9)] == [4, 4, 4]
+    zero = domain.Backoff(initial_ms=5, max_ms=0, multiplier=2.0, jitter=0.0)
+    assert zero.delay_ms(3, 0.5) == 0
+
+
 def test_max_ms_defaults_to_at_least_initial() -> None:
     spec = domain.parse_task_spec({**BASE, "backoff": {"initial_ms": 120_000}})
     assert spec.policy.backoff.max_ms == 120_000
@@ -50,7 +58,6 @@ def test_max_ms_defaults_to_at_least_initial() -> None:
     ({"attempt_timeout_ms": 86_400_001}, "attempt_timeout_ms"),
     ({"deadline_ms": 99}, "deadline_ms"),
     ({"backoff": {"initial_ms": 86_400_001}}, "initial_ms"),
-    ({"backoff": {"initial_ms": 5, "max_ms": 4}}, "max_ms"),
     ({"backoff": {"multiplier": 10.5}}, "multiplier"),
     ({"backoff": {"multiplier": float("nan")}}, "multiplier"),
     ({"backoff": {"jitter": -0.1}}, "jitter"),
@@ -64,6 +71,13 @@ def test_max_ms_defaults_to_at_least_initial() -> None:
     ({"operation_key": "k" * 256}, "operation_key"),
     ({"operation_key": 7}, "operation_key"),
     ({"unknown": 1}, "unknown"),
+    # null is not a second spelling of "absent" (the OpenAPI document says these are not
+    # nullable); schedule_to_start_ms is, null meaning no bound.
+    ({"handler": None}, "handler"),
+    ({"operation_key": None}, "operation_key"),
+    ({"max_attempts": None}, "max_attempts"),
+    ({"backoff": None}, "backoff"),
+    ({"backoff": {"jitter": None}}, "jitter"),
 ])
 def test_rejections_name_the_field(patch: dict[str, object], needle: str) -> None:
     with pytest.raises(OrbitError) as exc:
