@@ -131,7 +131,7 @@ _SCHEMAS: dict[str, Any] = {
                          ["schedules"]),
     "ScheduleDeleted": _obj({"schedule_id": _ID, "deleted": {"type": "boolean"}}),
     "TaskPage": _obj({
-        "tasks": {"type": "array", "items": _ref("Task"),
+        "tasks": {"type": "array", "items": _ref("TaskSummary"),
                   "description": "task views without payload and result"},
         "next_cursor": {**_NULLABLE_STR, "description": "null: the list ends here"},
     }, ["tasks", "next_cursor"]),
@@ -208,6 +208,9 @@ def _with_refs(schema: Any, top: str | None = None) -> Any:
 
 
 _SCHEMAS.update({name: _with_refs(body, name) for name, body in _BODIES.items()})
+# A listed task: the task view without its payload and result.
+_SCHEMAS["TaskSummary"] = {**_SCHEMAS["Task"], "required": [
+    key for key in _SCHEMAS["Task"]["required"] if key not in ("payload", "result")]}
 
 _ERRORS = {
     "400": "bad request (BAD_REQUEST, INVALID_JSON, NESTING_TOO_DEEP, NUMBER_OUT_OF_RANGE)",
@@ -238,7 +241,8 @@ def _op(summary: str, ok: str, schema: str, *, body: str | None = None,
     if parameters:
         op["parameters"] = parameters
     if body:
-        op["requestBody"] = {"required": False,
+        # Required where the body has a required field (an empty body is ``{}``).
+        op["requestBody"] = {"required": bool(_SCHEMAS[body].get("required")),
                              "content": {"application/json": {"schema": _ref(body)}}}
     if not auth:
         op["security"] = []

@@ -72,6 +72,9 @@ class Str:
 
 @dataclass(frozen=True, slots=True)
 class Int:
+    """An integer in [lo, hi]; as in JSON Schema, ``7.0`` is the integer 7 (``Obj.parse``
+    hands it on as an int)."""
+
     lo: int
     hi: int
     default: int | None = None
@@ -79,6 +82,8 @@ class Int:
     description: str = ""
 
     def check(self, value: object, key: str) -> str | None:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         if isinstance(value, int) and not isinstance(value, bool) and self.lo <= value <= self.hi:
             return None
         return f"{key} must be an integer in [{self.lo}, {self.hi}]"
@@ -237,16 +242,22 @@ class Obj:
         for key in self.required:
             if key not in value:
                 raise _bad(where, f"{key} is required")
+        out = dict(value)
         for key, item in value.items():
             spec = self.fields[key]
             if item is None:
                 if spec.nullable:
                     continue
                 raise _bad(where, f"{key} may not be null (leave it out for the default)")
+            if isinstance(spec, Obj):
+                out[key] = spec.parse(item, f"{where}.{key}" if where else key)
+                continue
             problem = spec.check(item, key)
             if problem is not None:
                 raise _bad(where, problem)
-        return dict(value)
+            if isinstance(spec, Int) and isinstance(item, float):
+                out[key] = int(item)
+        return out
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {

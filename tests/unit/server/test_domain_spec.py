@@ -36,6 +36,12 @@ def test_all_fields() -> None:
     assert spec.operation_key == "order-42-normalize"
 
 
+def test_an_integral_float_is_an_integer_as_in_json_schema() -> None:
+    spec = domain.parse_task_spec({**BASE, "max_attempts": 2.0, "backoff": {"max_ms": 5e3}})
+    assert spec.policy.max_attempts == 2 and isinstance(spec.policy.max_attempts, int)
+    assert spec.policy.backoff.max_ms == 5000 and isinstance(spec.policy.backoff.max_ms, int)
+
+
 def test_max_ms_below_initial_caps_every_delay() -> None:
     spec = domain.parse_task_spec({**BASE, "backoff": {"initial_ms": 5, "max_ms": 4,
                                                        "jitter": 0}})
@@ -52,7 +58,7 @@ def test_max_ms_defaults_to_at_least_initial() -> None:
 @pytest.mark.parametrize(("patch", "needle"), [
     ({"max_attempts": 0}, "max_attempts"),
     ({"max_attempts": True}, "max_attempts"),
-    ({"max_attempts": 2.0}, "max_attempts"),
+    ({"max_attempts": 2.5}, "max_attempts"),
     ({"lease_ttl_ms": 600_001}, "lease_ttl_ms"),
     ({"attempt_timeout_ms": 99}, "attempt_timeout_ms"),
     ({"attempt_timeout_ms": 86_400_001}, "attempt_timeout_ms"),

@@ -119,16 +119,14 @@ def _accepts(name: str, value: object) -> bool:
 
 
 def _value_rules_hold(value: object) -> bool:
-    """No integer outside signed 64-bit, no integral float (JSON Schema calls 1.0 an
-    integer, the parsers do not), no string ending in a newline (Python's ``$``)."""
+    """No integer outside signed 64-bit (a payload's value rule), no string ending in a
+    newline (Python's ``$`` matches before it, ECMA's and the parsers' do not)."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, bool):
             continue
         if isinstance(item, int) and not INT64_MIN <= item <= INT64_MAX:
-            return False
-        if isinstance(item, float) and item.is_integer():
             return False
         if isinstance(item, str) and item.endswith("\n"):
             return False
