@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -131,11 +131,17 @@ async def read_body(request: Request, limit: int) -> bytes:
                        ErrorCode.PAYLOAD_TOO_LARGE)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _bad(f"request body is larger than {limit} bytes", ErrorCode.PAYLOAD_TOO_LARGE)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _bad(f"request body is larger than {limit} bytes",
+                           ErrorCode.PAYLOAD_TOO_LARGE)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The peer went away, or http_transport closed it for a body that did not arrive
+        # in time (it logged that): nothing to answer and nothing to log again.
+        raise _bad("the connection closed before the request body arrived") from None
     return b"".join(chunks)
 
 
