@@ -12,7 +12,7 @@ Both stores."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -75,9 +75,9 @@ def _expected(principal: str, route: str) -> set[int]:
     return {200, 201}
 
 
-def test_every_route_with_every_principal(
-        server_factory: Callable[..., ServerProcess]) -> None:
-    # The failed-authentication limit off: every refusal here must be the plain 401
+@contextlib.contextmanager
+def _lane_env(server_factory: Callable[..., ServerProcess]) -> Iterator[tuple[OrbitEnv, Lane]]:
+    # The failed-authentication limit off: every refusal here must be the plain one
     # (test_security_limits.py tests the limit).
     srv = server_factory(extra_args=("--auth-failures-per-s", "0"))
     admin = srv.bootstrap_admin()
@@ -85,10 +85,16 @@ def test_every_route_with_every_principal(
         orbit = OrbitEnv(srv, admin, admin_http)
         try:
             queue = orbit.queue()
-            lane = Lane(orbit, queue, orbit.producer(queue), orbit.worker_credential(queue))
-            _matrix(orbit, lane)
+            yield orbit, Lane(orbit, queue, orbit.producer(queue),
+                              orbit.worker_credential(queue))
         finally:
             orbit.close()
+
+
+def test_every_route_with_every_principal(
+        server_factory: Callable[..., ServerProcess]) -> None:
+    with _lane_env(server_factory) as (orbit, lane):
+        _matrix(orbit, lane)
 
 
 def _matrix(orbit: OrbitEnv, lane: Lane) -> None:
@@ -184,17 +190,8 @@ async def _refused_session(ws_url: str, hello: Hello | None, kind: str,
 
 async def test_every_frame_type_with_every_principal(
         server_factory: Callable[..., ServerProcess]) -> None:
-    # As for HTTP: the failed-authentication limit off, so each refusal is the plain one.
-    srv = server_factory(extra_args=("--auth-failures-per-s", "0"))
-    admin = srv.bootstrap_admin()
-    with http_client(srv.url, admin.bearer) as admin_http:
-        orbit = OrbitEnv(srv, admin, admin_http)
-        try:
-            queue = orbit.queue()
-            lane = Lane(orbit, queue, orbit.producer(queue), orbit.worker_credential(queue))
-            await _frame_matrix(orbit, lane)
-        finally:
-            orbit.close()
+    with _lane_env(server_factory) as (orbit, lane):
+        await _frame_matrix(orbit, lane)
 
 
 async def _frame_matrix(orbit: OrbitEnv, lane: Lane) -> None:
