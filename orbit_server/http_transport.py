@@ -65,7 +65,10 @@ class _TimedHttpProtocol(HttpToolsProtocol):
         peer = self.client
         log.info("closing an HTTP connection from %s: %s not complete within %g s",
                  f"{peer[0]}:{peer[1]}" if peer else "?", what, seconds)
-        if self.cycle is None or not self.cycle.response_started:
+        # A 408 only where it answers this request: no earlier response is under way
+        # (pipelining) and this one's has not started.
+        idle = self.cycle is None or self.cycle.response_complete
+        if (idle if what == "headers" else not self.cycle.response_started):
             body = (b'{"error":{"code":"BAD_REQUEST","message":"request %s not complete '
                     b'within %g s","retryable":false}}' % (what.encode(), seconds))
             self.transport.write(_TIMEOUT_408 % (len(body), body))
@@ -89,6 +92,10 @@ class _TimedHttpProtocol(HttpToolsProtocol):
         # Armed for every request; a request without a body completes at once and disarms.
         self._arm(self.BODY_TIMEOUT_S, "body")
         super().on_headers_complete()
+        if self.pipeline:
+            # Queued behind a response under way, with reading paused: its body cannot
+            # arrive yet, so its time does not run (what it may buffer is bounded).
+            self._disarm()
 
     def on_message_complete(self) -> None:
         self._disarm()
