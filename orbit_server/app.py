@@ -342,6 +342,7 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
     WebSocket limits, TLS when configured, and a bounded graceful shutdown."""
     import uvicorn
 
+    from .http_transport import http_protocol
     from .ws_transport import OrbitWebSocketProtocol
 
     cfg = server.config
@@ -350,7 +351,8 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
         host=cfg.host,
         port=cfg.port,
         loop="uvloop",
-        http="httptools",
+        # httptools, with header and body read timeouts for slow clients.
+        http=http_protocol(cfg.header_timeout_ms / 1000, cfg.body_timeout_ms / 1000),
         # uvicorn's sans-I/O WebSocket implementation, with a typed close for invalid UTF-8.
         ws=OrbitWebSocketProtocol,
         # Frames between MAX_FRAME_BYTES and this size get a typed FRAME_TOO_LARGE error;

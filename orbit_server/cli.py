@@ -113,6 +113,12 @@ def main(ctx: click.Context) -> None:
               help="Worker connections in all (default 10000).")
 @click.option("--hello-timeout-ms", type=click.IntRange(100, 600_000),
               help="Close a WebSocket that sent no hello this long (default 10000).")
+@click.option("--header-timeout-ms", type=click.IntRange(0, 3_600_000),
+              help="Close a connection whose request headers are not complete this long "
+                   "after it opened or the request began, with 408 (default 10000; 0: none).")
+@click.option("--body-timeout-ms", type=click.IntRange(0, 3_600_000),
+              help="Close a connection whose request body has not arrived whole this long "
+                   "after its headers, with 408 (default 30000; 0: none).")
 @click.option("--limit-concurrency", type=click.IntRange(1, 10**7),
               help="Connections and requests at once before uvicorn answers 503 "
                    "(default 20000).")
@@ -143,7 +149,8 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
           auth_failures_per_s: float | None = None, auth_failures_burst: int | None = None,
           submits_per_s: float | None = None, submits_burst: int | None = None,
           max_sessions_per_credential: int | None = None, max_sessions: int | None = None,
-          hello_timeout_ms: int | None = None, limit_concurrency: int | None = None,
+          hello_timeout_ms: int | None = None, header_timeout_ms: int | None = None,
+          body_timeout_ms: int | None = None, limit_concurrency: int | None = None,
           timeout_keep_alive: int | None = None,
           task_retention: str | None = None, metrics: bool | None = None,
           metrics_token_file: str | None = None, metrics_refresh_ms: int | None = None,
@@ -169,6 +176,7 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
                      submits_burst=submits_burst,
                      max_sessions_per_credential=max_sessions_per_credential,
                      max_sessions=max_sessions, hello_timeout_ms=hello_timeout_ms,
+                     header_timeout_ms=header_timeout_ms, body_timeout_ms=body_timeout_ms,
                      limit_concurrency=limit_concurrency, timeout_keep_alive=timeout_keep_alive,
                      task_retention_ms=None if task_retention is None
                      else _duration_ms(task_retention, "--task-retention"),

@@ -57,6 +57,11 @@ class ServerConfig:
     max_sessions: int = 10_000
     # A WebSocket that has not said hello this long after its handshake is closed.
     hello_timeout_ms: int = 10_000
+    # Slow clients (orbit_server/http_transport.py): request headers complete within this
+    # long of the connection or the request's first byte, a body within this long of its
+    # headers, else 408 and close (0 disables).
+    header_timeout_ms: int = 10_000
+    body_timeout_ms: int = 30_000
     # uvicorn's own limits: connections and requests at once (503 past it), and how long an
     # idle keep-alive connection stays open.
     limit_concurrency: int = 20_000

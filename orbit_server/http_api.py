@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -28,11 +28,13 @@ from orbit_wire.errors import AuthError, ErrorCode, OrbitError
 from orbit_wire.frames import Reserve
 from orbit_wire.ids import is_id
 from orbit_wire.jsonvalue import check_int_range, walk_json
-from orbit_wire.limits import MAX_SUBMIT_BATCH, MAX_VALUE_DEPTH
+from orbit_wire.limits import MAX_VALUE_DEPTH
 from orbit_wire.model import Capability, Role, TaskState
 
 from .access_log import route_path
 from .auth import Principal, require_role
+from .domain import bodies
+from .domain.fields import Obj
 from .domain.listing import parse_filter
 from .openapi import openapi_document
 from .parts import ServerParts
@@ -132,11 +134,17 @@ async def read_body(request: Request, limit: int) -> bytes:
                        ErrorCode.PAYLOAD_TOO_LARGE)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _bad(f"request body is larger than {limit} bytes", ErrorCode.PAYLOAD_TOO_LARGE)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _bad(f"request body is larger than {limit} bytes",
+                           ErrorCode.PAYLOAD_TOO_LARGE)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The peer went away, or http_transport closed it for a body that did not arrive
+        # in time (it logged that): nothing to answer and nothing to log again.
+        raise _bad("the connection closed before the request body arrived") from None
     return b"".join(chunks)
 
 
@@ -146,22 +154,9 @@ def _obj(value: Any, what: str = "request body") -> dict[str, Any]:
     return value
 
 
-def _opt_str(body: dict[str, Any], key: str, max_len: int = 1024) -> str | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > max_len:
-        raise _bad(f"{key} must be a string of at most {max_len} characters")
-    return value
-
-
-def _opt_instant(body: dict[str, Any], key: str) -> int | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _bad(f"{key} must be an integer instant in ms since the epoch")
-    return value
+async def _body(request: Request, shape: Obj, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """Read, parse and check a body against its declared shape (the one openapi.py shows)."""
+    return shape.parse(parse_json_body(await read_body(request, limit)), "request body")
 
 
 def _path_id(request: Request, key: str) -> str:
@@ -257,6 +252,16 @@ class HttpApi:
 
     # -------------------------------------------------------------- public
 
+    async def worker_without_upgrade(self, request: Request) -> Response:
+        """``/v1/worker`` asked without a WebSocket upgrade: 426 saying what to do."""
+        response = error_response(OrbitError(
+            ErrorCode.BAD_REQUEST, "/v1/worker speaks the worker protocol over a WebSocket "
+            "(docs/protocol.md): send an Upgrade: websocket request"))
+        response.status_code = 426
+        response.headers["Upgrade"] = "websocket"
+        response.headers["Connection"] = "Upgrade"
+        return response
+
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -267,23 +272,18 @@ class HttpApi:
 
     async def create_queue(self, request: Request) -> Response:
         principal = await self._principal(request)
-        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
-        name = _opt_str(body, "name", 256)
+        body = await _body(request, bodies.QUEUE_REQUEST)
+        name = body.get("name")
         queue = await self.store.call(self.admin.create_queue, principal, name)
         return JSONResponse(queue, status_code=201)
 
     async def create_credential(self, request: Request) -> Response:
         principal = await self._principal(request)
-        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
-        role = body.get("role")
-        if not isinstance(role, str):
-            raise _bad("role must be one of admin, producer, worker")
-        queues = body.get("queues", [])
-        if not isinstance(queues, list) or not all(isinstance(q, str) for q in queues):
-            raise _bad("queues must be a list of queue IDs")
-        made = await self.store.call(self.admin.create_credential, principal, role, queues,
-                                     _opt_str(body, "name", 256),
-                                     _opt_instant(body, "expires_at_ms"))
+        body = bodies.parse_credential_request(parse_json_body(
+            await read_body(request, MAX_BODY_BYTES)))
+        made = await self.store.call(self.admin.create_credential, principal, body["role"],
+                                     body.get("queues", []), body.get("name"),
+                                     body.get("expires_at_ms"))
         return JSONResponse(made, status_code=201)
 
     async def revoke_credential(self, request: Request) -> Response:
@@ -298,13 +298,10 @@ class HttpApi:
     async def rotate_credential(self, request: Request) -> Response:
         credential_id = _path_id(request, "credential_id")
         principal = await self._principal(request)
-        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
-        grace_ms = body.get("grace_ms", 0)
-        if not isinstance(grace_ms, int) or isinstance(grace_ms, bool):
-            raise _bad("grace_ms must be an integer")
+        body = await _body(request, bodies.ROTATE_REQUEST)
         answer, effects = await self.store.call(self.admin.rotate_credential, principal,
-                                                credential_id, grace_ms,
-                                                _opt_instant(body, "expires_at_ms"))
+                                                credential_id, body.get("grace_ms", 0),
+                                                body.get("expires_at_ms"))
         self.parts.apply(effects)
         return JSONResponse(answer)
 
@@ -329,7 +326,7 @@ class HttpApi:
         unknown = sorted(k for k in params if k != "queue_id")
         if unknown:
             raise _bad(f"unknown parameter(s): {', '.join(unknown)}")
-        queue_id = params.get("queue_id") or None
+        queue_id = params.get("queue_id")
         if queue_id is not None and not is_id(queue_id):
             raise _bad("queue_id must be a 32-character lowercase hex ID")
         return JSONResponse(await self._as(request, self.listing.list_workers, queue_id))
@@ -401,12 +398,8 @@ class HttpApi:
     async def submit_batch(self, request: Request) -> Response:
         queue_id = _path_id(request, "queue_id")
         principal = await self._principal(request)
-        body = _obj(parse_json_body(await read_body(request, MAX_BATCH_BODY_BYTES)))
-        specs = body.get("tasks")
-        if not isinstance(specs, list) or not specs:
-            raise _bad("tasks must be a non-empty list of TaskSpec objects")
-        if len(specs) > MAX_SUBMIT_BATCH:
-            raise _bad(f"a batch holds at most {MAX_SUBMIT_BATCH} tasks")
+        body = await _body(request, bodies.BATCH_SHAPE, MAX_BATCH_BODY_BYTES)
+        specs = body["tasks"]
         self._check_submit_rate(principal, len(specs))
         made, effects = await self.store.call(self.tasks.submit, principal, queue_id, specs)
         self.parts.apply(effects)
@@ -450,9 +443,9 @@ class HttpApi:
     async def cancel_task(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
         principal = await self._principal(request)
-        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
+        body = await _body(request, bodies.CANCEL_REQUEST)
         task, effects = await self.store.call(self.tasks.cancel_task, principal, task_id,
-                                              _opt_str(body, "reason"))
+                                              body.get("reason"))
         self.parts.apply(effects)
         return JSONResponse(task)
 
@@ -467,12 +460,11 @@ class HttpApi:
     async def review(self, request: Request) -> Response:
         task_id = _path_id(request, "task_id")
         principal = await self._principal(request)
-        body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
-        action = body.get("action")
-        if action not in ("retry", "succeed", "fail"):
-            raise _bad("action must be one of retry, succeed, fail")
-        task, effects = await self.store.call(self.tasks.review, principal, task_id, action,
-                                              body.get("result"), _opt_str(body, "reason"))
+        body = bodies.parse_review_request(parse_json_body(
+            await read_body(request, MAX_BODY_BYTES)))
+        task, effects = await self.store.call(self.tasks.review, principal, task_id,
+                                              body["action"], body.get("result"),
+                                              body.get("reason"))
         self.parts.apply(effects)
         return JSONResponse(task)
 
@@ -493,9 +485,9 @@ def _query_int(request: Request, key: str, lo: int, hi: int, default: int) -> in
 
 def _wait_ms(request: Request) -> int:
     raw = request.query_params.get("wait_ms")
-    if raw is None or raw == "":
+    if raw is None:
         return 0
-    if not raw.isdigit() or int(raw) > MAX_WAIT_MS:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_WAIT_MS:
         raise _bad(f"wait_ms must be an integer in [0, {MAX_WAIT_MS}]")
     return int(raw)
 
@@ -506,9 +498,14 @@ async def _starlette_error(request: Request, exc: Exception) -> Response:
     if status == 404:
         return error_response(OrbitError(ErrorCode.NOT_FOUND, f"no route {request.url.path}"))
     if status == 405:
+        # Each method is its own Route: the Allow header is every route's on this path.
+        path = request.url.path
+        allowed = sorted({method for route in request.app.router.routes
+                          if isinstance(route, Route) and route.path_regex.match(path)
+                          for method in route.methods or ()})
         return JSONResponse({"error": OrbitError(
             ErrorCode.BAD_REQUEST, f"method {request.method} is not allowed here").to_dict()},
-            status_code=405)
+            status_code=405, headers={"Allow": ", ".join(allowed)})
     log.error("unhandled HTTP error %s on %s", status, route_path(request),
               extra=fields("http_unhandled_error", method=request.method,
                            path=route_path(request), status=status))
@@ -528,6 +525,8 @@ def http_routes(parts: ServerParts) -> list[Route]:
     return [
         Route("/healthz", e(api.healthz), methods=["GET"]),
         Route("/openapi.json", e(api.openapi), methods=["GET"]),
+        # HTTP requests only; the WebSocket route of the same path (app.py) takes upgrades.
+        Route("/v1/worker", e(api.worker_without_upgrade), methods=["GET"]),
         Route("/v1/queues", e(api.create_queue), methods=["POST"]),
         Route("/v1/queues", e(api.list_queues), methods=["GET"]),
         Route("/v1/queues/{queue_id}/tasks", e(api.list_tasks), methods=["GET"]),

@@ -1,7 +1,11 @@
 """The OpenAPI 3.1 document served at ``GET /openapi.json`` (docs/http-api.md, as data).
 
-A test checks that every route of the app appears here with its method, so the document
-cannot silently fall behind the routes.
+Request bodies are not written here: their schemas are generated from the field definitions
+the routes parse with (``domain.spec.TASK_SPEC``, ``domain.schedules.SCHEDULE``,
+``domain.bodies``), so the document cannot admit what the server refuses or the other way
+round; tests/unit/server/test_openapi_schemas.py property-checks both directions. Query
+parameters are checked against their parsers there too. A test checks that every route of
+the app appears here with its methods.
 """
 
 from __future__ import annotations
@@ -9,11 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from orbit_wire.errors import ErrorCode
-from orbit_wire.limits import MAX_SUBMIT_BATCH
+from orbit_wire.model import TaskState
+
+from .domain import bodies
+from .domain.listing import MAX_LIMIT
+from .domain.schedules import SCHEDULE
+from .domain.spec import BACKOFF, TASK_SPEC
 
 _ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 _MS = {"type": "integer", "minimum": 0}
-_STATES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED"]
+_STATES = [state.value for state in TaskState]
 _NULLABLE_INT = {"type": ["integer", "null"]}
 _NULLABLE_STR = {"type": ["string", "null"]}
 
@@ -39,39 +48,6 @@ _SCHEMAS: dict[str, Any] = {
         "handler": {"type": "string"}, "handler_version": {"type": "string"},
         "payload_version": {"type": "string"},
     }, ["handler", "handler_version", "payload_version"]),
-    "Backoff": _obj({
-        "initial_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000},
-        "max_ms": {"type": "integer", "minimum": 0},
-        "multiplier": {"type": "number", "minimum": 1, "maximum": 10},
-        "jitter": {"type": "number", "minimum": 0, "maximum": 1},
-    }),
-    "TaskSpec": _obj({
-        "handler": {"type": "string"}, "handler_version": {"type": "string"},
-        "payload_version": {"type": "string"},
-        "payload": {"description": "any non-null JSON value, at most 256 KiB"},
-        "idempotency": {"type": "string", "enum": ["IDEMPOTENT", "NON_IDEMPOTENT"],
-                        "default": "NON_IDEMPOTENT"},
-        "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100, "default": 3},
-        "backoff": _ref("Backoff"),
-        "attempt_timeout_ms": {"type": "integer", "minimum": 100, "maximum": 86_400_000},
-        "deadline_ms": {"type": "integer", "minimum": 100, "maximum": 31 * 86_400_000},
-        "lease_ttl_ms": {"type": "integer", "minimum": 100, "maximum": 600_000},
-        "operation_key": {"type": "string"},
-        "schedule_to_start_ms": {"type": ["integer", "null"], "minimum": 100,
-                                 "maximum": 31 * 86_400_000,
-                                 "description": "unstarted this long after submit: "
-                                                "FAILED/NOT_STARTED_IN_TIME"},
-        "priority": {"type": "integer", "minimum": 0, "maximum": 9, "default": 5,
-                     "description": "higher is dispatched first within the queue"},
-        "delay_ms": {"type": "integer", "minimum": 0, "maximum": 31 * 86_400_000},
-        "not_before_at_ms": {"type": "integer", "minimum": 0,
-                             "description": "instant (ms since the epoch); not with delay_ms"},
-        "cancel_grace_ms": {"type": "integer", "minimum": 0, "maximum": 60_000,
-                            "default": 2000,
-                            "description": "a cancel of a running attempt asks its handler to "
-                                           "stop, then SIGKILLs its child after this long "
-                                           "(0: at once)"},
-    }, ["handler", "handler_version", "payload_version", "payload"]),
     "Policy": _obj({
         "idempotency": {"type": "string", "enum": ["IDEMPOTENT", "NON_IDEMPOTENT"]},
         "max_attempts": {"type": "integer"}, "backoff": _ref("Backoff"),
@@ -144,13 +120,6 @@ _SCHEMAS: dict[str, Any] = {
         "pending_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pending_delayed": {"type": "integer"},
     }, ["queue_id", "counts"]),
-    "ScheduleRequest": _obj({
-        "cron": {"type": "string", "description": "5 fields, or 6 with seconds last"},
-        "timezone": {"type": "string", "default": "UTC", "description": "IANA zone"},
-        "task": _ref("TaskSpec"), "name": {"type": "string"},
-        "missed_ticks": {"type": "string", "enum": ["skip", "one"], "default": "skip"},
-        "paused": {"type": "boolean", "default": False},
-    }, ["cron", "task"]),
     "Schedule": _obj({
         "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
         "timezone": {"type": "string"}, "task": _ref("TaskSpec"),
@@ -167,7 +136,7 @@ _SCHEMAS: dict[str, Any] = {
                          ["schedules"]),
     "ScheduleDeleted": _obj({"schedule_id": _ID, "deleted": {"type": "boolean"}}),
     "TaskPage": _obj({
-        "tasks": {"type": "array", "items": _ref("Task"),
+        "tasks": {"type": "array", "items": _ref("TaskSummary"),
                   "description": "task views without payload and result"},
         "next_cursor": {**_NULLABLE_STR, "description": "null: the list ends here"},
     }, ["tasks", "next_cursor"]),
@@ -198,11 +167,6 @@ _SCHEMAS: dict[str, Any] = {
             "running_ms": _MS})},
     }, ["instance_id", "queue_id", "capabilities", "slots", "credit", "running"])}},
         ["workers"]),
-    "CredentialRequest": _obj({
-        "role": {"type": "string", "enum": ["admin", "producer", "worker"]},
-        "queues": {"type": "array", "items": _ID}, "name": {"type": "string"},
-        "expires_at_ms": {"type": "integer", "description": "refused from this instant on"},
-    }, ["role"]),
     "Credential": _obj({
         "credential_id": _ID, "secret": {"type": "string", "description": "shown once"},
         "role": {"type": "string"}, "queues": {"type": "array", "items": _ID},
@@ -216,11 +180,6 @@ _SCHEMAS: dict[str, Any] = {
     }, ["credential_id", "role", "queues", "created_at_ms"]),
     "CredentialList": _obj({"credentials": {"type": "array", "items": _ref("CredentialInfo")}},
                            ["credentials"]),
-    "RotateRequest": _obj({
-        "grace_ms": {"type": "integer", "minimum": 0, "maximum": 30 * 86_400_000,
-                     "description": "the old secret still works this long (default 0)"},
-        "expires_at_ms": {"type": "integer"},
-    }),
     "Rotated": _obj({
         "credential_id": _ID, "secret": {"type": "string", "description": "shown once"},
         "role": {"type": "string"}, "queues": {"type": "array", "items": _ID},
@@ -228,15 +187,6 @@ _SCHEMAS: dict[str, Any] = {
     }, ["credential_id", "secret", "role", "queues"]),
     "Revoked": _obj({"credential_id": _ID, "revoked": {"type": "boolean"}},
                     ["credential_id", "revoked"]),
-    "ReviewRequest": _obj({
-        "action": {"type": "string", "enum": ["retry", "succeed", "fail"]},
-        "result": {"description": "with succeed: the result to store"},
-        "reason": {"type": "string"},
-    }, ["action"]),
-    "CancelRequest": _obj({"reason": {"type": "string"}}),
-    "QueueRequest": _obj({"name": {"type": "string"}}),
-    "Batch": _obj({"tasks": {"type": "array", "items": _ref("TaskSpec"), "minItems": 1,
-                             "maxItems": MAX_SUBMIT_BATCH}}, ["tasks"]),
     "TaskList": _obj({"tasks": {"type": "array", "items": _ref("Task")}}, ["tasks"]),
     "AttemptHistory": _obj({
         "attempts": {"type": "array", "items": _ref("Attempt")},
@@ -246,10 +196,44 @@ _SCHEMAS: dict[str, Any] = {
     "Health": _obj({"status": {"type": "string"}}, ["status"]),
 }
 
+# Request bodies, generated from the definitions the routes parse with. Where one of them
+# appears inside another (a batch's tasks, a spec's backoff) it becomes a $ref.
+_BODIES: dict[str, Any] = {
+    "Backoff": BACKOFF.schema(),
+    "TaskSpec": TASK_SPEC.schema(),
+    "ScheduleRequest": SCHEDULE.schema(),
+    "QueueRequest": bodies.QUEUE_REQUEST.schema(),
+    "CredentialRequest": bodies.CREDENTIAL_REQUEST.schema(),
+    "RotateRequest": bodies.ROTATE_REQUEST.schema(),
+    "CancelRequest": bodies.CANCEL_REQUEST.schema(),
+    "ReviewRequest": bodies.REVIEW_REQUEST.schema(),
+    "Batch": bodies.BATCH.schema(),
+}
+
+
+def _with_refs(schema: Any, top: str | None = None) -> Any:
+    """``schema`` with every embedded copy of another named body replaced by its $ref."""
+    if isinstance(schema, dict):
+        for name, body in _BODIES.items():
+            if name != top and schema == body:
+                return _ref(name)
+        return {key: _with_refs(value) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_with_refs(item) for item in schema]
+    return schema
+
+
+_SCHEMAS.update({name: _with_refs(body, name) for name, body in _BODIES.items()})
+# A listed task: the task view without its payload and result.
+_SCHEMAS["TaskSummary"] = {**_SCHEMAS["Task"], "required": [
+    key for key in _SCHEMAS["Task"]["required"] if key not in ("payload", "result")]}
+
 _ERRORS = {
     "400": "bad request (BAD_REQUEST, INVALID_JSON, NESTING_TOO_DEEP, NUMBER_OUT_OF_RANGE)",
     "401": "UNAUTHENTICATED", "403": "PERMISSION_DENIED", "404": "NOT_FOUND",
-    "409": "CONFLICT", "413": "PAYLOAD_TOO_LARGE", "503": "UNAVAILABLE (retryable)",
+    "409": "CONFLICT", "413": "PAYLOAD_TOO_LARGE",
+    "429": "RATE_LIMITED (failed authentications, submits), with Retry-After",
+    "503": "UNAVAILABLE (retryable)",
     "500": "INTERNAL",
 }
 
@@ -273,7 +257,8 @@ def _op(summary: str, ok: str, schema: str, *, body: str | None = None,
     if parameters:
         op["parameters"] = parameters
     if body:
-        op["requestBody"] = {"required": False,
+        # Required where the body has a required field (an empty body is ``{}``).
+        op["requestBody"] = {"required": bool(_SCHEMAS[body].get("required")),
                              "content": {"application/json": {"schema": _ref(body)}}}
     if not auth:
         op["security"] = []
@@ -285,18 +270,30 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
             "description": description}
 
 
+def _any_case(word: str) -> str:
+    return "".join(f"[{c}{c.lower()}]" if c.isalpha() else c for c in word)
+
+
+# domain.listing.parse_filter's rules: comma-separated state names in any case, blanks
+# skipped; integers as ASCII digits; a cursor is opaque (only one this list returned).
+_STATE_LIST = (r"^\s*(?:" + "|".join(_any_case(s) for s in _STATES) + r")?\s*"
+               r"(?:,\s*(?:" + "|".join(_any_case(s) for s in _STATES) + r")?\s*)*$")
+_TEXT = {"type": "string", "maxLength": 256}
+_INSTANT = {"type": "integer", "minimum": 0, "maximum": 2**53}
 _LIST_QUERY = [
-    _query("state", {"type": "string"}, "states, repeated or comma-separated"),
-    _query("handler", {"type": "string"}, "capability handler"),
-    _query("handler_version", {"type": "string"}, "capability handler version"),
-    _query("payload_version", {"type": "string"}, "capability payload version"),
-    *(_query(name, _MS, "epoch ms, inclusive") for name in (
+    _query("state", {"type": "string", "pattern": _STATE_LIST},
+           "states, comma-separated (any case)"),
+    _query("handler", _TEXT, "capability handler"),
+    _query("handler_version", _TEXT, "capability handler version"),
+    _query("payload_version", _TEXT, "capability payload version"),
+    *(_query(name, _INSTANT, "epoch ms, inclusive") for name in (
         "created_after", "created_before", "finished_after", "finished_before")),
     _query("order", {"type": "string", "enum": ["newest", "oldest"], "default": "newest"},
            "by creation"),
-    _query("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+    _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 50},
            "tasks per page at most"),
-    _query("cursor", {"type": "string"}, "the previous page's next_cursor"),
+    _query("cursor", {"type": "string", "maxLength": 128},
+           "opaque: the next_cursor of the previous page of this list, same order"),
 ]
 
 
@@ -387,8 +384,13 @@ def openapi_document() -> dict[str, Any]:
             "Resume a schedule from its next tick", "the schedule", "Schedule",
             params=["schedule_id"])},
         "/v1/worker": {"get": {
-            "summary": "Worker WebSocket endpoint (docs/protocol.md); upgrade required",
-            "responses": {"101": {"description": "switching protocols"}}}},
+            "summary": "Worker WebSocket endpoint (docs/protocol.md)",
+            "description": "With Upgrade: websocket, 101 and the worker protocol; a plain "
+                           "GET is answered 426 with an Error saying so.",
+            "security": [],
+            "responses": {
+                "101": {"description": "switching protocols (a WebSocket upgrade)"},
+                "426": _json(_ref("Error"), "not a WebSocket upgrade")}}},
     }
     return {
         "openapi": "3.1.0",

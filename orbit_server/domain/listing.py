@@ -127,6 +127,8 @@ def parse_filter(params: Mapping[str, Sequence[str]]) -> TaskFilter:
             if not name:
                 continue
             try:
+                if not name.isascii():  # some non-ASCII letters upper() to ASCII ones
+                    raise ValueError(part)
                 state = TaskState(name)
             except ValueError:
                 raise OrbitError(ErrorCode.BAD_REQUEST, f"state {part!r} is not one of "
@@ -193,10 +195,10 @@ def _one(params: Mapping[str, Sequence[str]], key: str) -> str | None:
 
 
 def _int(params: Mapping[str, Sequence[str]], key: str, lo: int, hi: int) -> int | None:
-    raw = _one(params, key)
-    if raw is None:
+    if key not in params:
         return None
-    if not raw.isdigit() or not lo <= int(raw) <= hi:
+    raw = _one(params, key) or ""
+    if not (raw.isascii() and raw.isdigit()) or not lo <= int(raw) <= hi:
         raise OrbitError(ErrorCode.BAD_REQUEST, f"{key} must be an integer in [{lo}, {hi}]")
     return int(raw)
 

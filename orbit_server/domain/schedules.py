@@ -20,14 +20,14 @@ from typing import Final
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.limits import MAX_NAME_LEN
 
-from .spec import TaskSpec, parse_task_spec
+from .fields import Bool, Enum, Obj, Str
+from .spec import TaskSpec, parse_task_spec, task_spec_body
 
 # A tick the loop reaches this late still counts as on time under MissedTicks.SKIP: the
 # loop polls at least every second, and a busy store may delay it some more.
 ON_TIME_GRACE_MS: Final = 60_000
 MAX_CRON_LEN: Final = 128
 MAX_TIMEZONE_LEN: Final = 64
-_KEYS = frozenset({"cron", "timezone", "task", "name", "missed_ticks", "paused"})
 # The schedule sets these itself, per firing.
 _TASK_KEYS_REFUSED = ("operation_key", "delay_ms", "not_before_at_ms")
 
@@ -70,38 +70,40 @@ class FiringPlan:
     next_fire_at_ms: int
 
 
+_PRINTABLE = r"[\x20-\x7e]+"
+# What a schedule request may say: parse_schedule checks with it, openapi.py shows it. The
+# cron expression's and the zone's meaning are checked by orbit_server/cron.py (400).
+SCHEDULE = Obj({
+    "cron": Str(MAX_CRON_LEN, pattern=_PRINTABLE,
+                message=f"is required: a cron expression of at most {MAX_CRON_LEN} ASCII "
+                "characters, e.g. '*/5 * * * *'",
+                description="5 fields, or 6 with seconds last"),
+    "timezone": Str(MAX_TIMEZONE_LEN, pattern=_PRINTABLE,
+                    message="must be an IANA time zone name, e.g. 'Europe/Paris'",
+                    description="IANA zone; default UTC"),
+    "task": task_spec_body(_TASK_KEYS_REFUSED),
+    "name": Str(MAX_NAME_LEN),
+    "missed_ticks": Enum((MissedTicks.SKIP.value, MissedTicks.ONE.value),
+                         MissedTicks.SKIP.value),
+    "paused": Bool(False),
+}, ("cron", "task"))
+
+
 def parse_schedule(obj: object) -> tuple[ScheduleSpec, Mapping[object, object]]:
     """Validate a schedule request (docs/http-api.md "Schedules"); returns the spec and the
     task object as given (to store). The cron expression and the time zone are only checked
     for form here; orbit_server/cron.py checks that they mean something."""
-    if not isinstance(obj, Mapping):
-        raise _bad("must be a JSON object")
-    unknown = sorted(str(k) for k in obj if k not in _KEYS)
-    if unknown:
-        raise _bad(f"has unknown field(s): {', '.join(unknown)}")
-    cron = obj.get("cron")
-    if not isinstance(cron, str) or not 0 < len(cron) <= MAX_CRON_LEN or not cron.isascii():
-        raise _bad(f"cron is required: a cron expression of at most {MAX_CRON_LEN} ASCII "
-                   "characters, e.g. '*/5 * * * *'")
-    timezone = obj.get("timezone", "UTC")
-    if (not isinstance(timezone, str) or not 0 < len(timezone) <= MAX_TIMEZONE_LEN
-            or not timezone.isascii()):
-        raise _bad("timezone must be an IANA time zone name, e.g. 'Europe/Paris'")
-    name = obj.get("name")
-    if name is not None and (not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_LEN):
-        raise _bad(f"name must be 1-{MAX_NAME_LEN} characters")
-    missed_raw = obj.get("missed_ticks", MissedTicks.SKIP.value)
-    if missed_raw not in (MissedTicks.SKIP.value, MissedTicks.ONE.value):
-        raise _bad("missed_ticks must be 'skip' or 'one'")
-    paused = obj.get("paused", False)
-    if not isinstance(paused, bool):
-        raise _bad("paused must be a boolean")
-    task_obj = obj.get("task")
-    if not isinstance(task_obj, Mapping):
-        raise _bad("task is required: the TaskSpec each firing submits")
-    refused = [k for k in _TASK_KEYS_REFUSED if k in task_obj]
-    if refused:
-        raise _bad(f"task may not set {', '.join(refused)} (each firing sets its own)")
+    task_obj = obj.get("task") if isinstance(obj, Mapping) else None
+    if isinstance(task_obj, Mapping):
+        refused = [k for k in _TASK_KEYS_REFUSED if k in task_obj]
+        if refused:
+            raise _bad(f"task may not set {', '.join(refused)} (each firing sets its own)")
+    fields = SCHEDULE.parse(obj, "schedule")
+    cron, timezone = fields["cron"], fields.get("timezone", "UTC")
+    name = fields.get("name")
+    missed_raw = fields.get("missed_ticks", MissedTicks.SKIP.value)
+    paused = fields.get("paused", False)
+    task_obj = fields["task"]
     task = parse_task_spec(task_obj, "schedule.task")
     spec = ScheduleSpec(cron=" ".join(cron.split()), timezone=timezone, task=task, name=name,
                         missed_ticks=MissedTicks(missed_raw), paused=paused)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -27,7 +26,9 @@ from orbit_wire.limits import (
     MIN_PRIORITY,
 )
 from orbit_wire.model import Capability, Idempotency
-from orbit_wire.names import is_name
+from orbit_wire.names import NAME_CHARS
+
+from .fields import Enum, Field, Int, Num, Obj, Str, Value
 
 DAY_MS: Final = 86_400_000
 DEFAULT_MAX_ATTEMPTS: Final = 3
@@ -40,16 +41,51 @@ DEFAULT_DEADLINE_MS: Final = DAY_MS
 DEFAULT_LEASE_TTL_MS: Final = 30_000
 MAX_OPERATION_KEY_LEN: Final = 255
 
-_OPERATION_KEY_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_OPERATION_KEY_LEN}}}")
-_SPEC_KEYS = frozenset(
-    {
-        "handler", "handler_version", "payload_version", "payload", "idempotency",
-        "max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms", "lease_ttl_ms",
-        "operation_key", "priority", "delay_ms", "not_before_at_ms", "schedule_to_start_ms",
-        "cancel_grace_ms",
-    }
-)
-_BACKOFF_KEYS = frozenset({"initial_ms", "max_ms", "multiplier", "jitter"})
+_NAME = Str(MAX_NAME_LEN, pattern=f"{NAME_CHARS}+",
+            message=f"is required: 1-{MAX_NAME_LEN} of {NAME_CHARS}")
+BACKOFF = Obj({
+    "initial_ms": Int(0, DAY_MS, DEFAULT_BACKOFF_INITIAL_MS),
+    "max_ms": Int(0, 2**53, description="every delay is at most this; default "
+                  f"max({DEFAULT_BACKOFF_MAX_MS}, initial_ms)"),
+    "multiplier": Num(1.0, 10.0, DEFAULT_BACKOFF_MULTIPLIER),
+    "jitter": Num(0.0, 1.0, DEFAULT_BACKOFF_JITTER),
+})
+# Every field a submission may have: parse_task_spec checks with it, openapi.py shows it.
+TASK_FIELDS: Final[dict[str, Field]] = {
+    "handler": _NAME, "handler_version": _NAME, "payload_version": _NAME,
+    "payload": Value(description="any non-null JSON value: at most 256 KiB encoded, nested "
+                     "at most 32 deep, integers in signed 64-bit"),
+    "idempotency": Enum((Idempotency.IDEMPOTENT.value, Idempotency.NON_IDEMPOTENT.value),
+                        Idempotency.NON_IDEMPOTENT.value),
+    "max_attempts": Int(1, 100, DEFAULT_MAX_ATTEMPTS),
+    "backoff": BACKOFF,
+    "attempt_timeout_ms": Int(100, DAY_MS, DEFAULT_ATTEMPT_TIMEOUT_MS),
+    "deadline_ms": Int(100, 31 * DAY_MS, DEFAULT_DEADLINE_MS),
+    "lease_ttl_ms": Int(100, 600_000, DEFAULT_LEASE_TTL_MS),
+    "operation_key": Str(MAX_OPERATION_KEY_LEN, pattern=r"[\x21-\x7e]+",
+                         message=f"must be 1-{MAX_OPERATION_KEY_LEN} printable ASCII "
+                         "characters without spaces"),
+    "schedule_to_start_ms": Int(100, 31 * DAY_MS, nullable=True,
+                                description="unstarted this long after submit: "
+                                "FAILED/NOT_STARTED_IN_TIME; null or absent: no bound"),
+    "priority": Int(MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY,
+                    description="higher is dispatched first within the queue"),
+    "delay_ms": Int(0, MAX_DELAY_MS, description="not with not_before_at_ms"),
+    "not_before_at_ms": Int(0, 2**53, description="instant (ms since the epoch), at most "
+                            f"{MAX_DELAY_MS} ms ahead; not with delay_ms"),
+    "cancel_grace_ms": Int(MIN_CANCEL_GRACE_MS, MAX_CANCEL_GRACE_MS, DEFAULT_CANCEL_GRACE_MS,
+                           description="a cancel of a running attempt asks its handler to "
+                           "stop, then SIGKILLs its child after this long (0: at once)"),
+}
+_REQUIRED = ("handler", "handler_version", "payload_version", "payload")
+_EXCLUSIVE = {"not": {"required": ["delay_ms", "not_before_at_ms"]}}
+TASK_SPEC = Obj(TASK_FIELDS, _REQUIRED, extra=_EXCLUSIVE)
+
+
+def task_spec_body(without: tuple[str, ...] = ()) -> Obj:
+    """TASK_SPEC less some fields (a schedule's task sets its own operation key and start)."""
+    return Obj({k: v for k, v in TASK_FIELDS.items() if k not in without}, _REQUIRED,
+               extra=_EXCLUSIVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +105,8 @@ class Backoff:
         # Compare in log space so a large exponent cannot overflow a float.
         if self.initial_ms == 0:
             base = 0.0
+        elif self.max_ms <= self.initial_ms:
+            base = float(self.max_ms)  # max_ms caps every delay, the first one too
         elif self.multiplier > 1.0 and exponent * math.log(self.multiplier) > math.log(
             self.max_ms / self.initial_ms
         ):
@@ -132,73 +170,40 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
     Raises OrbitError BAD_REQUEST naming the field (prefixed by ``where``), or the value
     rule's own code (PAYLOAD_TOO_LARGE, NESTING_TOO_DEEP, ...) for the payload.
     """
-    if not isinstance(obj, Mapping):
-        raise _bad(where, "must be a JSON object")
-    unknown = sorted(str(k) for k in obj if k not in _SPEC_KEYS)
-    if unknown:
-        raise _bad(where, f"has unknown field(s): {', '.join(unknown)}")
-    capability = Capability(
-        _name(obj, "handler", where),
-        _name(obj, "handler_version", where),
-        _name(obj, "payload_version", where),
-    )
-    if "payload" not in obj:
-        raise _bad(where, "payload is required")
+    if isinstance(obj, Mapping) and "payload" in obj and obj["payload"] is None:
+        # The value rules' own code for a null payload, as for a null result.
+        encode_value(None, what=f"{where}.payload")
+    fields = TASK_SPEC.parse(obj, where)
+    capability = Capability(fields["handler"], fields["handler_version"],
+                            fields["payload_version"])
     try:
-        payload_json = encode_value(obj["payload"], what=f"{where}.payload").decode()
+        payload_json = encode_value(fields["payload"], what=f"{where}.payload").decode()
     except ValueRejected as exc:
         raise ValueRejected(exc.code, exc.message) from None
-
-    idempotency_raw = obj.get("idempotency", Idempotency.NON_IDEMPOTENT.value)
-    if idempotency_raw not in (Idempotency.IDEMPOTENT.value, Idempotency.NON_IDEMPOTENT.value):
-        raise _bad(where, "idempotency must be IDEMPOTENT or NON_IDEMPOTENT")
-    backoff_raw = obj.get("backoff", {})
-    if backoff_raw is None:
-        backoff_raw = {}
-    if not isinstance(backoff_raw, Mapping):
-        raise _bad(where, "backoff must be an object")
-    unknown = sorted(str(k) for k in backoff_raw if k not in _BACKOFF_KEYS)
-    if unknown:
-        raise _bad(where, f"backoff has unknown field(s): {', '.join(unknown)}")
-    initial = _int(backoff_raw, "initial_ms", DEFAULT_BACKOFF_INITIAL_MS, 0, DAY_MS,
-                   f"{where}.backoff")
-    maximum = _int(backoff_raw, "max_ms", max(DEFAULT_BACKOFF_MAX_MS, initial), initial,
-                   2**53, f"{where}.backoff")
+    if fields.get("delay_ms") is not None and fields.get("not_before_at_ms") is not None:
+        raise _bad(where, "give delay_ms or not_before_at_ms, not both")
+    backoff_raw = fields.get("backoff", {})
+    initial = backoff_raw.get("initial_ms", DEFAULT_BACKOFF_INITIAL_MS)
     backoff = Backoff(
         initial_ms=initial,
-        max_ms=maximum,
-        multiplier=_float(backoff_raw, "multiplier", DEFAULT_BACKOFF_MULTIPLIER, 1.0, 10.0,
-                          f"{where}.backoff"),
-        jitter=_float(backoff_raw, "jitter", DEFAULT_BACKOFF_JITTER, 0.0, 1.0, f"{where}.backoff"),
+        max_ms=backoff_raw.get("max_ms", max(DEFAULT_BACKOFF_MAX_MS, initial)),
+        multiplier=float(backoff_raw.get("multiplier", DEFAULT_BACKOFF_MULTIPLIER)),
+        jitter=float(backoff_raw.get("jitter", DEFAULT_BACKOFF_JITTER)),
     )
     policy = Policy(
-        idempotency=Idempotency(idempotency_raw),
-        max_attempts=_int(obj, "max_attempts", DEFAULT_MAX_ATTEMPTS, 1, 100, where),
+        idempotency=Idempotency(fields.get("idempotency", Idempotency.NON_IDEMPOTENT.value)),
+        max_attempts=fields.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
         backoff=backoff,
-        attempt_timeout_ms=_int(obj, "attempt_timeout_ms", DEFAULT_ATTEMPT_TIMEOUT_MS, 100,
-                                DAY_MS, where),
-        deadline_ms=_int(obj, "deadline_ms", DEFAULT_DEADLINE_MS, 100, 31 * DAY_MS, where),
-        lease_ttl_ms=_int(obj, "lease_ttl_ms", DEFAULT_LEASE_TTL_MS, 100, 600_000, where),
-        schedule_to_start_ms=(None if obj.get("schedule_to_start_ms") is None else
-                              _int(obj, "schedule_to_start_ms", 0, 100, 31 * DAY_MS, where)),
-        cancel_grace_ms=_int(obj, "cancel_grace_ms", DEFAULT_CANCEL_GRACE_MS,
-                             MIN_CANCEL_GRACE_MS, MAX_CANCEL_GRACE_MS, where),
+        attempt_timeout_ms=fields.get("attempt_timeout_ms", DEFAULT_ATTEMPT_TIMEOUT_MS),
+        deadline_ms=fields.get("deadline_ms", DEFAULT_DEADLINE_MS),
+        lease_ttl_ms=fields.get("lease_ttl_ms", DEFAULT_LEASE_TTL_MS),
+        schedule_to_start_ms=fields.get("schedule_to_start_ms"),
+        cancel_grace_ms=fields.get("cancel_grace_ms", DEFAULT_CANCEL_GRACE_MS),
     )
-    key = obj.get("operation_key")
-    if key is not None and (not isinstance(key, str) or not _OPERATION_KEY_RE.fullmatch(key)):
-        raise _bad(
-            where,
-            f"operation_key must be 1-{MAX_OPERATION_KEY_LEN} printable ASCII characters "
-            "without spaces",
-        )
-    if obj.get("delay_ms") is not None and obj.get("not_before_at_ms") is not None:
-        raise _bad(where, "give delay_ms or not_before_at_ms, not both")
-    delay = obj.get("delay_ms")
-    not_before = obj.get("not_before_at_ms")
-    priority = _int(obj, "priority", DEFAULT_PRIORITY, MIN_PRIORITY, MAX_PRIORITY, where)
-    delay_ms = None if delay is None else _int(obj, "delay_ms", 0, 0, MAX_DELAY_MS, where)
-    not_before_at_ms = (None if not_before is None
-                        else _int(obj, "not_before_at_ms", 0, 0, 2**53, where))
+    key = fields.get("operation_key")
+    priority = fields.get("priority", DEFAULT_PRIORITY)
+    delay_ms = fields.get("delay_ms")
+    not_before_at_ms = fields.get("not_before_at_ms")
     digested_policy: dict[str, object] = {
         "idempotency": policy.idempotency.value, "max_attempts": policy.max_attempts,
         "backoff": [backoff.initial_ms, backoff.max_ms, backoff.multiplier, backoff.jitter],
@@ -209,7 +214,7 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
         # Only when set otherwise: digests stored before the field existed stay valid.
         digested_policy["cancel_grace_ms"] = policy.cancel_grace_ms
     digest = hashlib.sha256(orjson.dumps({
-        "capability": capability.to_dict(), "payload": obj["payload"], "policy": digested_policy,
+        "capability": capability.to_dict(), "payload": fields["payload"], "policy": digested_policy,
         "priority": priority, "delay_ms": delay_ms, "not_before_at_ms": not_before_at_ms,
     }, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return TaskSpec(capability, payload_json, policy, key, priority=priority, delay_ms=delay_ms,
@@ -218,33 +223,3 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
 
 def _bad(where: str, message: str) -> OrbitError:
     return OrbitError(ErrorCode.BAD_REQUEST, f"{where}: {message}")
-
-
-def _name(obj: Mapping[object, object], key: str, where: str) -> str:
-    value = obj.get(key)
-    if not is_name(value):
-        raise _bad(where, f"{key} is required: 1-{MAX_NAME_LEN} of [A-Za-z0-9._:/-]")
-    return value
-
-
-def _int(obj: Mapping[object, object], key: str, default: int, lo: int, hi: int,
-         where: str) -> int:
-    value = obj.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _bad(where, f"{key} must be an integer in [{lo}, {hi}]")
-    return value
-
-
-def _float(obj: Mapping[object, object], key: str, default: float, lo: float, hi: float,
-           where: str) -> float:
-    value = obj.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(where, f"{key} must be a number in [{lo}, {hi}]")
-    number = float(value)
-    if not (math.isfinite(number) and lo <= number <= hi):
-        raise _bad(where, f"{key} must be a number in [{lo}, {hi}]")
-    return number

@@ -15,6 +15,7 @@ from orbit_wire.limits import MAX_NAME_LEN
 from orbit_wire.model import Role
 
 from ..auth import Principal, hash_secret, parse_bearer, principal_from_row, require_role
+from ..domain.bodies import MAX_GRACE_MS
 from ..store.retry import transactional
 from ..store.tables import credentials, queues
 from ..store.views import queue_view
@@ -27,7 +28,6 @@ _AUTH_CACHE_MAX = 10_000
 # A credential's last use is written at most this often (a write per verification is not).
 LAST_USED_STEP_MS = 60_000
 # The longest grace period a rotated-out secret may keep.
-MAX_GRACE_MS = 30 * 86_400_000
 
 
 @transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE

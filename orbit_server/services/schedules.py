@@ -209,7 +209,9 @@ def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int) -> bool:
 def _submit_for_tick(conn: Connection, row: Mapping[Any, Any], tick: int,
                      now: int) -> tuple[str, bool]:
     """The task of one tick, keyed by (schedule, tick); an existing one is reused."""
-    task_obj = dict(orjson.loads(row["task"]))
+    # A task stored before null was refused may hold nulls: they meant the default, as
+    # leaving the field out does now.
+    task_obj = {k: v for k, v in orjson.loads(row["task"]).items() if v is not None}
     task_obj["operation_key"] = firing_key(row["id"], tick)
     spec = domain.parse_task_spec(task_obj, "schedule.task")
     detail = orjson.dumps({"schedule_id": row["id"], "tick_at_ms": tick}).decode()

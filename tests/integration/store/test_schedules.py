@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import select
 from store_support import World
@@ -187,3 +188,19 @@ def test_an_unreadable_stored_schedule_does_not_stop_the_others(world: World) ->
     assert effects.ready_queues == {world.queue_id}
     assert [r["operation_key"] for r in _tasks(world)] == [
         f"schedule:{good['id']}:{good['next_fire_at_ms']}"]
+
+
+def test_a_stored_task_with_nulls_still_fires(world: World) -> None:
+    # Stored before null was refused in a request, when it meant the default.
+    made = _create(world)
+    stored = {**_task(), "max_attempts": None, "backoff": None, "priority": None}
+    with world.engine.begin() as conn:
+        conn.execute(schedules.update().where(schedules.c.id == made["id"])
+                     .values(task=orjson.dumps(stored).decode()))
+    with pytest.raises(OrbitError):  # a new request may not say null
+        _create(world, task=stored)
+    world.clock.now = made["next_fire_at_ms"] + 1
+    world.service.schedules.fire_due()
+    [row] = _tasks(world)
+    task = world.task(row["id"])
+    assert task["priority"] == 5 and task["policy"]["max_attempts"] == 3

@@ -36,6 +36,20 @@ def test_all_fields() -> None:
     assert spec.operation_key == "order-42-normalize"
 
 
+def test_an_integral_float_is_an_integer_as_in_json_schema() -> None:
+    spec = domain.parse_task_spec({**BASE, "max_attempts": 2.0, "backoff": {"max_ms": 5e3}})
+    assert spec.policy.max_attempts == 2 and isinstance(spec.policy.max_attempts, int)
+    assert spec.policy.backoff.max_ms == 5000 and isinstance(spec.policy.backoff.max_ms, int)
+
+
+def test_max_ms_below_initial_caps_every_delay() -> None:
+    spec = domain.parse_task_spec({**BASE, "backoff": {"initial_ms": 5, "max_ms": 4,
+                                                       "jitter": 0}})
+    assert [spec.policy.backoff.delay_ms(n, 0.5) for n in (1, 2, 9)] == [4, 4, 4]
+    zero = domain.Backoff(initial_ms=5, max_ms=0, multiplier=2.0, jitter=0.0)
+    assert zero.delay_ms(3, 0.5) == 0
+
+
 def test_max_ms_defaults_to_at_least_initial() -> None:
     spec = domain.parse_task_spec({**BASE, "backoff": {"initial_ms": 120_000}})
     assert spec.policy.backoff.max_ms == 120_000
@@ -44,13 +58,12 @@ def test_max_ms_defaults_to_at_least_initial() -> None:
 @pytest.mark.parametrize(("patch", "needle"), [
     ({"max_attempts": 0}, "max_attempts"),
     ({"max_attempts": True}, "max_attempts"),
-    ({"max_attempts": 2.0}, "max_attempts"),
+    ({"max_attempts": 2.5}, "max_attempts"),
     ({"lease_ttl_ms": 600_001}, "lease_ttl_ms"),
     ({"attempt_timeout_ms": 99}, "attempt_timeout_ms"),
     ({"attempt_timeout_ms": 86_400_001}, "attempt_timeout_ms"),
     ({"deadline_ms": 99}, "deadline_ms"),
     ({"backoff": {"initial_ms": 86_400_001}}, "initial_ms"),
-    ({"backoff": {"initial_ms": 5, "max_ms": 4}}, "max_ms"),
     ({"backoff": {"multiplier": 10.5}}, "multiplier"),
     ({"backoff": {"multiplier": float("nan")}}, "multiplier"),
     ({"backoff": {"jitter": -0.1}}, "jitter"),
@@ -68,6 +81,13 @@ def test_max_ms_defaults_to_at_least_initial() -> None:
     ({"cancel_grace_ms": 60_001}, "cancel_grace_ms"),
     ({"cancel_grace_ms": 1.5}, "cancel_grace_ms"),
     ({"cancel_grace_ms": False}, "cancel_grace_ms"),
+    # null is not a second spelling of "absent" (the OpenAPI document says these are not
+    # nullable); schedule_to_start_ms is, null meaning no bound.
+    ({"handler": None}, "handler"),
+    ({"operation_key": None}, "operation_key"),
+    ({"max_attempts": None}, "max_attempts"),
+    ({"backoff": None}, "backoff"),
+    ({"backoff": {"jitter": None}}, "jitter"),
 ])
 def test_rejections_name_the_field(patch: dict[str, object], needle: str) -> None:
     with pytest.raises(OrbitError) as exc:
