@@ -148,7 +148,8 @@ def test_priority_and_delays_parse_and_start_at() -> None:
 
 def test_cancel_grace_default_bounds_and_digest() -> None:
     assert domain.parse_task_spec(BASE).policy.cancel_grace_ms == 2000
-    assert domain.parse_task_spec({**BASE, "cancel_grace_ms": None}).policy.cancel_grace_ms == 2000
+    with pytest.raises(OrbitError, match="cancel_grace_ms"):  # null is not "absent"
+        domain.parse_task_spec({**BASE, "cancel_grace_ms": None})
     for grace in (0, 60_000):
         assert domain.parse_task_spec({**BASE, "cancel_grace_ms": grace}
                                       ).policy.cancel_grace_ms == grace
