@@ -6,7 +6,9 @@
 
 Each checkout must have its own `.venv` with the project installed (`scripts/_venv.sh`);
 each runs its own copy of the benchmark (``--no-write``) against its own server, in the
-order before, after, after, before, ... so a drift of the host hits both sides alike. The
+order before, after, after, before, ... so a drift of the host hits both sides alike (with
+``--db`` the database is dropped and created again before each run: each side migrates its
+own schema). The
 figures are the benchmark's (a) completions/s, (b) submit -> reserve and (c) submit-and-wait
 p50/p99, read off its printed table; the table printed here is ready for docs/benchmarks.md.
 """
@@ -32,11 +34,30 @@ def commit(checkout: Path) -> str:
     return out.stdout.strip()
 
 
+def recreate_database(url: str) -> None:
+    """Drop and create the database of ``url`` (each side migrates an empty one)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from sqlalchemy import create_engine, text
+
+    from orbit_server.store.db import normalize_url
+
+    target = normalize_url(url)
+    name = target.database
+    engine = create_engine(target.set(database="information_schema"))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+            conn.execute(text(f"CREATE DATABASE `{name}`"))
+    finally:
+        engine.dispose()
+
+
 def run_once(checkout: Path, tasks: int, samples: int, db: str | None) -> dict[str, float]:
     cmd = [str(checkout / ".venv" / "bin" / "python"), str(checkout / "scripts" /
                                                           "bench_server.py"),
            "--no-write", "--tasks", str(tasks), "--latency-samples", str(samples)]
     if db:
+        recreate_database(db)
         cmd += ["--db", db]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=checkout)
     if done.returncode != 0:
