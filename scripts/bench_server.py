@@ -73,8 +73,9 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, workdir: Path, profile: Path | None = None,
-                 db_url: str | None = None) -> None:
+                 db_url: str | None = None, src: Path | None = None) -> None:
         self.profile = profile
+        self.src = src  # run the server's code from this checkout (A/B comparisons)
         self.db_url = db_url or f"sqlite:///{workdir / 'orbit.db'}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -84,13 +85,17 @@ class Server:
     def start(self) -> None:
         exe = ROOT / ".venv" / "bin" / "orbit-server"
         cmd = [str(exe)]
+        env = None
         if self.profile is not None:  # cProfile the server; stats are written at SIGTERM
             cmd = [sys.executable, "-m", "cProfile", "-o", str(self.profile),
                    "-m", "orbit_server.cli"]
+        elif self.src is not None:
+            cmd = [sys.executable, "-m", "orbit_server.cli"]
+            env = {**os.environ, "PYTHONPATH": str(self.src)}
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
-             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT)
+             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
