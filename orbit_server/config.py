@@ -66,9 +66,13 @@ class ServerConfig:
     # Finished tasks (with their attempts, evidence, audit) are deleted this long after they
     # finished; 0 keeps them.
     task_retention_ms: int = 30 * DAY_MS
+    # Queued store calls run in one transaction with one commit, at most this many (1: each
+    # call commits alone).
+    group_commit_max: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms"):
+        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms",
+                     "group_commit_max"):
             if getattr(self, name) <= 0:
                 raise OrbitError(ErrorCode.BAD_REQUEST, f"{name} must be positive")
         if self.receipt_retention_ms < MIN_RECEIPT_RETENTION_MS:
