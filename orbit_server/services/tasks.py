@@ -37,7 +37,8 @@ from ..store.views import attempt_view, audit_view, evidence_view, task_view
 from .binding import WorkerBinding
 from .context import TxContext
 from .effects import Effects
-from .listing import capability_stats, queue_offers, with_waiting
+from .listing import capability_stats, with_waiting
+from .offers import OfferCache
 from .pushes import PushKind, record_push
 from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
@@ -53,9 +54,11 @@ class TaskService:
     """Tasks as producers and operators see them. Reviews that retry later are scheduled
     on the shared ``Wakeups``."""
 
-    def __init__(self, tx: TxContext, wakeups: Wakeups) -> None:
+    def __init__(self, tx: TxContext, wakeups: Wakeups,
+                 offers: OfferCache | None = None) -> None:
         self._tx = tx
         self._wakeups = wakeups
+        self._offers = offers if offers is not None else OfferCache(tx, max_age_ms=0)
 
     def submit(self, principal: Principal, queue_id: str,
                specs: list[object]) -> tuple[Submitted, Effects]:
@@ -100,7 +103,7 @@ class TaskService:
                     reservations = reserve_for(uow, binding, count)
                     uow.flush()
                 if binding is None:  # else a live worker serves them: nothing to say
-                    offers = queue_offers(conn, queue_id, now, self._tx.config.session_ttl_ms)
+                    offers = self._offers.offers(conn, queue_id, now)
                     for view, _created in out:
                         if view["state"] == TaskState.PENDING.value:
                             with_waiting(view, offers)
@@ -122,9 +125,8 @@ class TaskService:
         with self._tx.read() as conn:
             view = task_view(_task_row(conn, principal, task_id))
             if view["state"] == TaskState.PENDING.value:
-                cfg = self._tx.config
-                with_waiting(view, queue_offers(conn, view["queue_id"], self._tx.clock(),
-                                                cfg.session_ttl_ms))
+                with_waiting(view, self._offers.offers(conn, view["queue_id"],
+                                                       self._tx.clock()))
             return view
 
     def list_attempts(self, principal: Principal, task_id: str) -> dict[str, Any]:
