@@ -44,6 +44,7 @@ from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
 
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
+_KNOWN_QUEUES_MAX = 100_000
 
 # (Task view, created) per submitted spec, in order.
 Submitted = list[tuple[dict[str, Any], bool]]
@@ -59,6 +60,10 @@ class TaskService:
         self._tx = tx
         self._wakeups = wakeups
         self._offers = offers if offers is not None else OfferCache(tx, max_age_ms=0)
+        # Queues seen to exist: a queue is never deleted, so one look-up each is enough (a
+        # group commit that rolled back may have seen one it created: forgotten then).
+        self._known_queues: set[str] = set()
+        tx.on_group_rollback(self._known_queues.clear)
 
     def submit(self, principal: Principal, queue_id: str,
                specs: list[object]) -> tuple[Submitted, Effects]:
@@ -94,8 +99,7 @@ class TaskService:
         reservations = Reservations()
         try:
             with self._tx.write() as conn:
-                if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
-                    raise queue_not_found(queue_id)
+                self._require_queue(conn, queue_id)
                 out, new_rows = insert_tasks(conn, queue_id, parsed, principal.actor, now)
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
@@ -119,6 +123,15 @@ class TaskService:
         if later:
             self._wakeups.schedule(queue_id, min(later), now, effects)
         return out, effects, reservations
+
+    def _require_queue(self, conn: Connection, queue_id: str) -> None:
+        if queue_id in self._known_queues:
+            return
+        if conn.execute(queries.QUEUE_EXISTS, {"id": queue_id}).first() is None:
+            raise queue_not_found(queue_id)
+        if len(self._known_queues) >= _KNOWN_QUEUES_MAX:
+            self._known_queues.clear()
+        self._known_queues.add(queue_id)
 
     def get_task(self, principal: Principal, task_id: str) -> dict[str, Any]:
         """The Task view; NOT_FOUND also for a task of a queue the principal may not use."""
