@@ -83,7 +83,8 @@ class OrbitServer:
         self.services = Services(self.engine, config, wall_clock_ms, random.Random(),
                                  self.replica)
         # Calls queued while one commits share the next commit (group commit).
-        self.store = StoreThread(self.services.tx.run_group, config.group_commit_max)
+        self.store = StoreThread(self.services.tx.run_group, config.group_commit_max,
+                                 self.services.tx.pinned)
         self.waiters = TaskWaiters()
         self.dispatcher = Dispatcher(self.store, self.services.workers)
         self._reaper_wake = asyncio.Event()

@@ -22,10 +22,12 @@ that queued during one commit share the next one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, TypeVar
 
 from orbit_wire.errors import ErrorCode, OrbitError
@@ -66,8 +68,10 @@ class StoreThread:
     shutdown: it lets queued calls finish and stops the thread.
     """
 
-    def __init__(self, group: GroupRunner | None = None, group_max: int = GROUP_MAX) -> None:
+    def __init__(self, group: GroupRunner | None = None, group_max: int = GROUP_MAX,
+                 around: Callable[[], AbstractContextManager[None]] | None = None) -> None:
         self._group = group
+        self._around = around  # held on the thread while it runs (``TxContext.pinned``)
         self._group_max = group_max if group is not None else 1
         self._loop: asyncio.AbstractEventLoop | None = None
         self._cv = threading.Condition()
@@ -124,6 +128,10 @@ class StoreThread:
         return items, streak
 
     def _run(self) -> None:
+        with self._around() if self._around is not None else contextlib.nullcontext():
+            self._serve()
+
+    def _serve(self) -> None:
         loop = self._loop
         assert loop is not None
         streak = 0

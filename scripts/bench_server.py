@@ -91,11 +91,12 @@ class Server:
                    "-m", "orbit_server.cli"]
         elif self.src is not None:
             cmd = [sys.executable, "-m", "orbit_server.cli"]
-            env = {**os.environ, "PYTHONPATH": str(self.src)}
+            env = {**os.environ, "PYTHONPATH": str(self.src)}  # and cwd: `-m` puts it first
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
-             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=env)
+             "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, env=env,
+            cwd=self.src)
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -70,6 +70,11 @@ class TxContext:
             with conn.begin_nested():
                 yield conn
             return
+        pinned: Connection | None = getattr(self._group, "writer", None)
+        if pinned is not None:
+            with pinned.begin():
+                yield pinned
+            return
         with self.engine.begin() as conn:
             yield conn
 
@@ -81,16 +86,43 @@ class TxContext:
         if grouped is not None:
             yield grouped
             return
+        pinned: Connection | None = getattr(self._group, "reader", None)
+        if pinned is not None:
+            with pinned.begin():
+                yield pinned
+            return
         with self.engine.connect() as conn:
             conn.execution_options(orbit_read_only=True)
             with conn.begin():
                 yield conn
 
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """On SQLite, the calling thread keeps one write and one read connection for the
+        block instead of taking one from the pool per transaction (the pool's check-out,
+        reset and check-in cost a store call more CPU than its statements); the server's
+        store thread runs inside it. Elsewhere a no-op: MySQL connections are checked
+        before each use (``pool_pre_ping``), which a held connection would skip."""
+        if self.engine.dialect.name != "sqlite":
+            yield
+            return
+        local = self._group
+        local.writer = self.engine.connect()
+        local.reader = self.engine.connect().execution_options(orbit_read_only=True)
+        try:
+            yield
+        finally:
+            for name in ("writer", "reader"):
+                with contextlib.suppress(Exception):
+                    getattr(local, name).close()
+                setattr(local, name, None)
+
     def run_group(self, calls: Sequence[Callable[[], Any]]) -> list[CallOutcome]:
         """Run ``calls`` (each a use-case call) in one transaction with one commit; the
         outcome of each, in order (see the module docstring)."""
+        pinned: Connection | None = getattr(self._group, "writer", None)
         try:
-            conn = self.engine.connect()
+            conn = pinned if pinned is not None else self.engine.connect()
         except DBAPIError:
             return [run_alone(call) for call in calls]
         try:
@@ -122,5 +154,6 @@ class TxContext:
                 return [(False, typed) for _ in calls]
             return outcomes
         finally:
-            with contextlib.suppress(Exception):
-                conn.close()
+            if conn is not pinned:
+                with contextlib.suppress(Exception):
+                    conn.close()
