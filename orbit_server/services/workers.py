@@ -347,8 +347,8 @@ class WorkerService:
 
 def _credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
     """Whether the secret the session's hello presented still opens its credential."""
-    row = conn.execute(select(credentials).where(credentials.c.id == binding.credential_id)
-                       ).mappings().first()
+    # Every reserve and worker request asks: a statement built once.
+    row = conn.execute(queries.CREDENTIAL_BY_ID, {"id": binding.credential_id}).mappings().first()
     return secret_opens(row, binding.secret_hash, now)[0]
 
 
