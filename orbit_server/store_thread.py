@@ -6,15 +6,16 @@ adapters hop to this thread once per transaction (never per statement).
 Two lanes share the thread. The *worker* lane (dispatch claims, worker requests, releases)
 goes first: a worker waiting for a `start` or `finish` answer holds a handler slot, and a
 task's completion is what a producer's long poll waits for. The *normal* lane (HTTP calls,
-the reaper) is still served at least once every ``WORKER_STREAK`` worker calls, so it never
-starves. Within a lane calls run in submission order: an adapter that submits A before B in
-the same lane can rely on A's transaction committing before B's starts (the WebSocket adapter
-relies on this to release a closed connection's reservations after any reserve it had
-already asked for).
+the reaper) is still served at least once every ``WORKER_STREAK`` worker turns (a call, or
+a group of them: below), so it never starves. Within a lane calls run in submission order:
+an adapter that submits A before B in the same lane can rely on A's transaction committing
+before B's starts (the WebSocket adapter relies on this to release a closed connection's
+reservations after any reserve it had already asked for).
 
 Group commit: when a ``group`` runner is given (``TxContext.run_group``) and several calls are
-queued, up to ``group_max`` of them (taken in the order above) run in one database
-transaction with one commit, and all their futures are resolved after it. A lone call runs
+queued in the lane whose turn it is, up to ``group_max`` of them run in one database
+transaction with one commit, and all their futures are resolved after it (a group of worker
+calls is one turn of the streak above). A lone call runs
 as before, so an idle server answers no later than without grouping; under load the calls
 that queued during one commit share the next one.
 """
@@ -111,20 +112,22 @@ class StoreThread:
         return await fut
 
     def _next(self, streak: int) -> tuple[list[_Item], int]:
-        """The next calls to run (at least one; none once closing with nothing queued)."""
+        """The next calls to run: one, or a group from ONE lane (none once closing with
+        nothing queued). A worker call never waits for a normal call's work (a big batch
+        submit) before its commit; a group of worker calls counts as one turn of the
+        streak."""
         items: list[_Item] = []
         with self._cv:
             while not self._worker and not self._normal:
                 if self._closing:
                     return items, streak
                 self._cv.wait()
-            while (self._worker or self._normal) and len(items) < self._group_max:
-                if self._worker and (streak < WORKER_STREAK or not self._normal):
-                    items.append(self._worker.popleft())
-                    streak += 1
-                else:
-                    items.append(self._normal.popleft())
-                    streak = 0
+            if self._worker and (streak < WORKER_STREAK or not self._normal):
+                lane, streak = self._worker, streak + 1
+            else:
+                lane, streak = self._normal, 0
+            while lane and len(items) < self._group_max:
+                items.append(lane.popleft())
         return items, streak
 
     def _run(self) -> None:

@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/bench_server.py [--tasks 20000] [--latency-samples 300] [--no-write]
     .venv/bin/python scripts/bench_server.py --db mysql://root@127.0.0.1:3306/orbit_bench
+    .venv/bin/python scripts/bench_server.py --src DIR --no-write   # another checkout's server
 
 With ``--db`` the server runs on that MySQL/MariaDB database (it must exist; the schema is
 migrated) and the figures go to their own section of docs/benchmarks.md, beside SQLite's.
@@ -517,11 +518,13 @@ def main() -> None:
                         "SQLite file (the database must exist)")
     parser.add_argument("--profile", type=Path, help="cProfile the server into this file "
                         "(figures are then not written to docs/benchmarks.md)")
+    parser.add_argument("--src", type=Path, help="run the server from this checkout (A/B "
+                        "comparisons; figures are then not written to docs/benchmarks.md)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="orbit-bench-") as tmp:
         load_before = os.getloadavg()[0]
         host = {"fsync_us": fsync_latency_us(Path(tmp)), "loop_ms": python_loop_ms()}
-        server = Server(Path(tmp), args.profile, args.db)
+        server = Server(Path(tmp), args.profile, args.db, args.src)
         server.start()
         try:
             admin = server.admin_bearer()
@@ -544,7 +547,7 @@ def main() -> None:
         result["db_version"] = db_version(args.db)
     section = render(result, store)
     print(section)
-    if not args.no_write and args.profile is None:
+    if not args.no_write and args.profile is None and args.src is None:
         write_section(section, ROOT / "docs" / "benchmarks.md", store)
 
 
