@@ -83,12 +83,14 @@ class OrbitServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.clock = wall_clock_ms
-        self.store = StoreThread(timed=config.metrics)
         self.engine = create_engine_for(config.db_url)
         # How instance rows and logs name this server among the replicas of one database.
         self.replica = f"{socket.gethostname()}:{config.port or os.getpid()}"
         self.services = Services(self.engine, config, wall_clock_ms, random.Random(),
                                  self.replica)
+        # Calls queued while one commits share the next commit (group commit).
+        self.store = StoreThread(self.services.tx.run_group, config.group_commit_max,
+                                 self.services.tx.pinned, timed=config.metrics)
         self.waiters = TaskWaiters()
         self.dispatcher = Dispatcher(self.store, self.services.workers)
         self._reaper_wake = asyncio.Event()

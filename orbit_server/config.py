@@ -79,9 +79,13 @@ class ServerConfig:
     metrics: bool = True
     metrics_token: str | None = field(default=None, repr=False)
     metrics_refresh_ms: int = 5_000
+    # Queued store calls run in one transaction with one commit, at most this many (1: each
+    # call commits alone).
+    group_commit_max: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms"):
+        for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms",
+                     "group_commit_max"):
             if getattr(self, name) <= 0:
                 raise OrbitError(ErrorCode.BAD_REQUEST, f"{name} must be positive")
         if self.receipt_retention_ms < MIN_RECEIPT_RETENTION_MS:

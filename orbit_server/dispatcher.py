@@ -189,8 +189,8 @@ class Dispatcher:
             session.credits -= len(reservations)
             session.served_seq = next(self._served)
             session.reserved_total += len(reservations)
-        if len(reservations) < wanted and not reservations.more:
-            session.exhausted = True  # the queue had less: only a work hint claims again
+        if (len(reservations) < wanted or reservations.drained) and not reservations.more:
+            session.exhausted = True  # the queue had no more: only a work hint claims again
         elif session.wants_work:
             # A full batch, or one a frame's payload budget ended: there may be more work.
             self._mark(session)
@@ -227,13 +227,19 @@ class Dispatcher:
     def queues_ready(self, queue_ids: Iterable[str]) -> None:
         for queue_id in queue_ids:
             for session in self._by_queue.get(queue_id, {}).values():
-                if session.wants_work:
-                    self._mark(session)
+                self._hint(session)
 
     def poll_all(self) -> None:
         for session in self._by_instance.values():
-            if session.wants_work:
-                self._mark(session)
+            self._hint(session)
+
+    def _hint(self, session: WorkerSession) -> None:
+        """Work may have arrived: claim now, or at the session's next credit (a session
+        without credit may have been left exhausted by a claim that drained the queue)."""
+        if session.wants_work:
+            self._mark(session)
+        else:
+            session.exhausted = False
 
     def push_cancel(self, instance_id: str, attempt_id: str, epoch: int) -> None:
         """Tell the worker holding this attempt (if connected here) that its task was cancelled."""

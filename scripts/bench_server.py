@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_server.py [--tasks 20000] [--latency-samples 300] [--no-write]
     .venv/bin/python scripts/bench_server.py --db mysql://root@127.0.0.1:3306/orbit_bench
     .venv/bin/python scripts/bench_server.py --metrics-compare [--rounds 3] [--quick]
+    .venv/bin/python scripts/bench_server.py --src DIR --no-write   # another checkout's server
 
 With ``--db`` the server runs on that MySQL/MariaDB database (it must exist; the schema is
 migrated) and the figures go to their own section of docs/benchmarks.md, beside SQLite's.
@@ -82,9 +83,11 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, workdir: Path, profile: Path | None = None,
-                 db_url: str | None = None, extra: tuple[str, ...] = ()) -> None:
+                 db_url: str | None = None, extra: tuple[str, ...] = (),
+                 src: Path | None = None) -> None:
         self.profile = profile
         self.extra = extra
+        self.src = src  # run the server's code from this checkout (A/B comparisons)
         self.db_url = db_url or f"sqlite:///{workdir / 'orbit.db'}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -94,15 +97,19 @@ class Server:
     def start(self) -> None:
         exe = ROOT / ".venv" / "bin" / "orbit-server"
         cmd = [str(exe)]
+        env = None
         if self.profile is not None:  # cProfile the server; stats are written at SIGTERM
             cmd = [sys.executable, "-m", "cProfile", "-o", str(self.profile),
                    "-m", "orbit_server.cli"]
+        elif self.src is not None:
+            cmd = [sys.executable, "-m", "orbit_server.cli"]
+            env = {**os.environ, "PYTHONPATH": str(self.src)}  # and cwd: `-m` puts it first
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
              "--host", "127.0.0.1", *self.extra,
              *shlex.split(os.environ.get("BENCH_SERVER_ARGS", ""))],
-            stdout=log, stderr=subprocess.STDOUT)
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.src)
         log.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -600,6 +607,8 @@ def main() -> None:
                         help="--metrics-compare: runs of each (default 3)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 3000 tasks, 50 samples, 2 rounds, nothing written")
+    parser.add_argument("--src", type=Path, help="run the server from this checkout (A/B "
+                        "comparisons; figures are then not written to docs/benchmarks.md)")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.latency_samples, args.rounds = 3000, 50, 2
@@ -615,7 +624,7 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         host = {"fsync_us": fsync_latency_us(Path(tmp)), "loop_ms": python_loop_ms()}
         server = Server(Path(tmp), args.profile, args.db,
-                        ("--no-metrics",) if args.no_metrics else ())
+                        ("--no-metrics",) if args.no_metrics else (), args.src)
         server.start()
         try:
             admin = server.admin_bearer()
@@ -638,7 +647,7 @@ def main() -> None:
         result["db_version"] = db_version(args.db)
     section = render(result, store)
     print(section)
-    if not args.no_write and args.profile is None:
+    if not args.no_write and args.profile is None and args.src is None:
         write_section(section, ROOT / "docs" / "benchmarks.md", store)
 
 

@@ -36,6 +36,7 @@ from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding
 from .context import TxContext
 from .effects import Effects
 from .listing import ListingService
+from .offers import OfferCache
 from .pushes import PushService
 from .reaper import Reaper
 from .reservations import Reservations
@@ -73,12 +74,12 @@ class Services:
                  rng: random.Random, replica: str = "local") -> None:
         self.tx = TxContext(engine, config, clock, rng)
         wakeups = Wakeups()
+        offers = OfferCache(self.tx)  # dropped by the calls that change instance rows
         self.admin = AdminService(self.tx)
-        self.tasks = TaskService(self.tx, wakeups)
+        self.tasks = TaskService(self.tx, wakeups, offers)
         self.reaper = Reaper(self.tx, wakeups)
-        self.workers = WorkerService(self.tx, wakeups)
         self.pushes = PushService(self.tx)
-        self.workers = WorkerService(self.tx, wakeups, replica)
+        self.workers = WorkerService(self.tx, wakeups, replica, offers)
         self.listing = ListingService(self.tx)
-        self.retention = Retention(self.tx)
+        self.retention = Retention(self.tx, offers)
         self.schedules = ScheduleService(self.tx)

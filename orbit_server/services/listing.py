@@ -152,16 +152,26 @@ class ListingService:
 def queue_offers(conn: Connection, queue_id: str, now: int, ttl_ms: int) -> Offers:
     """Each capability the queue's instances offered: None while a live one offers it,
     else when the last one offering it was seen."""
+    return queue_offers_until(conn, queue_id, now, ttl_ms)[0]
+
+
+def queue_offers_until(conn: Connection, queue_id: str, now: int,
+                       ttl_ms: int) -> tuple[Offers, int | None]:
+    """``queue_offers`` and the first instant it stops holding without a row changing (the
+    earliest a live instance it counted stops being live; None: none was live)."""
     live_after = now - ttl_ms
     offers: Offers = {}
+    until: int | None = None
     for caps, seen, gone in conn.execute(q.INSTANCE_OFFERS_OF_QUEUE, {"queue_id": queue_id}):
         live = gone is None and seen >= live_after
+        if live:
+            until = seen + ttl_ms + 1 if until is None else min(until, seen + ttl_ms + 1)
         for cap in _capabilities(caps):
             if live:
                 offers[cap] = None
             elif cap not in offers or (offers[cap] is not None and offers[cap] < seen):
                 offers[cap] = seen
-    return offers
+    return offers, until
 
 
 def capability_stats(conn: Connection, queue_id: str, now: int,

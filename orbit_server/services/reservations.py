@@ -30,17 +30,25 @@ Reserved = tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]
 
 class Reservations(list[Reservation]):
     """The reservations one call made; ``more`` when a frame's payload budget, not the
-    queue, ended them (the dispatcher then claims again instead of waiting for work)."""
+    queue, ended them (the dispatcher then claims again instead of waiting for work);
+    ``drained`` when the claim saw that no other task was claimable (more credit alone
+    would find nothing: the dispatcher waits for a hint that work arrived)."""
 
     more: bool = False
+    drained: bool = False
 
 
 def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int) -> Reservations:
     """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives. The
     caller flushes ``uow`` in the same transaction."""
-    made, more, _used = reserve_in(uow, binding, count)
+    # On SQLite (one writer) one more row tells whether the queue is drained; on a shared
+    # database that row would be locked, and skipped by another replica's claim.
+    probe = uow.conn.dialect.name == "sqlite"
+    made, more, _used, drained = _reserve(uow, binding, count, MAX_PAYLOAD_BYTES_PER_FRAME,
+                                          probe)
     out = Reservations(reservation(*made_one) for made_one in made)
     out.more = more
+    out.drained = drained
     return out
 
 
@@ -50,14 +58,23 @@ def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
     whether more were ready than ``budget`` bytes of payload let in (a frame's whole
     budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
     bytes taken."""
+    made, more, size, _drained = _reserve(uow, binding, count, budget, False)
+    return made, more, size
+
+
+def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
+             probe: bool) -> tuple[list[Reserved], bool, int, bool]:
+    """``reserve_in``, and with ``probe`` whether no claimable task was left over."""
     now = uow.now_ms
     # Rows this transaction changed are not written yet, so the query still sees them
     # PENDING (and our own locks never skip them): ask for enough to make up for those.
     taken = uow.moved_from_pending()
     rows = claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now,
-                                 count + len(taken))
+                                 count + len(taken) + (1 if probe else 0))
     skip = set(taken)
-    rows = [row for row in rows if row["id"] not in skip][:count]
+    rows = [row for row in rows if row["id"] not in skip]
+    drained = probe and len(rows) <= count
+    rows = rows[:count]
     more = False
     size = 0
     for i, row in enumerate(rows):
@@ -75,7 +92,7 @@ def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
         uow.audit(task.id, attempt.id, actor, "attempt_reserved",
                   TaskState.PENDING.value, task.state.value, None)
         out.append((task, attempt, row))
-    return out, more, size
+    return out, more, size, drained and not more
 
 
 def reservation(task: domain.TaskRec, attempt: domain.AttemptRec, row: Mapping[str, Any],

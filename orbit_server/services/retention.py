@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..store import retention as q
 from ..store.retry import transactional
 from .context import TxContext
+from .offers import OfferCache
 
 # Tasks per transaction: each takes its attempts, evidence and audit rows with it.
 TASK_BATCH = 500
@@ -19,8 +20,9 @@ TASK_BATCH = 500
 class Retention:
     """Deletes what is kept no longer (docs/deployment.md "Retention")."""
 
-    def __init__(self, tx: TxContext) -> None:
+    def __init__(self, tx: TxContext, offers: OfferCache | None = None) -> None:
         self._tx = tx
+        self._offers = offers
 
     def prune_tasks(self) -> int:
         """Delete up to TASK_BATCH of the oldest tasks finished before the retention, with
@@ -55,4 +57,6 @@ class Retention:
                 return 0
             deleted: int = conn.execute(q.DELETE_INSTANCES,
                                         {"ids": idle, "before": before}).rowcount
+            if deleted and self._offers is not None:
+                self._offers.forget()  # a gone row may have been a capability's last sight
         return deleted

@@ -37,12 +37,14 @@ from ..store.views import attempt_view, audit_view, evidence_view, task_view
 from .binding import WorkerBinding
 from .context import TxContext
 from .effects import Effects
-from .listing import capability_stats, queue_offers, with_waiting
+from .listing import capability_stats, with_waiting
+from .offers import OfferCache
 from .pushes import PushKind, record_push
 from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
 
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
+_KNOWN_QUEUES_MAX = 100_000
 
 # (Task view, created) per submitted spec, in order.
 Submitted = list[tuple[dict[str, Any], bool]]
@@ -53,9 +55,15 @@ class TaskService:
     """Tasks as producers and operators see them. Reviews that retry later are scheduled
     on the shared ``Wakeups``."""
 
-    def __init__(self, tx: TxContext, wakeups: Wakeups) -> None:
+    def __init__(self, tx: TxContext, wakeups: Wakeups,
+                 offers: OfferCache | None = None) -> None:
         self._tx = tx
         self._wakeups = wakeups
+        self._offers = offers if offers is not None else OfferCache(tx, max_age_ms=0)
+        # Queues seen to exist: a queue is never deleted, so one look-up each is enough (a
+        # group commit that rolled back may have seen one it created: forgotten then).
+        self._known_queues: set[str] = set()
+        tx.on_group_rollback(self._known_queues.clear)
 
     def submit(self, principal: Principal, queue_id: str,
                specs: list[object]) -> tuple[Submitted, Effects]:
@@ -91,8 +99,7 @@ class TaskService:
         reservations = Reservations()
         try:
             with self._tx.write() as conn:
-                if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
-                    raise queue_not_found(queue_id)
+                self._require_queue(conn, queue_id)
                 out, new_rows = insert_tasks(conn, queue_id, parsed, principal.actor, now)
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
@@ -100,7 +107,7 @@ class TaskService:
                     reservations = reserve_for(uow, binding, count)
                     uow.flush()
                 if binding is None:  # else a live worker serves them: nothing to say
-                    offers = queue_offers(conn, queue_id, now, self._tx.config.session_ttl_ms)
+                    offers = self._offers.offers(conn, queue_id, now)
                     for view, _created in out:
                         if view["state"] == TaskState.PENDING.value:
                             with_waiting(view, offers)
@@ -119,14 +126,22 @@ class TaskService:
             self._wakeups.schedule(queue_id, min(later), now, effects)
         return out, effects, reservations
 
+    def _require_queue(self, conn: Connection, queue_id: str) -> None:
+        if queue_id in self._known_queues:
+            return
+        if conn.execute(queries.QUEUE_EXISTS, {"id": queue_id}).first() is None:
+            raise queue_not_found(queue_id)
+        if len(self._known_queues) >= _KNOWN_QUEUES_MAX:
+            self._known_queues.clear()
+        self._known_queues.add(queue_id)
+
     def get_task(self, principal: Principal, task_id: str) -> dict[str, Any]:
         """The Task view; NOT_FOUND also for a task of a queue the principal may not use."""
         with self._tx.read() as conn:
             view = task_view(_task_row(conn, principal, task_id))
             if view["state"] == TaskState.PENDING.value:
-                cfg = self._tx.config
-                with_waiting(view, queue_offers(conn, view["queue_id"], self._tx.clock(),
-                                                cfg.session_ttl_ms))
+                with_waiting(view, self._offers.offers(conn, view["queue_id"],
+                                                       self._tx.clock()))
             return view
 
     def list_attempts(self, principal: Principal, task_id: str) -> dict[str, Any]:

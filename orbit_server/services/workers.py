@@ -53,6 +53,7 @@ from .binding import NO_CLAIMS, ClaimRoom, Presence, WorkerBinding, worker_actor
 from .context import TxContext
 from .effects import Counted, Effects
 from .listing import capabilities_json
+from .offers import OfferCache
 from .recording import fail_at_deadline, record_close, release_all
 from .reservations import Reservations, reservation, reservation_of, reserve_for, reserve_in
 from .wakeups import Wakeups
@@ -78,9 +79,11 @@ class WorkerService:
     """The worker protocol's use cases; every public method is one transaction. Finishes
     that retry later are scheduled on the shared ``Wakeups``."""
 
-    def __init__(self, tx: TxContext, wakeups: Wakeups, replica: str = "local") -> None:
+    def __init__(self, tx: TxContext, wakeups: Wakeups, replica: str = "local",
+                 offers: OfferCache | None = None) -> None:
         self._tx = tx
         self._wakeups = wakeups
+        self._offers = offers
         self._replica = replica  # recorded on the instances this server connects
 
     def worker_hello(self, hello: Hello) -> WorkerBinding:
@@ -127,10 +130,15 @@ class WorkerService:
                              .values(**connection))
             conn.execute(credentials.update().where(credentials.c.id == hello.credential_id)
                          .values(last_used_at_ms=now))
+            self._forget_offers()
         return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
                              tuple(dict.fromkeys(hello.capabilities)),
                              secret_hash=principal.secret_hash,
                              valid_until_ms=principal.valid_until_ms, connected_at_ms=now)
+
+    def _forget_offers(self) -> None:
+        if self._offers is not None:
+            self._offers.forget()
 
     def presence(self, sessions: Sequence[Presence]) -> int:
         """Record that these connections of this replica are alive: seen now, their credit
@@ -161,6 +169,7 @@ class WorkerService:
                 conn.execute(_DISCONNECTED, {
                     "_id": instance_id, "_connected": connected_at_ms,
                     "_replica": self._replica, "_seen": uow.now_ms})
+                self._forget_offers()
             for row in conn.execute(
                 select(attempts).where(attempts.c.instance_id == instance_id,
                                        attempts.c.state == AttemptState.RESERVED.value)
@@ -344,8 +353,8 @@ class WorkerService:
 
 def _credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
     """Whether the secret the session's hello presented still opens its credential."""
-    row = conn.execute(select(credentials).where(credentials.c.id == binding.credential_id)
-                       ).mappings().first()
+    # Every reserve and worker request asks: a statement built once.
+    row = conn.execute(queries.CREDENTIAL_BY_ID, {"id": binding.credential_id}).mappings().first()
     return secret_opens(row, binding.secret_hash, now)[0]
 
 

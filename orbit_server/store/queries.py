@@ -11,7 +11,7 @@ from sqlalchemy import Integer, Select, bindparam, delete, func, literal_column,
 
 from orbit_wire.model import AttemptState, TaskState
 
-from .tables import DISPATCH_RANKS, attempts, receipts, tasks
+from .tables import DISPATCH_RANKS, attempts, credentials, queues, receipts, tasks
 
 # What a state change needs of a task: everything but the capability, the payload and the
 # big JSON outputs (a payload or result may be 256 KiB; finishing 100 tasks must not read them).
@@ -166,6 +166,8 @@ NTH_OLD_RECEIPT = (
     .offset(bindparam("skip", type_=Integer))
 )
 DELETE_RECEIPTS_UP_TO = delete(receipts).where(receipts.c.created_at_ms <= bindparam("upto"))
+QUEUE_EXISTS = select(queues.c.id).where(queues.c.id == bindparam("id"))
+CREDENTIAL_BY_ID = select(credentials).where(credentials.c.id == bindparam("id"))
 TASK_BY_ID = select(tasks).where(tasks.c.id == bindparam("id"))
 ATTEMPTS_OF_TASK = select(attempts).where(attempts.c.task_id == bindparam("task_id")).order_by(
     attempts.c.epoch

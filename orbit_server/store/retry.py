@@ -35,8 +35,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from orbit_host.logs import fields
 from orbit_wire.errors import ErrorCode, OrbitError
 
-__all__ = ["MAX_TRIES", "faults_logged", "is_retryable_conflict", "transactional",
-           "translate"]
+__all__ = ["MAX_TRIES", "faults_logged", "is_retryable_conflict", "no_retries",
+           "transactional", "translate"]
 
 log = logging.getLogger("orbit.store")
 
@@ -96,6 +96,19 @@ def translate(exc: DBAPIError) -> OrbitError | None:
 # Only the outermost wrapped call of a thread retries: a public method calling another must
 # not multiply the tries, nor run again a transaction its callee already translated.
 _calls = threading.local()
+
+
+@contextlib.contextmanager
+def no_retries() -> Iterator[None]:
+    """Run wrapped methods once, their faults raised as they come (untranslated): for a
+    group commit, where a retry must rerun the whole group's calls one by one instead (a
+    MySQL deadlock rolls back the whole transaction, not one call's savepoint)."""
+    was = getattr(_calls, "active", False)
+    _calls.active = True
+    try:
+        yield
+    finally:
+        _calls.active = was
 
 
 def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
