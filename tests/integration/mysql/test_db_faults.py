@@ -75,7 +75,7 @@ def test_killed_connections_give_503_or_success_and_lose_nothing(
             killed += kill_connections(orbit.server.db_url)
             return not submitter.is_alive()
 
-        wait_until(submitter_done, timeout=30, interval=0.05, what="the submitter to end")
+        wait_until(submitter_done, timeout=90, interval=0.05, what="the submitter to end")
         submitter.join(timeout=60 * UNIT)
         assert not submitter.is_alive()
         assert killed > 0
