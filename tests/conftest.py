@@ -31,7 +31,7 @@ import httpx
 import pytest
 from support.mariadb import MariaDBPool, must_run, unavailable_reason
 from support.orbit_http import OrbitEnv, http_client
-from support.server import ServerProcess
+from support.server import SeedDatabase, ServerProcess
 from support.waiting import UNIT
 
 from orbit_host.credentials import Credentials
@@ -114,17 +114,32 @@ def db_url(db_url_factory: Callable[[], str]) -> str:
     return db_url_factory()
 
 
+@pytest.fixture(scope="session")
+def sqlite_seed(tmp_path_factory: pytest.TempPathFactory) -> SeedDatabase:
+    """A migrated SQLite file with an admin, made once; each server gets a copy of it."""
+    return SeedDatabase(tmp_path_factory.mktemp("seed"))
+
+
 @pytest.fixture
-def server_factory(tmp_path: Path, orbit_store: str,
-                   db_url_factory: Callable[[], str]) -> Iterator[Callable[..., ServerProcess]]:
+def server_factory(tmp_path: Path, orbit_store: str, db_url_factory: Callable[[], str],
+                   request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerProcess]]:
     """Start servers; each gets a fresh database of the test's store unless ``db_url`` is
-    given (pass one server's ``db_url`` to another to run replicas on one database)."""
+    given (pass one server's ``db_url`` to another to run replicas on one database). A
+    SQLite one is a copy of the session's ``sqlite_seed`` (migrated, one admin)."""
     started: list[ServerProcess] = []
 
     def make(**kwargs: object) -> ServerProcess:
-        if orbit_store != "sqlite" and "db_url" not in kwargs:
-            kwargs["db_url"] = db_url_factory()
-        srv = ServerProcess(tmp_path / f"server{len(started)}", **kwargs)  # type: ignore[arg-type]
+        workdir = tmp_path / f"server{len(started)}"
+        seed: SeedDatabase | None = None
+        if "db_url" not in kwargs:
+            if orbit_store == "sqlite":
+                seed = request.getfixturevalue("sqlite_seed")
+                kwargs["db_url"] = seed.copy_to(workdir)
+            else:
+                kwargs["db_url"] = db_url_factory()
+        srv = ServerProcess(workdir, **kwargs)  # type: ignore[arg-type]
+        if seed is not None:
+            srv.seeded_admin = seed.admin
         started.append(srv)
         return srv.start()
 
@@ -142,7 +157,7 @@ def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
 
 @pytest.fixture
 def admin_credentials(server: ServerProcess) -> Credentials:
-    return server.bootstrap_admin()
+    return server.admin()
 
 
 @pytest.fixture
