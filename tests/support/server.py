@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import shutil
 import signal
 import socket
@@ -43,7 +44,26 @@ START_TIMEOUT_S = 30.0  # in units of support.waiting
 STOP_TIMEOUT_S = 10.0 * UNIT
 
 
+# Under pytest-xdist, worker gwN takes its servers' ports from its own block below the
+# kernel's ephemeral range (32768 and up on Linux, where bind(0) and outgoing connections take
+# theirs): a port one worker's server gave up, e.g. killed to restart on it, is then never
+# handed to another worker's server (seen: a test's admin sent to the other worker's server).
+PORT_BLOCKS_START = 20_000
+PORT_BLOCK = 1_500
+PORT_TRIES = 100
+
+
 def free_port() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and int(worker[2:]) < 8:
+        start = PORT_BLOCKS_START + int(worker[2:]) * PORT_BLOCK
+        for port in random.sample(range(start, start + PORT_BLOCK), PORT_TRIES):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue  # in use (or TIME_WAIT): another one
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
