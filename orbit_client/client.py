@@ -19,7 +19,6 @@ error message or a log line written by this module.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import ssl
 import threading
@@ -415,6 +414,8 @@ class AsyncOrbitClient(_Base):
         # Requests beyond the pool size wait here, not in httpx's pool: there they would count
         # against the pool timeout (a burst of 500 submits failed with PoolTimeout, which is
         # not an unreachable server), and its wait list costs time on every hand-over.
+        import asyncio  # here: the `orbit` command (blocking client only) skips loading it
+
         self._slots = asyncio.Semaphore(max_connections)
 
     async def __aenter__(self) -> AsyncOrbitClient:
@@ -507,6 +508,8 @@ class AsyncOrbitClient(_Base):
 
     async def wait(self, task_id: str, timeout: float) -> dict[str, Any]:
         """Long-poll until the task is settled or ``timeout`` seconds passed; return it."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         task = await self.get_task(task_id)

@@ -18,13 +18,11 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from orbit_host.credentials import Credentials, write_credentials
 from orbit_host.logs import fields
 from orbit_host.version import installed_version
 from orbit_wire.limits import MAX_FRAME_BYTES
@@ -377,24 +375,6 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
         lifespan="on",
         timeout_graceful_shutdown=5,
     )
-
-
-def bootstrap_admin(config: ServerConfig, output: Path, server_url: str,
-                    name: str | None) -> str:
-    """Migrate, create an admin credential directly in the database, and write its
-    credentials file (mode 0600). Returns the credential ID; the secret is only in the file."""
-    migrate(config.db_url)
-    engine = create_engine_for(config.db_url)
-    try:
-        services = Services(engine, config, wall_clock_ms, random.Random())
-        made = services.admin.bootstrap_admin(name)
-    finally:
-        engine.dispose()
-    write_credentials(output, Credentials(
-        url=server_url.rstrip("/"), credential_id=made["credential_id"], secret=made["secret"],
-        role=str(made.get("role", "admin")), queues=tuple(made.get("queues", ())),
-    ))
-    return str(made["credential_id"])
 
 
 def serve(config: ServerConfig, log_level: str = "info") -> None:

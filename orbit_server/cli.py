@@ -210,7 +210,7 @@ def bootstrap_admin(db_url: str | None, output: str, url: str | None, name: str 
 
     Safe to run again: each run creates another admin credential.
     """
-    from .app import bootstrap_admin as run
+    from .bootstrap import bootstrap_admin as run
 
     config = _config(db_url=db_url)
     server_url = url or f"http://{config.host}:{config.port}"

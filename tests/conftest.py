@@ -7,7 +7,12 @@
 
 ``server`` is a started ServerProcess (short session TTL, kill grace and reaper interval so
 tests are fast); ``server_factory(**kwargs)`` starts more with other flags. All are stopped
-by PID at teardown.
+by PID at teardown. On SQLite each starts on a copy of the session's seed database (migrated
+and given an admin by the real commands, tests/support/server.py ``SeedDatabase``).
+
+Workers: scripts/test runs two pytest-xdist workers. A test marked ``serial`` runs while no
+other worker runs one (``_serial_among_workers``); a module whose tests share a
+module-scoped fixture carries ``pytest.mark.xdist_group`` so one worker runs it.
 
 Stores: ``orbit_store`` is "sqlite" or "mariadb". Every test under the folders in
 ``BOTH_STORE_DIRS`` that uses a store (through ``server``, ``server_factory`` or ``db_url``)
@@ -24,6 +29,8 @@ pytest-timeout limit.
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,7 +38,7 @@ import httpx
 import pytest
 from support.mariadb import MariaDBPool, must_run, unavailable_reason
 from support.orbit_http import OrbitEnv, http_client
-from support.server import ServerProcess
+from support.server import SeedDatabase, ServerProcess
 from support.waiting import UNIT
 
 from orbit_host.credentials import Credentials
@@ -53,6 +60,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             limit = marker.args[0] if marker.args else marker.kwargs.get("timeout", default)
         if limit:
             item.add_marker(pytest.mark.timeout(float(limit) * UNIT), append=False)
+
+
+@pytest.fixture(autouse=True)
+def _serial_among_workers(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under pytest-xdist a ``serial`` test (one that loads every core on purpose) runs
+    while no other worker runs a test, and the others wait meanwhile: two flock()s on files
+    beside the workers' temporary directories. A worker first takes the gate, so a waiting
+    serial test holds back new tests rather than waiting for a moment when none runs."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    shared = tmp_path_factory.getbasetemp().parent
+    serial = request.node.get_closest_marker("serial") is not None
+    with (shared / "serial.gate").open("a") as gate, (shared / "serial.lock").open("a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if serial else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -114,17 +145,32 @@ def db_url(db_url_factory: Callable[[], str]) -> str:
     return db_url_factory()
 
 
+@pytest.fixture(scope="session")
+def sqlite_seed(tmp_path_factory: pytest.TempPathFactory) -> SeedDatabase:
+    """A migrated SQLite file with an admin, made once; each server gets a copy of it."""
+    return SeedDatabase(tmp_path_factory.mktemp("seed"))
+
+
 @pytest.fixture
-def server_factory(tmp_path: Path, orbit_store: str,
-                   db_url_factory: Callable[[], str]) -> Iterator[Callable[..., ServerProcess]]:
+def server_factory(tmp_path: Path, orbit_store: str, db_url_factory: Callable[[], str],
+                   request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerProcess]]:
     """Start servers; each gets a fresh database of the test's store unless ``db_url`` is
-    given (pass one server's ``db_url`` to another to run replicas on one database)."""
+    given (pass one server's ``db_url`` to another to run replicas on one database). A
+    SQLite one is a copy of the session's ``sqlite_seed`` (migrated, one admin)."""
     started: list[ServerProcess] = []
 
     def make(**kwargs: object) -> ServerProcess:
-        if orbit_store != "sqlite" and "db_url" not in kwargs:
-            kwargs["db_url"] = db_url_factory()
-        srv = ServerProcess(tmp_path / f"server{len(started)}", **kwargs)  # type: ignore[arg-type]
+        workdir = tmp_path / f"server{len(started)}"
+        seed: SeedDatabase | None = None
+        if "db_url" not in kwargs:
+            if orbit_store == "sqlite":
+                seed = request.getfixturevalue("sqlite_seed")
+                kwargs["db_url"] = seed.copy_to(workdir)
+            else:
+                kwargs["db_url"] = db_url_factory()
+        srv = ServerProcess(workdir, **kwargs)  # type: ignore[arg-type]
+        if seed is not None:
+            srv.seeded_admin = seed.admin
         started.append(srv)
         return srv.start()
 
@@ -142,7 +188,7 @@ def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
 
 @pytest.fixture
 def admin_credentials(server: ServerProcess) -> Credentials:
-    return server.bootstrap_admin()
+    return server.admin()
 
 
 @pytest.fixture

@@ -25,26 +25,42 @@ dispatch pass, push ``cancel`` frames, re-arm the reaper).
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 from ..config import ServerConfig
-from .admin import AdminService
-from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding
-from .context import TxContext
-from .effects import Effects
-from .listing import ListingService
-from .offers import OfferCache
-from .pushes import PushService
-from .reaper import Reaper
-from .reservations import Reservations
-from .retention import Retention
-from .schedules import ScheduleService
-from .tasks import Submitted, TaskService
-from .wakeups import Wakeups
-from .workers import WorkerService
+
+if TYPE_CHECKING:
+    from .admin import AdminService
+    from .binding import NO_CLAIMS, ClaimRoom, WorkerBinding
+    from .context import TxContext
+    from .effects import Effects
+    from .listing import ListingService
+    from .offers import OfferCache
+    from .pushes import PushService
+    from .reaper import Reaper
+    from .reservations import Reservations
+    from .retention import Retention
+    from .schedules import ScheduleService
+    from .tasks import Submitted, TaskService
+    from .wakeups import Wakeups
+    from .workers import WorkerService
+
+# The names above, loaded on first use (PEP 562): ``orbit-server bootstrap-admin`` imports
+# ``services.admin`` alone, and a package ``__init__`` runs before any of its modules.
+_LAZY = {
+    "AdminService": "admin", "NO_CLAIMS": "binding", "ClaimRoom": "binding",
+    "WorkerBinding": "binding", "TxContext": "context", "Effects": "effects",
+    "ListingService": "listing", "OfferCache": "offers", "PushService": "pushes",
+    "Reaper": "reaper",
+    "Reservations": "reservations", "Retention": "retention", "ScheduleService": "schedules",
+    "Submitted": "tasks", "TaskService": "tasks", "Wakeups": "wakeups",
+    "WorkerService": "workers",
+}
 
 __all__ = [
     "NO_CLAIMS",
@@ -52,6 +68,7 @@ __all__ = [
     "ClaimRoom",
     "Effects",
     "ListingService",
+    "OfferCache",
     "PushService",
     "Reaper",
     "Reservations",
@@ -61,9 +78,19 @@ __all__ = [
     "Submitted",
     "TaskService",
     "TxContext",
+    "Wakeups",
     "WorkerBinding",
     "WorkerService",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 class Services:
@@ -72,6 +99,18 @@ class Services:
 
     def __init__(self, engine: Engine, config: ServerConfig, clock: Callable[[], int],
                  rng: random.Random, replica: str = "local") -> None:
+        from .admin import AdminService
+        from .context import TxContext
+        from .listing import ListingService
+        from .offers import OfferCache
+        from .pushes import PushService
+        from .reaper import Reaper
+        from .retention import Retention
+        from .schedules import ScheduleService
+        from .tasks import TaskService
+        from .wakeups import Wakeups
+        from .workers import WorkerService
+
         self.tx = TxContext(engine, config, clock, rng)
         wakeups = Wakeups()
         offers = OfferCache(self.tx)  # dropped by the calls that change instance rows

@@ -15,23 +15,30 @@ utf8mb4, a short lock-wait timeout (a blocked transaction fails fast and is retr
 the database dropped is replaced instead of failing the next request.
 
 ``migrate(url)`` brings any database to the head revision with Alembic, programmatically; on
-MySQL it holds a named lock so replicas starting together migrate one at a time.
+MySQL it holds a named lock so replicas starting together migrate one at a time. A database
+already at head costs one version read: the head is read from the revision files' own
+``revision``/``down_revision`` lines (``shipped_head``), and Alembic, whose import is a good
+part of a process start (docs/benchmarks.md, "Test suite and process start"), is loaded only
+when there is something to migrate.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, Connection, make_url
 
 from orbit_wire.errors import ErrorCode, OrbitError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 BUSY_TIMEOUT_MS = 10_000
@@ -148,6 +155,8 @@ def _sqlite_on_begin(conn: Connection) -> None:
 
 
 def alembic_config(url: str) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     # ConfigParser interpolation: a literal % in a password must be doubled.
@@ -161,9 +170,13 @@ def migrate(url: str, engine: Engine | None = None) -> None:
     own = engine is None
     eng = create_engine_for(url) if engine is None else engine
     try:
+        if _at_revision(eng, shipped_head()):
+            return
         if is_mysql(url):
             _migrate_mysql(url, eng)
         else:
+            from alembic import command
+
             with eng.begin() as conn:
                 cfg = alembic_config(url)
                 cfg.attributes["connection"] = conn
@@ -173,7 +186,49 @@ def migrate(url: str, engine: Engine | None = None) -> None:
             eng.dispose()
 
 
+def _at_revision(engine: Engine, revision: str | None) -> bool:
+    """Whether the database's one ``alembic_version`` row is ``revision`` (no Alembic)."""
+    if revision is None:
+        return False
+    with engine.connect().execution_options(orbit_read_only=True) as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return False
+        found = [row[0] for row in conn.exec_driver_sql("SELECT version_num FROM alembic_version")]
+    return found == [revision]
+
+
+@functools.cache
+def shipped_head() -> str | None:
+    """The head of the revision files, read from their ``revision = "..."`` and
+    ``down_revision = "..."`` assignments; None when they do not form one plain chain (a
+    merge, a branch, a computed value), and then Alembic decides. Tests hold it equal to
+    ``head_revision()``."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        found: dict[str, object] = {}
+        for node in ast.parse(path.read_bytes(), filename=str(path)).body:
+            if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value,
+                                                                           ast.Constant):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = node.value.value
+        if "revision" not in found:
+            continue  # __init__.py
+        revision, parent = found["revision"], found.get("down_revision")
+        if not isinstance(revision, str) or not (parent is None or isinstance(parent, str)):
+            return None
+        revisions.add(revision)
+        if parent is not None:
+            parents.add(parent)
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 and parents <= revisions else None
+
+
 def _migrate_mysql(url: str, engine: Engine) -> None:
+    from alembic import command
+
     # MySQL DDL commits implicitly, so the migration cannot be one transaction; a named lock
     # (held by this connection) keeps replicas that start together from migrating at once.
     with engine.connect() as conn:

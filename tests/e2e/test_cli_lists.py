@@ -142,7 +142,7 @@ def test_workers_list_shows_live_workers_and_what_they_run(
     # A long session TTL: the worker below sends no heartbeat while the CLI runs.
     server = server_factory(session_ttl_ms=120_000)
     admin_file = tmp_path / "admin.json"
-    write_credentials(admin_file, server.bootstrap_admin())
+    write_credentials(admin_file, server.admin())
     admin_cli = Cli(admin_file)
     queue, producer, worker_file = lane(admin_cli, tmp_path, "workers")
     task_id = submit(producer, ECHO.handler)

@@ -17,6 +17,8 @@ from support.ws_tap import FrameSplitter, OpTap
 
 PLAIN = sorted(name for name, s in SCENARIOS.items() if not s.sigkill)
 SIGKILL = sorted(name for name, s in SCENARIOS.items() if s.sigkill)
+# One xdist worker runs the module, so the module-scoped shared_server starts once.
+pytestmark = pytest.mark.xdist_group("fault_scenarios")
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,22 @@ a MariaDB database from tests/support/mariadb.py), for tests.
 
 Every process is stopped by its PID; ``stop`` is safe to call twice. Use the ``server``
 fixture (tests/conftest.py) rather than building one by hand unless a test needs flags.
+
+``SeedDatabase`` makes, once per test session, a SQLite file that the real commands
+migrated (``orbit-server migrate``) and gave an admin credential (``orbit-server
+bootstrap-admin``); ``seed.copy_to(workdir)`` hands each server a private copy (mode 0600),
+so a server start reads one schema version instead of running the migrations, and the
+``admin_credentials`` fixture takes the seeded admin (``srv.seeded_admin``) instead of
+starting ``bootstrap-admin`` again (docs/benchmarks.md, "Test suite and process start").
+Servers built by hand start on an empty file and migrate it themselves.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,7 +44,26 @@ START_TIMEOUT_S = 30.0  # in units of support.waiting
 STOP_TIMEOUT_S = 10.0 * UNIT
 
 
+# Under pytest-xdist, worker gwN takes its servers' ports from its own block below the
+# kernel's ephemeral range (32768 and up on Linux, where bind(0) and outgoing connections take
+# theirs): a port one worker's server gave up, e.g. killed to restart on it, is then never
+# handed to another worker's server (seen: a test's admin sent to the other worker's server).
+PORT_BLOCKS_START = 20_000
+PORT_BLOCK = 1_500
+PORT_TRIES = 100
+
+
 def free_port() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and int(worker[2:]) < 8:
+        start = PORT_BLOCKS_START + int(worker[2:]) * PORT_BLOCK
+        for port in random.sample(range(start, start + PORT_BLOCK), PORT_TRIES):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue  # in use (or TIME_WAIT): another one
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -67,6 +97,8 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.url_scheme = "http"  # "https" when extra_args hold --tls-cert/--tls-key
+        # The admin already in the database (a SeedDatabase copy), else None.
+        self.seeded_admin: Credentials | None = None
 
     # -------------------------------------------------------------- addresses
 
@@ -153,14 +185,13 @@ class ServerProcess:
 
     def bootstrap_admin(self, name: str = "test-admin") -> Credentials:
         """Run ``orbit-server bootstrap-admin`` on this server's DB; return the credentials."""
-        path = self.workdir / f"admin-{time.monotonic_ns()}.json"
-        cmd = [*server_command(), "bootstrap-admin", "--db", self.db_url, "-o", str(path),
-               "--url", self.url, "--name", name]
-        done = subprocess.run(cmd, capture_output=True, timeout=60 * UNIT, cwd=self.workdir)
-        if done.returncode != 0:
-            raise ServerError(f"bootstrap-admin failed ({done.returncode}): "
-                              f"{done.stderr.decode(errors='replace')[-2000:]}")
-        return load_credentials(path)
+        return run_bootstrap_admin(self.db_url, self.workdir, self.url, name)
+
+    def admin(self) -> Credentials:
+        """The seeded admin (with this server's URL) when there is one, else a new one."""
+        if self.seeded_admin is not None:
+            return dataclasses.replace(self.seeded_admin, url=self.url)
+        return self.bootstrap_admin()
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -173,3 +204,48 @@ class ServerProcess:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+def run_bootstrap_admin(db_url: str, workdir: Path, url: str,
+                        name: str = "test-admin") -> Credentials:
+    """``orbit-server bootstrap-admin`` on ``db_url`` (a real process); its credentials."""
+    path = workdir / f"admin-{time.monotonic_ns()}.json"
+    cmd = [*server_command(), "bootstrap-admin", "--db", db_url, "-o", str(path),
+           "--url", url, "--name", name]
+    done = subprocess.run(cmd, capture_output=True, timeout=60 * UNIT, cwd=workdir)
+    if done.returncode != 0:
+        raise ServerError(f"bootstrap-admin failed ({done.returncode}): "
+                          f"{done.stderr.decode(errors='replace')[-2000:]}")
+    return load_credentials(path)
+
+
+class SeedDatabase:
+    """A migrated SQLite file with one admin credential, made by the real commands once;
+    ``copy_to`` gives each server its own copy."""
+
+    FILE = "orbit.db"
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.path = self.workdir / self.FILE
+        db_url = f"sqlite:///{self.path}"
+        cmd = [*server_command(), "migrate", "--db", db_url]
+        done = subprocess.run(cmd, capture_output=True, timeout=60 * UNIT, cwd=self.workdir)
+        if done.returncode != 0:
+            raise ServerError(f"migrate failed ({done.returncode}): "
+                              f"{done.stderr.decode(errors='replace')[-2000:]}")
+        self.admin = run_bootstrap_admin(db_url, self.workdir, "http://127.0.0.1:0")
+        # Every connection is closed, so the WAL is checkpointed into the file and removed.
+        for suffix in ("-wal", "-shm"):
+            if Path(f"{self.path}{suffix}").exists():
+                raise ServerError(f"the seed database left {self.path}{suffix} behind")
+
+    def copy_to(self, workdir: Path) -> str:
+        """A private copy (mode 0600, like the server's own files) in ``workdir``; its URL."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        target = workdir / self.FILE
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as out, self.path.open("rb") as src:
+            shutil.copyfileobj(src, out)
+        return f"sqlite:///{target}"

@@ -145,3 +145,17 @@ def test_importing_the_supervisor_loads_no_http_client() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_bootstrap_admin_loads_no_http_stack() -> None:
+    # `orbit-server bootstrap-admin` runs before many a server start: the store and the
+    # admin use cases only (orbit_server/bootstrap.py), no web server, no dispatcher.
+    import subprocess
+    import sys
+
+    code = ("import sys, orbit_server.cli, orbit_server.bootstrap; print(sorted(m for m in "
+            "('uvicorn', 'starlette', 'alembic', 'orbit_server.app', 'orbit_server.dispatcher') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT, timeout=60)
+    assert out.stdout.strip() == "[]"

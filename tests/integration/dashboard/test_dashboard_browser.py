@@ -28,7 +28,9 @@ from support.orbit_http import expect
 
 from orbit_server.dashboard import CSP
 
-pytestmark = pytest.mark.timeout(120)
+# xdist_group: one xdist worker runs the module, so its module-scoped browser and servers
+# start once.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("dashboard_browser")]
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,7 @@ def _check_keys(client: OrbitClient, schedule_id: str, ticks: dict[int, list[str
 def test_restart_across_ticks_fires_one_catch_up(
         server_factory: Callable[..., ServerProcess]) -> None:
     server = server_factory()
-    admin = server.bootstrap_admin()
+    admin = server.admin()
     with OrbitClient(credentials=admin) as client:
         queue = client.create_queue("sched")["id"]
         made = client.create_schedule(queue, {"cron": EVERY_SECOND, "missed_ticks": "one",

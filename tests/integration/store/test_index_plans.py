@@ -17,6 +17,8 @@ from orbit_server.store.rows import INSERT_ATTEMPT, INSERT_AUDIT, INSERT_TASK
 from orbit_server.store.tables import attempts, audit, evidence, tasks
 
 FINISHED = 200_000
+# One xdist worker runs the module, so the module-scoped big database is built once.
+pytestmark = pytest.mark.xdist_group("index_plans")
 @pytest.fixture(scope="module")
 def big_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     path: Path = tmp_path_factory.mktemp("plans") / "orbit.db"

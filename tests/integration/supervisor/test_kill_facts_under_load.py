@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from supervisor_support import SupEnv, alive, attempts, read_pids, submit, wait_task
 from support.waiting import UNIT, wait_until
 
@@ -57,6 +58,7 @@ def _never_ran(att: dict[str, Any]) -> bool:
             and att["signal"] is None and att["killed_at_ms"] is None)
 
 
+@pytest.mark.serial  # its busy loops would slow another worker's timed handlers
 def test_every_kill_record_carries_its_facts_with_the_cores_saturated(
         sup_env: SupEnv, tmp_path: Path) -> None:
     loops = _busy_loops(len(os.sched_getaffinity(0)))
