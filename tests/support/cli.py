@@ -55,6 +55,10 @@ class TtyResult:
         return _ANSI.sub("", self.raw)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn_tty(
     *args: str, env: dict[str, str] | None = None, columns: int = 160
 ) -> tuple[subprocess.Popen[bytes], int]:
@@ -64,8 +68,10 @@ def spawn_tty(
     environ = clean_env({"TERM": "xterm-256color", "COLUMNS": str(columns), **(env or {})})
     environ.pop("NO_COLOR", None)
     try:
+        # A shell's Ctrl-C: the command gets SIGINT's default disposition even where this
+        # process ignores it (pytest-xdist workers do, and an ignored SIGINT is inherited).
         proc = subprocess.Popen([str(ORBIT), *args], stdin=slave, stdout=slave, stderr=slave,
-                                env=environ, close_fds=True)
+                                env=environ, close_fds=True, preexec_fn=_default_sigint)
     finally:
         os.close(slave)
     return proc, master
