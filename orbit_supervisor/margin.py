@@ -23,8 +23,8 @@ from collections import deque
 
 __all__ = ["MAX_MARGIN", "WINDOW", "MarginEstimator"]
 
-MAX_MARGIN = 0.150  # seconds: the kill never comes more than this before the granted expiry
-WINDOW = 32  # recent samples of each kind that count
+MAX_MARGIN = 0.250  # seconds: the kill never comes more than this before the granted expiry
+WINDOW = 256  # recent samples of each kind that count (a spike is remembered a while)
 
 
 class MarginEstimator:

@@ -12,7 +12,7 @@ from supervisor_session_harness import (
     run_one,
 )
 
-from orbit_supervisor.margin import MAX_MARGIN, MarginEstimator
+from orbit_supervisor.margin import MAX_MARGIN, WINDOW, MarginEstimator
 from orbit_supervisor.session import LATE_KILL_BOUND, Phase
 from orbit_wire.frames import Cancel, FinishOp, Report, Request
 from orbit_wire.model import Outcome
@@ -154,7 +154,7 @@ def test_margin_estimator_bounds_and_window() -> None:
     assert abs(m.value() - (0.01 + 0.06)) < 1e-9  # the largest recent of each
     m.loop_lag(0.5)
     assert m.value() == MAX_MARGIN  # a stalled loop cannot take the whole attempt
-    for _ in range(40):  # the stall leaves the window
+    for _ in range(WINDOW + 8):  # the stall leaves the window
         m.loop_lag(0.0)
         m.reap(0.01)
     assert m.value() == 0.05
