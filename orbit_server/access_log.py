@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.requests import HTTPConnection
@@ -18,7 +18,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orbit_host.logs import fields
 
-__all__ = ["AccessLog", "route_path"]
+__all__ = ["ObservedRequests", "RequestObserver", "access_log_enabled", "log_request",
+           "route_path"]
 
 log = logging.getLogger("orbit.access")
 UNMATCHED = "<unmatched>"
@@ -31,18 +32,24 @@ def route_path(request: HTTPConnection | Mapping[str, Any]) -> str:
     return path if isinstance(path, str) else UNMATCHED
 
 
-class AccessLog:
-    """ASGI middleware; a pass-through when ``orbit.access`` is off at INFO."""
+# What a finished HTTP request is handed to: its scope, status and duration in seconds.
+RequestObserver = Callable[[Scope, int, float], None]
 
-    def __init__(self, app: ASGIApp) -> None:
+
+class ObservedRequests:
+    """ASGI middleware: each HTTP request's status and duration go to every observer once it
+    ends (the access log, the metrics): one wrapper and one clock pair for all of them."""
+
+    def __init__(self, app: ASGIApp, observers: Sequence[RequestObserver]) -> None:
         self.app = app
+        self.observers = tuple(observers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not log.isEnabledFor(logging.INFO):
+        if scope["type"] != "http" or not self.observers:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500  # what the client gets if the app raises before it answers
+        status = 500  # what the server error middleware answers if the app raises
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -53,9 +60,21 @@ class AccessLog:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            duration_ms = round((time.perf_counter() - started) * 1000, 2)
-            method, path = scope["method"], route_path(scope)
-            client = scope.get("client")
-            log.info("%s %s %d %.2f ms", method, path, status, duration_ms, extra=fields(
-                "http_request", method=method, path=path, status=status,
-                duration_ms=duration_ms, client=client[0] if client else None))
+            seconds = time.perf_counter() - started
+            for observe in self.observers:
+                observe(scope, status, seconds)
+
+
+def access_log_enabled() -> bool:
+    """Whether ``orbit.access`` writes at INFO (``--no-access-log`` raises it)."""
+    return log.isEnabledFor(logging.INFO)
+
+
+def log_request(scope: Scope, status: int, seconds: float) -> None:
+    """The access log's record of one finished request."""
+    method, path = scope["method"], route_path(scope)
+    duration_ms = round(seconds * 1000, 2)
+    client = scope.get("client")
+    log.info("%s %s %d %.2f ms", method, path, status, duration_ms, extra=fields(
+        "http_request", method=method, path=path, status=status,
+        duration_ms=duration_ms, client=client[0] if client else None))

@@ -27,7 +27,7 @@ from orbit_host.logs import fields
 from orbit_host.version import installed_version
 from orbit_wire.limits import MAX_FRAME_BYTES
 
-from .access_log import AccessLog
+from .access_log import ObservedRequests, RequestObserver, access_log_enabled, log_request
 from .config import ServerConfig
 from .dashboard import dashboard_routes
 from .dispatcher import Dispatcher
@@ -102,7 +102,7 @@ class OrbitServer:
                             waiters=self.waiters, apply=self.apply)
         routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
                   *dashboard_routes()]
-        middleware: list[Middleware] = [Middleware(AccessLog)]
+        observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
         self.metrics: ServerMetrics | None = None
         if config.metrics:  # prometheus_client is loaded only then
             from .metrics import RequestMetrics, ServerMetrics, route_templates
@@ -111,9 +111,9 @@ class OrbitServer:
                                          _version(), config.metrics_refresh_ms,
                                          config.metrics_token)
             routes += self.metrics.routes()
-            middleware.append(Middleware(RequestMetrics, self.metrics.tally,
-                                         route_templates(routes)))
-        self.app = Starlette(routes=routes, middleware=middleware,
+            observers.append(RequestMetrics(self.metrics.tally, route_templates(routes)))
+        self.app = Starlette(routes=routes,
+                             middleware=[Middleware(ObservedRequests, observers)],
                              exception_handlers=http_exception_handlers(),
                              lifespan=self._lifespan)
 

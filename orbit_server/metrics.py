@@ -39,7 +39,7 @@ from sqlalchemy import Engine, select
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from orbit_host.exposition import counter, histogram
 from orbit_host.tally import LONG_BOUNDS, Bounded, Counts, LabeledBuckets
@@ -104,39 +104,22 @@ class ServerTally:
 
 
 class RequestMetrics:
-    """ASGI middleware: each HTTP request by method, route template and status, and its
-    duration. The template comes from the route that matched (``/v1/tasks/{task_id}``),
-    never the raw path, so an ID never becomes a label value."""
+    """Each finished HTTP request (an ``ObservedRequests`` observer) by method, route template
+    and status, and its duration. The template comes from the route that matched
+    (``/v1/tasks/{task_id}``), never the raw path, so an ID never becomes a label value."""
 
-    def __init__(self, app: ASGIApp, tally: ServerTally,
-                 templates: dict[Any, str]) -> None:
-        self.app = app
+    def __init__(self, tally: ServerTally, templates: dict[Any, str]) -> None:
         self.tally = tally
         self.templates = templates  # route endpoint -> its path template
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500  # what the server error middleware answers if the app raises
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            # The router wrote the matched route's endpoint into this same scope.
-            route = self.templates.get(scope.get("endpoint"), UNMATCHED)
-            method = scope["method"]
-            if method not in _METHODS:  # another HTTP parser may pass any token on
-                method = "OTHER"
-            self.tally.requests.add((method, route, str(status)))
-            self.tally.request_time.observe((method, route), time.perf_counter() - started)
+    def __call__(self, scope: Scope, status: int, seconds: float) -> None:
+        # The router wrote the matched route's endpoint into this same scope.
+        route = self.templates.get(scope.get("endpoint"), UNMATCHED)
+        method = scope["method"]
+        if method not in _METHODS:  # another HTTP parser may pass any token on
+            method = "OTHER"
+        self.tally.requests.add((method, route, str(status)))
+        self.tally.request_time.observe((method, route), seconds)
 
 
 def route_templates(routes: Iterable[Any]) -> dict[Any, str]:
