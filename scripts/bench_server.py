@@ -582,6 +582,8 @@ def db_version(db_url: str) -> str:
     engine = create_engine_for(db_url)
     try:
         with engine.connect() as conn:
+            if conn.dialect.name == "sqlite":  # a given SQLite file (index experiments)
+                return f"SQLite {conn.exec_driver_sql('SELECT sqlite_version()').scalar()}"
             version = str(conn.exec_driver_sql("SELECT VERSION()").scalar())
     finally:
         engine.dispose()

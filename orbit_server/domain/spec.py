@@ -80,6 +80,7 @@ TASK_FIELDS: Final[dict[str, Field]] = {
 _REQUIRED = ("handler", "handler_version", "payload_version", "payload")
 _EXCLUSIVE = {"not": {"required": ["delay_ms", "not_before_at_ms"]}}
 TASK_SPEC = Obj(TASK_FIELDS, _REQUIRED, extra=_EXCLUSIVE)
+_IDEMPOTENCY: Final = {m.value: m for m in Idempotency}
 
 
 def task_spec_body(without: tuple[str, ...] = ()) -> Obj:
@@ -147,7 +148,7 @@ class TaskSpec:
     delay_ms: int | None = None
     not_before_at_ms: int | None = None
     # SHA-256 hex of the capability, the payload (keys sorted) and the whole policy: two
-    # submissions of one operation key must agree on it.
+    # submissions of one operation key must agree on it ("" without an operation key).
     digest: str = ""
 
     def start_at(self, now_ms: int) -> int:
@@ -191,7 +192,7 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
         jitter=float(backoff_raw.get("jitter", DEFAULT_BACKOFF_JITTER)),
     )
     policy = Policy(
-        idempotency=Idempotency(fields.get("idempotency", Idempotency.NON_IDEMPOTENT.value)),
+        idempotency=_IDEMPOTENCY[fields.get("idempotency", Idempotency.NON_IDEMPOTENT.value)],
         max_attempts=fields.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
         backoff=backoff,
         attempt_timeout_ms=fields.get("attempt_timeout_ms", DEFAULT_ATTEMPT_TIMEOUT_MS),
@@ -204,6 +205,16 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
     priority = fields.get("priority", DEFAULT_PRIORITY)
     delay_ms = fields.get("delay_ms")
     not_before_at_ms = fields.get("not_before_at_ms")
+    digest = "" if key is None else _digest(capability, fields["payload"], policy, priority,
+                                            delay_ms, not_before_at_ms)
+    return TaskSpec(capability, payload_json, policy, key, priority=priority, delay_ms=delay_ms,
+                    not_before_at_ms=not_before_at_ms, digest=digest)
+
+
+def _digest(capability: Capability, payload: object, policy: Policy, priority: int,
+            delay_ms: int | None, not_before_at_ms: int | None) -> str:
+    """What two submissions of one operation key must agree on (kept only with a key)."""
+    backoff = policy.backoff
     digested_policy: dict[str, object] = {
         "idempotency": policy.idempotency.value, "max_attempts": policy.max_attempts,
         "backoff": [backoff.initial_ms, backoff.max_ms, backoff.multiplier, backoff.jitter],
@@ -213,12 +224,10 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
     if policy.cancel_grace_ms != DEFAULT_CANCEL_GRACE_MS:
         # Only when set otherwise: digests stored before the field existed stay valid.
         digested_policy["cancel_grace_ms"] = policy.cancel_grace_ms
-    digest = hashlib.sha256(orjson.dumps({
-        "capability": capability.to_dict(), "payload": fields["payload"], "policy": digested_policy,
+    return hashlib.sha256(orjson.dumps({
+        "capability": capability.to_dict(), "payload": payload, "policy": digested_policy,
         "priority": priority, "delay_ms": delay_ms, "not_before_at_ms": not_before_at_ms,
     }, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return TaskSpec(capability, payload_json, policy, key, priority=priority, delay_ms=delay_ms,
-                    not_before_at_ms=not_before_at_ms, digest=digest)
 
 
 def _bad(where: str, message: str) -> OrbitError:

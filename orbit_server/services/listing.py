@@ -58,7 +58,9 @@ class ListingService:
                      .mappings()} if ids else {}
             offers = self._offers(conn, queue_id) if any(
                 r["state"] == "PENDING" for r in by_id.values()) else {}
-        views = [with_waiting(task_view(by_id[i], full=False), offers) for i in ids if i in by_id]
+        seen: dict[tuple[Any, ...], Any] = {}
+        views = [with_waiting(task_view(by_id[i], full=False), offers, seen)
+                 for i in ids if i in by_id]
         return {"tasks": views, "next_cursor": None if nxt is None else encode_cursor(filt, nxt)}
 
     def list_queues(self, principal: Principal) -> dict[str, Any]:
@@ -197,11 +199,20 @@ def capability_stats(conn: Connection, queue_id: str, now: int,
     return out
 
 
-def with_waiting(view: dict[str, Any], offers: Offers) -> dict[str, Any]:
+def with_waiting(view: dict[str, Any], offers: Offers,
+                 seen: dict[tuple[Any, ...], Any] | None = None) -> dict[str, Any]:
+    """Fill ``view["waiting"]``. ``seen`` (one per answer) shares the fact among views of
+    one capability and submit instant: a batch of a thousand is mostly one of each."""
     cap = view["capability"]
-    view["waiting"] = waiting_fact(
-        view["state"], Capability(cap["handler"], cap["handler_version"], cap["payload_version"]),
-        view["created_at_ms"], offers)
+    key = (cap["handler"], cap["handler_version"], cap["payload_version"], view["state"],
+           view["created_at_ms"])
+    if seen is not None and key in seen:
+        view["waiting"] = seen[key]
+        return view
+    view["waiting"] = waiting_fact(view["state"], Capability(*key[:3]), view["created_at_ms"],
+                                   offers)
+    if seen is not None:
+        seen[key] = view["waiting"]
     return view
 
 

@@ -44,6 +44,7 @@ from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
 
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
+_PENDING = TaskState.PENDING.value  # read once: an enum's .value is a property call
 _KNOWN_QUEUES_MAX = 100_000
 
 # (Task view, created) per submitted spec, in order.
@@ -108,9 +109,10 @@ class TaskService:
                     uow.flush()
                 if binding is None:  # else a live worker serves them: nothing to say
                     offers = self._offers.offers(conn, queue_id, now)
+                    seen: dict[tuple[Any, ...], Any] = {}
                     for view, _created in out:
-                        if view["state"] == TaskState.PENDING.value:
-                            with_waiting(view, offers)
+                        if view["state"] == _PENDING:
+                            with_waiting(view, offers, seen)
         except IntegrityError:
             # Another replica inserted the same operation key first; a retry finds it.
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
@@ -311,7 +313,7 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
         INSERT_AUDIT.run(conn, [
             {"task_id": r["id"], "attempt_id": None, "at_ms": now, "actor": actor,
              "kind": "task_submitted", "from_state": None,
-             "to_state": TaskState.PENDING.value, "detail": detail}
+             "to_state": _PENDING, "detail": detail}
             for r in new_rows
         ])
     return out, new_rows
@@ -345,7 +347,7 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
     cap = spec.capability
     start = spec.start_at(now)
     return {
-        "id": new_id(now), "queue_id": queue_id, "state": TaskState.PENDING.value,
+        "id": new_id(now), "queue_id": queue_id, "state": _PENDING,
         "handler": cap.handler, "handler_version": cap.handler_version,
         "payload_version": cap.payload_version, "payload": spec.payload_json,
         "idempotency": policy.idempotency.value, "max_attempts": policy.max_attempts,

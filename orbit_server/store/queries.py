@@ -154,7 +154,9 @@ START_BY_PASSED = (
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
-NEXT_START_BY = select(func.min(tasks.c.start_by_at_ms))
+# IS NOT NULL: the term SQLite's partial ix_tasks_start_by needs to answer min() from it.
+NEXT_START_BY = select(func.min(tasks.c.start_by_at_ms)).where(
+    tasks.c.start_by_at_ms.is_not(None))
 # Receipt pruning, oldest first, a bounded batch per transaction (ix_receipts_created): the
 # creation instant of the (skip + 1)-th oldest receipt before ``before``, then a range delete
 # up to it. Both are range scans of that index on every store.

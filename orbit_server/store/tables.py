@@ -22,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects import mysql
 
@@ -178,8 +179,11 @@ tasks = Table(
     Index("ix_tasks_state_deadline", "state", "deadline_at_ms"),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
-    Index("ix_tasks_finished", "finished_at_ms"),
-    Index("ix_tasks_start_by", "start_by_at_ms"),
+    # Partial on SQLite (migration 0009): only non-null instants are ever searched.
+    Index("ix_tasks_finished", "finished_at_ms",
+          sqlite_where=text("finished_at_ms IS NOT NULL")),
+    Index("ix_tasks_start_by", "start_by_at_ms",
+          sqlite_where=text("start_by_at_ms IS NOT NULL")),
     **MYSQL_OPTIONS,
 )
 

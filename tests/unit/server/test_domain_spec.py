@@ -155,6 +155,10 @@ def test_cancel_grace_default_bounds_and_digest() -> None:
                                       ).policy.cancel_grace_ms == grace
     # Saying the default changes nothing (digests stored before the field stay valid);
     # another grace is another spec for an operation key.
-    plain = domain.parse_task_spec(BASE).digest
-    assert domain.parse_task_spec({**BASE, "cancel_grace_ms": 2000}).digest == plain
-    assert domain.parse_task_spec({**BASE, "cancel_grace_ms": 0}).digest != plain
+    keyed = {**BASE, "operation_key": "k1"}
+    plain = domain.parse_task_spec(keyed).digest
+    assert plain
+    assert domain.parse_task_spec({**keyed, "cancel_grace_ms": 2000}).digest == plain
+    assert domain.parse_task_spec({**keyed, "cancel_grace_ms": 0}).digest != plain
+    # Without an operation key nothing is compared, so nothing is digested.
+    assert domain.parse_task_spec(BASE).digest == ""
