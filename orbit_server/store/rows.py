@@ -12,6 +12,7 @@ rolled back with a retryable UNAVAILABLE, so nothing partial is ever committed.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -88,43 +89,54 @@ _IDEMPOTENCY = {s.value: s for s in Idempotency}
 _OUTCOME = {s.value: s for s in Outcome}
 
 
+# The task columns a TaskRec is made of, in the order _task_rec_of reads them.
+_TASK_REC_SOURCE = (
+    "id", "queue_id", "state", "idempotency", "max_attempts", "backoff_initial_ms",
+    "backoff_max_ms", "backoff_multiplier", "backoff_jitter", "attempt_timeout_ms",
+    "lease_ttl_ms", "deadline_at_ms", "available_at_ms", "epoch", "attempts_started",
+    "uncertain", "cancel_requested", "current_attempt_id", "failure_code", "updated_at_ms",
+    "finished_at_ms", "start_by_at_ms",
+)
+_TASK_ARGS_BY_NAME = operator.itemgetter(*_TASK_REC_SOURCE)
+_TASK_ARGS_BY_POSITION = operator.itemgetter(*(TASK_REC_COLUMN_NAMES.index(c)
+                                               for c in _TASK_REC_SOURCE))
+
+
 def task_rec(row: Mapping[Any, Any]) -> TaskRec:
     """A record from a task row; ``result`` and ``failure_details`` may be absent (loads for
     a state change skip the big JSON columns; no rule reads them, only writes)."""
+    return _task_rec_of(_TASK_ARGS_BY_NAME(row), row.get("result"), row.get("failure_details"))
+
+
+def _task_rec_of(v: Sequence[Any], result: str | None = None,
+                 failure_details: str | None = None) -> TaskRec:
+    """``v``: the columns of _TASK_REC_SOURCE, in its order."""
     return TaskRec(
-        id=row["id"],
-        queue_id=row["queue_id"],
-        state=_TASK_STATE[row["state"]],
-        idempotency=_IDEMPOTENCY[row["idempotency"]],
-        max_attempts=row["max_attempts"],
-        backoff=Backoff(row["backoff_initial_ms"], row["backoff_max_ms"],
-                        row["backoff_multiplier"], row["backoff_jitter"]),
-        attempt_timeout_ms=row["attempt_timeout_ms"],
-        lease_ttl_ms=row["lease_ttl_ms"],
-        deadline_at_ms=row["deadline_at_ms"],
-        available_at_ms=row["available_at_ms"],
-        epoch=row["epoch"],
-        attempts_started=row["attempts_started"],
-        uncertain=bool(row["uncertain"]),
-        cancel_requested=bool(row["cancel_requested"]),
-        current_attempt_id=row["current_attempt_id"],
-        result=row.get("result"),
-        failure_code=row["failure_code"],
-        failure_details=row.get("failure_details"),
-        updated_at_ms=row["updated_at_ms"],
-        finished_at_ms=row["finished_at_ms"],
-        start_by_at_ms=row["start_by_at_ms"],
+        id=v[0], queue_id=v[1], state=_TASK_STATE[v[2]], idempotency=_IDEMPOTENCY[v[3]],
+        max_attempts=v[4], backoff=Backoff(v[5], v[6], v[7], v[8]),
+        attempt_timeout_ms=v[9], lease_ttl_ms=v[10], deadline_at_ms=v[11],
+        available_at_ms=v[12], epoch=v[13], attempts_started=v[14], uncertain=bool(v[15]),
+        cancel_requested=bool(v[16]), current_attempt_id=v[17], result=result,
+        failure_code=v[18], failure_details=failure_details, updated_at_ms=v[19],
+        finished_at_ms=v[20], start_by_at_ms=v[21],
     )
+
+
+# An AttemptRec has a field per attempts column: its constructor's arguments, in order, are
+# taken from a row by name, or from a SELECT of every column (table order) by position.
+_ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(AttemptRec))
+_ATTEMPT_ARGS_BY_NAME = operator.itemgetter(*_ATTEMPT_FIELDS)
+_ATTEMPT_ARGS_BY_POSITION = operator.itemgetter(*(ATTEMPT_COLUMN_NAMES.index(f)
+                                                  for f in _ATTEMPT_FIELDS))
 
 
 def attempt_rec(row: Mapping[Any, Any]) -> AttemptRec:
-    rec = AttemptRec(
-        id=row["id"], task_id=row["task_id"], queue_id=row["queue_id"], epoch=row["epoch"],
-        attempt_number=row["attempt_number"], state=_ATTEMPT_STATE[row["state"]],
-        instance_id=row["instance_id"], reserved_at_ms=row["reserved_at_ms"],
-    )
-    for name in ATTEMPT_MUTABLE[1:]:
-        setattr(rec, name, row[name])
+    return _attempt_rec_of(_ATTEMPT_ARGS_BY_NAME(row))
+
+
+def _attempt_rec_of(args: Sequence[Any]) -> AttemptRec:
+    rec = AttemptRec(*args)
+    rec.state = _ATTEMPT_STATE[rec.state]
     if rec.outcome is not None:
         rec.outcome = _OUTCOME[rec.outcome]
     if rec.retryable is not None:
@@ -159,27 +171,37 @@ class UnitOfWork:
 
     def adopt_task_row(self, row: Mapping[Any, Any]) -> TaskRec:
         existing = self.tasks.get(row["id"])
-        if existing is not None:
-            return existing
-        rec = task_rec(row)
+        return existing if existing is not None else self._adopt_task(task_rec(row))
+
+    def _adopt_task(self, rec: TaskRec) -> TaskRec:
         self.tasks[rec.id] = rec
         self._task_snap[rec.id] = _TASK_SNAP(rec)
         return rec
 
+    def _adopt_task_values(self, values: Sequence[Any]) -> None:
+        """A task row selected as TASK_REC_COLUMN_NAMES (the loads below)."""
+        if values[0] not in self.tasks:
+            self._adopt_task(_task_rec_of(_TASK_ARGS_BY_POSITION(values)))
+
     def adopt_attempt_row(self, row: Mapping[Any, Any]) -> AttemptRec:
         existing = self.attempts.get(row["id"])
-        if existing is not None:
-            return existing
-        rec = attempt_rec(row)
+        return existing if existing is not None else self._adopt_attempt(attempt_rec(row))
+
+    def _adopt_attempt(self, rec: AttemptRec) -> AttemptRec:
         self.attempts[rec.id] = rec
         self._attempt_snap[rec.id] = _ATTEMPT_SNAP(rec)
         return rec
+
+    def _adopt_attempt_values(self, values: Sequence[Any]) -> None:
+        """An attempt row selected as every column in table order (the loads below)."""
+        if values[0] not in self.attempts:
+            self._adopt_attempt(_attempt_rec_of(_ATTEMPT_ARGS_BY_POSITION(values)))
 
     def load_tasks(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.tasks]
         for chunk in _chunks(wanted):
             for row in prepared_select(TASKS_BY_ID).all(self.conn, {"ids": list(chunk)}):
-                self.adopt_task_row(dict(zip(TASK_REC_COLUMN_NAMES, row, strict=True)))
+                self._adopt_task_values(row)
 
     def load_attempts_and_tasks(self, ids: Iterable[str]) -> None:
         """Load attempts and their tasks with one joined SELECT."""
@@ -188,14 +210,14 @@ class UnitOfWork:
         for chunk in _chunks(wanted):
             for row in prepared_select(ATTEMPTS_WITH_TASKS_BY_ID).all(self.conn,
                                                                       {"ids": list(chunk)}):
-                self.adopt_attempt_row(dict(zip(ATTEMPT_COLUMN_NAMES, row[:split], strict=True)))
-                self.adopt_task_row(dict(zip(TASK_REC_COLUMN_NAMES, row[split:], strict=True)))
+                self._adopt_attempt_values(row[:split])
+                self._adopt_task_values(row[split:])
 
     def load_attempts(self, ids: Iterable[str]) -> None:
         wanted = [i for i in dict.fromkeys(ids) if i not in self.attempts]
         for chunk in _chunks(wanted):
             for row in prepared_select(ATTEMPTS_BY_ID).all(self.conn, {"ids": list(chunk)}):
-                self.adopt_attempt_row(dict(zip(ATTEMPT_COLUMN_NAMES, row, strict=True)))
+                self._adopt_attempt_values(row)
 
     def moved_from_pending(self) -> list[str]:
         """Tasks loaded PENDING that this transaction moved on: until ``flush`` the database
