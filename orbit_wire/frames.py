@@ -316,11 +316,10 @@ class _Fields:
         return self._where
 
     def _get(self, key: str, required: bool) -> Any:
-        if key not in self._obj or self._obj[key] is None:
-            if required:
-                raise _bad(f"{self._where}.{key} is required")
-            return None
-        return self._obj[key]
+        value = self._obj.get(key)  # absent and null alike
+        if value is None and required:
+            raise _bad(f"{self._where}.{key} is required")
+        return value
 
     def integer(self, key: str, lo: int = 0, hi: int = 2**63 - 1, required: bool = True) -> Any:
         value = self._get(key, required)
