@@ -25,7 +25,7 @@ from orbit_wire.limits import (
     MIN_CANCEL_GRACE_MS,
     MIN_PRIORITY,
 )
-from orbit_wire.model import Capability, Idempotency
+from orbit_wire.model import IDEMPOTENCY_OF, Capability, Idempotency
 from orbit_wire.names import NAME_CHARS
 
 from .fields import Enum, Field, Int, Num, Obj, Str, Value
@@ -80,7 +80,6 @@ TASK_FIELDS: Final[dict[str, Field]] = {
 _REQUIRED = ("handler", "handler_version", "payload_version", "payload")
 _EXCLUSIVE = {"not": {"required": ["delay_ms", "not_before_at_ms"]}}
 TASK_SPEC = Obj(TASK_FIELDS, _REQUIRED, extra=_EXCLUSIVE)
-_IDEMPOTENCY: Final = {m.value: m for m in Idempotency}
 
 
 def task_spec_body(without: tuple[str, ...] = ()) -> Obj:
@@ -192,7 +191,7 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
         jitter=float(backoff_raw.get("jitter", DEFAULT_BACKOFF_JITTER)),
     )
     policy = Policy(
-        idempotency=_IDEMPOTENCY[fields.get("idempotency", Idempotency.NON_IDEMPOTENT.value)],
+        idempotency=IDEMPOTENCY_OF[fields.get("idempotency", Idempotency.NON_IDEMPOTENT.value)],
         max_attempts=fields.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
         backoff=backoff,
         attempt_timeout_ms=fields.get("attempt_timeout_ms", DEFAULT_ATTEMPT_TIMEOUT_MS),

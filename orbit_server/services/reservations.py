@@ -17,7 +17,7 @@ from orbit_wire.frames import Reservation
 from orbit_wire.ids import new_id
 from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import MAX_PAYLOAD_BYTES_PER_FRAME
-from orbit_wire.model import Capability, Idempotency, TaskState
+from orbit_wire.model import IDEMPOTENCY_OF, Capability, TaskState
 
 from .. import domain
 from ..store import claims
@@ -110,7 +110,7 @@ def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch:
         attempt_number=attempt_number,
         capability=Capability(row["handler"], row["handler_version"], row["payload_version"]),
         payload=orjson.Fragment(row["payload"]),
-        idempotency=Idempotency(row["idempotency"]),
+        idempotency=IDEMPOTENCY_OF[row["idempotency"]],
         lease_ttl_ms=row["lease_ttl_ms"],
         attempt_timeout_ms=row["attempt_timeout_ms"],
         deadline_at_ms=row["deadline_at_ms"],

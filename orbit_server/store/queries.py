@@ -19,6 +19,9 @@ _NOT_FOR_RULES = {"handler", "handler_version", "payload_version", "payload", "r
                   "failure_details", "operation_key", "created_at_ms", "spec_digest",
                   "schedule_to_start_ms", "cancel_grace_ms"}
 TASK_REC_COLUMNS = [c for c in tasks.c if c.name not in _NOT_FOR_RULES]
+# What a reservation needs of a task: those, its capability, payload and cancel grace.
+DISPATCH_COLUMNS = [*TASK_REC_COLUMNS, tasks.c.handler, tasks.c.handler_version,
+                    tasks.c.payload_version, tasks.c.payload, tasks.c.cancel_grace_ms]
 TASKS_BY_ID = (
     select(*TASK_REC_COLUMNS).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
     .with_for_update()
@@ -63,7 +66,7 @@ _LIVE = (tasks.c.deadline_at_ms + literal_column("0")) > bindparam("now")
 
 def _dispatch_one() -> Select[Any]:
     return (
-        select(tasks)
+        select(*DISPATCH_COLUMNS)
         .where(
             tasks.c.queue_id == bindparam("queue_id"),
             tasks.c.state == TaskState.PENDING.value,
@@ -100,7 +103,7 @@ def dispatch_many(count: int) -> Select[Any]:
     """
     def one(i: int) -> Any:
         return (
-            select(tasks)
+            select(*DISPATCH_COLUMNS)
             .where(
                 tasks.c.queue_id == bindparam("queue_id"),
                 tasks.c.state == TaskState.PENDING.value,

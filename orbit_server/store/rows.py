@@ -21,7 +21,7 @@ import orjson
 from sqlalchemy import Connection, and_, bindparam
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
+from orbit_wire.model import IDEMPOTENCY_OF, AttemptState, Outcome, TaskState
 
 from ..domain import AttemptRec, Backoff, TaskRec
 from . import batched_cas, queries
@@ -85,7 +85,6 @@ def _cas(what: str, changed: tuple[str, ...]) -> Prepared:
 # Enum lookups by value through a dict: calling the enum class costs several times more.
 _TASK_STATE = {s.value: s for s in TaskState}
 _ATTEMPT_STATE = {s.value: s for s in AttemptState}
-_IDEMPOTENCY = {s.value: s for s in Idempotency}
 _OUTCOME = {s.value: s for s in Outcome}
 
 
@@ -112,7 +111,7 @@ def _task_rec_of(v: Sequence[Any], result: str | None = None,
                  failure_details: str | None = None) -> TaskRec:
     """``v``: the columns of _TASK_REC_SOURCE, in its order."""
     return TaskRec(
-        id=v[0], queue_id=v[1], state=_TASK_STATE[v[2]], idempotency=_IDEMPOTENCY[v[3]],
+        id=v[0], queue_id=v[1], state=_TASK_STATE[v[2]], idempotency=IDEMPOTENCY_OF[v[3]],
         max_attempts=v[4], backoff=Backoff(v[5], v[6], v[7], v[8]),
         attempt_timeout_ms=v[9], lease_ttl_ms=v[10], deadline_at_ms=v[11],
         available_at_ms=v[12], epoch=v[13], attempts_started=v[14], uncertain=bool(v[15]),
