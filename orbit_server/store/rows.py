@@ -25,7 +25,7 @@ from orbit_wire.model import IDEMPOTENCY_OF, AttemptState, Outcome, TaskState
 
 from ..domain import AttemptRec, Backoff, TaskRec
 from . import batched_cas, queries
-from .prepared import Prepared, prepared_select
+from .prepared import Prepared, SparseInsert, prepared_select
 from .queries import ATTEMPTS_BY_ID, ATTEMPTS_WITH_TASKS_BY_ID, TASKS_BY_ID
 from .tables import attempts, audit, evidence, receipts, tasks
 
@@ -64,11 +64,16 @@ TASK_REC_COLUMN_NAMES = tuple(c.name for c in queries.TASK_REC_COLUMNS)
 ATTEMPT_COLUMN_NAMES = tuple(c.name for c in attempts.c)
 AUDIT_KEYS = ("task_id", "attempt_id", "at_ms", "actor", "kind", "from_state", "to_state",
               "detail")
-INSERT_ATTEMPT = Prepared(attempts.insert(), ATTEMPT_COLUMNS)
+# A new attempt has none of its outcome and kill facts; a new task no outputs and, mostly,
+# no operation key or start bound.
+INSERT_ATTEMPT = SparseInsert(attempts, ATTEMPT_COLUMNS,
+                              [c for c in ATTEMPT_MUTABLE if attempts.c[c].nullable])
 INSERT_AUDIT = Prepared(audit.insert(), AUDIT_KEYS)
 INSERT_EVIDENCE = Prepared(evidence.insert(), [c.name for c in evidence.c])
 INSERT_RECEIPT = Prepared(receipts.insert(), [c.name for c in receipts.c])
-INSERT_TASK = Prepared(tasks.insert(), TASK_COLUMN_NAMES)
+INSERT_TASK = SparseInsert(tasks, TASK_COLUMN_NAMES, [
+    "operation_key", "result", "failure_code", "failure_details", "current_attempt_id",
+    "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest"])
 # One compiled CAS update per set of changed columns, made on first use.
 _cas_cache: dict[tuple[str, tuple[str, ...]], Prepared] = {}
 

@@ -29,8 +29,9 @@ def test_migration_renders_for_mysql_offline() -> None:
 
 
 def test_hot_statements_render_for_both_dialects() -> None:
-    prepared = [rows.INSERT_ATTEMPT, rows.INSERT_AUDIT, rows.INSERT_EVIDENCE,
-                rows.INSERT_RECEIPT, rows.INSERT_TASK,
+    prepared = [rows.INSERT_ATTEMPT.with_columns(rows.INSERT_ATTEMPT.optional),
+                rows.INSERT_ATTEMPT.with_columns(()), rows.INSERT_AUDIT, rows.INSERT_EVIDENCE,
+                rows.INSERT_RECEIPT, rows.INSERT_TASK.with_columns(rows.INSERT_TASK.optional),
                 Prepared(rows._TASK_CAS, ("state", "epoch", "updated_at_ms")),
                 Prepared(rows._ATTEMPT_CAS, ("state", "lease_expires_at_ms"))]
     for dialect, marker in ((mysql.dialect(paramstyle="format"), "%s"),

@@ -12,9 +12,9 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from store_support import World
 
 from orbit_server.store import queries
-from orbit_server.store.prepared import PreparedSelect, prepared_select
+from orbit_server.store.prepared import PreparedSelect, SparseInsert, prepared_select
 from orbit_server.store.rows import INSERT_RECEIPT
-from orbit_server.store.tables import receipts
+from orbit_server.store.tables import receipts, tasks
 
 
 def test_rows_and_rowcount(world: World) -> None:
@@ -65,3 +65,25 @@ def test_select_driver_errors_are_sqlalchemys(world: World) -> None:
     broken = PreparedSelect(select(text("nope FROM receipts")))
     with pytest.raises((OperationalError, ProgrammingError)), world.engine.connect() as conn:
         broken.all(conn, {})
+
+
+def test_sparse_insert_keeps_every_value_given(world: World) -> None:
+    """SparseInsert leaves out only the optional columns every row of a call has NULL: a
+    value one row gives is written, the others read NULL; a column with a default or NOT
+    NULL cannot be optional."""
+    table = receipts
+    sparse = SparseInsert(table, [c.name for c in table.c], [])
+    with world.engine.begin() as conn:
+        assert sparse.run(conn, [world.receipt_row("s1")]) == 1
+    with pytest.raises(ValueError, match="not NULL"):
+        SparseInsert(table, [c.name for c in table.c], ["answer"])
+    ids = world.submit_many(2)
+    world.submit(operation_key="k-1", schedule_to_start_ms=60_000)
+    with world.engine.connect() as conn:
+        got = {r.operation_key: (r.schedule_to_start_ms, r.start_by_at_ms is not None,
+                                 r.spec_digest is not None, r.result)
+               for r in conn.execute(select(tasks.c.operation_key, tasks.c.schedule_to_start_ms,
+                                            tasks.c.start_by_at_ms, tasks.c.spec_digest,
+                                            tasks.c.result))}
+    assert got == {None: (None, False, False, None), "k-1": (60_000, True, True, None)}
+    assert len(ids) == 2
