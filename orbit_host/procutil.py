@@ -109,7 +109,7 @@ def hasten_exit(pgid: int) -> None:
 
     A killed process tears itself down on the CPU, at its own priority: a child niced below
     the supervisor, on busy cores, can take a hundred milliseconds or more to be gone
-    (docs/benchmarks.md, "Kills from outside"). Lowering a nice value needs CAP_SYS_NICE
+    (docs/benchmarks.md, "Kills measured from outside"). Lowering a nice value needs CAP_SYS_NICE
     (root, or the capability given to the supervisor); without it the first refusal ends
     the attempts and the child exits at its own pace, as before."""
     global _may_renice
