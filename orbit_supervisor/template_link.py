@@ -108,7 +108,6 @@ class TemplateLink:
                 "--control-fd", str(template_end.fileno()),
                 "--parent-pid", str(os.getpid()),
                 "--sys-path", orjson.dumps(sys_path).decode(), *_isolation.to_args(),
-                "--sys-path", orjson.dumps(sys_path).decode(),
                 "--child-nice", str(self._child_nice),
                 *(["--captured"] if self._capture else []),
                 stdin=asyncio.subprocess.DEVNULL, pass_fds=(template_end.fileno(),),
