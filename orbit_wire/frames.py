@@ -9,7 +9,9 @@ text survives unchanged; the payload travels as a JSON value.
 
 from __future__ import annotations
 
+import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,22 +281,41 @@ def encode(frame: ClientFrame | ServerFrame) -> bytes:
     return orjson.dumps(_to_wire(frame))
 
 
+# Values orjson writes as they are (enums are written by value too, but go through
+# _to_wire: an enum's type is its own class).
+_AS_IS = frozenset({str, int, bool, float})
+# Per class, found once: its field names and a getter of their values; None for a class
+# written as it is.
+_FIELDS_OF: dict[type, tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]] | None] = {}
+
+
 def _to_wire(obj: Any) -> Any:
-    if isinstance(obj, Capability):
-        return obj.to_dict()
-    if isinstance(obj, Report):
-        return obj.to_dict()
-    if isinstance(obj, tuple):
+    kind = type(obj)
+    if kind in _AS_IS:
+        return obj
+    if kind is tuple:
         return [_to_wire(item) for item in obj]
-    if hasattr(obj, "__slots__") and hasattr(obj, "__dataclass_fields__"):
-        out: dict[str, Any] = {}
-        for name in obj.__dataclass_fields__:
-            value = getattr(obj, name)
-            if value is None:
-                continue
-            out[name] = value if name == "payload" else _to_wire(value)
-        return out
-    return obj
+    if kind is Capability or kind is Report:
+        return obj.to_dict()
+    try:
+        fields = _FIELDS_OF[kind]
+    except KeyError:
+        fields = _FIELDS_OF[kind] = _fields_of(kind)
+    if fields is None:
+        return obj
+    names, values_of = fields
+    return {name: value if name == "payload" or type(value) in _AS_IS else _to_wire(value)
+            for name, value in zip(names, values_of(obj), strict=True) if value is not None}
+
+
+def _fields_of(kind: type) -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]] | None:
+    if not (hasattr(kind, "__slots__") and hasattr(kind, "__dataclass_fields__")):
+        return None
+    names = tuple(kind.__dataclass_fields__)
+    if len(names) == 1:
+        only = operator.attrgetter(names[0])
+        return names, lambda obj: (only(obj),)
+    return names, operator.attrgetter(*names)
 
 
 # --------------------------------------------------------------------------- decoding
