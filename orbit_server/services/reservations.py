@@ -42,10 +42,15 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int) -> Reservat
     """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives. The
     caller flushes ``uow`` in the same transaction."""
     # On SQLite (one writer) one more row tells whether the queue is drained; on a shared
-    # database that row would be locked, and skipped by another replica's claim.
+    # database that row would be locked, and skipped by another replica's claim, so a claim
+    # that filled its count asks the index, without locks, whether anything is left.
     probe = uow.conn.dialect.name == "sqlite"
     made, more, _used, drained = _reserve(uow, binding, count, MAX_PAYLOAD_BYTES_PER_FRAME,
                                           probe)
+    if not probe and not more:
+        drained = len(made) < count or not claims.any_left(
+            uow.conn, binding.queue_id, binding.capabilities, uow.now_ms,
+            set(uow.moved_from_pending()))
     out = Reservations(reservation(*made_one) for made_one in made)
     out.more = more
     out.drained = drained

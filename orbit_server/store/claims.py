@@ -15,7 +15,7 @@ clause inside a UNION, so several capabilities take one locking range each and t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Select
@@ -25,7 +25,7 @@ from orbit_wire.model import Capability
 from . import queries
 from .prepared import prepared_select
 
-__all__ = ["claimable_rows", "dispatch_query", "lock_each"]
+__all__ = ["any_left", "claimable_rows", "dispatch_query", "lock_each"]
 
 
 def claimable_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
@@ -72,3 +72,20 @@ def lock_each(conn: Connection, queue_id: str, caps: Sequence[Capability], now: 
         found.extend(dict(zip(names, r, strict=True)) for r in result.all())
     found.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
     return found[:n]
+
+
+def any_left(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
+             taken: Collection[str]) -> bool:
+    """Whether a claimable task of ``queue_id`` over ``caps`` is left besides ``taken`` (the
+    tasks this transaction claimed: still PENDING in the database until it flushes). A
+    plain read of the dispatch index that locks nothing; a task another server is claiming
+    right now counts as left (the dispatcher then only claims once more for nothing)."""
+    for cap in caps:
+        rows = conn.execute(queries.DISPATCH_LEFT, {
+            "queue_id": queue_id, "handler": cap.handler,
+            "handler_version": cap.handler_version, "payload_version": cap.payload_version,
+            "now": now, "n": len(taken) + 1,
+        }).all()
+        if any(row[0] not in taken for row in rows):
+            return True
+    return False

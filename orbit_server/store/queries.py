@@ -64,23 +64,22 @@ DISPATCH_ORDER = (tasks.c.dispatch_rank, tasks.c.available_at_ms)
 _LIVE = (tasks.c.deadline_at_ms + literal_column("0")) > bindparam("now")
 
 
-def _dispatch_one() -> Select[Any]:
+def _dispatch_range(*columns: Any, live_only: bool = True) -> Select[Any]:
+    """The dispatch range of one capability, in dispatch order, without a locking clause."""
+    where = [
+        tasks.c.queue_id == bindparam("queue_id"),
+        tasks.c.state == TaskState.PENDING.value,
+        tasks.c.handler == bindparam("handler"),
+        tasks.c.handler_version == bindparam("handler_version"),
+        tasks.c.payload_version == bindparam("payload_version"),
+        _ANY_RANK,
+        tasks.c.available_at_ms <= bindparam("now"),
+    ]
     return (
-        select(*DISPATCH_COLUMNS)
-        .where(
-            tasks.c.queue_id == bindparam("queue_id"),
-            tasks.c.state == TaskState.PENDING.value,
-            tasks.c.handler == bindparam("handler"),
-            tasks.c.handler_version == bindparam("handler_version"),
-            tasks.c.payload_version == bindparam("payload_version"),
-            _ANY_RANK,
-            tasks.c.available_at_ms <= bindparam("now"),
-            _LIVE,
-        )
+        select(*columns)
+        .where(*where, *([_LIVE] if live_only else []))
         .order_by(*DISPATCH_ORDER)
         .limit(bindparam("n", type_=Integer))
-        # Shared databases: rows another server is claiming are skipped (SQLite ignores it).
-        .with_for_update(skip_locked=True)
         # MariaDB may otherwise pick ix_tasks_state_deadline (all queues' PENDING rows, then
         # a sort); the dispatch index gives the order and stops after n rows.
         .with_hint(tasks, "FORCE INDEX (ix_tasks_dispatch)", dialect_name="mysql")
@@ -90,7 +89,12 @@ def _dispatch_one() -> Select[Any]:
 
 # The dispatch range: ix_tasks_dispatch gives (queue, state, capability) equality and
 # (rank, available_at) order, so LIMIT n stops after n rows however many tasks have finished.
-DISPATCH_ONE = _dispatch_one()
+# Shared databases: rows another server is claiming are skipped (SQLite ignores the clause).
+DISPATCH_ONE = _dispatch_range(*DISPATCH_COLUMNS).with_for_update(skip_locked=True)
+# What is left in that range, ids only and read from the index alone (the deadline is not
+# checked: a task past it only costs one empty claim until the deadline sweep ends it).
+# Without locks: a locking read would make another server's claim skip these rows.
+DISPATCH_LEFT = _dispatch_range(tasks.c.id, live_only=False)
 
 
 @functools.cache
