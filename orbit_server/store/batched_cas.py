@@ -22,6 +22,7 @@ Values travel as bound parameters, escaped by the driver.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = ["CHUNK", "cas_update_many", "worth_batching"]
 
 # Rows per statement: a few thousand parameters, far below max_allowed_packet.
 CHUNK = 256
+_BY_ID = operator.itemgetter("_id")
 
 
 def worth_batching(conn: Connection, rows: int) -> bool:
@@ -54,13 +56,9 @@ def _one_statement(conn: Connection, table: str, changed: Sequence[str],
     keys = ("_id", *changed, *conditions.values())
     sql = _statement(table, tuple(changed), tuple(conditions), len(rows))
     # Rows in primary-key order: the order the rows' locks are taken in, as a range would.
-    ordered = sorted(rows, key=_by_id)
+    ordered = sorted(rows, key=_BY_ID)
     params = tuple(row[key] for row in ordered for key in keys)
     return int(conn.exec_driver_sql(sql, params).rowcount)
-
-
-def _by_id(row: Mapping[str, Any]) -> Any:
-    return row["_id"]
 
 
 @functools.lru_cache(maxsize=256)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from store_support import World
 
-from orbit_wire.model import Capability
-
 
 def test_a_claim_that_takes_the_last_tasks_is_drained(world: World) -> None:
     b = world.hello()
@@ -38,7 +36,7 @@ def test_tasks_that_cannot_be_claimed_do_not_count_as_left(world: World) -> None
 
 
 def test_a_submit_that_claims_for_a_waiting_worker_says_drained(world: World) -> None:
-    b = world.hello(caps=(Capability("text.normalize", "v1", "v1"),))
+    b = world.hello()
     tasks = world.service.tasks
     _made, _effects, alone = tasks.submit_and_reserve(world.producer, world.queue_id,
                                                       [world.spec()], b, 1)
