@@ -260,7 +260,8 @@ def decode(call: Call, status: int, body: bytes) -> dict[str, Any]:
             status=status, retryable=False,
         )
     if call.task_answer:
-        raw = member_text(body, "result")
+        # Scanning the body for the result's own text is only needed when there is one.
+        raw = None if value.get("result") is None else member_text(body, "result")
         value["result_json"] = None if raw is None or raw == b"null" else raw.decode()
     return value
 

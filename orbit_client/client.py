@@ -1,8 +1,9 @@
 """Producer and operator clients for the Orbit HTTP API (docs/http-api.md).
 
 ``OrbitClient`` (blocking) and ``AsyncOrbitClient`` (asyncio) have the same methods; both send
-the Calls of calls.py over one keep-alive httpx connection pool and raise OrbitApiError for
-every failure (ServerUnreachable when no answer came). Close them (or use ``with`` /
+the Calls of calls.py over keep-alive connections (the blocking one through transport.py,
+the asyncio one through httpx) and raise OrbitApiError for every failure (ServerUnreachable
+when no answer came). Close them (or use ``with`` /
 ``async with``) to release the connections.
 
 Two ways to submit (docs/producers.md): ``submit(task_type, payload, ...)`` with a shared
@@ -21,13 +22,10 @@ from __future__ import annotations
 
 import os
 import ssl
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, overload
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from orbit_host.credentials import Credentials, load_credentials, write_credentials
 from orbit_host.tls import ca_file_from, client_ssl_context
@@ -37,6 +35,10 @@ from orbit_wire.tasktype import TaskType
 from . import calls
 from .errors import CertificateError, OrbitApiError, ServerUnreachable
 from .tasks import Task, outcome
+from .transport import BlockingTransport, CertificateRefused, NoAnswer, refused_certificate
+
+if TYPE_CHECKING:  # httpx serves AsyncOrbitClient only, and loads with it
+    import httpx
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -90,15 +92,8 @@ class _Base:
         who = self.credentials.credential_id if self.credentials is not None else None
         return f"{type(self).__name__}(url={self.url!r}, credential_id={who!r})"
 
-    def _request_args(self, call: calls.Call) -> dict[str, Any]:
-        read = self._timeout + (call.wait_ms / 1000 + _WAIT_SLACK_S if call.wait_ms else 0.0)
-        return {
-            "method": call.method,
-            "url": call.path,
-            "params": call.params,
-            "content": call.body,
-            "timeout": httpx.Timeout(self._timeout, read=read),
-        }
+    def _read_timeout(self, call: calls.Call) -> float:
+        return self._timeout + (call.wait_ms / 1000 + _WAIT_SLACK_S if call.wait_ms else 0.0)
 
     def _typed_submit(self, task_type: TaskType[Any, Any], payload: Any, queue: str | None,
                       not_before: NotBefore, options: dict[str, Any]
@@ -139,9 +134,16 @@ class _Base:
         return Credentials(self.url, cid, secret, role, tuple(str(q) for q in queues))
 
 
-def _limits(max_connections: int) -> httpx.Limits:
+def _check_max_connections(max_connections: int) -> int:
     if not 1 <= max_connections <= 1000:
         raise OrbitApiError("BAD_REQUEST", "max_connections must be 1 to 1000")
+    return max_connections
+
+
+def _limits(max_connections: int) -> httpx.Limits:
+    import httpx
+
+    _check_max_connections(max_connections)
     # Keep every connection alive: closing idle ones only to reopen them costs a handshake.
     return httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
@@ -156,29 +158,27 @@ def _verify(verify: bool | str, ca_file: str | None) -> bool | str | ssl.SSLCont
     return client_ssl_context(ca)
 
 
+def _refused(url: str, reason: str) -> CertificateError:
+    return CertificateError(f"the TLS certificate of {url} was refused: {reason}")
+
+
+def _unreachable(url: str, kind: str) -> ServerUnreachable:
+    return ServerUnreachable(f"no answer from {url}: {kind}")
+
+
 def _transport_error(url: str, exc: httpx.HTTPError) -> OrbitApiError:
     """No usable answer. The class name says what went wrong (httpx messages may hold the
     URL, never headers). Connect, read and protocol failures mean the server did not answer;
     anything else httpx raises (e.g. a redirect loop) is not the server being down."""
-    refused = _certificate_failure(exc)
+    import httpx
+
+    refused = refused_certificate(exc)
     if refused is not None:
-        return CertificateError(f"the TLS certificate of {url} was refused: {refused}")
+        return _refused(url, refused)
     if isinstance(exc, httpx.TransportError):
-        return ServerUnreachable(f"no answer from {url}: {type(exc).__name__}")
+        return _unreachable(url, type(exc).__name__)
     return OrbitApiError("INTERNAL", f"request to {url} failed: {type(exc).__name__}",
                          retryable=False)
-
-
-def _certificate_failure(exc: BaseException) -> str | None:
-    """Why the server's certificate was refused, when that is what ended the request."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # the ssl error sits a few causes down (httpx -> httpcore -> ssl)
-        if seen is None:
-            return None
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return str(seen.verify_message or seen.reason or "certificate verify failed")
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 class OrbitClient(_Base):
@@ -197,13 +197,11 @@ class OrbitClient(_Base):
         queue: str | None = None,
     ):
         super().__init__(url, credentials, timeout, queue)
-        self._http = httpx.Client(
-            base_url=self.url, headers=self._headers, verify=_verify(verify, ca_file),
-            limits=_limits(max_connections),
-        )
-        # Threads sharing this client queue here, so httpx's pool timeout never fires for a
-        # request that merely waited its turn (that would look like an unreachable server).
-        self._slots = threading.BoundedSemaphore(max_connections)
+        # Threads sharing this client wait there for a free connection, never against a
+        # timeout (a request that merely waited its turn must not look like a dead server).
+        self._http = BlockingTransport(self.url, self._headers,
+                                       _check_max_connections(max_connections), timeout,
+                                       _verify(verify, ca_file))
 
     def __enter__(self) -> OrbitClient:
         return self
@@ -216,11 +214,13 @@ class OrbitClient(_Base):
 
     def _send(self, call: calls.Call) -> dict[str, Any]:
         try:
-            with self._slots:
-                response = self._http.request(**self._request_args(call))
-        except httpx.HTTPError as exc:
-            raise _transport_error(self.url, exc) from None
-        return calls.decode(call, response.status_code, response.content)
+            answer = self._http.request(call.method, call.path, call.params, call.body,
+                                        self._read_timeout(call))
+        except CertificateRefused as exc:
+            raise _refused(self.url, str(exc)) from None
+        except NoAnswer as exc:
+            raise _unreachable(self.url, exc.kind) from None
+        return calls.decode(call, answer.status, answer.body)
 
     def health(self) -> dict[str, Any]:
         return self._send(calls.health())
@@ -407,6 +407,8 @@ class AsyncOrbitClient(_Base):
         queue: str | None = None,
     ):
         super().__init__(url, credentials, timeout, queue)
+        import httpx
+
         self._http = httpx.AsyncClient(
             base_url=self.url, headers=self._headers, verify=_verify(verify, ca_file),
             limits=_limits(max_connections),
@@ -428,9 +430,13 @@ class AsyncOrbitClient(_Base):
         await self._http.aclose()
 
     async def _send(self, call: calls.Call) -> dict[str, Any]:
+        import httpx  # loaded by __init__ already: a dictionary lookup
+
         try:
             async with self._slots:
-                response = await self._http.request(**self._request_args(call))
+                response = await self._http.request(
+                    call.method, call.path, params=call.params, content=call.body,
+                    timeout=httpx.Timeout(self._timeout, read=self._read_timeout(call)))
         except httpx.HTTPError as exc:
             raise _transport_error(self.url, exc) from None
         return calls.decode(call, response.status_code, response.content)

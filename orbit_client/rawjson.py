@@ -65,17 +65,18 @@ def _skip_ws(body: bytes, i: int) -> int:
 
 def _skip_string(body: bytes, i: int) -> int:
     """``body[i]`` is an opening quote; return the index after the closing one, or -1."""
-    n = len(body)
     i += 1
-    while i < n:
-        c = body[i]
-        if c == 0x5C:  # backslash: the next byte is escaped, whatever it is
-            i += 2
-            continue
-        if c == 0x22:
-            return i + 1
-        i += 1
-    return -1
+    while True:
+        quote = body.find(b'"', i)
+        if quote < 0:
+            return -1
+        # The quote closes the string unless an odd run of backslashes escapes it.
+        slashes = 0
+        while body[quote - 1 - slashes] == 0x5C:
+            slashes += 1
+        if slashes % 2 == 0:
+            return quote + 1
+        i = quote + 1
 
 
 def _skip_value(body: bytes, i: int) -> int:

@@ -171,7 +171,7 @@ def one_run(src: Path, mode: str, n: int, db: str | None, spy: str | None,
     with tempfile.TemporaryDirectory(prefix="orbit-calls-") as tmp:
         if db:
             fresh_mysql(db)
-        server = bs.Server(Path(tmp), None, db, src)
+        server = bs.Server(Path(tmp), None, db, src=src)
         server.start()
         recorder = None
         try:
@@ -179,7 +179,7 @@ def one_run(src: Path, mode: str, n: int, db: str | None, spy: str | None,
             admin = server.admin_bearer()
             if spy:
                 recorder = subprocess.Popen(
-                    [str(ROOT / ".venv" / "bin" / "py-spy"), "record", "-r", "200", "-f", "raw",
+                    [str(ROOT / ".venv" / "bin" / "py-spy"), "record", "-r", "500", "-f", "raw",
                      "--gil", "-o", f"{spy}-{label}-{mode}.txt", "-p", str(server.proc.pid)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)

@@ -294,11 +294,16 @@ async def test_async_client_has_the_same_calls(setup: Setup) -> None:
 def test_secret_never_reaches_debug_logs(
     setup: Setup, caplog: pytest.LogCaptureFixture
 ) -> None:
+    async def through_httpx() -> None:  # the asyncio client's transport logs at DEBUG
+        async with AsyncOrbitClient(credentials=setup.producer_creds) as p:
+            await p.submit(setup.queue, spec())
+
     with caplog.at_level(logging.DEBUG):
         setup.producer.submit(setup.queue, spec())
         with pytest.raises(OrbitApiError):
             setup.producer.create_queue()
         creds = setup.admin.create_credential("producer", [setup.queue])
+        asyncio.run(through_httpx())
     assert caplog.records, "httpx/httpcore debug logging should have produced records"
     text = "\n".join(r.getMessage() for r in caplog.records)
     for secret in (setup.producer_creds.secret, creds.secret, setup.env.admin.secret):
