@@ -523,6 +523,9 @@ def http_routes(parts: ServerParts) -> list[Route]:
     api = HttpApi(parts)
     e = _endpoint
     return [
+        # The router tries routes in order: a producer's submit and long poll come first.
+        Route("/v1/queues/{queue_id}/tasks", e(api.submit), methods=["POST"]),
+        Route("/v1/tasks/{task_id}", e(api.get_task), methods=["GET"]),
         Route("/healthz", e(api.healthz), methods=["GET"]),
         Route("/openapi.json", e(api.openapi), methods=["GET"]),
         # HTTP requests only; the WebSocket route of the same path (app.py) takes upgrades.
@@ -539,9 +542,7 @@ def http_routes(parts: ServerParts) -> list[Route]:
         Route("/v1/credentials/{credential_id}/rotate", e(api.rotate_credential),
               methods=["POST"]),
         Route("/v1/credentials/{credential_id}", e(api.revoke_credential), methods=["DELETE"]),
-        Route("/v1/queues/{queue_id}/tasks", e(api.submit), methods=["POST"]),
         Route("/v1/queues/{queue_id}/tasks/batch", e(api.submit_batch), methods=["POST"]),
-        Route("/v1/tasks/{task_id}", e(api.get_task), methods=["GET"]),
         Route("/v1/tasks/{task_id}/cancel", e(api.cancel_task), methods=["POST"]),
         Route("/v1/tasks/{task_id}/attempts", e(api.list_attempts), methods=["GET"]),
         Route("/v1/tasks/{task_id}/audit", e(api.audit_trail), methods=["GET"]),

@@ -37,6 +37,8 @@ from sqlalchemy.engine import URL, Connection, make_url
 
 from orbit_wire.errors import ErrorCode, OrbitError
 
+from .prepared import sqlite_driver_execute
+
 if TYPE_CHECKING:
     from alembic.config import Config
 
@@ -148,10 +150,10 @@ def _sqlite_on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> No
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
-    if conn.get_execution_options().get("orbit_read_only"):
-        conn.exec_driver_sql("BEGIN")
-    else:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # Straight to the driver: SQLAlchemy's statement execution cost every transaction about
+    # as much as its BEGIN's own work (docs/benchmarks.md, "The server's CPU per task").
+    read_only = conn.get_execution_options().get("orbit_read_only")
+    sqlite_driver_execute(conn, "BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def alembic_config(url: str) -> Config:

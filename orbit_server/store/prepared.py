@@ -165,6 +165,15 @@ def _fetch_all(cursor: Any, sql: str, params: list[Any]) -> list[Any]:
     return list(cursor.fetchall())
 
 
+def sqlite_driver_execute(conn: Connection, sql: str) -> None:
+    """Run one parameterless statement (a BEGIN) on ``conn``'s SQLite driver connection."""
+    _on_sqlite_cursor(conn, sql, [], _execute_only)
+
+
+def _execute_only(cursor: Any, sql: str, _params: list[Any]) -> None:
+    cursor.execute(sql)
+
+
 def _on_sqlite_cursor(conn: Connection, sql: str, params: list[Any],
                       run: Callable[[Any, str, list[Any]], T]) -> T:
     """SQLite: straight to the driver's cursor, inside the connection's transaction, because
