@@ -56,6 +56,11 @@ log = logging.getLogger("orbit.server")
 # file has one server, which hints every change itself: there the poll is only a safety net.
 DISPATCH_POLL_S = 0.5
 DISPATCH_POLL_SQLITE_S = 2.0
+# The reaper's period unless --reaper-interval-ms sets it (ServerConfig.reaper_interval_ms).
+# On SQLite every write of this server reports when something it made falls due, and each
+# pass finds the next due instant in the database, so the period is a safety net there.
+REAPER_INTERVAL_MS = 100
+REAPER_INTERVAL_SQLITE_MS = 1_000
 # Receipts past the retention are deleted at start and then this often, a batch per
 # transaction until none is left (at most RECEIPT_PRUNE_MAX_BATCHES per pass).
 RECEIPT_PRUNE_PERIOD_S = 60.0
@@ -144,7 +149,8 @@ class OrbitServer:
         """Run ``Reaper.reap()`` every reaper interval, or earlier at the next known due time
         (lease expiries, deadlines and backoffs the use cases reported in ``next_due_ms``).
         The reap's own effects make due retries dispatchable (``ready_queues``)."""
-        interval_ms = self.config.reaper_interval_ms
+        interval_ms = self.config.reaper_interval_ms or (
+            REAPER_INTERVAL_SQLITE_MS if is_sqlite(self.config.db_url) else REAPER_INTERVAL_MS)
         while True:
             # the next pass runs anyway
             with faults_logged(log, "reaper pass failed", event="reaper_failed"):

@@ -40,7 +40,10 @@ class ServerConfig:
     session_ttl_ms: int = 15_000
     # Covers the worker's kill latency and clock-rate error after a lease expiry.
     kill_grace_ms: int = 2_000
-    reaper_interval_ms: int = 100
+    # The lease reaper's period: None is REAPER_INTERVAL_MS on a shared database, where other
+    # replicas' leases and deadlines fall due unannounced, and REAPER_INTERVAL_SQLITE_MS on a
+    # SQLite file, whose one server announces every due instant itself (a safety net only).
+    reaper_interval_ms: int | None = None
     # Verified bearer tokens are cached this long so other replicas' revocations apply.
     auth_cache_ms: int = 5_000
     # Rows the reaper (and the receipt pruner) handles per category in one transaction.
@@ -86,7 +89,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms",
                      "group_commit_max"):
-            if getattr(self, name) <= 0:
+            value = getattr(self, name)
+            if value is not None and value <= 0:
                 raise OrbitError(ErrorCode.BAD_REQUEST, f"{name} must be positive")
         if self.receipt_retention_ms < MIN_RECEIPT_RETENTION_MS:
             # A receipt must outlive every lease it could concern (lease TTL <= 10 min).

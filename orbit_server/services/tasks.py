@@ -126,6 +126,9 @@ class TaskService:
             effects.ready_queues.add(queue_id)
         if later:
             self._wakeups.schedule(queue_id, min(later), now, effects)
+        for row in new_rows:  # the reaper fails a task still PENDING at these instants
+            effects.due(row["deadline_at_ms"])
+            effects.due(row["start_by_at_ms"])
         return out, effects, reservations
 
     def _require_queue(self, conn: Connection, queue_id: str) -> None:

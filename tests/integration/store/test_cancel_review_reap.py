@@ -181,6 +181,19 @@ def test_reaper_fails_pending_tasks_at_their_deadline(world: World) -> None:
     assert world.service.workers.reserve(world.hello(), 5)[0].task_id == keep["id"]
 
 
+def test_a_submit_reports_when_its_tasks_fall_due(world: World) -> None:
+    """The reaper sleeps until a submit's deadline or start-by bound without polling for
+    it: the submit says when (on SQLite the periodic pass is only a safety net)."""
+    now = world.clock()
+    specs: list[object] = [world.spec(deadline_ms=9_000),
+                           world.spec(deadline_ms=8_000, schedule_to_start_ms=3_000)]
+    _made, effects = world.service.tasks.submit(world.producer, world.queue_id, specs)
+    assert effects.next_due_ms == now + 3_000
+    _made, effects = world.service.tasks.submit(world.producer, world.queue_id,
+                                                [world.spec(deadline_ms=7_000)])
+    assert effects.next_due_ms == now + 7_000
+
+
 def test_reserved_task_past_deadline_is_released_then_failed(world: World) -> None:
     t = world.submit(deadline_ms=40_000)
     world.service.workers.reserve(world.hello(), 1)
