@@ -60,7 +60,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -177,9 +177,9 @@ class Proc:
             self.popen.wait(10)
 
 
-def start_redis(binary: str, workdir: Path, stack: contextlib.ExitStack) -> str:
+def start_redis(binary: str, workdir: Path, stack: contextlib.ExitStack) -> tuple[str, int]:
     """A throwaway redis-server on a free loopback port, without persistence (no RDB
-    snapshots, no AOF), as a benchmark's broker usually runs; returns its URL."""
+    snapshots, no AOF), as a benchmark's broker usually runs; returns its URL and PID."""
     import redis
 
     port = free_port()
@@ -195,7 +195,7 @@ def start_redis(binary: str, workdir: Path, stack: contextlib.ExitStack) -> str:
         with contextlib.suppress(redis.RedisError):
             if client.ping():
                 client.close()
-                return url
+                return url, proc.popen.pid
         time.sleep(0.05)
     raise SystemExit("redis-server did not answer")
 
@@ -353,6 +353,7 @@ class Context:
     orbit_admin: Path | None = None  # admin credentials file
     redis_url: str = ""
     sessions: int = 0
+    broker_pids: dict[str, int] = field(default_factory=dict)  # orbit-server, redis-server
 
 
 def orbit_queue(ctx: Context) -> tuple[Path, ProducerConf]:
@@ -573,26 +574,70 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+# The parts of a run whose CPU time is counted per task (the "where the time goes" table).
+PARTS = ("producer", "broker", "worker_main", "worker_pool")
+
+
+def cpu_by_part(ctx: Context, system: str, proc: Proc) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each part of ``system``'s run: the
+    producer (this process, and the producer processes it has waited for), the broker
+    (orbit-server or redis-server), the worker command's main process and the rest of its
+    tree (pool processes; Orbit's template and children)."""
+    def used(p: psutil.Process) -> float:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            return float(t.user + t.system)
+        return 0.0
+
+    me = psutil.Process().cpu_times()
+    tree = proc.tree()
+    return {"producer": me.user + me.system + me.children_user + me.children_system,
+            "broker": used(psutil.Process(ctx.broker_pids[system])),
+            "worker_main": used(tree[0]) if tree else 0.0,
+            "worker_pool": sum(used(p) for p in tree[1:])}
+
+
+def accounted(ctx: Context, system: str, proc: Proc, fig: dict[str, Any], key: str,
+              tasks: int, measure: Callable[[], Any]) -> Any:
+    """``measure()``, and the CPU each part spent on it per task (ms) in ``fig["cpu_ms"]``."""
+    before = cpu_by_part(ctx, system, proc)
+    value = measure()
+    after = cpu_by_part(ctx, system, proc)
+    fig.setdefault("cpu_ms", {})[key] = {
+        part: (after[part] - before[part]) * 1000 / tasks for part in PARTS}
+    return value
+
+
 def run_system(ctx: Context, system: str, counts: Counts, tag: str) -> dict[str, Any]:
     """Every row for one system in one round; two sessions (C = 2, then C = 4)."""
     fig: dict[str, Any] = {}
     with session(ctx, system, BASE_CONCURRENCY, counts.warmup) as (proc, producer, conf):
-        fig["noop_one"] = submit_then_await(producer, [NOOP] * counts.noop)
+        def count(key: str, tasks: int, measure: Callable[[], Any]) -> Any:
+            return accounted(ctx, system, proc, fig, key, tasks, measure)
+
+        fig["noop_one"] = count("noop_one", counts.noop,
+                                lambda: submit_then_await(producer, [NOOP] * counts.noop))
         fig.update(tree_memory(proc))
         if system == "orbit":
-            fig["noop_batch"] = submit_then_await(producer, [NOOP] * counts.noop, batch=True)
-        seq = sequential(producer, counts.sequential)
+            fig["noop_batch"] = count("noop_batch", counts.noop, lambda: submit_then_await(
+                producer, [NOOP] * counts.noop, batch=True))
+        seq = count("seq", counts.sequential, lambda: sequential(producer, counts.sequential))
         fig["seq_p50"], fig["seq_p99"] = seq["p50"], seq["p99"]
-        fig["cpu10_c2"] = submit_then_await(producer, [Work("burn", 10.0)] * counts.cpu10)
-        fig["cpu100_c2"] = submit_then_await(producer, [Work("burn", 100.0)] * counts.cpu100)
-        fig["producers"] = many_producers(conf, counts.producer_tasks)
+        fig["cpu10_c2"] = count("cpu10_c2", counts.cpu10, lambda: submit_then_await(
+            producer, [Work("burn", 10.0)] * counts.cpu10))
+        fig["cpu100_c2"] = count("cpu100_c2", counts.cpu100, lambda: submit_then_await(
+            producer, [Work("burn", 100.0)] * counts.cpu100))
+        fig["producers"] = count("producers", counts.producer_tasks,
+                                 lambda: many_producers(conf, counts.producer_tasks))
         kills = [time_limit_kill(producer, ctx.workdir, f"{tag}-{system}-{i}")
                  for i in range(counts.kills)]
         fig["kill_ms"] = median_or_never([k["gone_ms"] for k in kills])
         fig["kill_interrupted_ms"] = median_or_never([k["interrupted_ms"] for k in kills])
         fig["kill_samples"] = kills
-    with session(ctx, system, HIGH_CONCURRENCY, counts.warmup) as (_proc, producer, _conf):
-        fig["cpu10_c4"] = submit_then_await(producer, [Work("burn", 10.0)] * counts.cpu10)
+    with session(ctx, system, HIGH_CONCURRENCY, counts.warmup) as (proc, producer, _conf):
+        fig["cpu10_c4"] = accounted(ctx, system, proc, fig, "cpu10_c4", counts.cpu10,
+                                    lambda: submit_then_await(
+                                        producer, [Work("burn", 10.0)] * counts.cpu10))
     return fig
 
 
@@ -780,6 +825,33 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# The rows whose CPU per task is shown, with a short name each.
+CPU_ROWS = (("noop_one", "no-ops, one per call"), ("noop_batch", "no-ops, Orbit batch submit"),
+            ("seq", "sequential submit-and-wait"), ("cpu10_c2", "10 ms CPU, concurrency 2"),
+            ("cpu10_c4", "10 ms CPU, concurrency 4"), ("cpu100_c2", "100 ms CPU, concurrency 2"),
+            ("producers", f"{PRODUCERS} producers, one per call"))
+BROKER = {"orbit": "orbit-server", "celery": "redis-server", "dramatiq": "redis-server"}
+
+
+def cpu_table(result: dict[str, Any]) -> str:
+    """CPU per task by process, medians over the rounds: where each system's time goes."""
+    systems = result["systems"]
+    runs = [r["figures"] for r in result["rounds"]]
+    lines = ["| workload | system | producer | broker | worker main process | worker pool "
+             "processes | all |", "|" + " --- |" * 7]
+    for key, name in CPU_ROWS:
+        for system in systems:
+            per_round = [run[system].get("cpu_ms", {}).get(key) for run in runs]
+            known = [r for r in per_round if r is not None]
+            if not known:
+                continue
+            cells = [statistics.median(r[part] for r in known) for part in PARTS]
+            lines.append(f"| {name} | {LABELS[system]} ({BROKER[system]}) | "
+                         + " | ".join(f"{c:.2f}" for c in cells)
+                         + f" | **{sum(cells):.2f}** |")
+    return "\n".join(lines)
+
+
 def host_text(result: dict[str, Any]) -> str:
     h, rounds = result["host"], result["rounds"]
     per_round = "; ".join(
@@ -848,6 +920,8 @@ What differs besides speed, and may bias the figures:
 def render(result: dict[str, Any]) -> str:
     c = result["counts"]
     rounds = len(result["rounds"])
+    has_cpu = any("cpu_ms" in figures for r in result["rounds"]
+                  for figures in r["figures"].values())  # runs before it was counted lack it
     return "\n".join([
         BEGIN,
         "## Orbit beside Celery and Dramatiq (`scripts/bench_peers.py`)",
@@ -868,6 +942,14 @@ def render(result: dict[str, Any]) -> str:
         "",
         table(result),
         "",
+        *(["Where the time goes: CPU per task (ms, user + system) by process, medians of "
+           "the rounds, in the same run. The producer is this script (with the producer "
+           "processes of the many-producers row); the broker is `orbit-server` for Orbit and "
+           "`redis-server` for the peers; the worker's main process is `orbit-supervise`, "
+           "Celery's main process or Dramatiq's; its pool processes are Orbit's template "
+           "and children, Celery's prefork pool and Dramatiq's worker processes. With 2 "
+           "cores, a throughput row's tasks/s is at most 2,000 / the all column.",
+           "", cpu_table(result), ""] if has_cpu else []),
         METHOD,
         "",
         "Rerun: `.venv/bin/pip install -e '.[test,bench]'` (Celery and Dramatiq), a "
@@ -940,10 +1022,13 @@ def measure(args: argparse.Namespace, counts: Counts, workdir: Path,
         server = Server(workdir)
         stack.callback(server.stop)
         server.start()
+        assert server.proc is not None
+        ctx.broker_pids["orbit"] = server.proc.pid
         server.admin_bearer()  # writes the admin credentials file read below
         ctx.orbit_admin = workdir / "admin.json"
     if any(s in PEERS for s in args.systems):
-        ctx.redis_url = start_redis(args.redis_server, workdir, stack)
+        ctx.redis_url, redis_pid = start_redis(args.redis_server, workdir, stack)
+        ctx.broker_pids.update(celery=redis_pid, dramatiq=redis_pid)
         os.environ["PEERS_REDIS_URL"] = ctx.redis_url  # for this process's peer clients
     rounds = []
     for n in range(args.rounds):
