@@ -30,6 +30,7 @@ from ..auth import (
     task_not_found,
 )
 from ..store import queries
+from ..store.prepared import first_row
 from ..store.retry import transactional
 from ..store.rows import IN_CHUNK, INSERT_AUDIT, INSERT_TASK, UnitOfWork
 from ..store.tables import attempts, audit, evidence, priority_of, queues, rank_of, tasks
@@ -325,9 +326,7 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
 def _task_row(conn: Connection, principal: Principal, task_id: str) -> Mapping[Any, Any]:
     """The task's row, if the principal is a producer (or admin) of its queue."""
     require_role(principal, _PRODUCERS)
-    row = None
-    if is_id(task_id):
-        row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
+    row = first_row(conn, queries.TASK_BY_ID, {"id": task_id}) if is_id(task_id) else None
     if row is None or not principal.may_use_queue(row["queue_id"]):
         raise task_not_found(task_id)  # the same answer for "not yours": nothing is revealed
     return row

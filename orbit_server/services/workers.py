@@ -44,6 +44,7 @@ from orbit_wire.model import AttemptState, Disposition, Role, TaskState
 from .. import domain
 from ..auth import hash_secret, principal_from_row, require_queue, secret_matches, secret_opens
 from ..store import queries
+from ..store.prepared import first_row
 from ..store.receipts import Receipt, answer_result, load_receipts, receipt_row, replay
 from ..store.retry import transactional
 from ..store.rows import UnitOfWork
@@ -354,7 +355,7 @@ class WorkerService:
 def _credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
     """Whether the secret the session's hello presented still opens its credential."""
     # Every reserve and worker request asks: a statement built once.
-    row = conn.execute(queries.CREDENTIAL_BY_ID, {"id": binding.credential_id}).mappings().first()
+    row = first_row(conn, queries.CREDENTIAL_BY_ID, {"id": binding.credential_id})
     return secret_opens(row, binding.secret_hash, now)[0]
 
 

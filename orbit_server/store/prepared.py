@@ -152,6 +152,15 @@ def prepared_select(stmt: Select[Any]) -> PreparedSelect:
     return PreparedSelect(stmt)
 
 
+def first_row(conn: Connection, stmt: Select[Any], params: Mapping[str, Any]
+              ) -> dict[str, Any] | None:
+    """The first row of a statement built once (a primary-key look-up), as a dict of its
+    columns, or None. Values are the driver's own: for columns without result conversions."""
+    query = prepared_select(stmt)
+    rows = query.all(conn, params)
+    return dict(zip(query.keys, rows[0], strict=True)) if rows else None
+
+
 def _write_rows(cursor: Any, sql: str, params: list[Any]) -> int:
     if len(params) > 1:
         cursor.executemany(sql, params)
