@@ -247,7 +247,7 @@ class WorkerService:
             if watched is not None:
                 for task_id in effects.terminal_tasks:
                     if watched(task_id):
-                        row = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().first()
+                        row = first_row(conn, queries.TASK_BY_ID, {"id": task_id})
                         if row is not None:
                             effects.terminal_views[task_id] = task_view(row)
         return results, effects
