@@ -908,8 +908,9 @@ What differs besides speed, and may bias the figures:
   process; Dramatiq's raises an exception in the worker thread (checked once a second) and
   never ends the process; Orbit SIGKILLs the child's process group.
 - **Clients.** Each system is driven through its own Python client, whose CPU counts (on
-  the same cores): Orbit's speaks HTTP/1.1 through httpx (about half a millisecond of
-  client CPU per request, by bench_server.py), the peers' speak Redis's protocol.
+  the same cores): Orbit's speaks HTTP/1.1 through the standard library's http.client
+  (about 0.2 ms of client CPU per request, by bench_client.py), the peers' speak Redis's
+  protocol; the CPU table shows each producer's share.
 - **State.** One `orbit-server` and its database serve the whole run (a fresh queue per
   session, the earlier rounds' tasks kept), while Redis is emptied between sessions.
 - **One machine.** The producer, `orbit-server`, redis-server and the workers share the
