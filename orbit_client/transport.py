@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 from urllib.parse import urlencode, urlsplit
 
+from orbit_host.tls import refused_verification
+
 __all__ = ["Answer", "BlockingTransport", "CertificateRefused", "NoAnswer", "refused_certificate",
            "ssl_context_for"]
 
@@ -45,16 +47,11 @@ class CertificateRefused(Exception):
 
 
 def refused_certificate(exc: BaseException) -> str | None:
-    """Why the server's certificate was refused, when that is what ended a request (the
-    verification error may sit a few causes down, as under httpx)."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return None
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return str(seen.verify_message or seen.reason or "certificate verify failed")
-        seen = seen.__cause__ or seen.__context__
-    return None
+    """Why the server's certificate was refused, when that is what ended a request."""
+    refused = refused_verification(exc)
+    if refused is None:
+        return None
+    return str(refused.verify_message or refused.reason or "certificate verify failed")
 
 
 def ssl_context_for(verify: bool | str | ssl.SSLContext) -> ssl.SSLContext:

@@ -36,15 +36,24 @@ def client_ssl_context(ca_file: str) -> ssl.SSLContext:
         raise CaFileError(f"CA file {ca_file} cannot be used: {exc}") from None
 
 
-def certificate_failure(exc: BaseException | None) -> str | None:
-    """If ``exc`` (or what caused it) is a certificate verification failure, a one-line
-    explanation naming it; else None."""
+def refused_verification(exc: BaseException | None) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure ``exc`` is, or was caused by (a library may
+    wrap it a few causes down); else None."""
     seen = 0
     while exc is not None and seen < 10:
         if isinstance(exc, ssl.SSLCertVerificationError):
-            reason = exc.verify_message or exc.reason or str(exc)
-            return (f"the server's TLS certificate was not accepted ({reason}); pass the CA "
-                    f"that signed it with --ca-file or {CA_FILE_ENV}")
+            return exc
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
+
+
+def certificate_failure(exc: BaseException | None) -> str | None:
+    """If ``exc`` (or what caused it) is a certificate verification failure, a one-line
+    explanation naming it; else None."""
+    refused = refused_verification(exc)
+    if refused is None:
+        return None
+    reason = refused.verify_message or refused.reason or str(refused)
+    return (f"the server's TLS certificate was not accepted ({reason}); pass the CA "
+            f"that signed it with --ca-file or {CA_FILE_ENV}")

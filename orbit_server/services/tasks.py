@@ -127,9 +127,10 @@ class TaskService:
             effects.ready_queues.add(queue_id)
         if later:
             self._wakeups.schedule(queue_id, min(later), now, effects)
-        for row in new_rows:  # the reaper fails a task still PENDING at these instants
-            effects.due(row["deadline_at_ms"])
-            effects.due(row["start_by_at_ms"])
+        if new_rows:  # the reaper fails a task still PENDING at these instants
+            effects.due(min(row["deadline_at_ms"] for row in new_rows))
+            effects.due(min((row["start_by_at_ms"] for row in new_rows
+                             if row["start_by_at_ms"] is not None), default=None))
         return out, effects, reservations
 
     def _require_queue(self, conn: Connection, queue_id: str) -> None:
