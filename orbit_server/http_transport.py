@@ -10,10 +10,16 @@ Past either, the server answers ``408`` with ``Connection: close`` when no respo
 started, closes the connection and logs one line. The application sees a disconnect
 (``http_api.read_body`` turns it into a quiet typed error).
 
+A response with a ``Content-Length`` leaves in one write: uvicorn writes the status line and
+headers, then the body, and each write is a syscall that wakes the client on loopback (the
+client then reads twice). ``_OneWriteResponse`` holds the head until the body, the response's
+end or the connection's close.
+
 The override relies on ``HttpToolsProtocol``'s parser callbacks (``on_message_begin``,
-``on_headers_complete``, ``on_message_complete``), its ``cycle`` and ``transport``
-(uvicorn 0.30 to 0.54, pinned in pyproject.toml); tests/integration/server/
-test_security_slow_clients.py checks the behaviour with real sockets.
+``on_headers_complete``, ``on_message_complete``), its ``cycle`` and ``transport``, and the
+cycle's ``transport``, ``response_started``, ``chunked_encoding`` and ``on_response``
+(uvicorn 0.30 to 0.55); tests/integration/server/test_security_slow_clients.py and
+test_http_transport.py check the behaviour with real sockets.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import asyncio
 import logging
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 log = logging.getLogger("orbit.http")
 
@@ -96,6 +102,9 @@ class _TimedHttpProtocol(HttpToolsProtocol):
             # Queued behind a response under way, with reading paused: its body cannot
             # arrive yet, so its time does not run (what it may buffer is bounded).
             self._disarm()
+        cycle = self.cycle
+        if cycle is not None and not isinstance(cycle.transport, _OneWriteResponse):
+            cycle.transport = _OneWriteResponse(cycle)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -104,3 +113,53 @@ class _TimedHttpProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         self._disarm()  # the WebSocket protocol has its own (hello_timeout_ms)
         super().handle_websocket_upgrade()
+
+
+class _OneWriteResponse:
+    """A request cycle's transport that sends a response's head together with its body.
+
+    The cycle's first write once its response has started is the head; with a known length
+    (``chunked_encoding`` False) it is held and goes out with the next write, at the
+    response's end (a HEAD, or a body of zero writes) or before a close. Everything else is
+    the connection's transport, unchanged."""
+
+    __slots__ = ("_cycle", "_head_seen", "_held", "_transport")
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._transport = cycle.transport
+        self._cycle = cycle
+        self._head_seen = False
+        self._held: bytes | None = None
+        completed = cycle.on_response
+
+        def on_response() -> None:
+            self.flush()
+            completed()
+
+        cycle.on_response = on_response
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif not self._head_seen and self._cycle.response_started:
+            self._head_seen = True
+            if self._cycle.chunked_encoding is False:
+                self._held = data
+            else:
+                self._transport.write(data)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
