@@ -122,12 +122,13 @@ class Supervisor:
         ca_file: str | None = None,
         child_nice: int = defaults.CHILD_NICE,
         capture_child_output: bool = False,
+        prefetch: int = 0,
     ) -> None:
         self.options = SupervisorOptions(
             queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
             reconnect_min_delay=reconnect_min_delay, reconnect_max_delay=reconnect_max_delay,
             max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
-            child_nice=child_nice,
+            child_nice=child_nice, prefetch=prefetch,
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
@@ -260,7 +261,7 @@ class Supervisor:
                 reconnect_min_delay=opts.reconnect_min_delay,
                 reconnect_max_delay=opts.reconnect_max_delay,
                 report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
-                agent=_agent(),
+                agent=_agent(), prefetch=opts.prefetch,
             ), random.random)
             self._finished = loop.create_future()
             # Every task (connection, executions) is owned by this group; the shutdown below

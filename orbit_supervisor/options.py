@@ -33,6 +33,7 @@ class SupervisorOptions:
     max_tasks_per_child: int | None = None
     max_memory_per_child: int | None = None
     child_nice: int = defaults.CHILD_NICE
+    prefetch: int = 0  # attempts started ahead of a free child, 0 to workers
 
     def __post_init__(self) -> None:
         if not is_id(self.queue_id):
@@ -44,6 +45,7 @@ class SupervisorOptions:
         _float_in("reconnect_max_delay", self.reconnect_max_delay, self.reconnect_min_delay,
                   RECONNECT_MAX_DELAY_CEILING)
         _int_in("child_nice", self.child_nice, *CHILD_NICE_RANGE)
+        _int_in("prefetch", self.prefetch, 0, self.workers)
         if self.max_tasks_per_child is not None:
             _int_in("max_tasks_per_child", self.max_tasks_per_child, 1, 2**31)
         if self.max_memory_per_child is not None:

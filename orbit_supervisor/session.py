@@ -33,10 +33,14 @@ Rules it keeps (docs/protocol.md, docs/supervisor.md):
   the Kill (TASK_CANCELLED) follows at the end of the reservation's cancel grace, or at once
   for a grace of 0. The lease's expiry still kills first if it comes earlier. The finish
   says which ended the child: ``report.ended_by`` COOPERATIVE (it ended by itself) or KILLED.
-- Credit = free slots - outstanding credit, free slots = capacity - executing - reserved
-  not yet running - results not yet confirmed - slots being replaced - slots a ``claim`` in
-  flight asks for. Known attempts stay <= 2 x capacity; reservations beyond that bound are
-  dropped (the server releases them).
+- Credit = free slots - outstanding credit, free slots = capacity + prefetch - executing -
+  reserved not yet running - results not yet confirmed - slots being replaced - slots a
+  ``claim`` in flight asks for. Known attempts stay <= 2 x capacity; reservations beyond
+  that bound are dropped (the server releases them).
+- Prefetch (opt-in, 0 by default, at most capacity): that many attempts beyond the children
+  may be started. Such an attempt is RUNNING here (its lease held and renewed, its lease
+  timer armed) while its Execute waits in the pool for a free child; a kill before then
+  cancels the wait, and the handler never runs.
 - A request that reports finishes ends with a ``claim`` for the slots they free: the server
   reserves and starts tasks for them in the same transaction, so a busy slot is refilled
   in one round trip (no reserve frame, no separate start); unfilled slots become credit.
@@ -172,6 +176,10 @@ class SessionConfig:
     cpus: int | None = None
     # What hello announces of this runtime (e.g. "orbit-supervise/0.1.0"), for operators.
     agent: str | None = None
+    # Attempts started ahead of a free child (0 to capacity): a finished child gets its next
+    # handler without waiting for a round trip, at the price of a lease (and of the attempt
+    # timeout) ticking while it waits behind a running handler (docs/supervisor.md).
+    prefetch: int = 0
 
 
 REPORT_MARGIN = 0.050  # seconds: the margin's floor (margin.py measures what it must cover)
@@ -199,7 +207,12 @@ class Session:
     """The state machine; see the module docstring for the calling contract."""
 
     def __init__(self, config: SessionConfig, rng: Callable[[], float]) -> None:
+        if not 0 <= config.prefetch <= config.capacity:
+            raise ValueError(f"prefetch must be in [0, {config.capacity}] (the capacity)")
         self.config = config
+        # What the session may hold started or about to start: the children, and the
+        # prefetch (which keeps known attempts within the protocol's 2 x capacity).
+        self._slots = config.capacity + config.prefetch
         self._rng = rng  # uniform [0, 1): backoff jitter
         self._backoff = self._new_backoff()
         self.conn = Conn.IDLE
@@ -338,7 +351,7 @@ class Session:
             cpu_ms = result.report.cpu_ms
             self._batching.handler_took(max(0.0, now - att.running_since),
                                         None if cpu_ms is None else cpu_ms / 1000,
-                                        self.executing)
+                                        self._in_children)
         kill_reason = result.report.kill_reason or (att.kill_reason if killed else None)
         report = replace(result.report, renewals=att.lease.renewals, kill_reason=kill_reason,
                          ended_by=_ended_by(att, kill_reason))
@@ -504,6 +517,11 @@ class Session:
         return self._attempts.count(Phase.RUNNING, Phase.KILLING)
 
     @property
+    def _in_children(self) -> int:
+        """Executions that hold a child (a prefetched one beyond the children waits)."""
+        return min(self.executing, self.config.capacity)
+
+    @property
     def unconfirmed(self) -> int:
         """Started attempts whose final report the server has not confirmed."""
         return self._attempts.count(Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
@@ -514,7 +532,7 @@ class Session:
         # Every known attempt holds a slot, whatever its phase: reserved or starting ones
         # will run, running and killing ones execute, reporting ones await confirmation.
         busy = len(self._attempts) - finishing + self.replacing + self._claiming
-        return max(0, self.config.capacity - busy)
+        return max(0, self._slots - busy)
 
     @property
     def done(self) -> bool:
@@ -805,13 +823,13 @@ class Session:
         self._hold_until = self._batching.until(
             now, (a.running_since for a in self._attempts.in_phase(Phase.RUNNING).values()
                   if a.running_since is not None),
-            self.executing)
+            self._in_children)
         return self._hold_until is not None
 
     def _start_reserved(self) -> None:
         # A start goes out only when a child slot is free, so a confirmed lease never ticks
-        # while its handler waits for a child.
-        slots = self.config.capacity - self.executing - self._attempts.count(Phase.STARTING)
+        # while its handler waits for a child (unless the operator opted in to a prefetch).
+        slots = self._slots - self.executing - self._attempts.count(Phase.STARTING)
         if slots <= 0:
             return
         for att in list(islice(self._attempts.in_phase(Phase.RESERVED).values(), slots)):

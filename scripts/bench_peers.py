@@ -23,7 +23,8 @@ Rows (each system runs the same functions, scripts/peers/peers_work.py):
     first submit to the last result; the same with Orbit submitting in batches of 1,000;
   sequential submit-and-wait of a no-op: p50 / p99 ms;
   tasks burning 10 ms of CPU (C = 2 and C = 4) and 100 ms (C = 2), submitted one per call:
-    tasks/s and % of the ceiling min(cores, C) / task time;
+    tasks/s and % of the ceiling min(cores, C) / task time; the C = 2 ones again with Orbit
+    run as `orbit-supervise --workers 2 --prefetch 2` (opt-in; Orbit-only rows);
   8 producer processes at once, each submitting one per call then awaiting its results;
   1 s time limit on a spinner that ignores SIGTERM: from the handler's start + 1 s to the
     kernel reporting its process exited (a pidfd polled by this script), "never" if it still
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import gc
 import importlib
 import importlib.metadata
@@ -94,6 +96,9 @@ BASE_CONCURRENCY = 2
 HIGH_CONCURRENCY = 4
 BATCH = 1000  # Orbit's batch submit (the server's limit per request)
 PRODUCERS = 8
+# Orbit's opt-in prefetch in its own rows: one started attempt waiting per child, as
+# Celery's prefork pool (prefetch multiplier 1) and Dramatiq reserve ahead by default.
+PREFETCH = 2
 TIME_LIMIT_S = 1.0
 GONE_BOUND_S = 5.0  # after the limit: a process still running then counts as "never" gone
 WAIT_S = 120.0  # bound on one awaited result
@@ -369,11 +374,11 @@ def orbit_queue(ctx: Context) -> tuple[Path, ProducerConf]:
 
 
 def worker_command(system: str, concurrency: int, worker_creds: Path | None,
-                   queue: str) -> list[str]:
+                   queue: str, prefetch: int = 0) -> list[str]:
     if system == "orbit":
         return [str(BIN / "orbit-supervise"), "--credentials-file", str(worker_creds),
                 "--queue", queue, "--workers", str(concurrency), "--log-level", "warning",
-                "peers_orbit:handlers"]
+                *(["--prefetch", str(prefetch)] if prefetch else []), "peers_orbit:handlers"]
     if system == "celery":
         return [str(BIN / "celery"), "-A", "peers_celery", "worker", "-P", "prefork",
                 "-c", str(concurrency), "-l", "WARNING", "-n", "peers@%h"]
@@ -382,11 +387,11 @@ def worker_command(system: str, concurrency: int, worker_creds: Path | None,
 
 
 @contextlib.contextmanager
-def session(ctx: Context, system: str, concurrency: int,
-            warmup: int) -> Iterator[tuple[Proc, Producer,
-                                                                            ProducerConf]]:
-    """Start ``system``'s workers at ``concurrency``, warm them up, yield them with a
-    producer; stop them (by PID, with their tree) whatever happens."""
+def session(ctx: Context, system: str, concurrency: int, warmup: int,
+            prefetch: int = 0) -> Iterator[tuple[Proc, Producer, ProducerConf]]:
+    """Start ``system``'s workers at ``concurrency`` (Orbit's with ``--prefetch``), warm
+    them up, yield them with a producer; stop them (by PID, with their tree) whatever
+    happens."""
     ctx.sessions += 1
     worker_creds: Path | None = None
     if system == "orbit":
@@ -397,8 +402,8 @@ def session(ctx: Context, system: str, concurrency: int,
     env = dict(os.environ, PEERS_REDIS_URL=ctx.redis_url, PYTHONPATH=os.pathsep.join(
         [str(PEERS_DIR), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     log = ctx.workdir / f"{system}-{ctx.sessions}-c{concurrency}.log"
-    proc = Proc(system, worker_command(system, concurrency, worker_creds, conf.queue), log,
-                env=env, cwd=PEERS_DIR)
+    proc = Proc(system, worker_command(system, concurrency, worker_creds, conf.queue,
+                                       prefetch), log, env=env, cwd=PEERS_DIR)
     producer: Producer | None = None
     try:
         producer = make_producer(conf)
@@ -638,6 +643,13 @@ def run_system(ctx: Context, system: str, counts: Counts, tag: str) -> dict[str,
         fig["cpu10_c4"] = accounted(ctx, system, proc, fig, "cpu10_c4", counts.cpu10,
                                     lambda: submit_then_await(
                                         producer, [Work("burn", 10.0)] * counts.cpu10))
+    if system == "orbit":  # the opt-in prefetch, beside the peers' own (see "What differs")
+        with session(ctx, system, BASE_CONCURRENCY, counts.warmup,
+                     prefetch=PREFETCH) as (proc, producer, _conf):
+            for key, ms, tasks in (("cpu10_c2_prefetch", 10.0, counts.cpu10),
+                                   ("cpu100_c2_prefetch", 100.0, counts.cpu100)):
+                fig[key] = accounted(ctx, system, proc, fig, key, tasks, functools.partial(
+                    submit_then_await, producer, [Work("burn", ms)] * tasks))
     return fig
 
 
@@ -721,6 +733,12 @@ def rows(counts: Counts) -> list[Row]:
         Row(f"{PRODUCERS} concurrent producers, {counts.producer_tasks // PRODUCERS} no-ops "
             "each submitted one per call, then their results awaited (tasks/s)",
             ("producers",), "high"),
+        Row(f"the 10 ms CPU row, Orbit with `--prefetch {PREFETCH}` (ratio to the best peer's "
+            "10 ms row)", ("cpu10_c2_prefetch",), "high", peer_keys=("cpu10_c2",),
+            orbit_only=True, cpu=(10.0, 2)),
+        Row(f"the 100 ms CPU row, Orbit with `--prefetch {PREFETCH}` (ratio to the best "
+            "peer's 100 ms row)", ("cpu100_c2_prefetch",), "high", peer_keys=("cpu100_c2",),
+            orbit_only=True, cpu=(100.0, 2), decimals=1),
         Row("1 s time limit, spinner ignoring SIGTERM: limit → process gone (ms; ratio "
             f"column: Orbit {MINUS} fastest peer)", ("kill_ms",), "kill"),
         Row("worker process tree RSS / PSS, concurrency 2 (MiB)", ("rss", "pss"), "low",
@@ -829,6 +847,8 @@ def table(result: dict[str, Any]) -> str:
 CPU_ROWS = (("noop_one", "no-ops, one per call"), ("noop_batch", "no-ops, Orbit batch submit"),
             ("seq", "sequential submit-and-wait"), ("cpu10_c2", "10 ms CPU, concurrency 2"),
             ("cpu10_c4", "10 ms CPU, concurrency 4"), ("cpu100_c2", "100 ms CPU, concurrency 2"),
+            ("cpu10_c2_prefetch", f"10 ms CPU, c2, Orbit `--prefetch {PREFETCH}`"),
+            ("cpu100_c2_prefetch", f"100 ms CPU, c2, Orbit `--prefetch {PREFETCH}`"),
             ("producers", f"{PRODUCERS} producers, one per call"))
 BROKER = {"orbit": "orbit-server", "celery": "redis-server", "dramatiq": "redis-server"}
 
@@ -903,7 +923,9 @@ What differs besides speed, and may bias the figures:
 - **Start confirmation.** Orbit runs a handler only after the server confirmed its start
   (one more round trip per task, and a core can idle during it at concurrency 2); Celery
   (`acks_late`, prefetch multiplier 1) acknowledges after the run; Dramatiq prefetches two
-  messages per worker thread (its default).
+  messages per worker thread (its default). Both hold the next message while a handler
+  runs; Orbit does so only when asked, as in its `--prefetch 2` rows (one started attempt
+  waiting per child).
 - **Time limits.** Celery's hard limit sends SIGTERM, waits 0.1 s, then SIGKILLs the pool
   process; Dramatiq's raises an exception in the worker thread (checked once a second) and
   never ends the process; Orbit SIGKILLs the child's process group.

@@ -25,12 +25,12 @@ CAP = Capability("text.upper", "v1", "v1")
 
 def make_session(capacity: int = 2, *, shutdown_timeout: float = 30.0,
                  rng: float = 0.5, report_margin: float = 0.0,
-                 cpus: int | None = None) -> Session:
+                 cpus: int | None = None, prefetch: int = 0) -> Session:
     cfg = SessionConfig(
         credential_id=new_id(1), credential_secret="cred-secret", instance_id=new_id(2),
         instance_secret="inst-secret", queue_id=new_id(3), capabilities=(CAP,),
         capacity=capacity, shutdown_timeout=shutdown_timeout, report_margin=report_margin,
-        cpus=cpus,
+        cpus=cpus, prefetch=prefetch,
     )
     return Session(cfg, lambda: rng)
 

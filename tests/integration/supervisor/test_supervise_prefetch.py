@@ -1,0 +1,60 @@
+"""``orbit-supervise --prefetch`` against a real server: with one child and a prefetch of 1,
+a second task is started (its lease granted, RUNNING on the server) while the first still
+runs, waits for the child without running, then runs once; without it the second stays
+PENDING. A prefetch above --workers is refused before anything starts (exit 2)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from supervisor_support import SupEnv, attempts, submit, wait_task
+from support.waiting import UNIT, wait_until
+
+
+def runs(path: Path) -> list[str]:
+    """The task IDs the append handler ran, one line per execution."""
+    return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_prefetched_task_starts_while_the_child_is_busy_and_runs_once(
+        sup_env: SupEnv) -> None:
+    journal = sup_env.workdir / "runs.txt"
+    sup_env.start(workers=1, extra=("--prefetch", "1"))
+    first = submit(sup_env.producer, sup_env.queue_id, "append",
+                   {"path": str(journal), "seconds": 3 * UNIT})
+    wait_until(lambda: runs(journal) == [first], timeout=20, what="the first task to run")
+    second = submit(sup_env.producer, sup_env.queue_id, "append", {"path": str(journal)})
+    view = wait_task(sup_env.producer, second, until=lambda t: t["state"] == "RUNNING")
+    assert view["state"] == "RUNNING"
+    # Started on the server, yet not run: the only child still runs the first task.
+    assert runs(journal) == [first]
+    for task_id in (first, second):
+        assert wait_task(sup_env.producer, task_id, timeout_s=30)["state"] == "SUCCEEDED"
+        assert len(attempts(sup_env.producer, task_id)["attempts"]) == 1
+    assert runs(journal) == [first, second]  # each ran once, the second after the first
+
+
+def test_without_prefetch_a_second_task_waits_for_the_child(sup_env: SupEnv) -> None:
+    journal = sup_env.workdir / "runs.txt"
+    sup_env.start(workers=1)
+    first = submit(sup_env.producer, sup_env.queue_id, "append",
+                   {"path": str(journal), "seconds": 2 * UNIT})
+    wait_until(lambda: runs(journal) == [first], timeout=20, what="the first task to run")
+    second = submit(sup_env.producer, sup_env.queue_id, "append", {"path": str(journal)})
+    # While the first runs, the second is neither reserved nor started for this worker.
+    seen = []
+    for _ in range(10):
+        state = wait_task(sup_env.producer, second, until=lambda t: True)["state"]
+        if runs(journal) != [first]:
+            break  # the first ended meanwhile: what was read may be after that
+        seen.append(state)
+        time.sleep(0.05)
+    assert seen and set(seen) == {"PENDING"}
+    assert wait_task(sup_env.producer, second, timeout_s=30)["state"] == "SUCCEEDED"
+
+
+def test_a_prefetch_above_the_workers_is_refused(sup_env: SupEnv) -> None:
+    sup = sup_env.start(workers=2, extra=("--prefetch", "3"))
+    assert sup.wait() == 2
+    assert "prefetch must be an integer in [0, 2]" in sup.log()
