@@ -57,7 +57,8 @@ class CountingTransport:
 async def exchange(request: bytes, until: bytes | None = None) -> tuple[bytes, list[bytes]]:
     """Serve one connection with the server's protocol; send ``request``; the bytes
     answered (up to ``until``; b"": up to the close) and the writes the protocol made."""
-    config = uvicorn.Config(app, lifespan="off", log_level="warning")
+    # No log_config, level or access log: uvicorn would configure the process's loggers.
+    config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
     config.load()
     counted: list[CountingTransport] = []
     base = http_protocol(5.0, 5.0)
