@@ -3,6 +3,8 @@ SQLite and MariaDB, and the chaos soak, in one run.
 
     .venv/bin/python scripts/fault_report.py                          # short: 1 run each
     .venv/bin/python scripts/fault_report.py --runs 10 --soak-seconds 600   # the long form
+    .venv/bin/python scripts/fault_report.py --supervisor-args "--prefetch 1" \
+        --out docs/reports/fault-regression-prefetch.md    # every supervisor with options
 
 The scenarios are the ones tests/e2e/test_fault_scenarios.py runs (tests/support/
 fault_scenarios.py: one implementation); each is run ``--runs`` times on a fresh queue of
@@ -34,6 +36,7 @@ sys.path[:0] = [str(ROOT / "tests")]
 from support.fault_scenarios import (  # noqa: E402  (the test tree's scenarios)
     PENDING,
     SCENARIOS,
+    SUPERVISOR_ARGS_ENV,
     Ctx,
     Row,
     run_scenario,
@@ -306,7 +309,12 @@ def main() -> int:
                         help="run scripts/soak.py this long on each store (0: not run)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    parser.add_argument("--supervisor-args", default="",
+                        help='options for every scenario\'s orbit-supervise, e.g. "--prefetch 1" '
+                             "(the soak runs without them)")
     args = parser.parse_args()
+    if args.supervisor_args:
+        os.environ[SUPERVISOR_ARGS_ENV] = args.supervisor_args
     names = [n for n in args.only.split(",") if n] or list(SCENARIOS)
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -107,6 +108,11 @@ class Row:
 # ------------------------------------------------------------------------- one run
 
 
+# Options every scenario's supervisors get besides their own (scripts/fault_report.py
+# --supervisor-args), e.g. "--prefetch 1"; unset in the test suite.
+SUPERVISOR_ARGS_ENV = "ORBIT_FAULT_SUPERVISOR_ARGS"
+
+
 class Stage:
     """One run: a fresh queue, a producer, worker credentials, a handler journal, and every
     supervisor started for it (SIGKILLed by PID when the run ends)."""
@@ -127,8 +133,9 @@ class Stage:
 
     def supervisor(self, workers: int, url: str | None = None,
                    extra: tuple[str, ...] = ()) -> SupervisorProcess:
+        common = shlex.split(os.environ.get(SUPERVISOR_ARGS_ENV, ""))
         sup = SupervisorProcess(self.dir, self.creds, self.queue_id, workers=workers, url=url,
-                                extra=("--log-format", "json", *extra))
+                                extra=("--log-format", "json", *common, *extra))
         self.supervisors.append(sup.start())
         return sup
 
