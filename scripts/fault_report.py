@@ -79,11 +79,11 @@ def run_rows(names: list[str], stores: list[str], runs: int, pool: MariaDBPool |
     return rows
 
 
-def run_soak(store: str, seconds: float, pool: MariaDBPool | None, workdir: Path
-             ) -> dict[str, Any]:
+def run_soak(store: str, seconds: float, pool: MariaDBPool | None, workdir: Path,
+             supervisor_args: str = "") -> dict[str, Any]:
     facts_file = workdir / f"soak-{store}.json"
     cmd = [sys.executable, str(SOAK), "--seconds", str(seconds), "--fault-every", "1.0",
-           "--json", str(facts_file)]
+           "--json", str(facts_file), "--supervisor-args", supervisor_args]
     url = pool.acquire() if store == "mariadb" and pool is not None else None
     if url is not None:
         cmd += ["--db", url]
@@ -310,8 +310,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     parser.add_argument("--supervisor-args", default="",
-                        help='options for every scenario\'s orbit-supervise, e.g. "--prefetch 1" '
-                             "(the soak runs without them)")
+                        help='options for every orbit-supervise (the scenarios\' and the '
+                             'soak\'s), e.g. "--prefetch 1"')
     args = parser.parse_args()
     if args.supervisor_args:
         os.environ[SUPERVISOR_ARGS_ENV] = args.supervisor_args
@@ -335,7 +335,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="orbit-fault-report-") as tmp:
             rows = run_rows(names, stores, args.runs, pool, Path(tmp))
             if args.soak_seconds > 0:
-                soaks = [run_soak(store, args.soak_seconds, pool, Path(tmp))
+                soaks = [run_soak(store, args.soak_seconds, pool, Path(tmp),
+                                  args.supervisor_args)
                          for store in stores]
     finally:
         if pool is not None:

@@ -28,6 +28,7 @@ import argparse
 import collections
 import json
 import random
+import shlex
 import shutil
 import signal
 import sys
@@ -71,6 +72,7 @@ class Soak:
     creds: Path
     workdir: Path
     runs: Path
+    supervisor_args: tuple[str, ...] = ()  # options every orbit-supervise gets
     supervisors: list[SupervisorProcess] = field(default_factory=list)
     retired: list[SupervisorProcess] = field(default_factory=list)
     key_to_id: dict[str, str] = field(default_factory=dict)
@@ -85,7 +87,7 @@ class Soak:
 
     def start_supervisor(self) -> None:
         sup = SupervisorProcess(self.workdir, self.creds, self.queue_id, workers=WORKERS,
-                                url=self.proxy.url)
+                                url=self.proxy.url, extra=self.supervisor_args)
         self.supervisors.append(sup.start())
 
     def retire(self, sup: SupervisorProcess) -> None:
@@ -225,6 +227,8 @@ def main() -> int:
                         help="keep the work directory (logs, database) after a violation")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the run's facts and violations to this file as JSON")
+    parser.add_argument("--supervisor-args", default="",
+                        help='options for every orbit-supervise, e.g. "--prefetch 1"')
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -244,7 +248,8 @@ def main() -> int:
             soak = Soak(rng, env, proxy, queue_id, env.producer(queue_id),
                         worker_credentials_file(env, queue_id, workdir / "worker.json",
                                                 url=proxy.url),
-                        workdir, workdir / "runs.txt")
+                        workdir, workdir / "runs.txt",
+                        tuple(shlex.split(args.supervisor_args)))
             soak.runs.touch()
             for _ in range(SUPERVISORS):
                 soak.start_supervisor()
