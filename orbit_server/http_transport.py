@@ -18,8 +18,9 @@ end or the connection's close.
 The override relies on ``HttpToolsProtocol``'s parser callbacks (``on_message_begin``,
 ``on_headers_complete``, ``on_message_complete``), its ``cycle`` and ``transport``, and the
 cycle's ``transport``, ``response_started``, ``chunked_encoding`` and ``on_response``
-(uvicorn 0.30 to 0.55); tests/integration/server/test_security_slow_clients.py and
-test_http_transport.py check the behaviour with real sockets.
+(uvicorn 0.30 to 0.55, bounded in pyproject.toml);
+tests/integration/server/test_security_slow_clients.py and test_http_transport.py check the
+behaviour with real sockets.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ with one change: a text frame that is not valid UTF-8 gets the protocol's typed 
 logged traceback (a peer must not be able to write tracebacks into the log at will).
 
 The override relies on ``WebSocketsSansIOProtocol`` keeping the current message's parts
-in ``frames`` and its kind in ``curr_msg_data_type`` (uvicorn 0.30 to 0.54, pinned in
+in ``frames`` and its kind in ``curr_msg_data_type`` (uvicorn 0.30 to 0.55, bounded in
 pyproject.toml); tests/integration/server/test_security_frames.py checks the behaviour.
 """
 
