@@ -49,7 +49,14 @@ from .errors import SupervisorError, WorkerAlreadyRun
 from .events import EventStream
 from .options import SupervisorOptions
 from .pool import ChildOutcome, ChildPool, ExecutionRequest, PoolClosed, PoolStats
-from .session import LATE_KILL_BOUND, REPORT_MARGIN, Session, SessionConfig, SessionStats
+from .session import (
+    KILL_TASK_CANCELLED,
+    LATE_KILL_BOUND,
+    REPORT_MARGIN,
+    Session,
+    SessionConfig,
+    SessionStats,
+)
 
 log = logging.getLogger("orbit.supervisor")
 
@@ -332,7 +339,12 @@ class Supervisor:
                     self._kill(attempt_id, reason, code, late)
                 case CancelChild(attempt_id=attempt_id):
                     assert self._pool is not None
-                    self._pool.cancel(attempt_id)
+                    if self._pool.waiting(attempt_id):
+                        # Prefetched and still waiting for a child: it ends now, without
+                        # its handler starting only to be told to stop.
+                        self._stop_waiting(attempt_id, KILL_TASK_CANCELLED)
+                    else:
+                        self._pool.cancel(attempt_id)
                 case Emit(event=event):
                     self._events.publish(event)
                     if self._log.isEnabledFor(logging.DEBUG):
@@ -383,6 +395,11 @@ class Supervisor:
             return
         # No child runs it yet (still waiting for a free child) or it just finished: a
         # waiting execution must never start, so it is cancelled before it gets a child.
+        self._stop_waiting(attempt_id, reason)
+
+    def _stop_waiting(self, attempt_id: str, reason: str) -> None:
+        """End the execution of ``attempt_id`` before any child receives it (its outcome:
+        not run, for ``reason``)."""
         task = self._executions.get(attempt_id)
         if task is not None and not task.done():
             self._killed_waiting[attempt_id] = reason

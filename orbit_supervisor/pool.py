@@ -341,6 +341,11 @@ class ChildPool:
         cpu_ms, peak = procutil.usage(pid)  # read after the signal, while it is torn down
         return KillFacts(pid, self._require_loop().time(), cpu_ms, peak)
 
+    def waiting(self, attempt_id: str) -> bool:
+        """Whether the execution of ``attempt_id`` still waits for a free child (a prefetched
+        one): no child has received it, so no handler of it has run."""
+        return attempt_id in self._waiting
+
     def cancel(self, attempt_id: str) -> bool:
         """Ask the handler of ``attempt_id`` to stop (its Execution.cancelled() turns true).
 

@@ -58,3 +58,30 @@ def test_a_prefetch_above_the_workers_is_refused(sup_env: SupEnv) -> None:
     sup = sup_env.start(workers=2, extra=("--prefetch", "3"))
     assert sup.wait() == 2
     assert "prefetch must be an integer in [0, 2]" in sup.log()
+
+
+def test_a_cancel_ends_a_waiting_prefetched_task_without_running_it(sup_env: SupEnv) -> None:
+    journal = sup_env.workdir / "runs.txt"
+    sup_env.start(workers=1, extra=("--prefetch", "1"))
+    first = submit(sup_env.producer, sup_env.queue_id, "append",
+                   {"path": str(journal), "seconds": 4 * UNIT})
+    wait_until(lambda: runs(journal) == [first], timeout=20, what="the first task to run")
+    # A grace far longer than the first task: told to stop only once it got the child, the
+    # second's handler would run.
+    second = submit(sup_env.producer, sup_env.queue_id, "append", {"path": str(journal)},
+                    cancel_grace_ms=60_000)
+    wait_task(sup_env.producer, second, until=lambda t: t["state"] == "RUNNING")
+    cancelled = sup_env.producer.post(f"/v1/tasks/{second}/cancel", json={})
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
+
+    def decided() -> dict[str, object] | None:
+        (att,) = attempts(sup_env.producer, second)["attempts"]
+        return att if att["outcome"] is not None else None
+
+    att = wait_until(decided, timeout=20, what="the cancelled attempt's outcome")
+    assert runs(journal) == [first]  # decided while the first still held the child
+    assert att["kill_reason"] == "TASK_CANCELLED"
+    assert wait_task(sup_env.producer, first, timeout_s=30)["state"] == "SUCCEEDED"
+    time.sleep(0.2)  # a start given the freed child would have written by now
+    assert runs(journal) == [first]
+    assert wait_task(sup_env.producer, second, until=lambda t: True)["state"] == "CANCELLED"
