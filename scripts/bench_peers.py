@@ -681,9 +681,10 @@ def host_probe(workdir: Path) -> dict[str, float]:
 
 def versions(redis_binary: str | None) -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for dist in ("orbit", "celery", "kombu", "billiard", "dramatiq", "redis"):
+    for key, dist in (("orbit", "orbit-tasks"), ("celery", "celery"), ("kombu", "kombu"),
+                      ("billiard", "billiard"), ("dramatiq", "dramatiq"), ("redis", "redis")):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            out[dist] = importlib.metadata.version(dist)
+            out[key] = importlib.metadata.version(dist)
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=10).stdout.strip()
