@@ -19,7 +19,7 @@ from sqlalchemy import Connection, select
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import Capability, Role, TaskState
 
-from ..auth import Principal, require_queue, require_role, require_visible_queue
+from ..auth import Principal, require_role, require_visible_queue
 from ..domain.listing import TaskFilter, cut_page, encode_cursor, waiting_fact
 from ..store import listing as q
 from ..store.retry import transactional
@@ -48,7 +48,7 @@ class ListingService:
         """One page of the queue's tasks: ``{"tasks": [...], "next_cursor"}``; task views
         without payload and result, PENDING ones with their ``waiting`` fact."""
         require_role(principal, _READERS)
-        require_queue(principal, queue_id)
+        require_visible_queue(principal, queue_id)
         with self._tx.read() as conn:
             _queue_exists(conn, queue_id)
             rows = conn.execute(q.state_range(filt), q.state_params(filt, queue_id)).mappings()
@@ -84,7 +84,7 @@ class ListingService:
         with their running attempts."""
         require_role(principal, _READERS)
         if queue_id is not None:
-            require_queue(principal, queue_id)
+            require_visible_queue(principal, queue_id)
         now = self._tx.clock()
         with self._tx.read() as conn:
             if queue_id is not None:
