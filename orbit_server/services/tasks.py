@@ -29,8 +29,13 @@ from ..auth import (
     require_visible_queue,
     task_not_found,
 )
-from ..store import listing as stats
 from ..store import task_rows
+from ..store.listing import (
+    oldest_pending_created,
+    pending_by_rank,
+    running_attempts_of_queue,
+    state_counts_of_queue,
+)
 from ..store.queues import queue_exists
 from ..store.retry import transactional
 from ..store.rows import UnitOfWork
@@ -243,13 +248,13 @@ class TaskService:
             if not queue_exists(conn, queue_id):
                 raise queue_not_found(queue_id)
             counts = {s.value: 0 for s in TaskState}
-            counts.update(stats.state_counts_of_queue(conn, queue_id))
-            running = stats.running_attempts_of_queue(conn, queue_id)
-            oldest = stats.oldest_pending_created(conn, queue_id)
+            counts.update(state_counts_of_queue(conn, queue_id))
+            running = running_attempts_of_queue(conn, queue_id)
+            oldest = oldest_pending_created(conn, queue_id)
             by_capability = capability_stats(conn, queue_id, now, self._tx.config.session_ttl_ms)
             by_priority: dict[str, int] = {}
             delayed = 0
-            for rank, later, count in stats.pending_by_rank(conn, queue_id, now):
+            for rank, later, count in pending_by_rank(conn, queue_id, now):
                 key = str(priority_of(rank))
                 by_priority[key] = by_priority.get(key, 0) + count
                 delayed += count if later else 0
@@ -360,4 +365,3 @@ def _same_spec(existing: Mapping[Any, Any], spec: domain.TaskSpec) -> None:
         raise OrbitError(ErrorCode.CONFLICT,
                          f"operation key {spec.operation_key!r} already names task "
                          f"{existing['id']}, submitted with a different spec")
-
