@@ -81,8 +81,10 @@ CASES: dict[tuple[str, str], list[Case]] = {
     ("GET", "/ui"): [Case(PUBLIC, allowed=frozenset({308}))],
     ("GET", "/ui/"): [Case(PUBLIC, allowed=frozenset({200}))],
     ("GET", "/ui/{name:str}"): [Case(PUBLIC, allowed=frozenset({200}))],
-    # Without a WebSocket upgrade; the WebSocket itself is test_every_frame_type_....
+    # Asked without a WebSocket upgrade: 426 for everyone.
     ("GET", "/v1/worker"): [Case(PUBLIC, allowed=frozenset({426}))],
+    # The WebSocket speaks frames, not requests: every frame with every principal is
+    # test_every_frame_type_with_every_principal below.
     ("WEBSOCKET", "/v1/worker"): [],
     ("POST", "/v1/queues"): [Case(ADMIN, body={})],
     ("GET", "/v1/queues"): [Case(READERS)],
