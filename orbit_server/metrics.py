@@ -35,7 +35,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -46,8 +46,8 @@ from orbit_host.tally import LONG_BOUNDS, Bounded, Counts, LabeledBuckets
 from orbit_wire.errors import ErrorCode, OrbitError
 
 from .services.effects import Counted
-from .store.listing import COUNTS_BY_QUEUE_STATE
-from .store.tables import queues
+from .store.listing import task_counts_by_queue_state
+from .store.queues import queue_names
 
 if TYPE_CHECKING:
     from .dispatcher import Dispatcher
@@ -169,9 +169,8 @@ class TaskCounts:
         with self._engine.connect() as conn:
             conn.execution_options(orbit_read_only=True)
             with conn.begin():
-                counts = {(q, s): int(n) for q, s, n in conn.execute(COUNTS_BY_QUEUE_STATE)}
-                names = {i: n for i, n in conn.execute(select(queues.c.id, queues.c.name))
-                         if n}
+                counts = task_counts_by_queue_state(conn)
+                names = queue_names(conn)
         self.counts, self.names = counts, names
         self.read_at = time.time()
         self._read_mono = time.monotonic()

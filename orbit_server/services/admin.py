@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import select
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError
 from orbit_wire.ids import is_id, new_id, new_secret
@@ -16,8 +15,9 @@ from orbit_wire.model import Role
 
 from ..auth import Principal, hash_secret, parse_bearer, principal_from_row, require_role
 from ..domain.bodies import MAX_GRACE_MS
+from ..store import credentials as stored
+from ..store.queues import existing_queue_ids, insert_queue
 from ..store.retry import transactional
-from ..store.tables import credentials, queues
 from ..store.views import queue_view
 from .context import TxContext
 from .effects import Effects
@@ -61,14 +61,12 @@ class AdminService:
         if cached is not None and cached[1] > now:
             return cached[0]
         with self._tx.read() as conn:
-            stmt = select(credentials).where(credentials.c.id == credential_id)
-            row = conn.execute(stmt).mappings().first()
+            row = stored.credential_row(conn, credential_id)
         principal = principal_from_row(row, secret, now)
         assert row is not None
         if row["last_used_at_ms"] is None or row["last_used_at_ms"] < now - LAST_USED_STEP_MS:
             with self._tx.write() as conn:
-                conn.execute(credentials.update().where(credentials.c.id == credential_id)
-                             .values(last_used_at_ms=now))
+                stored.touch_credential(conn, credential_id, now)
         if len(self._auth_cache) >= _AUTH_CACHE_MAX:
             self._auth_cache.clear()
         cached_until = now + self._tx.config.auth_cache_ms
@@ -89,7 +87,7 @@ class AdminService:
         now = self._tx.clock()
         row = {"id": new_id(now), "name": name, "created_at_ms": now}
         with self._tx.write() as conn:
-            conn.execute(queues.insert(), row)
+            insert_queue(conn, row)
         return queue_view(row)
 
     def create_credential(self, principal: Principal, role: str, queue_ids: list[str],
@@ -104,8 +102,7 @@ class AdminService:
         """Admin only: every credential without its secret (oldest first)."""
         require_role(principal, (Role.ADMIN,))
         with self._tx.read() as conn:
-            rows = conn.execute(select(credentials).order_by(credentials.c.created_at_ms,
-                                                             credentials.c.id)).mappings()
+            rows = stored.credentials_in_order(conn)
             return {"credentials": [_credential_view(row) for row in rows]}
 
     def rotate_credential(self, principal: Principal, credential_id: str, grace_ms: int,
@@ -119,8 +116,7 @@ class AdminService:
         _check_expiry(expires_at_ms, now)
         secret = new_secret()
         with self._tx.write() as conn:
-            row = conn.execute(select(credentials).where(credentials.c.id == credential_id)
-                               .with_for_update()).mappings().first()
+            row = stored.credential_for_update(conn, credential_id)
             if row is None or row["revoked_at_ms"] is not None:
                 raise OrbitError(ErrorCode.NOT_FOUND, "no such credential")
             values: dict[str, Any] = {
@@ -130,8 +126,7 @@ class AdminService:
             }
             if expires_at_ms is not None:
                 values["expires_at_ms"] = expires_at_ms
-            conn.execute(credentials.update().where(credentials.c.id == credential_id)
-                         .values(**values))
+            stored.update_credential(conn, credential_id, values)
             record_push(conn, now, PushKind.FORGET, credential_id=credential_id)
         self.forget(credential_id)
         effects = Effects()
@@ -168,11 +163,11 @@ class AdminService:
         }
         with self._tx.write() as conn:
             if wanted:
-                found = set(conn.scalars(select(queues.c.id).where(queues.c.id.in_(wanted))))
+                found = existing_queue_ids(conn, wanted)
                 missing = [q for q in wanted if q not in found]
                 if missing:
                     raise OrbitError(ErrorCode.NOT_FOUND, f"queue {missing[0]} does not exist")
-            conn.execute(credentials.insert(), row)
+            stored.insert_credential(conn, row)
         return {"credential_id": row["id"], "secret": secret, "role": role_.value,
                 "queues": wanted, "name": name, "expires_at_ms": expires_at_ms}
 
@@ -186,14 +181,11 @@ class AdminService:
             raise OrbitError(ErrorCode.NOT_FOUND, "no such credential")
         now = self._tx.clock()
         with self._tx.write() as conn:
-            found = conn.execute(
-                select(credentials.c.revoked_at_ms).where(credentials.c.id == credential_id)
-            ).first()
+            found = stored.revocation_of(conn, credential_id)
             if found is None:
                 raise OrbitError(ErrorCode.NOT_FOUND, "no such credential")
             if found[0] is None:
-                conn.execute(credentials.update().where(credentials.c.id == credential_id)
-                             .values(revoked_at_ms=now))
+                stored.revoke_credential(conn, credential_id, now)
                 record_push(conn, now, PushKind.REVOKE, credential_id=credential_id)
         self.forget(credential_id)
         effects = Effects()

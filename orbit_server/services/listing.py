@@ -14,17 +14,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
-from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import Capability, Role, TaskState
 
-from ..auth import Principal, require_queue, require_role, require_visible_queue
+from ..auth import Principal, queue_not_found, require_role, require_visible_queue
 from ..domain.listing import TaskFilter, cut_page, encode_cursor, waiting_fact
 from ..store import listing as q
+from ..store.queues import queue_exists, queue_rows
 from ..store.retry import transactional
-from ..store.rows import IN_CHUNK
-from ..store.tables import queues
 from ..store.views import queue_list_view, task_view
 from .context import TxContext
 
@@ -48,14 +46,12 @@ class ListingService:
         """One page of the queue's tasks: ``{"tasks": [...], "next_cursor"}``; task views
         without payload and result, PENDING ones with their ``waiting`` fact."""
         require_role(principal, _READERS)
-        require_queue(principal, queue_id)
+        require_visible_queue(principal, queue_id)
         with self._tx.read() as conn:
             _queue_exists(conn, queue_id)
-            rows = conn.execute(q.state_range(filt), q.state_params(filt, queue_id)).mappings()
-            page, nxt = cut_page(filt, [rows.all()])
+            page, nxt = cut_page(filt, [q.state_range_rows(conn, filt, queue_id)])
             ids = [str(row["id"]) for row in page]
-            by_id = {r["id"]: r for r in conn.execute(q.LIST_ROWS_BY_ID, {"ids": ids})
-                     .mappings()} if ids else {}
+            by_id = q.list_rows_by_id(conn, ids)
             offers = self._offers(conn, queue_id) if any(
                 r["state"] == "PENDING" for r in by_id.values()) else {}
         seen: dict[tuple[Any, ...], Any] = {}
@@ -67,16 +63,8 @@ class ListingService:
         """Every queue (admin) or the principal's queues, with task counts by state."""
         require_role(principal, _READERS)
         with self._tx.read() as conn:
-            stmt = select(queues).order_by(queues.c.created_at_ms, queues.c.id)
-            if principal.role is not Role.ADMIN:
-                stmt = stmt.where(queues.c.id.in_(sorted(principal.queues)))
-            rows = conn.execute(stmt).mappings().all()
-            counts: dict[str, dict[str, int]] = {}
-            ids = [r["id"] for r in rows]
-            for start in range(0, len(ids), IN_CHUNK):
-                for queue_id, state, n in conn.execute(
-                        q.COUNTS_OF_QUEUES, {"queue_ids": ids[start:start + IN_CHUNK]}):
-                    counts.setdefault(queue_id, {})[state] = n
+            rows = queue_rows(conn, None if principal.role is Role.ADMIN else principal.queues)
+            counts = q.task_counts_of_queues(conn, [r["id"] for r in rows])
         return {"queues": [queue_list_view(r, counts.get(r["id"], {})) for r in rows]}
 
     def list_workers(self, principal: Principal, queue_id: str | None) -> dict[str, Any]:
@@ -84,7 +72,7 @@ class ListingService:
         with their running attempts."""
         require_role(principal, _READERS)
         if queue_id is not None:
-            require_queue(principal, queue_id)
+            require_visible_queue(principal, queue_id)
         now = self._tx.clock()
         with self._tx.read() as conn:
             if queue_id is not None:
@@ -93,15 +81,12 @@ class ListingService:
                     if (queue_id is None or r["queue_id"] == queue_id)
                     and principal.may_use_queue(r["queue_id"])]
             running: dict[str, list[dict[str, Any]]] = {}
-            ids = [r["id"] for r in rows]
-            for start in range(0, len(ids), IN_CHUNK):
-                for a in conn.execute(q.RUNNING_OF_INSTANCES,
-                                      {"ids": ids[start:start + IN_CHUNK]}).mappings():
-                    running.setdefault(a["instance_id"], []).append({
-                        "task_id": a["task_id"], "attempt_id": a["id"],
-                        "child_pid": a["child_pid"],
-                        "running_ms": max(0, now - (a["started_at_ms"] or now)),
-                    })
+            for a in q.running_of_instances(conn, [r["id"] for r in rows]):
+                running.setdefault(a["instance_id"], []).append({
+                    "task_id": a["task_id"], "attempt_id": a["id"],
+                    "child_pid": a["child_pid"],
+                    "running_ms": max(0, now - (a["started_at_ms"] or now)),
+                })
         return {"workers": [worker_view(r, running.get(r["id"], [])) for r in rows]}
 
     def throughput(self, principal: Principal, queue_id: str, window_ms: int,
@@ -115,9 +100,7 @@ class ListingService:
         slots: list[dict[str, int]] = [{s: 0 for s in FINISHED_STATES} for _ in range(windows)]
         with self._tx.read() as conn:
             _queue_exists(conn, queue_id)
-            for state, slot, n in conn.execute(q.FINISHED_BY_WINDOW, {
-                    "since": since, "until": until, "window_ms": window_ms,
-                    "queue_id": queue_id}):
+            for state, slot, n in q.finished_by_window(conn, queue_id, since, until, window_ms):
                 if state in FINISHED_STATES and 0 <= int(slot) < windows:
                     slots[int(slot)][state] += n
         return {"queue_id": queue_id, "window_ms": window_ms, "until_at_ms": until,
@@ -134,8 +117,8 @@ class ListingService:
                 live.update((row["queue_id"], cap) for cap in _capabilities(row["capabilities"]))
             out = []
             offers_by_queue: dict[str, Offers] = {}
-            for queue_id, handler, version, payload_version, n, oldest in conn.execute(
-                    q.PENDING_BY_QUEUE_CAPABILITY):
+            for queue_id, handler, version, payload_version, n, oldest in (
+                    q.pending_by_queue_capability(conn)):
                 cap = Capability(handler, version, payload_version)
                 if (queue_id, cap) in live:
                     continue
@@ -164,7 +147,7 @@ def queue_offers_until(conn: Connection, queue_id: str, now: int,
     live_after = now - ttl_ms
     offers: Offers = {}
     until: int | None = None
-    for caps, seen, gone in conn.execute(q.INSTANCE_OFFERS_OF_QUEUE, {"queue_id": queue_id}):
+    for caps, seen, gone in q.instance_offers_of_queue(conn, queue_id):
         live = gone is None and seen >= live_after
         if live:
             until = seen + ttl_ms + 1 if until is None else min(until, seen + ttl_ms + 1)
@@ -186,8 +169,7 @@ def capability_stats(conn: Connection, queue_id: str, now: int,
             for cap in _capabilities(row["capabilities"]):
                 live[cap] = live.get(cap, 0) + 1
     pending: dict[Capability, tuple[int, int]] = {}
-    for handler, version, payload_version, n, oldest in conn.execute(
-            q.PENDING_BY_CAPABILITY, {"queue_id": queue_id}):
+    for handler, version, payload_version, n, oldest in q.pending_by_capability(conn, queue_id):
         pending[Capability(handler, version, payload_version)] = (n, oldest)
     offers = queue_offers(conn, queue_id, now, ttl_ms) if pending else {}
     out = []
@@ -218,7 +200,7 @@ def with_waiting(view: dict[str, Any], offers: Offers,
 
 def live_instances(conn: Connection, now: int, ttl_ms: int) -> list[Mapping[Any, Any]]:
     """Instance rows connected (per the replica serving them) and seen within ``ttl_ms``."""
-    return [r for r in conn.execute(q.INSTANCES_SEEN_SINCE, {"since": now - ttl_ms}).mappings()
+    return [r for r in q.instances_seen_since(conn, now - ttl_ms)
             if r["disconnected_at_ms"] is None and r["connected_at_ms"] is not None]
 
 
@@ -247,5 +229,5 @@ def _capabilities(text: str | None) -> list[Capability]:
 
 
 def _queue_exists(conn: Connection, queue_id: str) -> None:
-    if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
-        raise OrbitError(ErrorCode.NOT_FOUND, f"queue {queue_id} does not exist")
+    if not queue_exists(conn, queue_id):
+        raise queue_not_found(queue_id)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection
 
+from ..store.pushes import delete_pushes_before, insert_push, pushes_since
 from ..store.retry import transactional
-from ..store.tables import pushes
 from .context import TxContext
 
 # How far back each poll reads: commits that became visible late, and clock differences
@@ -47,10 +47,7 @@ def record_push(conn: Connection, now_ms: int, kind: PushKind, *,
                 credential_id: str | None = None, instance_id: str | None = None,
                 attempt_id: str | None = None, epoch: int | None = None) -> None:
     """Write a push row in the caller's transaction (it lands with the change it tells)."""
-    conn.execute(pushes.insert(), {
-        "kind": kind.value, "credential_id": credential_id, "instance_id": instance_id,
-        "attempt_id": attempt_id, "epoch": epoch, "created_at_ms": now_ms,
-    })
+    insert_push(conn, kind.value, credential_id, instance_id, attempt_id, epoch, now_ms)
 
 
 @transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
@@ -62,8 +59,7 @@ class PushService:
         """The pushes of the last PUSH_WINDOW_MS (the caller skips the ones it has seen)."""
         since = self._tx.clock() - PUSH_WINDOW_MS
         with self._tx.read() as conn:
-            rows = conn.execute(select(pushes).where(pushes.c.created_at_ms >= since)
-                                .order_by(pushes.c.id)).mappings()
+            rows = pushes_since(conn, since)
             return [Push(r["id"], PushKind(r["kind"]), r["credential_id"], r["instance_id"],
                          r["attempt_id"], r["epoch"], r["created_at_ms"]) for r in rows]
 
@@ -71,4 +67,4 @@ class PushService:
         """Delete pushes past the retention; returns how many."""
         before = self._tx.clock() - PUSH_RETENTION_MS
         with self._tx.write() as conn:
-            return conn.execute(delete(pushes).where(pushes.c.created_at_ms < before)).rowcount
+            return delete_pushes_before(conn, before)

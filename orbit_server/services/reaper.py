@@ -13,7 +13,8 @@ from orbit_wire.model import Capability, Outcome, TaskState
 
 from .. import domain
 from ..domain.listing import waiting_fact
-from ..store import queries
+from ..store import reaping
+from ..store.receipts import prune_receipts
 from ..store.retry import transactional
 from ..store.rows import UnitOfWork
 from .context import TxContext
@@ -51,11 +52,11 @@ class Reaper:
         with self._tx.write() as conn:
             uow = UnitOfWork(conn, now)
             self._wakeups.load_once(conn)
-            expired = [uow.adopt_attempt_row(r) for r in conn.execute(
-                queries.EXPIRED_LEASES, {"now": now, "n": limit}).mappings()]
+            expired = [uow.adopt_attempt_row(r)
+                       for r in reaping.expired_leases(conn, now, limit)]
             stale_before = now - cfg.reservation_ttl_ms
-            stale = [uow.adopt_attempt_row(r) for r in conn.execute(
-                queries.STALE_RESERVATIONS, {"before": stale_before, "n": limit}).mappings()]
+            stale = [uow.adopt_attempt_row(r)
+                     for r in reaping.stale_reservations(conn, stale_before, limit)]
             uow.load_tasks([a.task_id for a in expired] + [a.task_id for a in stale])
             lines = []
             for attempt in expired:
@@ -68,8 +69,7 @@ class Reaper:
                 lines.append((attempt.id, task.id, attempt.instance_id, task.state.value,
                               task.queue_id))
             release_all(uow, stale, domain.Rule.RESERVATION_EXPIRED, SERVER, effects)
-            overdue = [uow.adopt_task_row(r) for r in conn.execute(
-                queries.OVERDUE_PENDING, {"now": now, "n": limit}).mappings()]
+            overdue = [uow.adopt_task_row(r) for r in reaping.overdue_pending(conn, now, limit)]
             # Tasks released just above are PENDING in memory only; include them too.
             overdue_ids = {t.id for t in overdue}
             overdue += [t for t in uow.tasks.values() if t.id not in overdue_ids
@@ -82,12 +82,12 @@ class Reaper:
             full = (len(expired) >= limit or len(stale) >= limit or len(overdue) >= limit
                     or late >= limit)
             effects.due(now if full else None)
-            effects.due(conn.scalar(queries.NEXT_LEASE_EXPIRY))
-            oldest_reserved = conn.scalar(queries.OLDEST_RESERVATION)
-            if oldest_reserved is not None:
-                effects.due(oldest_reserved + cfg.reservation_ttl_ms)
-            effects.due(conn.scalar(queries.NEXT_PENDING_DEADLINE))
-            effects.due(conn.scalar(queries.NEXT_START_BY))
+            due = reaping.next_due(conn)
+            effects.due(due.lease_expiry)
+            if due.oldest_reservation is not None:
+                effects.due(due.oldest_reservation + cfg.reservation_ttl_ms)
+            effects.due(due.pending_deadline)
+            effects.due(due.start_by)
         self._wakeups.take_due(now, effects)
         for attempt_id, task_id, instance_id, state, queue_id in lines[:_LOGGED_EXPIRIES]:
             log.info("lease of attempt %s (task %s, worker %s) expired; the task is %s",
@@ -103,7 +103,7 @@ class Reaper:
     def _not_started(self, uow: UnitOfWork, now: int, limit: int, effects: Effects) -> int:
         """Fail the tasks whose schedule_to_start_ms passed before any attempt started
         (FAILED/NOT_STARTED_IN_TIME, with what they waited for); returns the rows read."""
-        rows = uow.conn.execute(queries.START_BY_PASSED, {"now": now, "n": limit}).mappings().all()
+        rows = reaping.start_by_passed(uow.conn, now, limit)
         offers: dict[str, Offers] = {}
         ttl = self._tx.config.session_ttl_ms
         for row in rows:
@@ -132,8 +132,4 @@ class Reaper:
         cfg = self._tx.config
         before = self._tx.clock() - cfg.receipt_retention_ms
         with self._tx.write() as conn:
-            nth = conn.scalar(queries.NTH_OLD_RECEIPT,
-                              {"before": before, "skip": cfg.reap_batch - 1})
-            upto = before - 1 if nth is None else nth  # rows of nth's millisecond go too
-            deleted: int = conn.execute(queries.DELETE_RECEIPTS_UP_TO, {"upto": upto}).rowcount
-        return deleted
+            return prune_receipts(conn, before, cfg.reap_batch)

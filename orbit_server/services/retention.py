@@ -33,13 +33,10 @@ class Retention:
             return 0
         before = self._tx.clock() - retention
         with self._tx.write() as conn:
-            ids = list(conn.scalars(q.OLD_FINISHED_TASKS, {"before": before, "n": TASK_BATCH}))
+            ids = q.old_finished_task_ids(conn, before, TASK_BATCH)
             if not ids:
                 return 0
-            for stmt in (q.DELETE_ATTEMPTS_OF, q.DELETE_EVIDENCE_OF, q.DELETE_AUDIT_OF):
-                conn.execute(stmt, {"ids": ids})
-            deleted: int = conn.execute(q.DELETE_TASKS, {"ids": ids, "before": before}).rowcount
-        return deleted
+            return q.delete_tasks(conn, ids, before)
 
     def prune_instances(self) -> int:
         """Delete up to ``reap_batch`` instance rows not seen for the receipt retention and
@@ -48,15 +45,14 @@ class Retention:
         cfg = self._tx.config
         before = self._tx.clock() - cfg.receipt_retention_ms
         with self._tx.write() as conn:
-            ids = list(conn.scalars(q.OLD_INSTANCES, {"before": before, "n": cfg.reap_batch}))
+            ids = q.old_instance_ids(conn, before, cfg.reap_batch)
             if not ids:
                 return 0
-            busy = set(conn.scalars(q.OPEN_ATTEMPT_INSTANCES, {"ids": ids}))
+            busy = q.instances_with_open_attempts(conn, ids)
             idle = [i for i in ids if i not in busy]
             if not idle:
                 return 0
-            deleted: int = conn.execute(q.DELETE_INSTANCES,
-                                        {"ids": idle, "before": before}).rowcount
+            deleted = q.delete_instances(conn, idle, before)
             if deleted and self._offers is not None:
                 self._offers.forget()  # a gone row may have been a capability's last sight
         return deleted

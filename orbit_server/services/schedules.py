@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from orbit_wire.errors import ErrorCode, OrbitError
@@ -26,8 +26,9 @@ from .. import domain
 from ..auth import Principal, queue_not_found, require_role, require_visible_queue
 from ..cron import Cron
 from ..domain.schedules import MissedTicks, ScheduleState, firing_key, parse_schedule, plan_firing
+from ..store import schedules as stored
+from ..store.queues import queue_exists
 from ..store.retry import transactional
-from ..store.tables import queues, schedule_firings, schedules
 from ..store.views import fragment
 from .context import TxContext
 from .effects import Effects
@@ -60,27 +61,23 @@ class ScheduleService:
             "created_at_ms": now, "updated_at_ms": now,
         }
         with self._tx.write() as conn:
-            if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
+            if not queue_exists(conn, queue_id):
                 raise queue_not_found(queue_id)
-            conn.execute(schedules.insert(), row)
+            stored.insert_schedule(conn, row)
         return schedule_view(row)
 
     def list_schedules(self, principal: Principal, queue_id: str) -> dict[str, Any]:
         require_role(principal, _PRODUCERS)
         require_visible_queue(principal, queue_id)
         with self._tx.read() as conn:
-            rows = conn.execute(select(schedules).where(schedules.c.queue_id == queue_id)
-                                .order_by(schedules.c.created_at_ms, schedules.c.id)).mappings()
+            rows = stored.schedules_of_queue(conn, queue_id)
             return {"schedules": [schedule_view(r) for r in rows]}
 
     def get(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
         """The schedule with its most recent firings (newest first)."""
         with self._tx.read() as conn:
             row = _schedule_row(conn, principal, schedule_id)
-            firings = conn.execute(
-                select(schedule_firings).where(schedule_firings.c.schedule_id == schedule_id)
-                .order_by(schedule_firings.c.tick_at_ms.desc()).limit(RECENT_FIRINGS)
-            ).mappings()
+            firings = stored.recent_firings(conn, schedule_id, RECENT_FIRINGS)
             return {**schedule_view(row), "firings": [firing_view(f) for f in firings]}
 
     def pause(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
@@ -101,8 +98,7 @@ class ScheduleService:
                 if state is ScheduleState.ACTIVE:
                     values["next_fire_at_ms"] = Cron(row["cron"], row["timezone"]).next_after(
                         max(now, row["last_tick_at_ms"] or 0))
-                conn.execute(update(schedules).where(schedules.c.id == schedule_id)
-                             .values(**values))
+                stored.set_schedule(conn, schedule_id, values)
                 row = {**row, **values}
             return schedule_view(row)
 
@@ -111,9 +107,7 @@ class ScheduleService:
         rows, which name the schedule) stay."""
         with self._tx.write() as conn:
             _schedule_row(conn, principal, schedule_id, lock=True)
-            conn.execute(delete(schedule_firings)
-                         .where(schedule_firings.c.schedule_id == schedule_id))
-            conn.execute(delete(schedules).where(schedules.c.id == schedule_id))
+            stored.delete_schedule(conn, schedule_id)
         return {"schedule_id": schedule_id, "deleted": True}
 
     def fire_due(self) -> tuple[Effects, int | None]:
@@ -123,7 +117,7 @@ class ScheduleService:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.read() as conn:  # most passes find nothing due: no write transaction
-            earliest = _earliest(conn)
+            earliest = stored.earliest_active_fire(conn)
         if earliest is None or earliest > now:
             return effects, earliest
         try:
@@ -136,13 +130,7 @@ class ScheduleService:
 
     def _fire(self, now: int, effects: Effects) -> int | None:
         with self._tx.write() as conn:
-            due = conn.execute(
-                select(schedules)
-                .where(schedules.c.state == ScheduleState.ACTIVE.value,
-                       schedules.c.next_fire_at_ms <= now)
-                .order_by(schedules.c.next_fire_at_ms).limit(FIRE_BATCH)
-                .with_for_update(skip_locked=True)  # another replica is firing these
-            ).mappings().all()
+            due = stored.due_schedules(conn, now, FIRE_BATCH)
             for row in due:
                 try:
                     fired = _fire_one(conn, row, now)
@@ -155,15 +143,7 @@ class ScheduleService:
                 if fired:
                     effects.ready_queues.add(row["queue_id"])
                     effects.counted().submitted.append((row["queue_id"], 1))
-            return _earliest(conn)
-
-
-def _earliest(conn: Connection) -> int | None:
-    """The earliest next tick of any ACTIVE schedule (ix_schedules_due)."""
-    earliest: int | None = conn.scalar(
-        select(func.min(schedules.c.next_fire_at_ms))
-        .where(schedules.c.state == ScheduleState.ACTIVE.value))
-    return earliest
+            return stored.earliest_active_fire(conn)
 
 
 def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int) -> bool:
@@ -173,34 +153,23 @@ def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int) -> bool:
                        cron.next_after(now), MissedTicks(row["missed_ticks"]))
     if plan.next_fire_at_ms == row["next_fire_at_ms"] and plan.tick_at_ms is None:
         return False
-    created = fired = False
+    created = False
+    fired: tuple[int, str] | None = None  # (tick, task ID) when this pass fires one
     task_id = row["last_task_id"]
     tick = plan.tick_at_ms
     record = tick if tick is not None else (cron.latest_at_or_before(now) if plan.missed
                                             else None)
-    if record is not None and conn.execute(
-        select(schedule_firings.c.tick_at_ms).where(
-            schedule_firings.c.schedule_id == row["id"],
-            schedule_firings.c.tick_at_ms == record)
-    ).first() is None:
+    if record is not None and not stored.firing_recorded(conn, row["id"], record):
         if tick is not None:
             task_id, created = _submit_for_tick(conn, row, tick, now)
-            fired = True
+            fired = (tick, task_id)
         # A tick passed over (missed_ticks=skip, too late) is recorded without a task.
-        conn.execute(schedule_firings.insert(), {
+        stored.insert_firing(conn, {
             "schedule_id": row["id"], "tick_at_ms": record,
             "task_id": task_id if tick is not None else None, "fired_at_ms": now,
             "missed": plan.missed,
         })
-    moved = conn.execute(
-        update(schedules)
-        .where(schedules.c.id == row["id"],
-               schedules.c.next_fire_at_ms == row["next_fire_at_ms"])  # compare-and-set
-        .values(next_fire_at_ms=plan.next_fire_at_ms, updated_at_ms=now,
-                **({} if not fired else {"last_tick_at_ms": tick, "last_task_id": task_id,
-                                         "fired": schedules.c.fired + 1}))
-    ).rowcount
-    if moved != 1:
+    if not stored.advance_schedule(conn, row, plan.next_fire_at_ms, now, fired):
         # Another writer advanced it first: undo this transaction's firing and let it be.
         raise OrbitError(ErrorCode.UNAVAILABLE, "schedule raced; retry", retryable=True)
     return created
@@ -225,8 +194,7 @@ def _schedule_row(conn: Connection, principal: Principal, schedule_id: str,
     require_role(principal, _PRODUCERS)
     row = None
     if is_id(schedule_id):
-        stmt = select(schedules).where(schedules.c.id == schedule_id)
-        row = conn.execute(stmt.with_for_update() if lock else stmt).mappings().first()
+        row = stored.schedule_row(conn, schedule_id, lock)
     if row is None or not principal.may_use_queue(row["queue_id"]):
         # The same answer for "not yours": nothing is revealed of other queues.
         raise OrbitError(ErrorCode.NOT_FOUND, f"schedule {schedule_id} does not exist")

@@ -12,14 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id, new_id
 from orbit_wire.jsonvalue import encode_value
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME, MAX_SUBMIT_BATCH
-from orbit_wire.model import AttemptState, Role, TaskState
+from orbit_wire.model import Role, TaskState
 
 from .. import domain
 from ..auth import (
@@ -29,11 +29,17 @@ from ..auth import (
     require_visible_queue,
     task_not_found,
 )
-from ..store import queries
-from ..store.prepared import first_row
+from ..store import task_rows
+from ..store.listing import (
+    oldest_pending_created,
+    pending_by_rank,
+    running_attempts_of_queue,
+    state_counts_of_queue,
+)
+from ..store.queues import queue_exists
 from ..store.retry import transactional
-from ..store.rows import IN_CHUNK, INSERT_AUDIT, INSERT_TASK, UnitOfWork
-from ..store.tables import attempts, audit, evidence, priority_of, queues, rank_of, tasks
+from ..store.rows import UnitOfWork
+from ..store.tables import priority_of, rank_of
 from ..store.views import attempt_view, audit_view, evidence_view, task_view
 from .binding import WorkerBinding
 from .context import TxContext
@@ -136,7 +142,7 @@ class TaskService:
     def _require_queue(self, conn: Connection, queue_id: str) -> None:
         if queue_id in self._known_queues:
             return
-        if conn.execute(queries.QUEUE_EXISTS, {"id": queue_id}).first() is None:
+        if not queue_exists(conn, queue_id):
             raise queue_not_found(queue_id)
         if len(self._known_queues) >= _KNOWN_QUEUES_MAX:
             self._known_queues.clear()
@@ -155,15 +161,8 @@ class TaskService:
         """A task's attempts (by epoch) and the evidence stored for it."""
         with self._tx.read() as conn:
             _task_row(conn, principal, task_id)
-            attempt_rows = conn.execute(
-                select(attempts).where(attempts.c.task_id == task_id)
-                .order_by(attempts.c.epoch)
-            ).mappings()
-            attempt_views = [attempt_view(r) for r in attempt_rows]
-            evidence_rows = conn.execute(
-                select(evidence).where(evidence.c.task_id == task_id)
-                .order_by(evidence.c.received_at_ms, evidence.c.id)
-            ).mappings()
+            attempt_views = [attempt_view(r) for r in task_rows.attempts_of_task(conn, task_id)]
+            evidence_rows = task_rows.evidence_of_task(conn, task_id)
             return {"attempts": attempt_views,
                     "evidence": [evidence_view(r) for r in evidence_rows]}
 
@@ -171,10 +170,7 @@ class TaskService:
         """A task's audit events, oldest first."""
         with self._tx.read() as conn:
             _task_row(conn, principal, task_id)
-            rows = conn.execute(
-                select(audit).where(audit.c.task_id == task_id)
-                .order_by(audit.c.at_ms, audit.c.id)
-            ).mappings()
+            rows = task_rows.audit_of_task(conn, task_id)
             return {"events": [audit_view(r) for r in rows]}
 
     def cancel_task(self, principal: Principal, task_id: str, reason: str | None
@@ -204,7 +200,7 @@ class TaskService:
                           "task_cancelled", before, task.state, detail)
                 effects.terminal_tasks.append(task.id)
                 uow.flush()
-            out = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().one()
+            out = _written_task_row(conn, task_id)
         return task_view(out), effects
 
     def review(self, principal: Principal, task_id: str, action: str, result: object,
@@ -227,8 +223,7 @@ class TaskService:
         with self._tx.write() as conn:
             uow, task = _adopt_task(conn, principal, task_id, now)
             before = task.state
-            last = conn.execute(queries.LAST_ATTEMPT_OF_TASK,
-                                {"task_id": task.id}).mappings().first()
+            last = task_rows.last_attempt_of_task(conn, task.id)
             not_before = domain.retry_not_before(
                 uow.adopt_attempt_row(last) if last is not None else None,
                 self._tx.config.kill_grace_ms)
@@ -236,7 +231,7 @@ class TaskService:
             uow.audit(task.id, None, principal.operator, "task_reviewed", before, task.state,
                       {"action": review_action.value, **({"reason": reason} if reason else {})})
             uow.flush()
-            out = conn.execute(queries.TASK_BY_ID, {"id": task_id}).mappings().one()
+            out = _written_task_row(conn, task_id)
         if task.state is not TaskState.PENDING:
             effects.terminal_tasks.append(task.id)
         else:
@@ -250,40 +245,23 @@ class TaskService:
         require_visible_queue(principal, queue_id)
         now = self._tx.clock()
         with self._tx.read() as conn:
-            if conn.execute(select(queues.c.id).where(queues.c.id == queue_id)).first() is None:
+            if not queue_exists(conn, queue_id):
                 raise queue_not_found(queue_id)
             counts = {s.value: 0 for s in TaskState}
-            for state, count in conn.execute(
-                select(tasks.c.state, func.count()).where(tasks.c.queue_id == queue_id)
-                .group_by(tasks.c.state)
-            ):
-                counts[state] = count
-            running = conn.scalar(
-                select(func.count()).select_from(attempts).where(
-                    attempts.c.state == AttemptState.RUNNING.value,
-                    attempts.c.queue_id == queue_id,
-                )
-            )
-            oldest = conn.scalar(
-                select(func.min(tasks.c.created_at_ms)).where(
-                    tasks.c.queue_id == queue_id, tasks.c.state == TaskState.PENDING.value
-                )
-            )
+            counts.update(state_counts_of_queue(conn, queue_id))
+            running = running_attempts_of_queue(conn, queue_id)
+            oldest = oldest_pending_created(conn, queue_id)
             by_capability = capability_stats(conn, queue_id, now, self._tx.config.session_ttl_ms)
             by_priority: dict[str, int] = {}
             delayed = 0
-            for rank, later, count in conn.execute(
-                select(tasks.c.dispatch_rank, tasks.c.available_at_ms > now, func.count())
-                .where(tasks.c.queue_id == queue_id, tasks.c.state == TaskState.PENDING.value)
-                .group_by(tasks.c.dispatch_rank, tasks.c.available_at_ms > now)
-            ):
+            for rank, later, count in pending_by_rank(conn, queue_id, now):
                 key = str(priority_of(rank))
                 by_priority[key] = by_priority.get(key, 0) + count
                 delayed += count if later else 0
         return {
             "queue_id": queue_id,
             "counts": counts,
-            "running_attempts": running or 0,
+            "running_attempts": running,
             "oldest_pending_age_ms": None if oldest is None else max(0, now - oldest),
             "capabilities": by_capability,
             # PENDING tasks by priority (highest first), and how many of them wait for a
@@ -301,7 +279,8 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
     rows. An operation key inserted meanwhile by another writer raises IntegrityError."""
     out: Submitted = []
     new_rows: list[dict[str, Any]] = []
-    keyed = _existing_by_key(conn, queue_id, [s.operation_key for s in parsed if s.operation_key])
+    keyed = task_rows.tasks_by_operation_key(
+        conn, queue_id, [s.operation_key for s in parsed if s.operation_key])
     for spec in parsed:
         if spec.operation_key is not None and spec.operation_key in keyed:
             existing = keyed[spec.operation_key]
@@ -314,8 +293,7 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
             keyed[spec.operation_key] = row
         out.append((task_view(row), True))
     if new_rows:
-        INSERT_TASK.run(conn, new_rows)
-        INSERT_AUDIT.run(conn, [
+        task_rows.insert_new_tasks(conn, new_rows, [
             {"task_id": r["id"], "attempt_id": None, "at_ms": now, "actor": actor,
              "kind": "task_submitted", "from_state": None,
              "to_state": _PENDING, "detail": detail}
@@ -327,9 +305,16 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
 def _task_row(conn: Connection, principal: Principal, task_id: str) -> Mapping[Any, Any]:
     """The task's row, if the principal is a producer (or admin) of its queue."""
     require_role(principal, _PRODUCERS)
-    row = first_row(conn, queries.TASK_BY_ID, {"id": task_id}) if is_id(task_id) else None
+    row = task_rows.task_row(conn, task_id) if is_id(task_id) else None
     if row is None or not principal.may_use_queue(row["queue_id"]):
         raise task_not_found(task_id)  # the same answer for "not yours": nothing is revealed
+    return row
+
+
+def _written_task_row(conn: Connection, task_id: str) -> Mapping[Any, Any]:
+    """The row of a task this transaction holds (adopted above, so it exists)."""
+    row = task_rows.task_row(conn, task_id)
+    assert row is not None
     return row
 
 
@@ -380,17 +365,3 @@ def _same_spec(existing: Mapping[Any, Any], spec: domain.TaskSpec) -> None:
         raise OrbitError(ErrorCode.CONFLICT,
                          f"operation key {spec.operation_key!r} already names task "
                          f"{existing['id']}, submitted with a different spec")
-
-
-def _existing_by_key(conn: Connection, queue_id: str,
-                     keys: list[str | None]) -> dict[str, Mapping[Any, Any]]:
-    """The queue's tasks that already carry one of these operation keys, by key."""
-    found: dict[str, Mapping[Any, Any]] = {}
-    wanted = [k for k in dict.fromkeys(keys) if k is not None]
-    for start in range(0, len(wanted), IN_CHUNK):
-        chunk = wanted[start:start + IN_CHUNK]
-        for row in conn.execute(
-            select(tasks).where(tasks.c.queue_id == queue_id, tasks.c.operation_key.in_(chunk))
-        ).mappings():
-            found[row["operation_key"]] = row
-    return found

@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select
-
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
     ClaimOp,
@@ -43,12 +41,12 @@ from orbit_wire.model import AttemptState, Disposition, Role, TaskState
 
 from .. import domain
 from ..auth import hash_secret, principal_from_row, require_queue, secret_matches, secret_opens
-from ..store import queries
-from ..store.prepared import first_row
+from ..store import instances
+from ..store.credentials import credential_row, touch_credential
 from ..store.receipts import Receipt, answer_result, load_receipts, receipt_row, replay
 from ..store.retry import transactional
 from ..store.rows import UnitOfWork
-from ..store.tables import attempts, credentials, instances
+from ..store.task_rows import claimed_attempts, task_row
 from ..store.views import task_view
 from .binding import NO_CLAIMS, ClaimRoom, Presence, WorkerBinding, worker_actor
 from .context import TxContext
@@ -59,16 +57,6 @@ from .recording import fail_at_deadline, record_close, release_all
 from .reservations import Reservations, reservation, reservation_of, reserve_for, reserve_in
 from .wakeups import Wakeups
 
-# A connection's row, only while that connection (replica, connect instant) still holds it.
-_THIS_CONNECTION = and_(instances.c.id == bindparam("_id"),
-                        instances.c.connected_at_ms == bindparam("_connected"),
-                        instances.c.replica == bindparam("_replica"))
-_PRESENCE = instances.update().where(_THIS_CONNECTION).values(
-    last_seen_at_ms=bindparam("_seen"), credit=bindparam("_credit"),
-    last_heartbeat_at_ms=bindparam("_heard"))
-_DISCONNECTED = instances.update().where(
-    _THIS_CONNECTION, instances.c.disconnected_at_ms.is_(None)).values(
-    disconnected_at_ms=bindparam("_seen"), last_seen_at_ms=bindparam("_seen"), credit=0)
 # Evidence of the attempt's own epoch whose kill facts the attempt keeps (domain
 # keep_late_facts): the lease ran out before the report came, or the reaper closed it.
 _LATE_FACTS_KEPT = frozenset({domain.EvidenceReason.LEASE_EXPIRED,
@@ -99,16 +87,12 @@ class WorkerService:
                                 f"protocol {hello.protocol} is not supported")
         now = self._tx.clock()
         with self._tx.write() as conn:
-            row = conn.execute(
-                select(credentials).where(credentials.c.id == hello.credential_id)
-            ).mappings().first()
+            row = credential_row(conn, hello.credential_id)
             principal = principal_from_row(row, hello.credential_secret, now)
             if principal.role is not Role.WORKER:
                 raise AuthError(ErrorCode.PERMISSION_DENIED, "only a worker credential may connect")
             require_queue(principal, hello.queue_id)
-            instance = conn.execute(
-                select(instances).where(instances.c.id == hello.instance_id)
-            ).mappings().first()
+            instance = instances.instance_row(conn, hello.instance_id)
             connection = {
                 "last_seen_at_ms": now, "replica": self._replica, "agent": hello.agent,
                 "capabilities": capabilities_json(dict.fromkeys(hello.capabilities)),
@@ -116,7 +100,7 @@ class WorkerService:
                 "last_heartbeat_at_ms": now, "disconnected_at_ms": None,
             }
             if instance is None:
-                conn.execute(instances.insert(), {
+                instances.insert_instance(conn, {
                     "id": hello.instance_id, "secret_hash": hash_secret(hello.instance_secret),
                     "credential_id": hello.credential_id, "queue_id": hello.queue_id,
                     "created_at_ms": now, **connection,
@@ -127,10 +111,8 @@ class WorkerService:
                         and instance["queue_id"] == hello.queue_id):
                     raise OrbitError(ErrorCode.INSTANCE_CONFLICT,
                                      "instance ID is bound to another secret, credential or queue")
-                conn.execute(instances.update().where(instances.c.id == hello.instance_id)
-                             .values(**connection))
-            conn.execute(credentials.update().where(credentials.c.id == hello.credential_id)
-                         .values(last_used_at_ms=now))
+                instances.update_instance(conn, hello.instance_id, connection)
+            touch_credential(conn, hello.credential_id, now)
             self._forget_offers()
         return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
                              tuple(dict.fromkeys(hello.capabilities)),
@@ -149,12 +131,10 @@ class WorkerService:
             return 0
         now = self._tx.clock()
         with self._tx.write() as conn:
-            updated: int = conn.execute(_PRESENCE, [
-                {"_id": p.instance_id, "_connected": p.connected_at_ms,
-                 "_replica": self._replica, "_seen": now, "_credit": p.credit,
-                 "_heard": p.last_frame_at_ms}
+            updated = instances.record_presence(conn, self._replica, now, [
+                (p.instance_id, p.connected_at_ms, p.credit, p.last_frame_at_ms)
                 for p in sessions
-            ]).rowcount
+            ])
         return updated
 
     def release_reservations(self, instance_id: str, connected_at_ms: int | None = None
@@ -167,15 +147,10 @@ class WorkerService:
         with self._tx.write() as conn:
             uow = UnitOfWork(conn, self._tx.clock())
             if connected_at_ms is not None:
-                conn.execute(_DISCONNECTED, {
-                    "_id": instance_id, "_connected": connected_at_ms,
-                    "_replica": self._replica, "_seen": uow.now_ms})
+                instances.mark_disconnected(conn, instance_id, connected_at_ms,
+                                            self._replica, uow.now_ms)
                 self._forget_offers()
-            for row in conn.execute(
-                select(attempts).where(attempts.c.instance_id == instance_id,
-                                       attempts.c.state == AttemptState.RESERVED.value)
-                .with_for_update()
-            ).mappings():
+            for row in instances.reserved_attempts_of(conn, instance_id):
                 uow.adopt_attempt_row(row)
             release_all(uow, list(uow.attempts.values()), domain.Rule.SESSION_ENDED,
                         worker_actor(instance_id), effects)
@@ -247,7 +222,7 @@ class WorkerService:
             if watched is not None:
                 for task_id in effects.terminal_tasks:
                     if watched(task_id):
-                        row = first_row(conn, queries.TASK_BY_ID, {"id": task_id})
+                        row = task_row(conn, task_id)
                         if row is not None:
                             effects.terminal_views[task_id] = task_view(row)
         return results, effects
@@ -354,8 +329,7 @@ class WorkerService:
 
 def _credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
     """Whether the secret the session's hello presented still opens its credential."""
-    # Every reserve and worker request asks: a statement built once.
-    row = first_row(conn, queries.CREDENTIAL_BY_ID, {"id": binding.credential_id})
+    row = credential_row(conn, binding.credential_id)
     return secret_opens(row, binding.secret_hash, now)[0]
 
 
@@ -395,8 +369,7 @@ def _replay_claim(uow: UnitOfWork, msg_id: str, seen: Receipt) -> tuple[OpResult
     if kind != "claim":
         return replay(msg_id, "claim", seen, uow.now_ms), 0
     ids = answer["claimed"]
-    rows = {row["attempt_id"]: row for row in uow.conn.execute(
-        queries.CLAIMED_ATTEMPTS, {"ids": ids}).mappings()} if ids else {}
+    rows = claimed_attempts(uow.conn, ids)
     claimed = []
     used = 0
     for attempt_id in ids:

@@ -1,16 +1,20 @@
-"""The operator's read statements: a state's range of a queue's task list (keyset, on
-``ix_tasks_queue_state_created``), the page's rows by id, queue counts, the instances of a
-queue and their running attempts. tests/integration/store/test_index_plans.py checks the
-task list's plan."""
+"""The operator's reads: a state's range of a queue's task list (keyset, on
+``ix_tasks_queue_state_created``), the page's rows by id, queue counts and a queue's stats,
+the instances of a queue and their running attempts, what each queue's pending work waits
+for, and the tasks finished per window. tests/integration/store/test_index_plans.py checks
+the task list's plan."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Connection,
     Integer,
+    RowMapping,
     Select,
     and_,
     bindparam,
@@ -24,6 +28,7 @@ from sqlalchemy import (
 from orbit_wire.model import AttemptState, TaskState
 
 from ..domain.listing import TaskFilter
+from .rows import IN_CHUNK
 from .tables import attempts, instances, tasks
 
 _INDEX_HINT = "FORCE INDEX (ix_tasks_queue_state_created)"
@@ -150,3 +155,109 @@ FINISHED_BY_WINDOW = (
     .with_hint(tasks, _FINISHED_HINT, dialect_name="mysql")
     .with_hint(tasks, _FINISHED_HINT, dialect_name="mariadb")
 )
+
+# A queue's stats (services.tasks.TaskService.queue_stats).
+STATE_COUNTS_OF_QUEUE = (select(tasks.c.state, func.count())
+                         .where(tasks.c.queue_id == bindparam("queue_id"))
+                         .group_by(tasks.c.state))
+RUNNING_OF_QUEUE = select(func.count()).select_from(attempts).where(
+    attempts.c.state == AttemptState.RUNNING.value,
+    attempts.c.queue_id == bindparam("queue_id"),
+)
+OLDEST_PENDING_OF_QUEUE = select(func.min(tasks.c.created_at_ms)).where(
+    tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == TaskState.PENDING.value)
+_LATER = tasks.c.available_at_ms > bindparam("now")
+PENDING_BY_RANK = (
+    select(tasks.c.dispatch_rank, _LATER, func.count())
+    .where(tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == TaskState.PENDING.value)
+    .group_by(tasks.c.dispatch_rank, _LATER)
+)
+
+
+def state_range_rows(conn: Connection, filt: TaskFilter, queue_id: str) -> list[RowMapping]:
+    """The rows of every state range ``filt`` wants of the queue (``state_range``)."""
+    return list(conn.execute(state_range(filt), state_params(filt, queue_id)).mappings())
+
+
+def list_rows_by_id(conn: Connection, ids: Sequence[str]) -> dict[str, RowMapping]:
+    """These tasks' page rows (LIST_COLUMNS), by ID."""
+    if not ids:
+        return {}
+    return {r["id"]: r for r in conn.execute(LIST_ROWS_BY_ID, {"ids": list(ids)}).mappings()}
+
+
+def task_counts_of_queues(conn: Connection, queue_ids: Sequence[str]
+                          ) -> dict[str, dict[str, int]]:
+    """Each queue's task counts by state (states without tasks left out), by queue."""
+    counts: dict[str, dict[str, int]] = {}
+    for start in range(0, len(queue_ids), IN_CHUNK):
+        for queue_id, state, n in conn.execute(
+                COUNTS_OF_QUEUES, {"queue_ids": list(queue_ids[start:start + IN_CHUNK])}):
+            counts.setdefault(queue_id, {})[state] = n
+    return counts
+
+
+def task_counts_by_queue_state(conn: Connection) -> dict[tuple[str, str], int]:
+    """Every queue's task counts by state, by (queue, state)."""
+    return {(q, s): int(n) for q, s, n in conn.execute(COUNTS_BY_QUEUE_STATE)}
+
+
+def state_counts_of_queue(conn: Connection, queue_id: str) -> dict[str, int]:
+    """The queue's task counts by state (states without tasks left out)."""
+    return {state: n for state, n in conn.execute(STATE_COUNTS_OF_QUEUE,
+                                                  {"queue_id": queue_id})}
+
+
+def running_attempts_of_queue(conn: Connection, queue_id: str) -> int:
+    running: int | None = conn.scalar(RUNNING_OF_QUEUE, {"queue_id": queue_id})
+    return running or 0
+
+
+def oldest_pending_created(conn: Connection, queue_id: str) -> int | None:
+    """When the queue's oldest PENDING task was created, or None."""
+    oldest: int | None = conn.scalar(OLDEST_PENDING_OF_QUEUE, {"queue_id": queue_id})
+    return oldest
+
+
+def pending_by_rank(conn: Connection, queue_id: str, now: int) -> list[Any]:
+    """(dispatch rank, available after ``now``, count) of the queue's PENDING tasks."""
+    return list(conn.execute(PENDING_BY_RANK, {"queue_id": queue_id, "now": now}))
+
+
+def instances_seen_since(conn: Connection, since: int) -> list[RowMapping]:
+    """Instance rows seen at or after ``since``, by queue, connect instant and ID."""
+    return list(conn.execute(INSTANCES_SEEN_SINCE, {"since": since}).mappings())
+
+
+def instance_offers_of_queue(conn: Connection, queue_id: str) -> list[Any]:
+    """(capabilities JSON, last seen, disconnected at) of each instance of the queue."""
+    return list(conn.execute(INSTANCE_OFFERS_OF_QUEUE, {"queue_id": queue_id}))
+
+
+def running_of_instances(conn: Connection, instance_ids: Sequence[str]) -> list[RowMapping]:
+    """The RUNNING attempts of these instances (instance, task, attempt, child pid, start),
+    by start within each chunk of IN_CHUNK instances."""
+    rows: list[RowMapping] = []
+    for start in range(0, len(instance_ids), IN_CHUNK):
+        rows.extend(conn.execute(RUNNING_OF_INSTANCES, {
+            "ids": list(instance_ids[start:start + IN_CHUNK])}).mappings())
+    return rows
+
+
+def pending_by_capability(conn: Connection, queue_id: str) -> list[Any]:
+    """(handler, handler version, payload version, count, oldest creation) of the queue's
+    PENDING tasks."""
+    return list(conn.execute(PENDING_BY_CAPABILITY, {"queue_id": queue_id}))
+
+
+def pending_by_queue_capability(conn: Connection) -> list[Any]:
+    """(queue, handler, handler version, payload version, count, oldest creation) of every
+    queue's PENDING tasks."""
+    return list(conn.execute(PENDING_BY_QUEUE_CAPABILITY))
+
+
+def finished_by_window(conn: Connection, queue_id: str, since: int, until: int,
+                       window_ms: int) -> list[Any]:
+    """(end state, window index, count) of the queue's tasks finished in [since, until)."""
+    return list(conn.execute(FINISHED_BY_WINDOW, {
+        "since": since, "until": until, "window_ms": window_ms, "queue_id": queue_id}))

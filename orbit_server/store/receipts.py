@@ -1,8 +1,9 @@
 """Operation receipts: every worker op's answer is stored in the transaction that applied it,
 so a retransmitted ``msg_id`` gets the stored answer instead of applying twice
 (docs/protocol.md). ``load_receipts`` reads a request's receipts in one statement per 500
-message IDs, ``receipt_row`` is the row a caller queues on its ``UnitOfWork``, and ``replay``
-turns a stored answer into the op's result again.
+message IDs, ``receipt_row`` is the row a caller queues on its ``UnitOfWork``, ``replay``
+turns a stored answer into the op's result again, and ``prune_receipts`` deletes the oldest
+past the retention.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from . import queries
 from .prepared import prepared_select
 from .rows import IN_CHUNK
 
-__all__ = ["Receipt", "answer_result", "load_receipts", "receipt_row", "replay"]
+__all__ = ["Receipt", "answer_result", "load_receipts", "prune_receipts", "receipt_row",
+           "replay"]
 
 # A stored answer: (the op's kind, its answer as JSON-ready data).
 Receipt = tuple[str, dict[str, Any]]
@@ -80,3 +82,13 @@ def answer_result(msg_id: str, answer: Mapping[Any, Any]) -> OpResult:
         disposition=Disposition(disposition) if disposition else None,
         task_state=TaskState(state) if state else None,
     )
+
+
+def prune_receipts(conn: Connection, before: int, batch: int) -> int:
+    """Delete the oldest receipts created before ``before``, about ``batch`` of them: the
+    creation instant of the ``batch``-th oldest, then a range delete up to it (rows of its
+    millisecond go too; ``ix_receipts_created``). Returns how many were deleted."""
+    nth = conn.scalar(queries.NTH_OLD_RECEIPT, {"before": before, "skip": batch - 1})
+    upto = before - 1 if nth is None else nth
+    deleted: int = conn.execute(queries.DELETE_RECEIPTS_UP_TO, {"upto": upto}).rowcount
+    return deleted

@@ -1,18 +1,19 @@
 """Statements of bounded storage: the oldest finished tasks past the retention (on
 ``ix_tasks_finished``) and their rows in every table, and instance rows long unseen (on
-``ix_instances_seen``). Every one is a range on an index or a delete by keys."""
+``ix_instances_seen``). Every one is a range on an index or a delete by keys; locked rows
+are another replica's batch, skipped, so replicas never wait on each other."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, delete, select
+from sqlalchemy import Connection, Integer, bindparam, delete, select
 
 from orbit_wire.model import AttemptState
 
 from .tables import attempts, audit, evidence, instances, tasks
 
-# Locked rows are another replica's batch: skipped, so replicas never wait on each other.
 OLD_FINISHED_TASKS = (
     select(tasks.c.id)
     .where(tasks.c.finished_at_ms < bindparam("before"))
@@ -42,3 +43,34 @@ OPEN_ATTEMPT_INSTANCES = select(attempts.c.instance_id).where(
 # Unseen since ``before`` still: a hello in between (any replica) keeps the row.
 DELETE_INSTANCES = delete(instances).where(instances.c.id.in_(_IDS),
                                            instances.c.last_seen_at_ms < bindparam("before"))
+
+
+def old_finished_task_ids(conn: Connection, before: int, n: int) -> list[str]:
+    """Up to ``n`` tasks finished before ``before``, oldest first, each locked by us."""
+    return list(conn.scalars(OLD_FINISHED_TASKS, {"before": before, "n": n}))
+
+
+def delete_tasks(conn: Connection, ids: Sequence[str], before: int) -> int:
+    """Delete these tasks' attempts, evidence and audit rows, then the tasks still finished
+    before ``before``; returns the tasks deleted."""
+    params = {"ids": list(ids)}
+    for stmt in (DELETE_ATTEMPTS_OF, DELETE_EVIDENCE_OF, DELETE_AUDIT_OF):
+        conn.execute(stmt, params)
+    deleted: int = conn.execute(DELETE_TASKS, {**params, "before": before}).rowcount
+    return deleted
+
+
+def old_instance_ids(conn: Connection, before: int, n: int) -> list[str]:
+    """Up to ``n`` instances last seen before ``before``, oldest first, each locked by us."""
+    return list(conn.scalars(OLD_INSTANCES, {"before": before, "n": n}))
+
+
+def instances_with_open_attempts(conn: Connection, ids: Sequence[str]) -> set[str]:
+    """Which of these instances hold a RESERVED or RUNNING attempt."""
+    return set(conn.scalars(OPEN_ATTEMPT_INSTANCES, {"ids": list(ids)}))
+
+
+def delete_instances(conn: Connection, ids: Sequence[str], before: int) -> int:
+    """Delete these instances if still unseen since ``before``; returns how many."""
+    deleted: int = conn.execute(DELETE_INSTANCES, {"ids": list(ids), "before": before}).rowcount
+    return deleted

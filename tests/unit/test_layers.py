@@ -16,16 +16,29 @@
     pure modules (PURE below) import no I/O library and read no clock (FORBIDDEN_IN_PURE):
     time comes in as ``now`` and randomness as a draw, so tests drive them with fake clocks.
 
+    module                    must not                                     why
+    orbit_server outside      import SQLAlchemy's statement constructors   every statement lives in
+    store/ (the Alembic       (STATEMENT_BUILDERS: select, insert, text,   store/, in a function
+    migrations are in it)     func, ...; sqlalchemy.sql, .schema,          named for what it reads
+                              .dialects), a Table of store/tables.py, or   or writes; services
+                              build SQL text (SQL_TEXT, exec_driver_sql)   call those functions
+
 Every module of every package is parsed (relative imports resolved against the module's own
-package), and a failure names the file, the line and the import.
+package), and a failure names the file, the line and the import (or the SQL built).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy.schema
+import sqlalchemy.sql.expression
+
+from orbit_server.store import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ("orbit_wire", "orbit_host", "orbit_child", "orbit_supervisor", "orbit_server",
@@ -73,6 +86,32 @@ FORBIDDEN_IN_PURE = frozenset({
 })
 
 
+# Where statements are built: store/ alone (its migrations included).
+STATEMENT_HOME = "orbit_server/store"
+# What builds a statement or a piece of one: every public constructor of SQLAlchemy's SQL
+# expression language and schema (select, insert, update, delete, text, func, and_,
+# bindparam, Table, DDL, ...), asked of SQLAlchemy itself so a new one is covered too.
+STATEMENT_BUILDERS = frozenset(
+    name for module in (sqlalchemy.sql.expression, sqlalchemy.schema)
+    for name, value in vars(module).items()
+    if not name.startswith("_") and getattr(value, "__module__", "").startswith("sqlalchemy")
+)
+# SQLAlchemy modules that hold nothing but statement and schema constructors.
+STATEMENT_MODULES = ("sqlalchemy.sql", "sqlalchemy.schema", "sqlalchemy.dialects")
+# The Tables of store/tables.py: ``tasks.update()`` builds a statement as ``update`` does.
+TABLES = frozenset(name for name, value in vars(tables).items()
+                   if isinstance(value, sqlalchemy.Table))
+TABLES_MODULE = "orbit_server.store.tables"
+# SQL as text: a statement's shape anywhere in a string, or a string opening with a bare
+# keyword in capitals (``"BEGIN"``, ``"SELECT 1"``). Docstrings are prose and not read.
+SQL_TEXT = re.compile(r"""
+    \bSELECT\b.+\bFROM\b | \bINSERT\s+INTO\b | \bUPDATE\s+\S+\s+SET\b | \bDELETE\s+FROM\b
+  | \bPRAGMA\s+\w | \bBEGIN\s+(IMMEDIATE|EXCLUSIVE|DEFERRED)\b
+  | \b(CREATE|ALTER|DROP|TRUNCATE)\s+(TABLE|INDEX|VIEW|DATABASE)\b
+  | (?-i:^\s*(SELECT|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE\s+SAVEPOINT)\b)
+""", re.IGNORECASE | re.DOTALL | re.VERBOSE)
+
+
 def modules() -> list[Path]:
     return sorted(p for package in OURS for p in (ROOT / package).rglob("*.py")
                   if "migrations" not in p.parts)
@@ -103,6 +142,76 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def statement_modules() -> list[Path]:
+    """Every module of orbit_server outside store/."""
+    return [p for p in sorted((ROOT / "orbit_server").rglob("*.py"))
+            if not p.relative_to(ROOT).as_posix().startswith(STATEMENT_HOME + "/")]
+
+
+def _resolved(package: list[str], node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _is_statement_module(name: str) -> bool:
+    return any(name == m or name.startswith(m + ".") for m in STATEMENT_MODULES)
+
+
+def sql_built(source: str, module: str) -> Iterator[tuple[int, str]]:
+    """(line, what) for every way ``source`` (the module named ``module``, for relative
+    imports) builds a statement: see the docstring's last table."""
+    tree = ast.parse(source)
+    package = module.split(".")[:-1]
+    aliases: set[str] = set()  # names bound to the sqlalchemy package itself
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_statement_module(alias.name) or alias.name == TABLES_MODULE:
+                    yield node.lineno, f"imports {alias.name}"
+                elif alias.name == "sqlalchemy" or alias.name.startswith("sqlalchemy."):
+                    aliases.add(alias.asname or "sqlalchemy")
+        elif isinstance(node, ast.ImportFrom):
+            source_module = _resolved(package, node)
+            for alias in node.names:
+                full = f"{source_module}.{alias.name}"
+                builder = source_module == "sqlalchemy" and alias.name in STATEMENT_BUILDERS
+                if builder or _is_statement_module(full):
+                    yield node.lineno, f"imports {full}"
+                elif full == TABLES_MODULE or (source_module == TABLES_MODULE
+                                               and alias.name in TABLES):
+                    yield node.lineno, f"imports the table {full}"
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id in aliases and node.attr in STATEMENT_BUILDERS):
+            yield node.lineno, f"uses {node.value.id}.{node.attr}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr == "exec_driver_sql"):
+            yield node.lineno, "runs SQL text (exec_driver_sql)"
+    docstrings = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "x"
+                           for v in node.values)
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and id(node) not in docstrings):
+            text = node.value
+        else:
+            continue
+        if SQL_TEXT.search(text):
+            yield node.lineno, f"holds SQL text {text[:60]!r}"
+
+
 def violations(path: Path, forbidden: frozenset[str]) -> list[str]:
     where = path.relative_to(ROOT)
     return [f"{where}:{line} imports {name}" for line, name in imports(path)
@@ -118,6 +227,41 @@ def test_package_imports_only_what_its_layer_allows(path: Path) -> None:
 @pytest.mark.parametrize("path", pure_modules(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_pure_module_imports_no_io_and_no_clock(path: Path) -> None:
     assert violations(path, FORBIDDEN_IN_PURE) == []
+
+
+@pytest.mark.parametrize("path", statement_modules(),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_statements_are_built_only_in_the_store(path: Path) -> None:
+    where = path.relative_to(ROOT)
+    module = ".".join(where.with_suffix("").parts)
+    assert [f"{where}:{line} {what}" for line, what in sql_built(path.read_text(), module)] == []
+
+
+def test_the_statement_rule_sees_every_way_to_build_sql() -> None:
+    # One line per way; each must be reported, or a statement could pass unseen. The code
+    # is only parsed.
+    source = """
+import sqlalchemy as sa
+import sqlalchemy.sql.expression
+from sqlalchemy import Connection, select
+from sqlalchemy.dialects.mysql import insert
+from ..store.tables import tasks, rank_of
+from ..store import tables
+rows = sa.text
+conn.exec_driver_sql(query)
+stmt = "SELECT id FROM tasks WHERE state = ?"
+more = f"UPDATE {table} SET state = ?"
+begin = "BEGIN"
+def read() -> None:
+    \"\"\"A docstring may say: SELECT id FROM tasks, BEGIN.\"\"\"
+    note = "select the queue first"
+"""
+    found = sorted(sql_built(source, "orbit_server.services.example"))
+    assert [line for line, _ in found] == [3, 4, 5, 6, 7, 8, 9, 10, 11, 12], found
+    assert "Connection" not in str(found) and "rank_of" not in str(found)
+    assert {"select", "insert", "update", "delete", "text", "func", "and_", "bindparam",
+            "Table"} <= STATEMENT_BUILDERS
+    assert "tasks" in TABLES and "Connection" not in STATEMENT_BUILDERS
 
 
 def test_every_listed_pure_module_exists() -> None:

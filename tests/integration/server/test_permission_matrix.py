@@ -1,27 +1,34 @@
-"""Every HTTP route of the task and credential API with every kind of principal: none, a
-malformed token, a wrong secret, a revoked credential, a worker, a producer of another
-queue, the queue's producer and an admin. Each answer is the allowed one or the typed
-refusal (401, 403 for a role, 404 for another queue, exactly as for a missing one), and a
-refusal changes nothing. Then every client frame and op type of the worker WebSocket
-(hello, heartbeat, credit, and resume, start, renew, finish, drain, claim in a request)
-with every principal: no hello, a malformed, wrong or revoked credential, a producer, an
-admin, another queue's worker (refused at hello for this queue, and in a session of its
-own queue unable to reach this queue's attempt) and the queue's own worker (allowed).
-Both stores."""
+"""Every HTTP route of the app with every kind of principal: none, a malformed token, a
+wrong secret, a revoked credential, a worker, a producer of another queue, the queue's
+producer and an admin. The routes are the app's router's own: one the matrix leaves out
+fails test_the_matrix_covers_every_route, naming it. Each answer is the allowed one or the
+typed refusal (401, 403 for a role, 404 for another queue's queue, task or schedule,
+exactly as for a missing one), and a refusal changes nothing. Then every client frame and
+op type of the worker WebSocket (hello, heartbeat, credit, and resume, start, renew,
+finish, drain, claim in a request) with every principal: no hello, a malformed, wrong or
+revoked credential, a producer, an admin, another queue's worker (refused at hello for this
+queue, and in a session of its own queue unable to reach this queue's attempt) and the
+queue's own worker (allowed). Both stores."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import websockets
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from support.lanes import Lane
 from support.orbit_http import OrbitEnv, expect, http_client, task_spec
 from support.protocol_client import ECHO, ProtocolClient, random_instance
 from support.server import ServerProcess
 
+from orbit_server.app import OrbitServer
+from orbit_server.config import ServerConfig
 from orbit_wire.frames import (
     AttemptRef,
     ClaimOp,
@@ -40,41 +47,134 @@ from orbit_wire.frames import (
 )
 from orbit_wire.model import Outcome
 
-ADMIN_ONLY = {"create_queue", "create_credential", "list_credentials", "rotate", "revoke"}
+MISSING = "f" * 32
+# Who may call a route: any caller (PUBLIC, a fixed answer), an admin only (ADMIN), any
+# producer or admin, answering from its own queues (READERS), or a producer of the queue
+# named or owning the task or schedule named, and admins (QUEUE).
+PUBLIC, ADMIN, READERS, QUEUE = "public", "admin", "readers", "queue"
 
 
-def _routes(queue: str, task: str, cred: str) -> dict[str, tuple[str, str, Any]]:
-    return {
-        "create_queue": ("POST", "/v1/queues", {}),
-        "stats": ("GET", f"/v1/queues/{queue}/stats", None),
-        "throughput": ("GET", f"/v1/queues/{queue}/throughput", None),
-        "me": ("GET", "/v1/me", None),
-        "create_credential": ("POST", "/v1/credentials", {"role": "producer", "queues": [queue]}),
-        "list_credentials": ("GET", "/v1/credentials", None),
-        "rotate": ("POST", f"/v1/credentials/{cred}/rotate", {"grace_ms": 0}),
-        "revoke": ("DELETE", f"/v1/credentials/{cred}", None),
-        "submit": ("POST", f"/v1/queues/{queue}/tasks", task_spec()),
-        "batch": ("POST", f"/v1/queues/{queue}/tasks/batch", {"tasks": [task_spec()]}),
-        "get": ("GET", f"/v1/tasks/{task}", None),
-        "attempts": ("GET", f"/v1/tasks/{task}/attempts", None),
-        "audit": ("GET", f"/v1/tasks/{task}/audit", None),
-        "review": ("POST", f"/v1/tasks/{task}/review", {"action": "retry"}),
-        "cancel": ("POST", f"/v1/tasks/{task}/cancel", {}),
-    }
+@dataclass(frozen=True)
+class Case:
+    """One request of a route: its ``access``, the query string and body, and the status an
+    allowed caller gets (a PUBLIC route: every caller)."""
+
+    access: str
+    query: str = ""
+    body: Any = None
+    allowed: frozenset[int] = frozenset({200, 201})
 
 
-def _expected(principal: str, route: str) -> set[int]:
+def _schedule_body() -> dict[str, Any]:
+    # Paused, and due once a year even when resumed: no task fires during the test.
+    return {"cron": "0 0 1 1 *", "paused": True, "task": task_spec()}
+
+
+# Every route of the app, by (method, path template) as its router has it, with the requests
+# the matrix sends it; test_the_matrix_covers_every_route holds this equal to the router.
+# In order: a destructive request (revoke, cancel, delete) comes after the others on its
+# target.
+CASES: dict[tuple[str, str], list[Case]] = {
+    ("GET", "/healthz"): [Case(PUBLIC, allowed=frozenset({200}))],
+    ("GET", "/openapi.json"): [Case(PUBLIC, allowed=frozenset({200}))],
+    ("GET", "/metrics"): [Case(PUBLIC, allowed=frozenset({200}))],
+    ("GET", "/ui"): [Case(PUBLIC, allowed=frozenset({308}))],
+    ("GET", "/ui/"): [Case(PUBLIC, allowed=frozenset({200}))],
+    ("GET", "/ui/{name:str}"): [Case(PUBLIC, allowed=frozenset({200}))],
+    # Asked without a WebSocket upgrade: 426 for everyone.
+    ("GET", "/v1/worker"): [Case(PUBLIC, allowed=frozenset({426}))],
+    # The WebSocket speaks frames, not requests: every frame with every principal is
+    # test_every_frame_type_with_every_principal below.
+    ("WEBSOCKET", "/v1/worker"): [],
+    ("POST", "/v1/queues"): [Case(ADMIN, body={})],
+    ("GET", "/v1/queues"): [Case(READERS)],
+    ("GET", "/v1/queues/{queue_id}/stats"): [Case(QUEUE)],
+    ("GET", "/v1/queues/{queue_id}/throughput"): [Case(QUEUE)],
+    ("GET", "/v1/queues/{queue_id}/tasks"): [Case(QUEUE), Case(QUEUE, "?state=PENDING")],
+    ("GET", "/v1/workers"): [Case(READERS), Case(QUEUE, "?queue_id={queue_id}")],
+    ("GET", "/v1/me"): [Case(READERS)],
+    ("POST", "/v1/credentials"): [Case(ADMIN, body={"role": "producer", "queues": ["{queue_id}"]})],
+    ("GET", "/v1/credentials"): [Case(ADMIN)],
+    ("POST", "/v1/credentials/{credential_id}/rotate"): [Case(ADMIN, body={"grace_ms": 0})],
+    ("DELETE", "/v1/credentials/{credential_id}"): [Case(ADMIN)],
+    ("POST", "/v1/queues/{queue_id}/tasks"): [Case(QUEUE, body=task_spec())],
+    ("POST", "/v1/queues/{queue_id}/tasks/batch"): [Case(QUEUE, body={"tasks": [task_spec()]})],
+    ("GET", "/v1/tasks/{task_id}"): [Case(QUEUE), Case(QUEUE, "?wait_ms=10")],
+    ("GET", "/v1/tasks/{task_id}/attempts"): [Case(QUEUE)],
+    ("GET", "/v1/tasks/{task_id}/audit"): [Case(QUEUE)],
+    # Allowed, but the task is not in NEEDS_REVIEW.
+    ("POST", "/v1/tasks/{task_id}/review"): [Case(QUEUE, body={"action": "retry"},
+                                                  allowed=frozenset({409}))],
+    ("POST", "/v1/tasks/{task_id}/cancel"): [Case(QUEUE, body={})],
+    ("POST", "/v1/queues/{queue_id}/schedules"): [Case(QUEUE, body=_schedule_body())],
+    ("GET", "/v1/queues/{queue_id}/schedules"): [Case(QUEUE)],
+    ("GET", "/v1/schedules/{schedule_id}"): [Case(QUEUE)],
+    ("POST", "/v1/schedules/{schedule_id}/pause"): [Case(QUEUE)],
+    ("POST", "/v1/schedules/{schedule_id}/resume"): [Case(QUEUE)],
+    ("DELETE", "/v1/schedules/{schedule_id}"): [Case(QUEUE)],
+}
+_PARAM = re.compile(r"{(\w+)(?::\w+)?}")
+
+
+def _fill(template: str, targets: dict[str, str]) -> str:
+    return _PARAM.sub(lambda m: targets[m.group(1)], template)
+
+
+def _body(body: Any, targets: dict[str, str]) -> Any:
+    if isinstance(body, str):
+        return _fill(body, targets)
+    if isinstance(body, list):
+        return [_body(b, targets) for b in body]
+    if isinstance(body, dict):
+        return {k: _body(v, targets) for k, v in body.items()}
+    return body
+
+
+def _expected(principal: str, case: Case) -> set[int]:
+    if case.access == PUBLIC:
+        return set(case.allowed)
     if principal in ("none", "malformed", "wrong", "revoked"):
         return {401}
     if principal == "worker":
         return {403}
-    if route in ADMIN_ONLY:
-        return {403} if principal != "admin" else {200, 201}
-    if principal == "stranger":
-        return {200} if route == "me" else {404}  # itself, but no other queue
-    if route == "review":
-        return {409}  # allowed, but the task is not in NEEDS_REVIEW
-    return {200, 201}
+    if case.access == ADMIN:
+        return set(case.allowed) if principal == "admin" else {403}
+    if principal == "stranger" and case.access == QUEUE:
+        return {404}  # another queue's: exactly as a missing one (checked below)
+    return set(case.allowed)
+
+
+def _router_routes(tmp_path: Path) -> set[tuple[str, str]]:
+    """(method, path template) of every route of the real app (HEAD left out: Starlette
+    adds it to every GET), the routes of a mount under its prefix."""
+    server = OrbitServer(ServerConfig(db_url=f"sqlite:///{tmp_path / 'routes.db'}"))
+    try:
+        found: set[tuple[str, str]] = set()
+        pending: list[tuple[str, BaseRoute]] = [("", r) for r in server.app.routes]
+        while pending:
+            prefix, route = pending.pop()
+            if isinstance(route, Mount):
+                pending.extend((prefix + route.path, r) for r in route.routes)
+            elif isinstance(route, WebSocketRoute):
+                found.add(("WEBSOCKET", prefix + route.path))
+            else:
+                assert isinstance(route, Route), route
+                found.update((m, prefix + route.path) for m in route.methods or ()
+                             if m != "HEAD")
+        return found
+    finally:
+        server.engine.dispose()
+
+
+def test_the_matrix_covers_every_route(tmp_path: Path) -> None:
+    routes = _router_routes(tmp_path)
+    assert sorted(routes - set(CASES)) == [], "routes the permission matrix leaves out"
+    assert sorted(set(CASES) - routes) == [], "matrix entries for routes the app lacks"
+
+
+def _masked(response: httpx.Response) -> tuple[int, str]:
+    """Status and body with every 32-hex ID replaced, so two answers compare as equal."""
+    return response.status_code, re.sub(r"[0-9a-f]{32}", "<id>", response.text)
 
 
 @contextlib.contextmanager
@@ -117,23 +217,42 @@ def _matrix(orbit: OrbitEnv, lane: Lane) -> None:
     order = ["none", "malformed", "wrong", "revoked", "worker", "stranger", "producer", "admin"]
     for principal in order:
         client = principals[principal]
-        # A fresh target per principal: an allowed cancel or revoke must not hide the next.
+        # Fresh targets per principal: an allowed cancel, revoke or delete must not hide the
+        # next.
         task = lane.submit()
-        target = orbit.credential("producer", [lane.queue])["credential_id"]
-        before = (lane.task(task["id"]), len(lane.audit(task["id"])))
-        for route, (method, path, body) in _routes(lane.queue, task["id"], target).items():
-            answer = client.request(method, path, json=body)
-            wanted = _expected(principal, route)
-            assert answer.status_code in wanted, (principal, route, answer.text[:300])
-            assert "Traceback" not in answer.text
-            if answer.status_code >= 400:
-                assert answer.json()["error"]["code"], answer.text
+        schedule = expect(lane.producer.post(f"/v1/queues/{lane.queue}/schedules",
+                                             json=_schedule_body()), 201)
+        targets = {"queue_id": lane.queue, "task_id": task["id"], "schedule_id": schedule["id"],
+                   "credential_id": orbit.credential("producer", [lane.queue])["credential_id"],
+                   "name": "app.js"}
+        missing = {**targets, "queue_id": MISSING, "task_id": MISSING, "schedule_id": MISSING}
+        before = _targets_state(orbit, lane, targets)
+        for (method, template), cases in CASES.items():
+            for case in cases:
+                path = _fill(template + case.query, targets)
+                answer = client.request(method, path, json=_body(case.body, targets))
+                wanted = _expected(principal, case)
+                assert answer.status_code in wanted, (principal, method, path, answer.text[:300])
+                assert "Traceback" not in answer.text
+                if answer.status_code >= 400:
+                    assert answer.json()["error"]["code"], answer.text
+                if principal == "stranger" and case.access == QUEUE:
+                    # Nothing is revealed of another queue: the answer for a missing one.
+                    absent = client.request(method, _fill(template + case.query, missing),
+                                            json=_body(case.body, missing))
+                    assert _masked(answer) == _masked(absent), (method, path)
         if principal not in ("producer", "admin"):
-            # Every refusal left the task, its audit and the target credential as they were.
-            assert (lane.task(task["id"]), len(lane.audit(task["id"]))) == before, principal
-            listed = expect(orbit.admin_http.get("/v1/credentials"), 200)["credentials"]
-            mine = next(c for c in listed if c["credential_id"] == target)
-            assert mine["revoked_at_ms"] is None and mine["previous_secret_until_ms"] is None
+            # Every refusal left the task, its audit, the schedule and the target credential
+            # as they were.
+            assert _targets_state(orbit, lane, targets) == before, principal
+
+
+def _targets_state(orbit: OrbitEnv, lane: Lane, targets: dict[str, str]) -> tuple[Any, ...]:
+    task_id = targets["task_id"]
+    schedule = expect(lane.producer.get(f"/v1/schedules/{targets['schedule_id']}"), 200)
+    listed = expect(orbit.admin_http.get("/v1/credentials"), 200)["credentials"]
+    credential = next(c for c in listed if c["credential_id"] == targets["credential_id"])
+    return (lane.task(task_id), len(lane.audit(task_id)), schedule, credential)
 
 
 # ---------------------------------------------------------------- the worker WebSocket

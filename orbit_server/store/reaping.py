@@ -1,0 +1,49 @@
+"""The reaper's reads (services/reaper.py): the attempts and tasks that fell due, each batch
+locked with SKIP LOCKED so replicas' reapers never wait on each other, and when something is
+next due. The statements are queries.py's (their plans are checked there)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from sqlalchemy import Connection, RowMapping
+
+from . import queries
+
+__all__ = ["NextDue", "expired_leases", "next_due", "overdue_pending", "stale_reservations",
+           "start_by_passed"]
+
+
+def expired_leases(conn: Connection, now: int, n: int) -> list[RowMapping]:
+    """Up to ``n`` RUNNING attempts whose lease ended by ``now``, earliest first."""
+    return list(conn.execute(queries.EXPIRED_LEASES, {"now": now, "n": n}).mappings())
+
+
+def stale_reservations(conn: Connection, before: int, n: int) -> list[RowMapping]:
+    """Up to ``n`` RESERVED attempts reserved by ``before``, oldest first."""
+    return list(conn.execute(queries.STALE_RESERVATIONS, {"before": before, "n": n}).mappings())
+
+
+def overdue_pending(conn: Connection, now: int, n: int) -> list[RowMapping]:
+    """Up to ``n`` PENDING tasks whose deadline passed by ``now``, earliest first."""
+    return list(conn.execute(queries.OVERDUE_PENDING, {"now": now, "n": n}).mappings())
+
+
+def start_by_passed(conn: Connection, now: int, n: int) -> list[RowMapping]:
+    """Up to ``n`` tasks whose start-by instant passed by ``now``, earliest first."""
+    return list(conn.execute(queries.START_BY_PASSED, {"now": now, "n": n}).mappings())
+
+
+class NextDue(NamedTuple):
+    """When something is next due, each None when nothing is (MIN over an indexed range)."""
+
+    lease_expiry: int | None  # the earliest lease end of a RUNNING attempt
+    oldest_reservation: int | None  # when the oldest RESERVED attempt was reserved
+    pending_deadline: int | None  # the earliest deadline of a PENDING task
+    start_by: int | None  # the earliest start-by instant
+
+
+def next_due(conn: Connection) -> NextDue:
+    return NextDue(*(conn.scalar(stmt) for stmt in (
+        queries.NEXT_LEASE_EXPIRY, queries.OLDEST_RESERVATION, queries.NEXT_PENDING_DEADLINE,
+        queries.NEXT_START_BY)))
