@@ -38,10 +38,11 @@ from .parts import ServerParts
 from .services import Effects, Services
 from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
 from .services.retention import TASK_BATCH
-from .store.db import create_engine_for, is_sqlite, migrate
+from .store.db import create_engine_for, is_sqlite, migrate, sqlite_file
 from .store.retry import faults_logged
 from .store_thread import StoreThread
 from .waiters import TaskWaiters
+from .wal_sync import Durability, WalSync
 from .ws_endpoint import ws_routes
 
 if TYPE_CHECKING:
@@ -86,14 +87,20 @@ class OrbitServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.clock = wall_clock_ms
-        self.engine = create_engine_for(config.db_url)
+        # A SQLite file's WAL is synced by a thread of its own (orbit_server/wal_sync.py).
+        db_file = sqlite_file(config.db_url)
+        self.engine = create_engine_for(
+            config.db_url, synchronous="FULL" if db_file is None else "NORMAL")
         # How instance rows and logs name this server among the replicas of one database.
         self.replica = f"{socket.gethostname()}:{config.port or os.getpid()}"
         self.services = Services(self.engine, config, wall_clock_ms, random.Random(),
                                  self.replica)
         # Calls queued while one commits share the next commit (group commit).
+        self.wal = (None if db_file is None else
+                    WalSync(db_file, self.services.tx.commits, Durability(config.durability)))
         self.store = StoreThread(self.services.tx.run_group, config.group_commit_max,
-                                 self.services.tx.pinned, timed=config.metrics)
+                                 self.services.tx.pinned, timed=config.metrics, wal=self.wal,
+                                 commits=None if self.wal is None else self.services.tx.commits)
         self.waiters = TaskWaiters()
         self.dispatcher = Dispatcher(self.store, self.services.workers)
         self._reaper_wake = asyncio.Event()
@@ -291,6 +298,8 @@ class OrbitServer:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        if self.wal is not None:
+            self.wal.start()
         self.store.start()
         self.dispatcher.start()
         self._tasks = [
@@ -325,6 +334,8 @@ class OrbitServer:
             if self.metrics is not None:
                 self.metrics.close()
             self.store.close()
+            if self.wal is not None:
+                self.wal.close()  # after the store thread: it syncs the last commits
             self.engine.dispose()
             log.info("orbit-server stopped", extra=fields("server_stopped"))
 

@@ -143,6 +143,10 @@ def main(ctx: click.Context) -> None:
               help="text for people; json: one record per line (docs/observability.md).")
 @click.option("--access-log/--no-access-log", default=True, show_default=True,
               help="One record per HTTP request (method, route, status, duration).")
+@click.option("--durability", type=click.Choice(["full", "process"]),
+              help="SQLite: full (default) answers a step once it is on disk; process once "
+                   "the server process could crash without losing it (a power loss may lose "
+                   "up to 1 s of answered steps; docs/deployment.md).")
 def serve(db_url: str | None = None, host: str | None = None, port: int | None = None,
           tls_cert: str | None = None, tls_key: str | None = None,
           session_ttl_ms: int | None = None, kill_grace_ms: int | None = None,
@@ -155,8 +159,8 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
           timeout_keep_alive: int | None = None,
           task_retention: str | None = None, metrics: bool | None = None,
           metrics_token_file: str | None = None, metrics_refresh_ms: int | None = None,
-          log_level: str = "info", log_format: str = "text", access_log: bool = True
-          ) -> None:
+          log_level: str = "info", log_format: str = "text", access_log: bool = True,
+          durability: str | None = None) -> None:
     """Migrate the database to the latest schema and serve until SIGTERM/SIGINT."""
     from .app import serve as run
 
@@ -182,7 +186,7 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
                      task_retention_ms=None if task_retention is None
                      else _duration_ms(task_retention, "--task-retention"),
                      metrics=metrics, metrics_refresh_ms=metrics_refresh_ms,
-                     metrics_token=_token_file(metrics_token_file))
+                     metrics_token=_token_file(metrics_token_file), durability=durability)
     with _one_line_errors():
         run(config, log_level=log_level)
 

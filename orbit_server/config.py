@@ -85,6 +85,10 @@ class ServerConfig:
     # Queued store calls run in one transaction with one commit, at most this many (1: each
     # call commits alone).
     group_commit_max: int = 32
+    # SQLite only (orbit_server/wal_sync.py, docs/deployment.md "Durability"): "full" answers
+    # a step once it is on disk; "process" answers once it is in the kernel's page cache and
+    # syncs every second, so a power loss may lose up to a second of acknowledged steps.
+    durability: str = "full"
 
     def __post_init__(self) -> None:
         for name in ("session_ttl_ms", "reaper_interval_ms", "reap_batch", "push_poll_ms",
@@ -104,6 +108,9 @@ class ServerConfig:
         if self.metrics_token is not None and len(self.metrics_token) < MIN_METRICS_TOKEN_LEN:
             raise OrbitError(ErrorCode.BAD_REQUEST, f"the metrics token must be at least "
                              f"{MIN_METRICS_TOKEN_LEN} characters")
+        if self.durability not in ("full", "process"):
+            raise OrbitError(ErrorCode.BAD_REQUEST,
+                             f"durability must be full or process, not {self.durability!r}")
         if not 0 <= self.port <= 65535:
             raise OrbitError(ErrorCode.BAD_REQUEST, f"port {self.port} is out of range")
 

@@ -35,6 +35,8 @@ from typing import Any, ParamSpec, TypeVar
 from orbit_host.tally import Buckets
 from orbit_wire.errors import ErrorCode, OrbitError
 
+from .wal_sync import CommitCounter, WalSync
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -63,6 +65,13 @@ def _resolve_all(items: list[_Item], outcomes: list[tuple[bool, Any]]) -> None:
         _resolve(fut, ok, value)
 
 
+def _hand_over(loop: asyncio.AbstractEventLoop, items: list[_Item],
+               outcomes: list[tuple[bool, Any]]) -> None:
+    """Resolve a turn's futures on the loop: one wake-up for the whole turn."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+        loop.call_soon_threadsafe(_resolve_all, items, outcomes)
+
+
 class StoreThread:
     """Runs callables one at a time on a dedicated thread.
 
@@ -73,7 +82,8 @@ class StoreThread:
 
     def __init__(self, group: GroupRunner | None = None, group_max: int = GROUP_MAX,
                  around: Callable[[], AbstractContextManager[None]] | None = None, *,
-                 timed: bool = False) -> None:
+                 timed: bool = False, wal: WalSync | None = None,
+                 commits: CommitCounter | None = None) -> None:
         # timed: each turn's duration on the thread (one call or one group commit, retries
         # included) goes into ``timings`` by lane, written by this thread only.
         self.timings: dict[str, Buckets] | None = (
@@ -87,6 +97,12 @@ class StoreThread:
         self._normal: deque[_Item] = deque()
         self._closing = False
         self._thread: threading.Thread | None = None
+        # With a WAL sync thread (--durability), a turn's answers wait for the sync that
+        # covers the commits made up to its end (orbit_server/wal_sync.py).
+        self._wal = wal
+        self._commits = commits
+        if (wal is None) != (commits is None):
+            raise ValueError("wal and commits go together")
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -158,10 +174,13 @@ class StoreThread:
             outcomes = self._outcomes(items)
             if timings is not None:
                 timings["worker" if streak else "normal"].observe(time.perf_counter() - started)
-            try:  # one wake-up of the loop for the whole group
-                loop.call_soon_threadsafe(_resolve_all, items, outcomes)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
+            if self._wal is not None and self._commits is not None:
+                self._wal.after(self._commits.count,
+                                functools.partial(_hand_over, loop, items, outcomes))
+            elif loop.is_closed():
                 return
+            else:
+                _hand_over(loop, items, outcomes)
 
     def _outcomes(self, items: list[_Item]) -> list[tuple[bool, Any]]:
         if len(items) > 1 and self._group is not None:

@@ -29,6 +29,7 @@ from orbit_wire.errors import OrbitError
 
 from ..config import ServerConfig
 from ..store.retry import is_retryable_conflict, no_retries, translate
+from ..wal_sync import CommitCounter
 
 # (True, value) or (False, exception), per call.
 CallOutcome = tuple[bool, Any]
@@ -56,6 +57,8 @@ class TxContext:
     # Called when a group commit rolled back (caches filled from its reads forget them).
     _rollback_hooks: list[Callable[[], None]] = field(default_factory=list, repr=False,
                                                       compare=False)
+    # Commits made so far: the WAL sync thread covers each before its answers leave.
+    commits: CommitCounter = field(default_factory=CommitCounter, repr=False, compare=False)
 
     def on_group_rollback(self, hook: Callable[[], None]) -> None:
         self._rollback_hooks.append(hook)
@@ -71,12 +74,15 @@ class TxContext:
                 yield conn
             return
         pinned: Connection | None = getattr(self._group, "writer", None)
-        if pinned is not None:
-            with pinned.begin():
-                yield pinned
-            return
-        with self.engine.begin() as conn:
-            yield conn
+        try:
+            if pinned is not None:
+                with pinned.begin():
+                    yield pinned
+                return
+            with self.engine.begin() as conn:
+                yield conn
+        finally:  # counted even when COMMIT failed: it may have happened
+            self.commits.bump()
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -152,6 +158,8 @@ class TxContext:
             except DBAPIError as exc:  # the commit may have happened: never run again
                 typed = translate(exc) or exc
                 return [(False, typed) for _ in calls]
+            finally:
+                self.commits.bump()
             return outcomes
         finally:
             if conn is not pinned:

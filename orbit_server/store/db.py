@@ -1,11 +1,12 @@
 """Engine creation and schema migration.
 
-SQLite connections get WAL (checkpointed every WAL_AUTOCHECKPOINT_PAGES), synchronous=FULL,
-a busy timeout and foreign keys, and every write transaction starts with ``BEGIN IMMEDIATE``
-so two writers never deadlock while upgrading a read lock (the pysqlite recipe from the
-SQLAlchemy docs: the driver's own transaction handling is switched off and the ``begin``
-event emits BEGIN itself). A connection with the execution option ``orbit_read_only=True``
-begins a plain deferred transaction instead.
+SQLite connections get WAL (checkpointed every WAL_AUTOCHECKPOINT_PAGES), synchronous=FULL
+(``synchronous="NORMAL"`` for the server's own engine, whose WAL a thread of its own syncs:
+orbit_server/wal_sync.py), a busy timeout and foreign keys, and every write transaction
+starts with ``BEGIN IMMEDIATE`` so two writers never deadlock while upgrading a read lock
+(the pysqlite recipe from the SQLAlchemy docs: the driver's own transaction handling is
+switched off and the ``begin`` event emits BEGIN itself). A connection with the execution
+option ``orbit_read_only=True`` begins a plain deferred transaction instead.
 
 MySQL/MariaDB URLs (``mysql://`` or ``mariadb://``) run on PyMySQL: the server's store calls
 are synchronous SQLAlchemy Core on a store thread (docs/deployment.md says why). Their
@@ -78,10 +79,24 @@ def normalize_url(url: str) -> URL:
     return parsed
 
 
-def create_engine_for(url: str, **kwargs: Any) -> Engine:
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite URL naming a plain file; None for anything else
+    (MySQL, ``:memory:``, ``file:`` URIs)."""
+    parsed = make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:" or (
+            database.startswith("file:")):
+        return None
+    return Path(database).expanduser()
+
+
+def create_engine_for(url: str, *, synchronous: str = "FULL", **kwargs: Any) -> Engine:
     """A sync engine for ``url``; for a SQLite file its directory is created first.
+    ``synchronous`` is SQLite's setting for every connection (FULL or NORMAL).
 
     Bound parameters never appear in error messages (they may hold payloads and hashes)."""
+    if synchronous not in ("FULL", "NORMAL"):
+        raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
     parsed = normalize_url(url)
     kwargs.setdefault("hide_parameters", True)
     if parsed.get_backend_name() != "sqlite":
@@ -93,7 +108,7 @@ def create_engine_for(url: str, **kwargs: Any) -> Engine:
     # One store thread uses each connection at a time, but not always the thread that made it.
     connect_args.setdefault("check_same_thread", False)
     engine = create_engine(parsed, connect_args=connect_args, **kwargs)
-    event.listen(engine, "connect", _sqlite_on_connect)
+    event.listen(engine, "connect", functools.partial(_sqlite_on_connect, synchronous))
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
 
@@ -134,13 +149,14 @@ def _mysql_on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-def _sqlite_on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+def _sqlite_on_connect(synchronous: str, dbapi_connection: sqlite3.Connection,
+                       _record: Any) -> None:
     # Let us emit BEGIN ourselves; pysqlite would otherwise defer it and commit before DDL.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
