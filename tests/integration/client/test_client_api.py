@@ -17,6 +17,7 @@ import pytest
 from support.lanes import NO_BACKOFF
 from support.orbit_http import OrbitEnv, WorkerCredential
 from support.protocol_client import ECHO, ProtocolClient
+from support.waiting import UNIT
 
 from orbit_client import (
     AsyncOrbitClient,
@@ -28,7 +29,7 @@ from orbit_client import (
 )
 from orbit_wire.errors import ErrorCode
 
-BOUND_S = 10.0  # generous bound for anything that should take milliseconds
+BOUND_S = 10.0 * UNIT  # generous bound for anything that should take milliseconds
 
 
 def spec(payload: Any = None, **policy: Any) -> dict[str, Any]:
