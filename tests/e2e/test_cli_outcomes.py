@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
-import subprocess
 from pathlib import Path
 
 import orjson
@@ -25,8 +23,7 @@ from support.cli import (
 )
 from support.orbit_http import WorkerCredential
 from support.protocol_client import ECHO, ProtocolClient
-from support.server import ServerProcess
-from support.waiting import UNIT
+from support.server import ServerProcess, https_server
 
 from orbit_client import Credentials, load_credentials, write_credentials
 from orbit_wire.ids import is_id
@@ -208,16 +205,7 @@ def test_health_needs_no_credentials(server: ServerProcess, tmp_path: Path) -> N
 
 
 def test_certificate_failure_is_named(tmp_path: Path) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60 * UNIT)
-    srv = ServerProcess(tmp_path / "tls", extra_args=("--tls-cert", str(cert),
-                                                      "--tls-key", str(key)))
-    srv.url_scheme = "https"
+    srv, cert = https_server(tmp_path)
     try:
         srv.start()
         result = run_orbit("--url", srv.url, "health")  # self-signed: not trusted

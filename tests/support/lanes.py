@@ -1,13 +1,21 @@
-"""Protocol-test helpers: a ``Lane`` is one queue with a producer and a worker credential."""
+"""A ``Lane``: one queue with a producer and a worker credential, the setup most tests
+start from (``Lane.open(orbit)``), and helpers of the protocol tests around it.
+
+    lane = Lane.open(orbit)                        # queue, producer client, worker credential
+    lane.credentials_file(tmp_path / "p.json")     # the producer's file, for the client or CLI
+    lane.credentials_file(tmp_path / "w.json", "worker")
+"""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import httpx
 
+from orbit_host.credentials import Credentials, write_credentials
 from orbit_wire.model import Capability
 
 from .orbit_http import OrbitEnv, WorkerCredential, expect, task_spec
@@ -26,6 +34,31 @@ class Lane:
     queue: str
     producer: httpx.Client
     worker: WorkerCredential
+    producer_credentials: Credentials
+
+    @classmethod
+    def open(cls, env: OrbitEnv, name: str | None = None) -> Lane:
+        """A new queue on ``env``'s server (named ``name``), with a producer and a worker
+        credential made by its admin."""
+        queue = env.queue(name)
+        made = env.credential("producer", [queue])
+        producer = Credentials(env.server.url, made["credential_id"], made["secret"],
+                               "producer", (queue,))
+        return cls(env, queue, env.client(producer.bearer), env.worker_credential(queue),
+                   producer)
+
+    @property
+    def worker_credentials(self) -> Credentials:
+        w = self.worker
+        return Credentials(self.env.server.url, w.credential_id, w.secret, "worker",
+                           (self.queue,))
+
+    def credentials_file(self, path: Path,
+                         role: Literal["producer", "worker"] = "producer") -> Path:
+        """Write the producer's (or the worker's) credentials file at ``path`` (mode 0600)."""
+        write_credentials(path, self.worker_credentials if role == "worker"
+                          else self.producer_credentials)
+        return path
 
     @property
     def ws_url(self) -> str:

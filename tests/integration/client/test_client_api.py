@@ -14,8 +14,8 @@ from typing import Any
 
 import psutil
 import pytest
-from support.lanes import NO_BACKOFF
-from support.orbit_http import OrbitEnv, WorkerCredential
+from support.lanes import NO_BACKOFF, Lane
+from support.orbit_http import OrbitEnv
 from support.protocol_client import ECHO, ProtocolClient
 from support.waiting import UNIT
 
@@ -48,21 +48,16 @@ class Setup:
     """An admin client, one queue, and a producer client with a credentials file."""
 
     def __init__(self, orbit: OrbitEnv, tmp_path: Path) -> None:
+        lane = Lane.open(orbit, "client-tests")
         self.env = orbit
         self.tmp = tmp_path
         self.admin = OrbitClient(credentials=orbit.admin)
-        self.queue = self.admin.create_queue("client-tests")["id"]
-        self.producer_file = tmp_path / "producer.json"
-        self.producer_creds = self.admin.create_credential(
-            "producer", [self.queue], "p", path=self.producer_file
-        )
+        self.queue = lane.queue
+        self.producer_file = lane.credentials_file(tmp_path / "producer.json")
+        self.producer_creds = lane.producer_credentials
         self.producer = OrbitClient(credentials=self.producer_file)
-        self.worker_creds = self.admin.create_credential("worker", [self.queue], "w")
-
-    @property
-    def worker(self) -> WorkerCredential:
-        c = self.worker_creds
-        return WorkerCredential(c.credential_id, c.secret, self.queue)
+        self.worker = lane.worker
+        self.worker_creds = lane.worker_credentials
 
     def close(self) -> None:
         self.admin.close()
@@ -95,13 +90,17 @@ def test_health_needs_no_credential(orbit: OrbitEnv) -> None:
 
 
 def test_queue_and_credentials_file(setup: Setup) -> None:
-    assert stat.S_IMODE(setup.producer_file.stat().st_mode) == 0o600
-    loaded = load_credentials(setup.producer_file)
-    assert loaded == setup.producer_creds
+    queue = setup.admin.create_queue("made-by-the-client")["id"]
+    path = setup.tmp / "made.json"
+    made = setup.admin.create_credential("producer", [queue], "p", path=path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    loaded = load_credentials(path)
+    assert loaded == made
     assert loaded.url == setup.env.server.url
-    assert loaded.role == "producer" and loaded.queues == (setup.queue,)
-    stats = setup.producer.queue_stats(setup.queue)
-    assert stats["queue_id"] == setup.queue
+    assert loaded.role == "producer" and loaded.queues == (queue,)
+    with OrbitClient(credentials=path) as producer:
+        stats = producer.queue_stats(queue)
+    assert stats["queue_id"] == queue
     assert sum(stats["counts"].values()) == 0
 
 

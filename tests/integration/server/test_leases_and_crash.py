@@ -22,8 +22,7 @@ pytestmark = pytest.mark.asyncio
 def _lane(srv: ServerProcess) -> tuple[OrbitEnv, Lane]:
     admin = srv.bootstrap_admin()
     env = OrbitEnv(srv, admin, http_client(srv.url, admin.bearer))
-    queue = env.queue()
-    return env, Lane(env, queue, env.producer(queue), env.worker_credential(queue))
+    return env, Lane.open(env)
 
 
 async def test_retry_waits_for_lease_expiry_plus_kill_grace(

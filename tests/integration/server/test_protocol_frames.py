@@ -301,8 +301,7 @@ async def test_silent_connection_is_closed_after_session_ttl(server_factory: obj
     admin = srv.bootstrap_admin()
     with http_client(srv.url, admin.bearer) as admin_http:
         env = OrbitEnv(srv, admin, admin_http)
-        queue = env.queue()
-        lane = Lane(env, queue, env.producer(queue), env.worker_credential(queue))
+        lane = Lane.open(env)
         task = lane.submit()
         wc = await lane.connect(credit=1)
         try:
