@@ -9,6 +9,7 @@ start from (``Lane.open(orbit)``), and helpers of the protocol tests around it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -101,6 +102,23 @@ class Lane:
         if credit:
             await wc.credit(credit)
         return wc
+
+
+ECHO_RESULT = '{"echo": 1.10}'  # the exact text a SUCCEEDED task of ``finish_each`` ends with
+
+
+async def finish_each(ws_url: str, worker: WorkerCredential,
+                      outcomes: Mapping[str, tuple[str, str | None]]) -> None:
+    """A protocol worker takes one task per entry of ``outcomes`` ({task_id: (outcome,
+    code)}), starts it and finishes it so (a SUCCEEDED one with ``ECHO_RESULT``)."""
+    async with await ProtocolClient.connect(ws_url) as wc:
+        await wc.hello_as(worker, capacity=len(outcomes), capabilities=(ECHO,))
+        await wc.credit(len(outcomes))
+        for res in await wc.reservations(len(outcomes)):
+            outcome, code = outcomes[res.task_id]
+            assert (await wc.start(res)).ok
+            result = ECHO_RESULT if outcome == "SUCCEEDED" else None
+            assert (await wc.finish(res, outcome, code=code, result_json=result)).ok
 
 
 async def wait_for_state(lane: Lane, task_id: str, states: set[str],
