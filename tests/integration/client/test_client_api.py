@@ -291,6 +291,36 @@ async def test_async_client_has_the_same_calls(setup: Setup) -> None:
         assert revoked["revoked"] is True
 
 
+def test_both_clients_list_and_rotate_credentials(setup: Setup) -> None:
+    made = setup.admin.create_credential("producer", [setup.queue], "to-rotate")
+    assert made.credential_id in {c["credential_id"] for c in setup.admin.list_credentials()}
+    path = setup.tmp / "rotated.json"
+    rotated = setup.admin.rotate_credential(made.credential_id, 0, path=path)
+    assert (rotated.credential_id, rotated.queues) == (made.credential_id, (setup.queue,))
+    assert rotated.secret != made.secret and load_credentials(path) == rotated
+    with OrbitClient(credentials=made) as old, OrbitClient(credentials=rotated) as new:
+        expect_error(ErrorCode.UNAUTHENTICATED, 401, old.queue_stats, setup.queue)
+        assert new.queue_stats(setup.queue)["queue_id"] == setup.queue
+
+    async def the_asyncio_twins() -> None:
+        expires = int(time.time() * 1000) + 3_600_000
+        async with AsyncOrbitClient(credentials=setup.env.admin) as admin:
+            made = await admin.create_credential("producer", [setup.queue],
+                                                 expires_at_ms=expires)
+            listed = {c["credential_id"]: c for c in await admin.list_credentials()}
+            assert listed[made.credential_id]["expires_at_ms"] == expires
+            assert all("secret" not in c for c in listed.values())
+            path = setup.tmp / "rotated-async.json"
+            rotated = await admin.rotate_credential(made.credential_id, 60_000, path=path)
+            assert rotated.credential_id == made.credential_id and rotated.secret != made.secret
+            assert load_credentials(path) == rotated
+        for creds in (made, rotated):  # the old secret works through its grace period
+            async with AsyncOrbitClient(credentials=creds) as producer:
+                assert (await producer.queue_stats(setup.queue))["queue_id"] == setup.queue
+
+    asyncio.run(the_asyncio_twins())
+
+
 def test_secret_never_reaches_debug_logs(
     setup: Setup, caplog: pytest.LogCaptureFixture
 ) -> None:
