@@ -125,13 +125,19 @@ class _Base:
                                 "client (the credential is not scoped to exactly one queue)")
         return chosen
 
-    def _new_credentials(self, answer: Mapping[str, Any]) -> Credentials:
+    def _new_credentials(self, answer: Mapping[str, Any],
+                         path: str | os.PathLike[str] | None) -> Credentials:
+        """The credentials of a create or rotate answer; with ``path`` also written there as a
+        credentials file (mode 0600)."""
         fields = (answer.get("credential_id"), answer.get("secret"), answer.get("role"))
         queues = answer.get("queues") or []
         if not all(isinstance(f, str) and f for f in fields) or not isinstance(queues, list):
             raise OrbitApiError("INTERNAL", "the server's credential answer is incomplete")
         cid, secret, role = (str(f) for f in fields)
-        return Credentials(self.url, cid, secret, role, tuple(str(q) for q in queues))
+        creds = Credentials(self.url, cid, secret, role, tuple(str(q) for q in queues))
+        if path is not None:
+            write_credentials(path, creds)
+        return creds
 
 
 def _check_max_connections(max_connections: int) -> int:
@@ -241,11 +247,8 @@ class OrbitClient(_Base):
         expires_at_ms: int | None = None,
     ) -> Credentials:
         """Create a credential; with ``path`` also write its credentials file (mode 0600)."""
-        creds = self._new_credentials(self._send(calls.create_credential(
-            role, queues, name, expires_at_ms)))
-        if path is not None:
-            write_credentials(path, creds)
-        return creds
+        return self._new_credentials(self._send(calls.create_credential(
+            role, queues, name, expires_at_ms)), path)
 
     def list_credentials(self) -> list[dict[str, Any]]:
         """Every credential, without secrets (admin)."""
@@ -256,11 +259,8 @@ class OrbitClient(_Base):
                           expires_at_ms: int | None = None) -> Credentials:
         """A new secret; the old one works ``grace_ms`` more. With ``path`` the new
         credentials file is written (mode 0600)."""
-        creds = self._new_credentials(self._send(calls.rotate_credential(
-            credential_id, grace_ms, expires_at_ms)))
-        if path is not None:
-            write_credentials(path, creds)
-        return creds
+        return self._new_credentials(self._send(calls.rotate_credential(
+            credential_id, grace_ms, expires_at_ms)), path)
 
     def revoke_credential(self, credential_id: str) -> dict[str, Any]:
         return self._send(calls.revoke_credential(credential_id))
@@ -457,13 +457,22 @@ class AsyncOrbitClient(_Base):
         name: str | None = None,
         *,
         path: str | os.PathLike[str] | None = None,
+        expires_at_ms: int | None = None,
     ) -> Credentials:
-        """Create a credential; with ``path`` also write its credentials file (mode 0600)."""
-        answer = await self._send(calls.create_credential(role, queues, name))
-        creds = self._new_credentials(answer)
-        if path is not None:
-            write_credentials(path, creds)
-        return creds
+        """As OrbitClient.create_credential."""
+        return self._new_credentials(await self._send(calls.create_credential(
+            role, queues, name, expires_at_ms)), path)
+
+    async def list_credentials(self) -> list[dict[str, Any]]:
+        """Every credential, without secrets (admin)."""
+        return list((await self._send(calls.list_credentials()))["credentials"])
+
+    async def rotate_credential(self, credential_id: str, grace_ms: int = 0, *,
+                                path: str | os.PathLike[str] | None = None,
+                                expires_at_ms: int | None = None) -> Credentials:
+        """As OrbitClient.rotate_credential."""
+        return self._new_credentials(await self._send(calls.rotate_credential(
+            credential_id, grace_ms, expires_at_ms)), path)
 
     async def revoke_credential(self, credential_id: str) -> dict[str, Any]:
         return await self._send(calls.revoke_credential(credential_id))

@@ -1,10 +1,10 @@
 """The blocking client's HTTP/1.1 transport: keep-alive connections of the standard library's
 ``http.client``, at most ``max_connections`` of them, each serving one request at a time.
 
-Why not httpx here: a request through ``httpx.Client`` cost about 0.55 ms of the caller's CPU
-on the benchmark host, against 0.17 ms through ``http.client`` (docs/benchmarks.md, "The
-client's CPU per request"); a producer submitting one task per call pays that on every
-submit and every long poll. ``AsyncOrbitClient`` keeps httpx.
+Why not httpx here: a request through ``httpx.Client`` costs the caller several times the CPU
+of one through ``http.client`` (docs/benchmarks.md, "The client's CPU per request"), and a
+producer submitting one task per call pays that on every submit and every long poll.
+``AsyncOrbitClient`` keeps httpx.
 
 No request is ever retried: an error after the request was sent may mean it was applied.
 An idle connection the server has closed (its keep-alive timeout) is noticed before it is

@@ -3,8 +3,9 @@
 The server and the supervisor count what they do into these plain structures, and their
 Prometheus collectors (``orbit_server/metrics.py``, ``orbit_supervisor/metrics.py``) read
 them at scrape time. Counting is then one dict update or one bisect per event, where a
-labelled ``prometheus_client`` metric costs a lock and a label look-up (about ten times as
-much), and a process that never exports metrics never imports the client library.
+labelled ``prometheus_client`` metric costs a lock and a label look-up (docs/benchmarks.md,
+"Metrics overhead"), and a process that never exports metrics never imports the client
+library.
 
 Each structure is written by one thread only; a reader on another thread takes a copy
 (``snapshot``), which the GIL makes consistent enough for a scrape: a count and its sum may

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from support.examples import run_example
-from support.server import ServerProcess
+from support.orbit_http import OrbitEnv
 from support.waiting import UNIT
 
-from orbit_client import Credentials
 from orbit_wire.ids import is_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,9 +35,9 @@ def test_normalisation_is_strip_collapse_uppercase() -> None:
 
 
 def test_example_prints_the_expected_lines(
-    server: ServerProcess, admin_credentials: Credentials, tmp_path: Path
+    orbit: OrbitEnv, tmp_path: Path
 ) -> None:
-    lines = run_example("worker", admin_credentials, tmp_path)
+    lines = run_example("worker", orbit, tmp_path)
     assert len(lines) == 4, lines
     results = []
     ids = []

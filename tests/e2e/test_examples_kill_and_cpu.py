@@ -7,17 +7,15 @@ import re
 from pathlib import Path
 
 from support.examples import run_example
-from support.server import ServerProcess
-
-from orbit_client import Credentials
+from support.orbit_http import OrbitEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_uncooperative_handler_is_killed_with_its_grandchild(
-    server: ServerProcess, admin_credentials: Credentials, tmp_path: Path
+    orbit: OrbitEnv, tmp_path: Path
 ) -> None:
-    lines = run_example("uncooperative", admin_credentials, tmp_path)
+    lines = run_example("uncooperative", orbit, tmp_path)
     assert len(lines) == 3, lines
     assert re.fullmatch(
         r"task=[0-9a-f]{32} state=NEEDS_REVIEW outcome=UNKNOWN code=LEASE_(LOST|EXPIRED) .*",
@@ -30,9 +28,9 @@ def test_uncooperative_handler_is_killed_with_its_grandchild(
 
 
 def test_cpu_heavy_tasks_all_succeed_on_two_children(
-    server: ServerProcess, admin_credentials: Credentials, tmp_path: Path
+    orbit: OrbitEnv, tmp_path: Path
 ) -> None:
-    lines = run_example("cpu_heavy", admin_credentials, tmp_path)
+    lines = run_example("cpu_heavy", orbit, tmp_path)
     assert len(lines) == 8, lines
     for line in lines[:6]:
         assert re.fullmatch(

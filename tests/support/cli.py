@@ -3,6 +3,7 @@
     run_orbit("tasks", "get", ID, env=...)        stdout/stderr are pipes (JSON by default)
     run_orbit_tty("tasks", "get", ID, env=...)    stdin, stdout and stderr are one pty
     Cli(creds_file).ok(...) / .json(...) / .fails(code, exit, ...)
+    Cli.producer_of(lane, tmp_path)               `orbit` as a support.lanes Lane's producer
 
 Every run has a clean environment (no ORBIT_* leaking in from outside) and a bound in time.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from .lanes import Lane
 from .waiting import UNIT
 
 ORBIT = Path(sys.executable).with_name("orbit")
@@ -184,3 +186,8 @@ class Cli:
 
     def tty(self, *args: str, timeout: float = 60) -> TtyResult:
         return run_orbit_tty(*args, env=self.env, timeout=timeout)
+
+    @classmethod
+    def producer_of(cls, lane: Lane, directory: Path) -> Cli:
+        """`orbit` as ``lane``'s producer (its credentials file written in ``directory``)."""
+        return cls(lane.credentials_file(directory / f"producer-{lane.queue}.json"))

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from .lanes import Lane
 from .orbit_http import OrbitEnv, expect, http_client
 from .server import ServerProcess
 from .supervisor_helpers import (
@@ -30,7 +31,6 @@ from .supervisor_helpers import (
     attempts,
     submit,
     wait_task,
-    worker_credentials_file,
 )
 from .waiting import UNIT, wait_until
 
@@ -146,10 +146,9 @@ def dashboard_scene(workdir: Path, db_url: str | None = None) -> Iterator[Scene]
         server.start()
         admin = server.bootstrap_admin()
         env = OrbitEnv(server, admin, http_client(server.url, admin.bearer))
-        admin_http = env.admin_http
-        queue_id = str(expect(admin_http.post("/v1/queues", json={"name": "orders"}), 201)["id"])
-        producer = env.producer(queue_id)
-        creds = worker_credentials_file(env, queue_id, workdir / "worker.json")
+        lane = Lane.open(env, "orders")
+        queue_id, producer = lane.queue, lane.producer
+        creds = lane.credentials_file(workdir / "worker.json", "worker")
         supervisor = SupervisorProcess(workdir, creds, queue_id, workers=2).start()
         succeeded = [submit(producer, queue_id, "upper", {"text": f"order {i}"})
                      for i in range(6)]

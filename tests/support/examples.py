@@ -7,23 +7,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orbit_client import Credentials, OrbitClient
-
+from .lanes import Lane
+from .orbit_http import OrbitEnv
 from .waiting import UNIT
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_example(name: str, admin: Credentials, tmp_path: Path) -> list[str]:
+def run_example(name: str, orbit: OrbitEnv, tmp_path: Path) -> list[str]:
     """A fresh queue with producer and worker credentials, then the example; its stdout
     lines (it must exit 0)."""
-    with OrbitClient(credentials=admin) as client:
-        queue = client.create_queue(name)["id"]
-        client.create_credential("producer", [queue], path=tmp_path / "producer.json")
-        client.create_credential("worker", [queue], path=tmp_path / "worker.json")
+    lane = Lane.open(orbit, name)
+    lane.credentials_file(tmp_path / "producer.json")
+    lane.credentials_file(tmp_path / "worker.json", "worker")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORBIT_")}
     env.update(
-        ORBIT_QUEUE_ID=queue,
+        ORBIT_QUEUE_ID=lane.queue,
         ORBIT_PRODUCER_CREDENTIALS_FILE=str(tmp_path / "producer.json"),
         ORBIT_CREDENTIALS_FILE=str(tmp_path / "worker.json"),
     )

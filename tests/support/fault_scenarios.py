@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .invariants import CHECKS, Journal, TaskFacts, check, killed_after_lease_end
+from .lanes import Lane
 from .orbit_http import OrbitEnv, expect, http_client
 from .proxy import TcpProxy
 from .server import ServerProcess
@@ -123,9 +124,9 @@ class Stage:
         self.dir.mkdir(parents=True)
         (self.dir / "stamps").mkdir()
         self.journal_path = self.dir / "journal.txt"
-        self.queue_id = env.queue()
-        self.producer = env.producer(self.queue_id)
-        self.creds = worker_credentials_file(env, self.queue_id, self.dir / "worker.json")
+        lane = Lane.open(env)
+        self.queue_id, self.producer = lane.queue, lane.producer
+        self.creds = lane.credentials_file(self.dir / "worker.json", "worker")
         self.supervisors: list[SupervisorProcess] = []
         self.task_ids: list[str] = []
         self.idempotency: dict[str, str] = {}

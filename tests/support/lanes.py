@@ -1,13 +1,22 @@
-"""Protocol-test helpers: a ``Lane`` is one queue with a producer and a worker credential."""
+"""A ``Lane``: one queue with a producer and a worker credential, the setup most tests
+start from (``Lane.open(orbit)``), and helpers of the protocol tests around it.
+
+    lane = Lane.open(orbit)                        # queue, producer client, worker credential
+    lane.credentials_file(tmp_path / "p.json")     # the producer's file, for the client or CLI
+    lane.credentials_file(tmp_path / "w.json", "worker")
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import httpx
 
+from orbit_host.credentials import Credentials, write_credentials
 from orbit_wire.model import Capability
 
 from .orbit_http import OrbitEnv, WorkerCredential, expect, task_spec
@@ -26,6 +35,31 @@ class Lane:
     queue: str
     producer: httpx.Client
     worker: WorkerCredential
+    producer_credentials: Credentials
+
+    @classmethod
+    def open(cls, env: OrbitEnv, name: str | None = None) -> Lane:
+        """A new queue on ``env``'s server (named ``name``), with a producer and a worker
+        credential made by its admin."""
+        queue = env.queue(name)
+        made = env.credential("producer", [queue])
+        producer = Credentials(env.server.url, made["credential_id"], made["secret"],
+                               "producer", (queue,))
+        return cls(env, queue, env.client(producer.bearer), env.worker_credential(queue),
+                   producer)
+
+    @property
+    def worker_credentials(self) -> Credentials:
+        w = self.worker
+        return Credentials(self.env.server.url, w.credential_id, w.secret, "worker",
+                           (self.queue,))
+
+    def credentials_file(self, path: Path,
+                         role: Literal["producer", "worker"] = "producer") -> Path:
+        """Write the producer's (or the worker's) credentials file at ``path`` (mode 0600)."""
+        write_credentials(path, self.worker_credentials if role == "worker"
+                          else self.producer_credentials)
+        return path
 
     @property
     def ws_url(self) -> str:
@@ -68,6 +102,23 @@ class Lane:
         if credit:
             await wc.credit(credit)
         return wc
+
+
+ECHO_RESULT = '{"echo": 1.10}'  # the exact text a SUCCEEDED task of ``finish_each`` ends with
+
+
+async def finish_each(ws_url: str, worker: WorkerCredential,
+                      outcomes: Mapping[str, tuple[str, str | None]]) -> None:
+    """A protocol worker takes one task per entry of ``outcomes`` ({task_id: (outcome,
+    code)}), starts it and finishes it so (a SUCCEEDED one with ``ECHO_RESULT``)."""
+    async with await ProtocolClient.connect(ws_url) as wc:
+        await wc.hello_as(worker, capacity=len(outcomes), capabilities=(ECHO,))
+        await wc.credit(len(outcomes))
+        for res in await wc.reservations(len(outcomes)):
+            outcome, code = outcomes[res.task_id]
+            assert (await wc.start(res)).ok
+            result = ECHO_RESULT if outcome == "SUCCEEDED" else None
+            assert (await wc.finish(res, outcome, code=code, result_json=result)).ok
 
 
 async def wait_for_state(lane: Lane, task_id: str, states: set[str],

@@ -47,6 +47,11 @@ class WorkerCredential:
     def bearer(self) -> str:
         return f"{self.credential_id}.{self.secret}"
 
+    @classmethod
+    def of(cls, creds: Credentials) -> WorkerCredential:
+        """The worker credential of a credentials file's contents (its first queue)."""
+        return cls(creds.credential_id, creds.secret, creds.queues[0])
+
 
 @dataclass
 class OrbitEnv:

@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import os
 import time
+from collections.abc import Collection
 from typing import Any
 
 import websockets
@@ -195,13 +196,32 @@ class ProtocolClient:
             out.append(await asyncio.wait_for(self.reserved.get(), deadline - loop.time()))
         return out
 
-    async def no_reservation(self, within: float) -> bool:
-        """True if no reservation arrives within ``within`` (units)."""
-        try:
-            await asyncio.wait_for(self.reserved.get(), within * UNIT)
-        except TimeoutError:
-            return True
-        return False
+    async def only_reserved(self, count: int, among: Collection[str] | None = None,
+                            timeout: float = DEFAULT_TIMEOUT_S) -> list[Reservation]:
+        """The reservations of the next ``reserve`` frame, which must hold exactly ``count``
+        (of the tasks in ``among``, when given), with no reservation before it that the test
+        has not taken.
+
+        The event-ordered check of "nothing else was reserved": the test provokes this frame
+        (new credit, a task submitted later) after the moment when nothing may be reserved.
+        A claim takes up to the credit in one frame, by priority then submit order, and a
+        connection's frames arrive in order: a reservation the server should not have sent
+        arrives before this frame or in it, and fails the check; no silence is waited for.
+        """
+        assert self.reserved.empty(), f"reserved before: {self._untaken()}"
+        first = await asyncio.wait_for(self.reserved.get(), timeout * UNIT)
+        frame = next(f for f in reversed(self.reserve_frames)
+                     if any(r is first for r in f.reservations))
+        got = [first, *(self.reserved.get_nowait() for _ in frame.reservations[1:])]
+        assert len(got) == count, f"{len(got)} reserved, not {count}: {_tasks(got)}"
+        if among is not None:
+            assert {r.task_id for r in got} <= set(among), (_tasks(got), among)
+        return got
+
+    def _untaken(self) -> list[str]:
+        """The tasks of the reservations received that the test has not taken (empties the
+        queue)."""
+        return _tasks([self.reserved.get_nowait() for _ in range(self.reserved.qsize())])
 
     async def cancel_push(self, timeout: float = DEFAULT_TIMEOUT_S) -> Cancel:
         return await asyncio.wait_for(self.cancels.get(), timeout * UNIT)
@@ -257,6 +277,10 @@ class ProtocolClient:
 
     async def drain(self, *, msg_id: str | None = None) -> OpResult:
         return await self.one(DrainOp(msg_id or self.msg_id()))
+
+
+def _tasks(reservations: list[Reservation]) -> list[str]:
+    return [r.task_id for r in reservations]
 
 
 def random_instance() -> tuple[str, str]:

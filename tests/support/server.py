@@ -6,6 +6,7 @@ a MariaDB database from tests/support/mariadb.py), for tests.
     admin = srv.bootstrap_admin()     # runs `orbit-server bootstrap-admin`, returns Credentials
     srv.kill(); srv.start()           # SIGKILL, restart on the same DB and port
     srv.stop()                        # SIGTERM by PID, SIGKILL after a bound
+    srv, cert = https_server(tmp_path)  # not started: HTTPS with a new self-signed cert
 
 Every process is stopped by its PID; ``stop`` is safe to call twice. Use the ``server``
 fixture (tests/conftest.py) rather than building one by hand unless a test needs flags.
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from orbit_host.credentials import Credentials, load_credentials
 
@@ -204,6 +206,25 @@ class ServerProcess:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+def https_server(workdir: Path, **kwargs: object) -> tuple[ServerProcess, Path]:
+    """A server (not started) on HTTPS and wss:// in ``workdir / "tls"``, with a new
+    self-signed certificate for 127.0.0.1, and that certificate: the CA a client must trust.
+    Skips the test when openssl is not installed."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    workdir.mkdir(parents=True, exist_ok=True)
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60 * UNIT)
+    srv = ServerProcess(workdir / "tls", extra_args=("--tls-cert", str(cert),
+                                                     "--tls-key", str(key)),
+                        **kwargs)  # type: ignore[arg-type]
+    srv.url_scheme = "https"  # so start() waits for /healthz over TLS
+    return srv, cert
 
 
 def run_bootstrap_admin(db_url: str, workdir: Path, url: str,

@@ -14,9 +14,10 @@ from typing import Any
 
 import psutil
 import pytest
-from support.lanes import NO_BACKOFF
-from support.orbit_http import OrbitEnv, WorkerCredential
+from support.lanes import NO_BACKOFF, Lane
+from support.orbit_http import OrbitEnv
 from support.protocol_client import ECHO, ProtocolClient
+from support.waiting import UNIT
 
 from orbit_client import (
     AsyncOrbitClient,
@@ -28,7 +29,7 @@ from orbit_client import (
 )
 from orbit_wire.errors import ErrorCode
 
-BOUND_S = 10.0  # generous bound for anything that should take milliseconds
+BOUND_S = 10.0 * UNIT  # generous bound for anything that should take milliseconds
 
 
 def spec(payload: Any = None, **policy: Any) -> dict[str, Any]:
@@ -47,21 +48,16 @@ class Setup:
     """An admin client, one queue, and a producer client with a credentials file."""
 
     def __init__(self, orbit: OrbitEnv, tmp_path: Path) -> None:
+        lane = Lane.open(orbit, "client-tests")
         self.env = orbit
         self.tmp = tmp_path
         self.admin = OrbitClient(credentials=orbit.admin)
-        self.queue = self.admin.create_queue("client-tests")["id"]
-        self.producer_file = tmp_path / "producer.json"
-        self.producer_creds = self.admin.create_credential(
-            "producer", [self.queue], "p", path=self.producer_file
-        )
+        self.queue = lane.queue
+        self.producer_file = lane.credentials_file(tmp_path / "producer.json")
+        self.producer_creds = lane.producer_credentials
         self.producer = OrbitClient(credentials=self.producer_file)
-        self.worker_creds = self.admin.create_credential("worker", [self.queue], "w")
-
-    @property
-    def worker(self) -> WorkerCredential:
-        c = self.worker_creds
-        return WorkerCredential(c.credential_id, c.secret, self.queue)
+        self.worker = lane.worker
+        self.worker_creds = lane.worker_credentials
 
     def close(self) -> None:
         self.admin.close()
@@ -94,13 +90,17 @@ def test_health_needs_no_credential(orbit: OrbitEnv) -> None:
 
 
 def test_queue_and_credentials_file(setup: Setup) -> None:
-    assert stat.S_IMODE(setup.producer_file.stat().st_mode) == 0o600
-    loaded = load_credentials(setup.producer_file)
-    assert loaded == setup.producer_creds
+    queue = setup.admin.create_queue("made-by-the-client")["id"]
+    path = setup.tmp / "made.json"
+    made = setup.admin.create_credential("producer", [queue], "p", path=path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    loaded = load_credentials(path)
+    assert loaded == made
     assert loaded.url == setup.env.server.url
-    assert loaded.role == "producer" and loaded.queues == (setup.queue,)
-    stats = setup.producer.queue_stats(setup.queue)
-    assert stats["queue_id"] == setup.queue
+    assert loaded.role == "producer" and loaded.queues == (queue,)
+    with OrbitClient(credentials=path) as producer:
+        stats = producer.queue_stats(queue)
+    assert stats["queue_id"] == queue
     assert sum(stats["counts"].values()) == 0
 
 
@@ -289,6 +289,36 @@ async def test_async_client_has_the_same_calls(setup: Setup) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         revoked = await admin.revoke_credential(creds.credential_id)
         assert revoked["revoked"] is True
+
+
+def test_both_clients_list_and_rotate_credentials(setup: Setup) -> None:
+    made = setup.admin.create_credential("producer", [setup.queue], "to-rotate")
+    assert made.credential_id in {c["credential_id"] for c in setup.admin.list_credentials()}
+    path = setup.tmp / "rotated.json"
+    rotated = setup.admin.rotate_credential(made.credential_id, 0, path=path)
+    assert (rotated.credential_id, rotated.queues) == (made.credential_id, (setup.queue,))
+    assert rotated.secret != made.secret and load_credentials(path) == rotated
+    with OrbitClient(credentials=made) as old, OrbitClient(credentials=rotated) as new:
+        expect_error(ErrorCode.UNAUTHENTICATED, 401, old.queue_stats, setup.queue)
+        assert new.queue_stats(setup.queue)["queue_id"] == setup.queue
+
+    async def the_asyncio_twins() -> None:
+        expires = int(time.time() * 1000) + 3_600_000
+        async with AsyncOrbitClient(credentials=setup.env.admin) as admin:
+            made = await admin.create_credential("producer", [setup.queue],
+                                                 expires_at_ms=expires)
+            listed = {c["credential_id"]: c for c in await admin.list_credentials()}
+            assert listed[made.credential_id]["expires_at_ms"] == expires
+            assert all("secret" not in c for c in listed.values())
+            path = setup.tmp / "rotated-async.json"
+            rotated = await admin.rotate_credential(made.credential_id, 60_000, path=path)
+            assert rotated.credential_id == made.credential_id and rotated.secret != made.secret
+            assert load_credentials(path) == rotated
+        for creds in (made, rotated):  # the old secret works through its grace period
+            async with AsyncOrbitClient(credentials=creds) as producer:
+                assert (await producer.queue_stats(setup.queue))["queue_id"] == setup.queue
+
+    asyncio.run(the_asyncio_twins())
 
 
 def test_secret_never_reaches_debug_logs(

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.orbit_http import OrbitEnv, WorkerCredential
+from support import lanes
+from support.orbit_http import OrbitEnv
 from support.protocol_client import ECHO, ProtocolClient
 
 from orbit_client import (
@@ -34,18 +35,17 @@ NO_BACKOFF = {"initial_ms": 0, "max_ms": 0, "jitter": 0.0}
 
 
 class Lane:
+    """A queue with a producer client (on a credentials file) and a worker credential."""
+
     def __init__(self, orbit: OrbitEnv, tmp_path: Path) -> None:
+        lane = lanes.Lane.open(orbit, "typed")
         self.env = orbit
-        self.admin = OrbitClient(credentials=orbit.admin)
-        self.queue = self.admin.create_queue("typed")["id"]
-        self.producer_file = tmp_path / "producer.json"
-        self.admin.create_credential("producer", [self.queue], "p", path=self.producer_file)
+        self.queue = lane.queue
+        self.producer_file = lane.credentials_file(tmp_path / "producer.json")
         self.producer = OrbitClient(credentials=self.producer_file)
-        w = self.admin.create_credential("worker", [self.queue], "w")
-        self.worker = WorkerCredential(w.credential_id, w.secret, self.queue)
+        self.worker = lane.worker
 
     def close(self) -> None:
-        self.admin.close()
         self.producer.close()
 
 

@@ -9,5 +9,4 @@ from support.orbit_http import OrbitEnv
 
 @pytest.fixture
 def lane(orbit: OrbitEnv) -> Lane:
-    queue = orbit.queue()
-    return Lane(orbit, queue, orbit.producer(queue), orbit.worker_credential(queue))
+    return Lane.open(orbit)

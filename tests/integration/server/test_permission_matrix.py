@@ -186,9 +186,7 @@ def _lane_env(server_factory: Callable[..., ServerProcess]) -> Iterator[tuple[Or
     with http_client(srv.url, admin.bearer) as admin_http:
         orbit = OrbitEnv(srv, admin, admin_http)
         try:
-            queue = orbit.queue()
-            yield orbit, Lane(orbit, queue, orbit.producer(queue),
-                              orbit.worker_credential(queue))
+            yield orbit, Lane.open(orbit)
         finally:
             orbit.close()
 

@@ -38,7 +38,11 @@ async def test_a_finish_and_a_claim_refill_the_slot_in_one_round_trip(lane: Lane
         assert kinds == ["task_submitted", "attempt_reserved", "attempt_started"]
         # Already started: the worker finishes it without a start.
         assert (await wc.finish(r2, "SUCCEEDED", result_json="2")).ok
-        assert await wc.no_reservation(0.3)  # the claim used the freed slot, no credit left
+        # The claim used the freed slot and left no credit: tasks submitted now wait for
+        # credit, and the first reserve frame answers it.
+        later = [lane.submit(payload={"i": i}) for i in (3, 4)]
+        await wc.credit(2)
+        await wc.only_reserved(2, among=[t["id"] for t in later])
     assert lane.task(r2.task_id)["state"] == "SUCCEEDED"
 
 
@@ -54,16 +58,18 @@ async def test_slots_a_claim_cannot_fill_become_credit(lane: Lane) -> None:
 
 
 async def test_a_claim_after_a_failed_finish_claims_nothing(lane: Lane) -> None:
-    lane.submit()
+    for i in range(3):
+        lane.submit(payload={"i": i})
     async with await lane.connect(capacity=2) as wc:
         unknown = FinishOp(wc.msg_id(), new_id(7), 1, Outcome.SUCCEEDED, result_json="1")
         response = await wc.request(unknown, ClaimOp(wc.msg_id(), 2))
         failed, claim = response.results
         assert not failed.ok
         assert claim.ok and claim.claimed == () and claim.credited == 0
-        assert await wc.no_reservation(0.4)  # no credit either
-        await wc.credit(1)  # credit granted the usual way still works
-        assert len(await wc.reservations(1)) == 1
+        # No credit either: credit granted the usual way still works, and its frame holds
+        # exactly that credit's two of the three tasks.
+        await wc.credit(2)
+        await wc.only_reserved(2)
 
 
 async def test_claims_obey_twice_capacity(lane: Lane) -> None:
@@ -73,12 +79,15 @@ async def test_claims_obey_twice_capacity(lane: Lane) -> None:
 
 
 async def test_a_draining_request_claims_nothing(lane: Lane) -> None:
-    lane.submit()
+    task = lane.submit()
     async with await lane.connect(capacity=2) as wc:
         response = await wc.request(DrainOp(wc.msg_id()), ClaimOp(wc.msg_id(), 2))
         drained, claim = response.results
         assert drained.ok and claim.ok and claim.claimed == () and claim.credited == 0
-        assert await wc.no_reservation(0.4)
+        # Another worker gets the task while the drained session holds on.
+        async with await lane.connect(credit=1) as other:
+            await other.only_reserved(1, among=[task["id"]])
+        assert wc.reserve_frames == []
 
 
 async def test_a_retransmitted_claim_answers_the_same_attempts_without_credit(
@@ -99,6 +108,11 @@ async def test_a_retransmitted_claim_answers_the_same_attempts_without_credit(
         assert same.attempt_id == res.attempt_id and same.epoch == res.epoch
         assert replay.credited == 0  # credit belonged to the first connection
         assert same.lease_ms is not None and 0 < same.lease_ms <= (res.lease_ms or 0)
-        assert await again.no_reservation(0.3)
+        # No credit on this connection: its first reserve frame answers the credit it grants
+        # now, with two of the three tasks submitted since.
+        for i in range(3):
+            lane.submit(payload={"i": i})
+        await again.credit(2)
+        await again.only_reserved(2)
         assert (await again.finish(same, "SUCCEEDED", result_json="1")).ok
     assert lane.task(task["id"])["state"] == "SUCCEEDED"

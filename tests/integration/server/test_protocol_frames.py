@@ -41,14 +41,14 @@ async def test_hello_welcome_heartbeat(lane: Lane) -> None:
 async def test_credit_bounds_reservations_and_reserve_batches(lane: Lane) -> None:
     tasks = [lane.submit(payload={"i": i}) for i in range(5)]
     async with await lane.connect(capacity=4) as wc:
-        assert await wc.no_reservation(0.3)  # no credit, no reservation
+        # No credit, no reservation: the first reserve frame answers the credit, with exactly
+        # its three; then never more than the credit: the next frame holds the last two.
         await wc.credit(3)
-        got = await wc.reservations(3)
-        assert await wc.no_reservation(0.4)  # never more than the credit
+        got = await wc.only_reserved(3)
         assert {r.task_id for r in got} <= {t["id"] for t in tasks}
         assert sum(len(f.reservations) for f in wc.reserve_frames) == 3
         await wc.credit(5)
-        rest = await wc.reservations(2)
+        rest = await wc.only_reserved(2)
         assert {r.task_id for r in got + rest} == {t["id"] for t in tasks}
 
 
@@ -56,7 +56,9 @@ async def test_only_exact_capabilities_are_dispatched(lane: Lane) -> None:
     lane.submit()  # test.echo v1/v1
     other = Capability("test.echo", "v2", "v1")
     async with await lane.connect(credit=2, capabilities=(other,)) as wc:
-        assert await wc.no_reservation(0.5)
+        # A task of its own capability, submitted later, is the first and only one it gets.
+        mine = await asyncio.to_thread(lane.submit, handler_version="v2")
+        await wc.only_reserved(1, among=[mine["id"]])
     async with await lane.connect(credit=2, capabilities=(other, ECHO)) as wc:
         [r] = await wc.reservations(1)
         assert r.capability == ECHO
@@ -74,13 +76,14 @@ async def test_drain_stops_reservations(lane: Lane) -> None:
     async with await lane.connect(capacity=4) as wc:
         drained = await wc.drain()
         assert drained.ok
-        lane.submit()
+        task = lane.submit()
         await wc.credit(4)
-        assert await wc.no_reservation(0.6)
         await wc.heartbeat()  # the session is still alive
-    # Another worker gets the task: it was never reserved to the drained session.
-    async with await lane.connect(credit=1) as wc2:
-        assert len(await wc2.reservations(1)) == 1
+        # Another worker gets the task while the drained session holds on: it was never
+        # reserved to the drained one.
+        async with await lane.connect(credit=1) as wc2:
+            await wc2.only_reserved(1, among=[task["id"]])
+        assert wc.reserve_frames == []
 
 
 async def test_batched_request_answers_in_order(lane: Lane) -> None:
@@ -298,8 +301,7 @@ async def test_silent_connection_is_closed_after_session_ttl(server_factory: obj
     admin = srv.bootstrap_admin()
     with http_client(srv.url, admin.bearer) as admin_http:
         env = OrbitEnv(srv, admin, admin_http)
-        queue = env.queue()
-        lane = Lane(env, queue, env.producer(queue), env.worker_credential(queue))
+        lane = Lane.open(env)
         task = lane.submit()
         wc = await lane.connect(credit=1)
         try:
@@ -307,7 +309,7 @@ async def test_silent_connection_is_closed_after_session_ttl(server_factory: obj
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             assert await wc.wait_closed(timeout=10) == 4008
-            assert 0.3 < loop.time() - t0 < 8
+            assert 0.3 * UNIT < loop.time() - t0 < 8 * UNIT
         finally:
             await wc.close()
         # A heartbeating worker stays connected past the TTL.
@@ -329,9 +331,11 @@ async def test_credit_frame_spent_by_reserve_and_reset_per_connection(lane: Lane
     rs = await wc.reservations(2)
     assert len(rs) == 2
     await wc.close()
-    # A new connection starts with zero credit even though the old one had none left.
+    # A new connection starts with zero credit even though the old one had none left: its
+    # first reserve frame answers its own credit, with both released tasks.
     async with await lane.connect(capacity=1) as wc2:
-        assert await wc2.no_reservation(0.4)
+        await wc2.credit(2)
+        await wc2.only_reserved(2)
 
 
 async def test_dispatch_is_shared_between_idle_sessions(lane: Lane) -> None:

@@ -6,14 +6,13 @@ work with ``--ca-file`` or ``ORBIT_CA_FILE``."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.server import ServerProcess
+from support.server import ServerProcess, https_server
 from support.waiting import UNIT, wait_until
 
 from orbit_client import OrbitClient
@@ -26,16 +25,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures_handlers"
 
 @pytest.fixture
 def tls_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path, Credentials, Path]]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60 * UNIT)
-    srv = ServerProcess(tmp_path / "tls", extra_args=("--tls-cert", str(cert),
-                                                      "--tls-key", str(key)))
-    srv.url_scheme = "https"
+    srv, cert = https_server(tmp_path)
     srv.start()
     try:
         admin = srv.bootstrap_admin()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import ssl
 import stat
@@ -14,10 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 from sqlalchemy import select
 from support.protocol_client import ProtocolClient
-from support.server import ServerProcess, server_command
+from support.server import ServerProcess, https_server, server_command
 from support.waiting import UNIT, wait_until
 
 from orbit_host.credentials import load_credentials
@@ -94,17 +92,7 @@ def test_unknown_option_and_bad_tls_pair_fail_cleanly(tmp_path: Path) -> None:
 
 
 def test_tls_serves_https(tmp_path: Path) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60 * UNIT)
-    srv = ServerProcess(tmp_path / "tls", extra_args=("--tls-cert", str(cert),
-                                                      "--tls-key", str(key)))
-    # /healthz over plain HTTP fails on a TLS port, so wait for the port over TLS here.
-    srv.url_scheme = "https"
+    srv, cert = https_server(tmp_path)
     try:
         srv.start()
         trust = ssl.create_default_context(cafile=str(cert))

@@ -16,15 +16,14 @@ pytestmark = pytest.mark.asyncio
 
 async def test_waiting_worker_gets_a_single_submit_within_its_credit(lane: Lane) -> None:
     async with await lane.connect(capacity=2, credit=1) as wc:
-        assert await wc.no_reservation(0.2)  # credit sits unused: the queue is empty
         first = await asyncio.to_thread(lane.submit, payload={"i": 1})
-        [r] = await wc.reservations(1)
-        assert r.task_id == first["id"] and r.capability == ECHO
-        second = await asyncio.to_thread(lane.submit, payload={"i": 2})
-        assert await wc.no_reservation(0.4)  # its one credit is spent
-        await wc.credit(1)
-        [r2] = await wc.reservations(1)
-        assert r2.task_id == second["id"]
+        [r] = await wc.only_reserved(1, among=[first["id"]])
+        assert r.capability == ECHO
+        # Its one credit is spent: what is submitted now waits for credit, and the next
+        # reserve frame answers the credit, with both.
+        later = [await asyncio.to_thread(lane.submit, payload={"i": i}) for i in (2, 3)]
+        await wc.credit(2)
+        r2, _ = await wc.only_reserved(2, among=[t["id"] for t in later])
         assert (await wc.start(r)).ok and (await wc.start(r2)).ok
 
 
@@ -33,13 +32,15 @@ async def test_only_a_worker_serving_the_capability_gets_it(lane: Lane) -> None:
     async with await lane.connect(credit=2, capabilities=(other,)) as stranger, \
             await lane.connect(credit=2) as wc:
         made = await asyncio.to_thread(lane.submit)
-        [r] = await wc.reservations(1)
-        assert r.task_id == made["id"]
-        assert await stranger.no_reservation(0.3)
+        await wc.only_reserved(1, among=[made["id"]])
+        assert stranger.reserve_frames == []  # a task is reserved to one worker at a time
 
 
 async def test_a_draining_worker_gets_nothing(lane: Lane) -> None:
     async with await lane.connect(credit=2) as wc:
         assert (await wc.drain()).ok
-        await asyncio.to_thread(lane.submit)
-        assert await wc.no_reservation(0.4)
+        made = await asyncio.to_thread(lane.submit)
+        # Another worker gets it while the drained one holds on.
+        async with await lane.connect(credit=1) as other:
+            await other.only_reserved(1, among=[made["id"]])
+        assert wc.reserve_frames == []

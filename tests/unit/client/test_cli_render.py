@@ -1,20 +1,33 @@
-"""The CLI's pure parts with a fixed clock: readable times, exit codes by state, and the
-human views (rendered to text by rich, no terminal)."""
+"""The CLI's pure parts with a fixed clock: readable times, exit codes by state, the human
+views (rendered to text by rich, no terminal), the error lines and their next steps, and the
+usage errors found before anything is sent. The words of the CLI are tested here; the e2e
+tests (tests/e2e/test_cli*.py) check exit codes, JSON and which form comes where."""
 
 from __future__ import annotations
 
 import io
 from datetime import UTC, datetime
+from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from orbit_client.cli import exits, render
+from orbit_client.cli import cli, exits, render
+from orbit_client.cli.app import error_line
 from orbit_client.cli.args import parse_instant
 from orbit_client.cli.timefmt import ago, duration, stamp
+from orbit_client.errors import CertificateError, OrbitApiError, ServerUnreachable
+from orbit_host.credentials import (
+    Credentials,
+    CredentialsFileError,
+    load_credentials,
+    write_credentials,
+)
+from orbit_wire.errors import ErrorCode
 
 NOW = 1_796_180_409_313
 
@@ -217,3 +230,91 @@ def test_a_cancelled_attempt_says_which_ended_it() -> None:
     assert "cancelled, then killed" in render.attempt_story(lease, NOW)
     cancel = {**ATTEMPT, "kill_reason": "TASK_CANCELLED", "ended_by": "KILLED"}
     assert "killed: task cancelled" in render.attempt_story(cancel, NOW)
+
+
+def test_the_summary_names_the_last_attempt_the_priority_and_the_next_attempt() -> None:
+    text = text_of(render.task_summary(TASK, ATTEMPT, NOW))
+    assert "last attempt  #1 on worker" in text
+    assert "an operator decides" in text  # the review rule, in words
+    later = {**TASK, "state": "PENDING", "attempts": 0, "priority": 9,
+             "next_attempt_at_ms": NOW + 3_600_000}
+    rows = [line.split() for line in text_of(render.task_summary(later, None, NOW)).splitlines()]
+    assert ["priority", "9"] in rows and ["next", "attempt", "in", "1", "h"] in rows
+    assert ["priority", "5"] not in [r[:2] for r in text_of(  # the default goes unsaid
+        render.task_summary({**later, "priority": 5}, None, NOW)).splitlines()]
+
+
+def test_a_task_nobody_serves_points_at_the_workers_list() -> None:
+    waiting = {**TASK, "state": "PENDING", "attempts": 0,
+               "waiting": {"reason": "NO_LIVE_WORKER", "capability": TASK["capability"],
+                           "since": NOW - 1_000}}
+    text = text_of(render.task_summary(waiting, None, NOW))
+    assert "check the handler and versions against `orbit workers list`" in text
+
+
+def test_stats_attempts_and_audit_views_have_their_heads() -> None:
+    stats = {"queue_id": "b" * 32, "counts": {"SUCCEEDED": 1}, "running_attempts": 0}
+    assert text_of(render.stats_view(stats, NOW)).startswith(f"Queue {'b' * 32}")
+    header = text_of(render.attempts_view({"attempts": [ATTEMPT]}, NOW), 240).splitlines()[0]
+    assert header.split() == ["#", "worker", "pid", "started", "ran", "outcome", "how", "cpu",
+                              "memory", "then"]
+    events = [{"at_ms": NOW - 2_000, "actor": "producer:" + "d" * 32, "kind": "task_submitted",
+               "from_state": None, "to_state": "PENDING", "detail": None},
+              {"at_ms": NOW - 1_000, "actor": "worker:" + "c" * 32, "kind": "attempt_finished",
+               "from_state": "RUNNING", "to_state": "SUCCEEDED", "detail": {"outcome": "x"}}]
+    text = text_of(render.audit_view(events, NOW), 240)
+    assert "task submitted" in text and "· → PENDING" in text
+    assert "RUNNING → SUCCEEDED" in text and '{"outcome":"x"}' in text
+    assert text_of(render.audit_view([], NOW)).strip() == "No events."
+
+
+URL = "http://127.0.0.1:9"
+
+
+def test_error_lines_say_what_to_do_next(tmp_path: Path) -> None:
+    down = error_line(ServerUnreachable(f"no answer from {URL}: ConnectError"), URL)
+    assert down.startswith(f"orbit: UNAVAILABLE: no answer from {URL}: ConnectError; ")
+    assert f"is orbit-server running at {URL}?" in down
+    slow = error_line(ServerUnreachable(f"no answer from {URL}: ReadTimeout"), URL)
+    assert "did not answer in time" in slow and "raise --timeout" in slow
+    untrusted = error_line(CertificateError(f"the TLS certificate of {URL} was refused"), URL)
+    assert "--ca-file" in untrusted
+    lost = error_line(OrbitApiError(ErrorCode.NOT_FOUND, "no such task", status=404), URL)
+    assert lost.endswith("; check the ID (`orbit tasks list` finds tasks), and that your "
+                         "credential may use its queue")
+    refused = OrbitApiError(ErrorCode.CONFLICT, "task in state CANCELLED", status=409)
+    assert error_line(refused, URL, "task x: ") == "orbit: CONFLICT: task x: task in state " \
+                                                   "CANCELLED"
+    # The credentials file: missing, or malformed, and how to get a good one.
+    with pytest.raises(CredentialsFileError) as missing:
+        load_credentials(tmp_path / "nope.json")
+    line = error_line(missing.value, None)
+    assert line.startswith("orbit: BAD_REQUEST: ") and "does not exist" in line
+    assert "orbit credentials create" in line
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"url": "ftp://x", "credential_id": "short", "secret": "s"}')
+    bad.chmod(0o600)
+    with pytest.raises(CredentialsFileError) as malformed:
+        load_credentials(bad)
+    line = error_line(malformed.value, None)
+    assert "'url' must be an http(s) URL" in line and "fix the file, or get a new one" in line
+
+
+def test_usage_errors_name_what_is_missing(tmp_path: Path) -> None:
+    """Refused before anything is sent (no server here): exit code 2 and the option."""
+    admin = tmp_path / "admin.json"
+    write_credentials(admin, Credentials(URL, "a" * 32, "secret", "admin", ()))
+
+    def usage(*args: str) -> str:
+        done = CliRunner().invoke(cli, ["--credentials-file", str(admin), *args])
+        assert done.exit_code == 2, done.output
+        return done.output
+
+    assert "choose exactly one of --retry, --succeed, --fail" in usage(
+        "tasks", "review", "f" * 32)
+    assert "--queue is needed" in usage("tasks", "submit", "--handler", "h",
+                                        "--handler-version", "v1", "--payload-version", "v1",
+                                        "--payload", "{}")
+    text = usage("tasks", "list", "--queue", "b" * 32, "--state", "DONE")
+    assert "--state" in text and "'DONE' is not one of" in text
+    assert "is not a time" in usage("tasks", "list", "--created-after", "yesterday")
