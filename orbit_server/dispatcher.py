@@ -87,6 +87,9 @@ class Dispatcher:
         self._by_queue: dict[str, dict[str, WorkerSession]] = {}
         self._dirty: dict[str, WorkerSession] = {}  # insertion-ordered set, by session_id
         self._wake = asyncio.Event()
+        # Set while no pass is due or under way: every hint so far has been acted on.
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._served = itertools.count(1)
 
@@ -264,12 +267,20 @@ class Dispatcher:
     def _mark(self, session: WorkerSession) -> None:
         session.exhausted = False
         self._dirty[session.session_id] = session
+        self._idle.clear()
         self._wake.set()
+
+    async def settled(self) -> None:
+        """Return once every hint given so far has been acted on: no dispatch pass is due
+        and none is under way (its reserve frames already queued on their connections)."""
+        await self._idle.wait()
 
     # -------------------------------------------------------------- passes
 
     async def _run(self) -> None:
         while True:
+            if not self._wake.is_set():
+                self._idle.set()
             await self._wake.wait()
             self._wake.clear()
             # Bounded: every round either empties the dirty set or re-marks only sessions

@@ -100,7 +100,7 @@ async def test_never_more_reservations_than_credit(world: World) -> None:
     session, frames = world.session(capacity=4)
     world.dispatcher.grant(session, 3)
     await _reservations(3, frames)
-    await asyncio.sleep(0.2 * UNIT)  # the scenario: time for a fourth, which must not come
+    await world.dispatcher.settled()  # every pass the credit allowed has run: no fourth
     assert _reserved(frames) == 3 and session.credits == 0
     with pytest.raises(ProtocolError) as err:
         world.dispatcher.grant(session, 9)  # above 2 x capacity
@@ -119,10 +119,11 @@ async def test_drain_waits_for_a_claim_in_flight_and_stops_dispatch(world: World
     world.dispatcher.grant(session, 2)
     # The claim is now queued behind the gate, holding the lock.
     await wait_until_async(session.lock.locked, timeout=5, what="the claim to take the lock")
-    assert session.lock.locked()
     world.dispatcher.stop_dispatching(session)
     waiter = asyncio.ensure_future(session.lock.acquire())
-    await asyncio.sleep(0.05 * UNIT)  # the scenario: time for the waiter to get the lock
+    # One turn of the loop runs the waiter's first step (the ready queue is FIFO): it
+    # either took the lock then or waits for the claim's release.
+    await asyncio.sleep(0)
     assert not waiter.done()  # a drain answer would wait here for the in-flight claim
     gate.set()
     await asyncio.wait_for(waiter, 5 * UNIT)
@@ -131,7 +132,7 @@ async def test_drain_waits_for_a_claim_in_flight_and_stops_dispatch(world: World
     assert _reserved(frames) == 2  # the claim under way was sent before the drain answer
     world.dispatcher.grant(session, 2)
     world.dispatcher.poll_all()
-    await asyncio.sleep(0.3 * UNIT)  # the scenario: time for a reservation, which must not come
+    await world.dispatcher.settled()  # the credit and the hint have been acted on
     assert _reserved(frames) == 2  # nothing after the drain
 
 
