@@ -370,6 +370,10 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
         # uvicorn's own limits (docs/security.md): concurrent connections, idle keep-alive.
         limit_concurrency=cfg.limit_concurrency,
         timeout_keep_alive=cfg.timeout_keep_alive,
+        # Forwarded headers only from the proxies the operator named (uvicorn would trust
+        # them from 127.0.0.1 by default, letting a local client pick its address).
+        proxy_headers=cfg.forwarded_allow_ips is not None,
+        forwarded_allow_ips=cfg.forwarded_allow_ips or "",
         # uvicorn's own start and stop lines repeat the server's: only its warnings show.
         log_level="warning" if log_level == "info" else log_level,
         # uvicorn's records go to the root logger, so --log-format applies to them too; its
