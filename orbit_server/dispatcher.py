@@ -92,6 +92,9 @@ class Dispatcher:
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._served = itertools.count(1)
+        # Hellos admitted under the session limits whose session is not attached yet, by
+        # credential: they count against the limits like the sessions they will become.
+        self._admitting: dict[str, int] = {}
 
     # -------------------------------------------------------------- lifecycle
 
@@ -115,6 +118,29 @@ class Dispatcher:
         same instance (``detach`` + release), so there is none here."""
         self._by_instance[session.instance_id] = session
         self._by_queue.setdefault(session.queue_id, {})[session.session_id] = session
+
+    def admit(self, credential_id: str, instance_id: str, per_credential: int,
+              in_all: int) -> bool:
+        """Whether a hello of this credential and instance fits the session limits (the
+        instance's current session, which it would replace, not counted); if so it counts as
+        a session until ``admitted`` is called, so hellos under way cannot together exceed
+        the limits."""
+        older = self._by_instance.get(instance_id)
+        mine = self._admitting.get(credential_id, 0) + sum(
+            1 for s in self._by_instance.values()
+            if s.binding.credential_id == credential_id and s is not older)
+        total = (len(self._by_instance) - (older is not None)
+                 + sum(self._admitting.values()))
+        if mine >= per_credential or total >= in_all:
+            return False
+        self._admitting[credential_id] = self._admitting.get(credential_id, 0) + 1
+        return True
+
+    def admitted(self, credential_id: str) -> None:
+        """The hello ``admit`` let in has attached its session or failed."""
+        left = self._admitting.pop(credential_id, 0) - 1
+        if left > 0:
+            self._admitting[credential_id] = left
 
     def detach(self, session: WorkerSession) -> bool:
         """Forget a session; True when it was the instance's current session (then the

@@ -297,8 +297,24 @@ class WorkerConnection:
             self.fatal(ErrorCode.RATE_LIMITED, "too many failed hellos; retry later",
                        retryable=True)
             return
+        dispatcher = parts.dispatcher
+        # Decided before the hello's transaction, which writes the instance's row only when
+        # admitted (after authenticating: the refusal tells nothing to a wrong secret).
+        admitted = dispatcher.admit(hello.credential_id, hello.instance_id,
+                                    self.config.max_sessions_per_credential,
+                                    self.config.max_sessions)
         try:
-            binding = await parts.store.call_worker(self.workers.worker_hello, hello)
+            await self._open_session(hello, admitted, keys, now_s)
+        finally:
+            if admitted:
+                dispatcher.admitted(hello.credential_id)
+
+    async def _open_session(self, hello: Hello, admitted: bool, keys: tuple[str, str],
+                            now_s: float) -> None:
+        parts = self.parts
+        failures = self._hello_failures
+        try:
+            binding = await parts.store.call_worker(self.workers.worker_hello, hello, admitted)
         except OrbitError as exc:
             if isinstance(exc, AuthError) and failures is not None:
                 for key in keys:
@@ -314,14 +330,6 @@ class WorkerConnection:
             return
         dispatcher = parts.dispatcher
         older = dispatcher.current(binding.instance_id)
-        sessions = dispatcher.sessions()
-        mine = sum(1 for s in sessions if s.binding.credential_id == binding.credential_id
-                   and s is not older)
-        if (mine >= self.config.max_sessions_per_credential
-                or len(sessions) - (older is not None) >= self.config.max_sessions):
-            self.fatal(ErrorCode.RATE_LIMITED, "too many worker connections for this "
-                       "credential or server; retry later", retryable=True)
-            return
         if older is not None:
             # The same instance reconnected: the older connection goes, and its unstarted
             # reservations are released *before* this session can receive new ones.

@@ -69,6 +69,7 @@ _PRESENCE = instances.update().where(_THIS_CONNECTION).values(
 _DISCONNECTED = instances.update().where(
     _THIS_CONNECTION, instances.c.disconnected_at_ms.is_(None)).values(
     disconnected_at_ms=bindparam("_seen"), last_seen_at_ms=bindparam("_seen"), credit=0)
+SESSIONS_FULL = "too many worker connections for this credential or server; retry later"
 # Evidence of the attempt's own epoch whose kill facts the attempt keeps (domain
 # keep_late_facts): the lease ran out before the report came, or the reaper closed it.
 _LATE_FACTS_KEPT = frozenset({domain.EvidenceReason.LEASE_EXPIRED,
@@ -87,12 +88,14 @@ class WorkerService:
         self._offers = offers
         self._replica = replica  # recorded on the instances this server connects
 
-    def worker_hello(self, hello: Hello) -> WorkerBinding:
+    def worker_hello(self, hello: Hello, admitted: bool = True) -> WorkerBinding:
         """Authenticate a worker and bind or re-attach its instance.
 
         Raises ProtocolError(UNSUPPORTED_PROTOCOL), AuthError(UNAUTHENTICATED /
         PERMISSION_DENIED) or OrbitError(INSTANCE_CONFLICT) when the instance ID is bound to
-        another secret, credential or queue.
+        another secret, credential or queue; then, when the server's session limits leave no
+        room (``admitted`` False), a retryable OrbitError(RATE_LIMITED), before anything is
+        written.
         """
         if hello.protocol != PROTOCOL_VERSION:
             raise ProtocolError(ErrorCode.UNSUPPORTED_PROTOCOL,
@@ -115,6 +118,14 @@ class WorkerService:
                 "slots": hello.capacity, "credit": 0, "connected_at_ms": now,
                 "last_heartbeat_at_ms": now, "disconnected_at_ms": None,
             }
+            if instance is not None and not (
+                    secret_matches(hello.instance_secret, instance["secret_hash"])
+                    and instance["credential_id"] == hello.credential_id
+                    and instance["queue_id"] == hello.queue_id):
+                raise OrbitError(ErrorCode.INSTANCE_CONFLICT,
+                                 "instance ID is bound to another secret, credential or queue")
+            if not admitted:
+                raise OrbitError(ErrorCode.RATE_LIMITED, SESSIONS_FULL, retryable=True)
             if instance is None:
                 conn.execute(instances.insert(), {
                     "id": hello.instance_id, "secret_hash": hash_secret(hello.instance_secret),
@@ -122,11 +133,6 @@ class WorkerService:
                     "created_at_ms": now, **connection,
                 })
             else:
-                if not (secret_matches(hello.instance_secret, instance["secret_hash"])
-                        and instance["credential_id"] == hello.credential_id
-                        and instance["queue_id"] == hello.queue_id):
-                    raise OrbitError(ErrorCode.INSTANCE_CONFLICT,
-                                     "instance ID is bound to another secret, credential or queue")
                 conn.execute(instances.update().where(instances.c.id == hello.instance_id)
                              .values(**connection))
             conn.execute(credentials.update().where(credentials.c.id == hello.credential_id)

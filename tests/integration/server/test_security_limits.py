@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from support.orbit_http import OrbitEnv, http_client, task_spec
+from support.orbit_http import OrbitEnv, expect, http_client, task_spec
 from support.protocol_client import ECHO, ProtocolClient
 from support.server import ServerProcess
 
@@ -68,4 +68,32 @@ def test_submits_and_sessions_per_credential_are_limited(
                 await first.heartbeat()  # the first session is unaffected
 
         asyncio.run(sessions())
+        env.close()
+
+
+def test_a_hello_refused_by_the_session_limit_leaves_no_live_worker(
+        server_factory: Callable[..., ServerProcess]) -> None:
+    srv = server_factory(extra_args=("--max-sessions-per-credential", "1"))
+    admin = srv.bootstrap_admin()
+    with http_client(srv.url, admin.bearer) as http:
+        env = OrbitEnv(srv, admin, http)
+        queue = env.queue()
+        worker = env.worker_credential(queue)
+
+        async def refused_hello() -> None:
+            async with await ProtocolClient.connect(srv.ws_url) as first:
+                await first.hello_as(worker)
+                second = await ProtocolClient.connect(srv.ws_url)
+                try:
+                    await second.send(Hello(worker.credential_id, worker.secret,
+                                            second.instance_id, second.instance_secret,
+                                            queue, (ECHO,), 1))
+                    assert (await second.error()).code == "RATE_LIMITED"
+                    assert await second.wait_closed() == 4012
+                finally:
+                    await second.close()
+                listed = expect(http.get("/v1/workers", params={"queue_id": queue}), 200)
+                assert [w["instance_id"] for w in listed["workers"]] == [first.instance_id]
+
+        asyncio.run(refused_hello())
         env.close()
