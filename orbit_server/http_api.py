@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
@@ -35,7 +35,8 @@ from .access_log import route_path
 from .auth import Principal, require_role
 from .domain import bodies
 from .domain.fields import Obj
-from .domain.listing import parse_filter
+from .domain.listing import LIST_QUERY, task_filter
+from .domain.query import Id, Int, Param, parse_query
 from .openapi import openapi_document
 from .parts import ServerParts
 from .ratelimit import Buckets, retry_after
@@ -50,6 +51,11 @@ MAX_BODY_BYTES = 512 * 1024
 MAX_BATCH_BODY_BYTES = 16 * 1024 * 1024
 MAX_WAIT_MS = 60_000
 MAX_THROUGHPUT_WINDOWS = 120
+# The query parameters of the routes that take any (the OpenAPI document shows each).
+WAIT_QUERY = (Int("wait_ms", 0, MAX_WAIT_MS, 0),)
+WORKERS_QUERY = (Id("queue_id"),)
+THROUGHPUT_QUERY = (Int("window_ms", 1_000, 86_400_000, 60_000),
+                    Int("windows", 1, MAX_THROUGHPUT_WINDOWS, 30))
 # A long poll re-reads the task at least this often even without a local wake-up, so a task
 # finished through another replica sharing the database is still seen.
 WAIT_SLICE_S = 1.0
@@ -167,14 +173,21 @@ def _path_id(request: Request, key: str) -> str:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+# A route's handler: the request and its query parameters as the route declared them.
+Params = dict[str, Any]
+RouteHandler = Callable[[Request, Params], Awaitable[Response]]
 
 
-def _endpoint(fn: Handler) -> Handler:
-    """Map OrbitError to its status and anything else to a 500 without a traceback."""
+def _endpoint(fn: RouteHandler, query: Sequence[Param] = ()) -> Handler:
+    """Parse the query parameters ``query`` declares (any other is refused, before
+    authentication), call ``fn``; map OrbitError to its status and anything else to a 500
+    without a traceback."""
 
     async def wrapped(request: Request) -> Response:
         try:
-            return await fn(request)
+            raw = request.query_params
+            params = parse_query({key: raw.getlist(key) for key in raw}, query)
+            return await fn(request, params)
         except OrbitError as exc:
             return error_response(exc)
         except Exception:
@@ -185,6 +198,7 @@ def _endpoint(fn: Handler) -> Handler:
 
     wrapped.__name__ = fn.__name__
     wrapped.__doc__ = fn.__doc__
+    wrapped.__dict__["query"] = tuple(query)  # what the route declares (a test reads it)
     return wrapped
 
 
@@ -252,7 +266,7 @@ class HttpApi:
 
     # -------------------------------------------------------------- public
 
-    async def worker_without_upgrade(self, request: Request) -> Response:
+    async def worker_without_upgrade(self, request: Request, q: Params) -> Response:
         """``/v1/worker`` asked without a WebSocket upgrade: 426 saying what to do."""
         response = error_response(OrbitError(
             ErrorCode.BAD_REQUEST, "/v1/worker speaks the worker protocol over a WebSocket "
@@ -262,22 +276,22 @@ class HttpApi:
         response.headers["Connection"] = "Upgrade"
         return response
 
-    async def healthz(self, request: Request) -> Response:
+    async def healthz(self, request: Request, q: Params) -> Response:
         return JSONResponse({"status": "ok"})
 
-    async def openapi(self, request: Request) -> Response:
+    async def openapi(self, request: Request, q: Params) -> Response:
         return Response(self._openapi, media_type="application/json")
 
     # -------------------------------------------------------------- admin
 
-    async def create_queue(self, request: Request) -> Response:
+    async def create_queue(self, request: Request, q: Params) -> Response:
         principal = await self._principal(request)
         body = await _body(request, bodies.QUEUE_REQUEST)
         name = body.get("name")
         queue = await self.store.call(self.admin.create_queue, principal, name)
         return JSONResponse(queue, status_code=201)
 
-    async def create_credential(self, request: Request) -> Response:
+    async def create_credential(self, request: Request, q: Params) -> Response:
         principal = await self._principal(request)
         body = bodies.parse_credential_request(parse_json_body(
             await read_body(request, MAX_BODY_BYTES)))
@@ -286,16 +300,16 @@ class HttpApi:
                                      body.get("expires_at_ms"))
         return JSONResponse(made, status_code=201)
 
-    async def revoke_credential(self, request: Request) -> Response:
+    async def revoke_credential(self, request: Request, q: Params) -> Response:
         credential_id = _path_id(request, "credential_id")
         answer, effects = await self._as(request, self.admin.revoke_credential, credential_id)
         self.parts.apply(effects)
         return JSONResponse(answer)
 
-    async def list_credentials(self, request: Request) -> Response:
+    async def list_credentials(self, request: Request, q: Params) -> Response:
         return JSONResponse(await self._as(request, self.admin.list_credentials))
 
-    async def rotate_credential(self, request: Request) -> Response:
+    async def rotate_credential(self, request: Request, q: Params) -> Response:
         credential_id = _path_id(request, "credential_id")
         principal = await self._principal(request)
         body = await _body(request, bodies.ROTATE_REQUEST)
@@ -305,47 +319,31 @@ class HttpApi:
         self.parts.apply(effects)
         return JSONResponse(answer)
 
-    async def queue_stats(self, request: Request) -> Response:
+    async def queue_stats(self, request: Request, q: Params) -> Response:
         queue_id = _path_id(request, "queue_id")
         return JSONResponse(await self._as(request, self.tasks.queue_stats, queue_id))
 
     # -------------------------------------------------------------- lists
 
-    async def list_queues(self, request: Request) -> Response:
-        _no_params(request)
+    async def list_queues(self, request: Request, q: Params) -> Response:
         return JSONResponse(await self._as(request, self.listing.list_queues))
 
-    async def list_tasks(self, request: Request) -> Response:
+    async def list_tasks(self, request: Request, q: Params) -> Response:
         queue_id = _path_id(request, "queue_id")
-        params = request.query_params
-        filt = parse_filter({key: params.getlist(key) for key in params})
-        return JSONResponse(await self._as(request, self.listing.list_tasks, queue_id, filt))
+        return JSONResponse(await self._as(request, self.listing.list_tasks, queue_id,
+                                           task_filter(q)))
 
-    async def list_workers(self, request: Request) -> Response:
-        params = request.query_params
-        unknown = sorted(k for k in params if k != "queue_id")
-        if unknown:
-            raise _bad(f"unknown parameter(s): {', '.join(unknown)}")
-        queue_id = params.get("queue_id")
-        if queue_id is not None and not is_id(queue_id):
-            raise _bad("queue_id must be a 32-character lowercase hex ID")
-        return JSONResponse(await self._as(request, self.listing.list_workers, queue_id))
+    async def list_workers(self, request: Request, q: Params) -> Response:
+        return JSONResponse(await self._as(request, self.listing.list_workers, q["queue_id"]))
 
-    async def throughput(self, request: Request) -> Response:
+    async def throughput(self, request: Request, q: Params) -> Response:
         queue_id = _path_id(request, "queue_id")
-        params = request.query_params
-        unknown = sorted(k for k in params if k not in ("window_ms", "windows"))
-        if unknown:
-            raise _bad(f"unknown parameter(s): {', '.join(unknown)}")
-        window_ms = _query_int(request, "window_ms", 1_000, 86_400_000, 60_000)
-        windows = _query_int(request, "windows", 1, MAX_THROUGHPUT_WINDOWS, 30)
         return JSONResponse(await self._as(request, self.listing.throughput, queue_id,
-                                           window_ms, windows))
+                                           q["window_ms"], q["windows"]))
 
-    async def me(self, request: Request) -> Response:
+    async def me(self, request: Request, q: Params) -> Response:
         """The credential the request authenticated with (no secret): what the dashboard
         shows and offers (review actions only to the roles that may review)."""
-        _no_params(request)
         principal = await self._principal(request)
         require_role(principal, (Role.ADMIN, Role.PRODUCER))
         return JSONResponse({"credential_id": principal.credential_id,
@@ -354,7 +352,7 @@ class HttpApi:
 
     # -------------------------------------------------------------- producer
 
-    async def submit(self, request: Request) -> Response:
+    async def submit(self, request: Request, q: Params) -> Response:
         queue_id = _path_id(request, "queue_id")
         principal = await self._principal(request)
         self._check_submit_rate(principal, 1)
@@ -395,7 +393,7 @@ class HttpApi:
                 session.send(Reserve(tuple(reservations)))
         return made, effects
 
-    async def submit_batch(self, request: Request) -> Response:
+    async def submit_batch(self, request: Request, q: Params) -> Response:
         queue_id = _path_id(request, "queue_id")
         principal = await self._principal(request)
         body = await _body(request, bodies.BATCH_SHAPE, MAX_BATCH_BODY_BYTES)
@@ -405,9 +403,9 @@ class HttpApi:
         self.parts.apply(effects)
         return JSONResponse({"tasks": [task for task, _created in made]}, status_code=201)
 
-    async def get_task(self, request: Request) -> Response:
+    async def get_task(self, request: Request, q: Params) -> Response:
         task_id = _path_id(request, "task_id")
-        wait_ms = _wait_ms(request)
+        wait_ms = q["wait_ms"]
         if wait_ms == 0:
             return JSONResponse(await self._as(request, self.tasks.get_task, task_id))
         return JSONResponse(await self._wait_for_task(request, task_id, wait_ms))
@@ -440,7 +438,7 @@ class HttpApi:
         finally:
             waiters.unregister(task_id, event)
 
-    async def cancel_task(self, request: Request) -> Response:
+    async def cancel_task(self, request: Request, q: Params) -> Response:
         task_id = _path_id(request, "task_id")
         principal = await self._principal(request)
         body = await _body(request, bodies.CANCEL_REQUEST)
@@ -449,15 +447,15 @@ class HttpApi:
         self.parts.apply(effects)
         return JSONResponse(task)
 
-    async def list_attempts(self, request: Request) -> Response:
+    async def list_attempts(self, request: Request, q: Params) -> Response:
         task_id = _path_id(request, "task_id")
         return JSONResponse(await self._as(request, self.tasks.list_attempts, task_id))
 
-    async def audit_trail(self, request: Request) -> Response:
+    async def audit_trail(self, request: Request, q: Params) -> Response:
         task_id = _path_id(request, "task_id")
         return JSONResponse(await self._as(request, self.tasks.audit_trail, task_id))
 
-    async def review(self, request: Request) -> Response:
+    async def review(self, request: Request, q: Params) -> Response:
         task_id = _path_id(request, "task_id")
         principal = await self._principal(request)
         body = bodies.parse_review_request(parse_json_body(
@@ -467,29 +465,6 @@ class HttpApi:
                                               body.get("reason"))
         self.parts.apply(effects)
         return JSONResponse(task)
-
-
-def _no_params(request: Request) -> None:
-    if request.query_params:
-        raise _bad(f"unknown parameter(s): {', '.join(sorted(request.query_params))}")
-
-
-def _query_int(request: Request, key: str, lo: int, hi: int, default: int) -> int:
-    raw = request.query_params.get(key)
-    if raw is None or raw == "":
-        return default
-    if not raw.isdigit() or not lo <= int(raw) <= hi:
-        raise _bad(f"{key} must be an integer in [{lo}, {hi}]")
-    return int(raw)
-
-
-def _wait_ms(request: Request) -> int:
-    raw = request.query_params.get("wait_ms")
-    if raw is None:
-        return 0
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_WAIT_MS:
-        raise _bad(f"wait_ms must be an integer in [0, {MAX_WAIT_MS}]")
-    return int(raw)
 
 
 async def _starlette_error(request: Request, exc: Exception) -> Response:
@@ -525,17 +500,18 @@ def http_routes(parts: ServerParts) -> list[Route]:
     return [
         # The router tries routes in order: a producer's submit and long poll come first.
         Route("/v1/queues/{queue_id}/tasks", e(api.submit), methods=["POST"]),
-        Route("/v1/tasks/{task_id}", e(api.get_task), methods=["GET"]),
+        Route("/v1/tasks/{task_id}", e(api.get_task, WAIT_QUERY), methods=["GET"]),
         Route("/healthz", e(api.healthz), methods=["GET"]),
         Route("/openapi.json", e(api.openapi), methods=["GET"]),
         # HTTP requests only; the WebSocket route of the same path (app.py) takes upgrades.
         Route("/v1/worker", e(api.worker_without_upgrade), methods=["GET"]),
         Route("/v1/queues", e(api.create_queue), methods=["POST"]),
         Route("/v1/queues", e(api.list_queues), methods=["GET"]),
-        Route("/v1/queues/{queue_id}/tasks", e(api.list_tasks), methods=["GET"]),
-        Route("/v1/workers", e(api.list_workers), methods=["GET"]),
+        Route("/v1/queues/{queue_id}/tasks", e(api.list_tasks, LIST_QUERY), methods=["GET"]),
+        Route("/v1/workers", e(api.list_workers, WORKERS_QUERY), methods=["GET"]),
         Route("/v1/queues/{queue_id}/stats", e(api.queue_stats), methods=["GET"]),
-        Route("/v1/queues/{queue_id}/throughput", e(api.throughput), methods=["GET"]),
+        Route("/v1/queues/{queue_id}/throughput", e(api.throughput, THROUGHPUT_QUERY),
+              methods=["GET"]),
         Route("/v1/me", e(api.me), methods=["GET"]),
         Route("/v1/credentials", e(api.create_credential), methods=["POST"]),
         Route("/v1/credentials", e(api.list_credentials), methods=["GET"]),

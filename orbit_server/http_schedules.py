@@ -11,6 +11,7 @@ from .http_api import (
     MAX_BODY_BYTES,
     HttpApi,
     JSONResponse,
+    Params,
     _endpoint,
     _obj,
     _path_id,
@@ -25,33 +26,33 @@ class ScheduleApi(HttpApi):
         super().__init__(parts)
         self.schedules = parts.services.schedules
 
-    async def create(self, request: Request) -> Response:
+    async def create(self, request: Request, q: Params) -> Response:
         queue_id = _path_id(request, "queue_id")
         principal = await self._principal(request)  # before the body is read
         body = _obj(parse_json_body(await read_body(request, MAX_BODY_BYTES)), "Schedule")
         made = await self.store.call(self.schedules.create, principal, queue_id, body)
         return JSONResponse(made, status_code=201)
 
-    async def list(self, request: Request) -> Response:
+    async def list(self, request: Request, q: Params) -> Response:
         queue_id = _path_id(request, "queue_id")
         return JSONResponse(await self._as(request, self.schedules.list_schedules, queue_id))
 
-    async def get(self, request: Request) -> Response:
+    async def get(self, request: Request, q: Params) -> Response:
         schedule_id = _path_id(request, "schedule_id")
         return JSONResponse(await self._as(request, self.schedules.get,
                                            schedule_id))
 
-    async def pause(self, request: Request) -> Response:
+    async def pause(self, request: Request, q: Params) -> Response:
         schedule_id = _path_id(request, "schedule_id")
         return JSONResponse(await self._as(request, self.schedules.pause,
                                            schedule_id))
 
-    async def resume(self, request: Request) -> Response:
+    async def resume(self, request: Request, q: Params) -> Response:
         schedule_id = _path_id(request, "schedule_id")
         return JSONResponse(await self._as(request, self.schedules.resume,
                                            schedule_id))
 
-    async def delete(self, request: Request) -> Response:
+    async def delete(self, request: Request, q: Params) -> Response:
         schedule_id = _path_id(request, "schedule_id")
         return JSONResponse(await self._as(request, self.schedules.delete,
                                            schedule_id))

@@ -18,6 +18,7 @@ with warnings.catch_warnings():  # starlette suggests another httpx package; htt
 from orbit_server.http_api import (
     MAX_BODY_BYTES,
     JSONResponse,
+    Params,
     _endpoint,
     parse_json_body,
     read_body,
@@ -26,15 +27,15 @@ from orbit_server.http_api import (
 from orbit_wire.errors import ErrorCode, OrbitError
 
 
-async def _boom(request: Request) -> Response:
+async def _boom(request: Request, _query: Params) -> Response:
     raise RuntimeError("secret-token-123 leaked in a message")
 
 
-async def _denied(request: Request) -> Response:
+async def _denied(request: Request, _query: Params) -> Response:
     raise OrbitError(ErrorCode.PERMISSION_DENIED, "no")
 
 
-async def _echo(request: Request) -> Response:
+async def _echo(request: Request, _query: Params) -> Response:
     return JSONResponse(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
 
 
