@@ -35,6 +35,7 @@ from .domain.listing import WarnOnce
 from .http_api import http_exception_handlers, http_routes
 from .http_schedules import schedule_routes
 from .parts import ServerParts
+from .ratelimit import FailedLogins
 from .services import Effects, Services
 from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
 from .services.retention import TASK_BATCH
@@ -104,7 +105,10 @@ class OrbitServer:
         self._tasks: list[asyncio.Task[None]] = []
         parts = ServerParts(config=config, clock=self.clock, store=self.store,
                             services=self.services, dispatcher=self.dispatcher,
-                            waiters=self.waiters, apply=self.apply)
+                            waiters=self.waiters,
+                            logins=FailedLogins(config.auth_failures_per_s,
+                                                config.auth_failures_burst),
+                            apply=self.apply)
         routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
                   *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []

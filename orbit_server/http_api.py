@@ -39,7 +39,7 @@ from .domain.listing import LIST_QUERY, task_filter
 from .domain.query import Id, Int, Param, parse_query
 from .openapi import openapi_document
 from .parts import ServerParts
-from .ratelimit import Buckets, retry_after
+from .ratelimit import TokenBuckets, retry_after
 from .services import Effects, Reservations, Submitted
 
 P = ParamSpec("P")
@@ -208,9 +208,8 @@ class HttpApi:
     def __init__(self, parts: ServerParts) -> None:
         self.parts = parts
         cfg = parts.config
-        # Failed authentications, by credential ID and by peer address (one bucket set each).
-        self._auth_failures = Buckets(cfg.auth_failures_per_s, cfg.auth_failures_burst)
-        self._submits = Buckets(cfg.submits_per_s, cfg.submits_burst)
+        self._logins = parts.logins
+        self._submits = TokenBuckets(cfg.submits_per_s, cfg.submits_burst)
         self.store = parts.store
         self.admin = parts.services.admin
         self.tasks = parts.services.tasks
@@ -232,23 +231,19 @@ class HttpApi:
             principal = await self._authenticate(request, bearer)
         return principal
 
-    def _auth_keys(self, request: Request, bearer: str) -> tuple[str, str]:
-        peer = request.client.host if request.client is not None else "?"
-        return f"id:{bearer.partition('.')[0][:64]}", f"peer:{peer}"
-
     async def _authenticate(self, request: Request, bearer: str) -> Principal:
         """Verify on the store thread, unless this credential ID or peer failed too often
         lately (429 with Retry-After); a failure spends from both buckets."""
-        keys = self._auth_keys(request, bearer)
+        peer = request.client.host if request.client is not None else "?"
+        keys = self._logins.keys(bearer.partition(".")[0], peer)
         now = time.monotonic()
-        wait = max(self._auth_failures.wait_s(key, now) for key in keys)
+        wait = self._logins.wait_s(keys, now)
         if wait > 0:
             raise RateLimited("too many failed authentications; retry later", wait)
         try:
             return await self.store.call(self.admin.authenticate, bearer)
         except AuthError:
-            for key in keys:
-                self._auth_failures.spend(key, now)
+            self._logins.failed(keys, now)
             raise
 
     def _check_submit_rate(self, principal: Principal, count: int) -> None:

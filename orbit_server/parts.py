@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .config import ServerConfig
 from .dispatcher import Dispatcher
+from .ratelimit import FailedLogins
 from .services import Effects, Services
 from .store_thread import StoreThread
 from .waiters import TaskWaiters
@@ -24,4 +25,5 @@ class ServerParts:
     services: Services
     dispatcher: Dispatcher
     waiters: TaskWaiters
+    logins: FailedLogins  # the one failed-login budget of every route and the worker hello
     apply: Callable[[Effects], None]

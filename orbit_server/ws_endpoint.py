@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from starlette.routing import WebSocketRoute
@@ -43,7 +44,6 @@ from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
 from .dispatcher import WorkerSession
 from .parts import ServerParts
-from .ratelimit import Buckets
 from .services import NO_CLAIMS, ClaimRoom, Effects
 from .store.retry import faults_logged
 
@@ -100,10 +100,8 @@ class _Close:
 class WorkerConnection:
     """One worker socket from accept to cleanup. ``run()`` returns when it is closed."""
 
-    def __init__(self, parts: ServerParts, websocket: WebSocket,
-                 hello_failures: Buckets | None = None) -> None:
+    def __init__(self, parts: ServerParts, websocket: WebSocket) -> None:
         self.parts = parts
-        self._hello_failures = hello_failures
         self.workers = parts.services.workers
         self.ws = websocket
         self.config = parts.config
@@ -291,9 +289,9 @@ class WorkerConnection:
             )
         parts = self.parts
         peer = self.ws.client.host if self.ws.client is not None else "?"
-        keys = (f"id:{hello.credential_id}", f"peer:{peer}")
-        failures, now_s = self._hello_failures, self._loop.time()
-        if failures is not None and max(failures.wait_s(k, now_s) for k in keys) > 0:
+        keys = parts.logins.keys(hello.credential_id, peer)
+        now_s = time.monotonic()  # the clock the HTTP routes spend the same budget on
+        if parts.logins.wait_s(keys, now_s) > 0:
             self.fatal(ErrorCode.RATE_LIMITED, "too many failed hellos; retry later",
                        retryable=True)
             return
@@ -312,13 +310,11 @@ class WorkerConnection:
     async def _open_session(self, hello: Hello, admitted: bool, keys: tuple[str, str],
                             now_s: float) -> None:
         parts = self.parts
-        failures = self._hello_failures
         try:
             binding = await parts.store.call_worker(self.workers.worker_hello, hello, admitted)
         except OrbitError as exc:
-            if isinstance(exc, AuthError) and failures is not None:
-                for key in keys:
-                    failures.spend(key, now_s)
+            if isinstance(exc, AuthError):
+                parts.logins.failed(keys, now_s)
             self.fatal(exc.code, exc.message, retryable=exc.retryable)
             return
         except Exception:
@@ -425,12 +421,10 @@ class WorkerConnection:
 def ws_routes(parts: ServerParts) -> list[WebSocketRoute]:
     """The worker endpoint, one ``WorkerConnection`` per socket."""
 
-    cfg = parts.config
-    hello_failures = Buckets(cfg.auth_failures_per_s, cfg.auth_failures_burst)
 
     async def worker_endpoint(websocket: WebSocket) -> None:
         try:
-            await WorkerConnection(parts, websocket, hello_failures).run()
+            await WorkerConnection(parts, websocket).run()
         except Exception:  # one connection's failure must never reach the server
             log.exception("worker connection failed", extra=fields("worker_connection_failed"))
 
