@@ -32,7 +32,8 @@ from .config import ServerConfig
 from .dashboard import dashboard_routes
 from .dispatcher import Dispatcher
 from .domain.listing import WarnOnce
-from .http_api import http_exception_handlers, http_routes
+from .http_api import http_routes
+from .http_plumbing import http_exception_handlers
 from .http_schedules import schedule_routes
 from .parts import ServerParts
 from .ratelimit import FailedLogins

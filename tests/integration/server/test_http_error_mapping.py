@@ -15,11 +15,11 @@ with warnings.catch_warnings():  # starlette suggests another httpx package; htt
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from orbit_server.http_api import (
+from orbit_server.http_plumbing import (
     MAX_BODY_BYTES,
     JSONResponse,
     Params,
-    _endpoint,
+    endpoint,
     parse_json_body,
     read_body,
     status_for,
@@ -41,8 +41,8 @@ async def _echo(request: Request, _query: Params) -> Response:
 
 @pytest.fixture
 def client() -> TestClient:
-    app = Starlette(routes=[Route("/boom", _endpoint(_boom)), Route("/denied", _endpoint(_denied)),
-                            Route("/echo", _endpoint(_echo), methods=["POST"])])
+    app = Starlette(routes=[Route("/boom", endpoint(_boom)), Route("/denied", endpoint(_denied)),
+                            Route("/echo", endpoint(_echo), methods=["POST"])])
     return TestClient(app, raise_server_exceptions=False)
 
 
