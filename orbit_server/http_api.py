@@ -17,7 +17,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.frames import Reserve
 from orbit_wire.model import Capability, Role, TaskState
 
 from .auth import Principal, require_role
@@ -40,7 +39,7 @@ from .http_plumbing import (
 from .openapi import openapi_document
 from .parts import ServerParts
 from .ratelimit import TokenBuckets
-from .services import Effects, Reservations, Submitted
+from .services import Effects, Reservations, Submitted, WorkerBinding
 
 MAX_WAIT_MS = 60_000
 MAX_THROUGHPUT_WINDOWS = 120
@@ -168,41 +167,20 @@ class HttpApi:
         principal = await self.auth.principal(request)
         self._check_submit_rate(principal, 1)
         spec = await object_body(request, "TaskSpec")
-        made, effects = await self._submit_one(principal, queue_id, spec)
+        submit = self.tasks.submit_and_reserve
+
+        def submitting(binding: WorkerBinding | None, count: int
+                       ) -> tuple[tuple[Submitted, Effects], Reservations]:
+            made, effects, reserved = submit(principal, queue_id, [spec], binding, count)
+            return (made, effects), reserved
+
+        # A worker of the queue waiting with credit for the task's capability gets it in
+        # the submit's own transaction: one store hop and one commit less to its dispatch.
+        made, effects = await self.parts.dispatcher.with_claim(queue_id, _capability(spec),
+                                                               submitting)
         self.parts.apply(effects)
         task, created = made[0]
         return JSONResponse(task, status_code=201 if created else 200)
-
-    async def _submit_one(self, principal: Principal, queue_id: str,
-                          spec: dict[str, Any]) -> tuple[Submitted, Effects]:
-        """Submit one task; when a worker of the queue waits with credit for its capability,
-        claim for it in the submit's own transaction and send its ``reserve`` frame at once
-        (one store hop and one commit less between a submit and its dispatch)."""
-        dispatcher = self.parts.dispatcher
-        session = None
-        handler, version, payload_version = (spec.get("handler"), spec.get("handler_version"),
-                                             spec.get("payload_version"))
-        if (isinstance(handler, str) and isinstance(version, str)
-                and isinstance(payload_version, str)):
-            session = dispatcher.idle_session(queue_id,
-                                              Capability(handler, version, payload_version))
-        if session is None:
-            return await self.store.call(self.tasks.submit, principal, queue_id, [spec])
-        submit = self.tasks.submit_and_reserve
-        async with session.lock:
-            wanted = dispatcher.claim_size(session)
-            binding = session.binding
-
-            def run() -> tuple[Submitted, Effects, Reservations]:
-                return submit(principal, queue_id, [spec], binding, wanted)
-
-            # The worker lane, like every claim: a release for this session (its connection
-            # closing) is submitted later and so runs after this reserve (FIFO per lane).
-            made, effects, reservations = await self.store.call_worker(run)
-            dispatcher.book_reserved(session, wanted, reservations)
-            if reservations:
-                session.send(Reserve(tuple(reservations)))
-        return made, effects
 
     async def submit_batch(self, request: Request, q: Params) -> Response:
         queue_id = path_id(request, "queue_id")
@@ -275,6 +253,16 @@ class HttpApi:
                                               body.get("reason"))
         self.parts.apply(effects)
         return JSONResponse(task)
+
+
+def _capability(spec: dict[str, Any]) -> Capability | None:
+    """The capability a task spec names, if it names one (the use case checks the spec)."""
+    handler, version, payload_version = (spec.get("handler"), spec.get("handler_version"),
+                                         spec.get("payload_version"))
+    if (isinstance(handler, str) and isinstance(version, str)
+            and isinstance(payload_version, str)):
+        return Capability(handler, version, payload_version)
+    return None
 
 
 def http_routes(parts: ServerParts) -> list[Route]:

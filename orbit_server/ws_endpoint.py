@@ -42,7 +42,7 @@ from orbit_wire.frames import (
 from orbit_wire.ids import new_id
 from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
-from .dispatcher import WorkerSession
+from .dispatcher import Claimed, WorkerSession, claimed_by
 from .parts import ServerParts
 from .services import NO_CLAIMS, ClaimRoom, Effects
 from .store.retry import faults_logged
@@ -70,6 +70,10 @@ CLOSE_REPLACED = 4009
 MAX_QUEUED_FRAMES = 10_000
 # How long a closing connection may take to flush its last frames.
 FLUSH_TIMEOUT_S = 2.0
+
+
+# A request's answers, and its transaction's effects (None if it failed as a whole).
+Applied = tuple[list[OpResult], Effects | None]
 
 
 def failed_request_answers(request: Request, exc: Exception) -> list[OpResult]:
@@ -373,7 +377,7 @@ class WorkerConnection:
         self._request_task = asyncio.create_task(self._process(session, request))
 
     async def _apply(self, session: WorkerSession, request: Request,
-                     room: ClaimRoom) -> tuple[list[OpResult], Effects | None]:
+                     room: ClaimRoom) -> Applied:
         """Apply the ops in one transaction (claims within ``room``); an answer for every
         op and the transaction's effects (None if it failed), never raises."""
         parts = self.parts
@@ -397,17 +401,19 @@ class WorkerConnection:
             if drain:
                 dispatcher.stop_dispatching(session)
             if any(isinstance(op, ClaimOp) for op in request.ops):
-                # Claims and dispatch passes for this session take turns (session.lock), so
-                # the credit a claim leaves is booked against the session's current credit.
-                async with session.lock:
-                    results, effects = await self._apply(session, request,
-                                                         dispatcher.claim_room(session))
-                    dispatcher.book_claims(session, request.ops, results)
+                # Through the claim routine: claims and dispatch passes for this session take
+                # turns, so the credit a claim leaves is booked against its current credit.
+                async def claiming(room: ClaimRoom) -> tuple[Applied, Claimed]:
+                    results, effects = await self._apply(session, request, room)
+                    return (results, effects), claimed_by(request.ops, results)
+
+                results, effects = await dispatcher.claim(session, claiming)
             else:
                 results, effects = await self._apply(session, request, NO_CLAIMS)
             if effects is not None:
-                # After book_claims: a claim its answer's payload budget ended leaves a work
-                # hint for this session's queue, which must not read as "the queue is empty".
+                # After the claim is booked: a claim its answer's payload budget ended leaves
+                # a work hint for this session's queue, which must not read as "the queue is
+                # empty".
                 self.parts.apply(effects)
             if drain:
                 # A dispatch pass already under way sends its reserve frame before this answer.
