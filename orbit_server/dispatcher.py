@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
-from orbit_wire.errors import ErrorCode, ProtocolError
-from orbit_wire.frames import Cancel, ClaimOp, ErrorFrame, Op, OpResult, Reserve, ServerFrame
+from orbit_wire.errors import ErrorCode
+from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
@@ -38,10 +38,9 @@ from .services import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerS
 from .services.binding import Presence
 from .store.retry import faults_logged
 from .store_thread import StoreThread
+from .worker_protocol import SessionCredit
 
 T = TypeVar("T")
-
-CLOSE_UNAUTHENTICATED = 4006  # ws_endpoint.CLOSE_CODES[UNAUTHENTICATED]
 
 log = logging.getLogger("orbit.dispatch")
 
@@ -49,19 +48,22 @@ log = logging.getLogger("orbit.dispatch")
 class WorkerSession:
     """Dispatch state of one connected worker instance.
 
+    ``credit`` is the connection's (its protocol checks frames against the same record).
     ``send`` must not block (it queues the frame on the connection); ``close`` asks the
-    connection to close with a WebSocket close code. ``lock`` is held while a claim is made
-    and its frame queued, so a ``drain`` answer can wait for an in-flight claim.
+    connection to close with a WebSocket close code, ``fatal`` to send a fatal ``error``
+    frame and close with its code. ``lock`` is held while a claim is made and its frame
+    queued, so a ``drain`` answer can wait for an in-flight claim.
     """
 
-    def __init__(self, session_id: str, binding: WorkerBinding, capacity: int,
-                 send: Callable[[ServerFrame], None], close: Callable[[int, str], None]) -> None:
+    def __init__(self, session_id: str, binding: WorkerBinding, credit: SessionCredit,
+                 send: Callable[[ServerFrame], None], close: Callable[[int, str], None],
+                 fatal: Callable[[ErrorCode, str], None]) -> None:
         self.session_id = session_id
         self.binding = binding
-        self.capacity = capacity
+        self.credit = credit
         self.send = send
         self.close = close
-        self.credits = 0
+        self.fatal = fatal
         self.draining = False
         self.closed = False
         self.lock = asyncio.Lock()
@@ -82,6 +84,14 @@ class WorkerSession:
     @property
     def queue_id(self) -> str:
         return self.binding.queue_id
+
+    @property
+    def capacity(self) -> int:
+        return self.credit.capacity
+
+    @property
+    def credits(self) -> int:
+        return self.credit.outstanding
 
     @property
     def wants_work(self) -> bool:
@@ -210,27 +220,11 @@ class Dispatcher:
 
     # -------------------------------------------------------------- hints
 
-    def grant(self, session: WorkerSession, credits: int) -> None:
-        """Add credit; raise ProtocolError(LIMIT_EXCEEDED) above 2 x capacity."""
-        if session.credits + credits > 2 * session.capacity:
-            raise ProtocolError(
-                ErrorCode.LIMIT_EXCEEDED,
-                f"outstanding credit would be {session.credits + credits}; "
-                f"at most {2 * session.capacity} (2 x capacity)",
-            )
-        session.credits += credits
+    def credit_added(self, session: WorkerSession) -> None:
+        """The session's credit grew (a ``credit`` frame its protocol took): claim for it,
+        unless the last claim found the queue empty (then only a work hint claims)."""
         if session.wants_work and not session.exhausted:
             self._mark(session)
-
-    def check_claims(self, session: WorkerSession, ops: Sequence[Op]) -> None:
-        """Raise ProtocolError(LIMIT_EXCEEDED) when a request's claims ask for more than
-        2 x capacity slots (the bound a ``credit`` frame obeys)."""
-        asked = sum(op.count for op in ops if isinstance(op, ClaimOp))
-        if asked > 2 * session.capacity:
-            raise ProtocolError(
-                ErrorCode.LIMIT_EXCEEDED,
-                f"claims ask for {asked} slots; at most {2 * session.capacity} (2 x capacity)",
-            )
 
     # -------------------------------------------------------------- the claim routine
 
@@ -283,7 +277,7 @@ class Dispatcher:
         claim ops within the credit bound; nothing while it drains or closes."""
         if session.draining or session.closed:
             return NO_CLAIMS
-        return ClaimRoom(True, max(0, 2 * session.capacity - session.credits),
+        return ClaimRoom(True, session.credit.room,
                          min(session.credits, MAX_RESERVATIONS_PER_FRAME))
 
     def _book(self, session: WorkerSession, claimed: Claimed) -> None:
@@ -291,12 +285,12 @@ class Dispatcher:
         whether the session claims again without a hint."""
         reserved = claimed.reserved
         if reserved:
-            session.credits -= len(reserved)
+            session.credit.spend(len(reserved))
         if reserved or claimed.started:
             session.served_seq = next(self._served)
             session.reserved_total += len(reserved) + claimed.started
         if claimed.credited:
-            session.credits = min(session.credits + claimed.credited, 2 * session.capacity)
+            session.credit.refund(claimed.credited)
             # The claim found less work than slots: only a hint that work arrived claims
             # again (new credit alone would find nothing).
             session.exhausted = True
@@ -345,9 +339,7 @@ class Dispatcher:
         closing = [s for s in self._by_instance.values()
                    if s.binding.credential_id == credential_id and not s.closed]
         for session in closing:
-            session.send(ErrorFrame(ErrorCode.UNAUTHENTICATED, message, retryable=False,
-                                    fatal=True))
-            session.close(CLOSE_UNAUTHENTICATED, ErrorCode.UNAUTHENTICATED.value)
+            session.fatal(ErrorCode.UNAUTHENTICATED, message)
         return len(closing)
 
     def _mark(self, session: WorkerSession) -> None:

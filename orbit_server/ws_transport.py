@@ -25,9 +25,10 @@ from orbit_host.logs import fields
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import ErrorFrame, encode
 
+from .worker_protocol import close_code
+
 log = logging.getLogger("orbit.ws")
 
-CLOSE_BAD_FRAME = 4001  # ws_endpoint.CLOSE_CODES[BAD_FRAME]
 # How long a close the server sent waits for the peer's close frame before the connection
 # is dropped (docs/security.md): a peer that answers does so within a round trip.
 WS_CLOSE_TIMEOUT_S = 1.0
@@ -64,7 +65,7 @@ class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):
                 frame = ErrorFrame(ErrorCode.BAD_FRAME, "text frame is not valid UTF-8",
                                    retryable=False, fatal=True)
                 self.conn.send_text(encode(frame))
-                self.conn.send_close(CLOSE_BAD_FRAME, ErrorCode.BAD_FRAME.value)
+                self.conn.send_close(close_code(ErrorCode.BAD_FRAME), ErrorCode.BAD_FRAME.value)
                 self.handle_parser_exception()
                 return
         super().send_receive_event_to_app()
