@@ -43,6 +43,7 @@ from .services.retention import TASK_BATCH
 from .store.db import create_engine_for, is_sqlite, migrate
 from .store.retry import faults_logged
 from .store_thread import StoreThread
+from .task_owner import TaskOwner
 from .waiters import TaskWaiters
 from .ws_endpoint import ws_routes
 
@@ -103,7 +104,7 @@ class OrbitServer:
         # Wall-clock ms of the reaper's next planned pass; "never" while a pass runs, so
         # every due instant reported meanwhile is kept for the next sleep.
         self._reaper_at_ms = _NEVER
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskOwner(log)  # the background loops, stopped at shutdown
         parts = ServerParts(config=config, clock=self.clock, store=self.store,
                             services=self.services, dispatcher=self.dispatcher,
                             waiters=self.waiters,
@@ -298,15 +299,14 @@ class OrbitServer:
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
         self.store.start()
         self.dispatcher.start()
-        self._tasks = [
-            asyncio.create_task(self._reaper_loop(), name="orbit-reaper"),
-            asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
-            asyncio.create_task(self._receipt_prune_loop(), name="orbit-receipt-prune"),
-            asyncio.create_task(self._push_poll_loop(), name="orbit-push-poll"),
-            asyncio.create_task(self._schedule_loop(), name="orbit-schedules"),
-            asyncio.create_task(self._presence_loop(), name="orbit-presence"),
-            asyncio.create_task(self._unserved_loop(), name="orbit-unserved"),
-        ]
+        tasks = self._tasks
+        tasks.start(self._reaper_loop(), "orbit-reaper")
+        tasks.start(self._dispatch_poll_loop(), "orbit-dispatch-poll")
+        tasks.start(self._receipt_prune_loop(), "orbit-receipt-prune")
+        tasks.start(self._push_poll_loop(), "orbit-push-poll")
+        tasks.start(self._schedule_loop(), "orbit-schedules")
+        tasks.start(self._presence_loop(), "orbit-presence")
+        tasks.start(self._unserved_loop(), "orbit-unserved")
         cfg = self.config
         scheme = "https" if cfg.tls_cert else "http"
         log.info("orbit-server %s serving on %s://%s:%s (replica %s), database %s",
@@ -321,11 +321,7 @@ class OrbitServer:
             open_sessions = len(self.dispatcher.sessions())
             log.info("orbit-server shutting down (%d worker connection(s) open)",
                      open_sessions, extra=fields("server_stopping", workers=open_sessions))
-            for task in self._tasks:
-                task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await self._tasks.stop()
             await self.dispatcher.stop()
             if self.metrics is not None:
                 self.metrics.close()

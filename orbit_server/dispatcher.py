@@ -21,7 +21,6 @@ recently claims first, so no worker starves another.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -38,6 +37,7 @@ from .services import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerS
 from .services.binding import Presence
 from .store.retry import faults_logged
 from .store_thread import StoreThread
+from .task_owner import TaskOwner
 from .worker_protocol import SessionCredit
 
 T = TypeVar("T")
@@ -141,7 +141,7 @@ class Dispatcher:
         # Set while no pass is due or under way: every hint so far has been acted on.
         self._idle = asyncio.Event()
         self._idle.set()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner(log)  # the task that runs the passes
         self._served = itertools.count(1)
         # Hellos admitted under the session limits whose session is not attached yet, by
         # credential: they count against the limits like the sessions they will become.
@@ -150,14 +150,10 @@ class Dispatcher:
     # -------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="orbit-dispatcher")
+        self._tasks.start(self._run(), "orbit-dispatcher")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._tasks.stop()
 
     # -------------------------------------------------------------- sessions
 

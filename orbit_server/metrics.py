@@ -149,7 +149,8 @@ class TaskCounts:
             if time.monotonic() - self._read_mono < self._refresh_s:
                 return
             loop = asyncio.get_running_loop()
-            self._running = asyncio.ensure_future(loop.run_in_executor(self._pool, self._read))
+            # A future of the pool this object owns (closed with it), kept until it ends.
+            self._running = loop.run_in_executor(self._pool, self._read)
             self._running.add_done_callback(self._done)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._running), _REFRESH_WAIT_S)
