@@ -110,7 +110,7 @@ class OrbitServer:
                             waiters=self.waiters,
                             logins=FailedLogins(config.auth_failures_per_s,
                                                 config.auth_failures_burst),
-                            apply=self.apply)
+                            act_on=self.act_on)
         routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
                   *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
@@ -130,7 +130,7 @@ class OrbitServer:
 
     # -------------------------------------------------------------- effects of a transaction
 
-    def apply(self, effects: Effects) -> None:
+    def act_on(self, effects: Effects) -> None:
         """Act on what a transaction changed: wake long polls, dispatch, push cancels;
         count what it did (metrics)."""
         if effects.counts is not None and self.metrics is not None:
@@ -161,7 +161,7 @@ class OrbitServer:
             # the next pass runs anyway
             with faults_logged(log, "reaper pass failed", event="reaper_failed"):
                 effects = await self.store.call(self.services.reaper.reap)
-                self.apply(effects)
+                self.act_on(effects)
             planned = wall_clock_ms() + interval_ms
             while True:  # sleep until the planned pass or an earlier due instant
                 target = planned
@@ -245,7 +245,7 @@ class OrbitServer:
             # the next pass runs anyway
             with faults_logged(log, "schedule pass failed", event="schedule_failed"):
                 effects, next_ms = await self.store.call(self.services.schedules.fire_due)
-                self.apply(effects)
+                self.act_on(effects)
             wait_ms = SCHEDULE_POLL_MS
             left = None if next_ms is None else next_ms - wall_clock_ms()
             if left is not None and left > 0:

@@ -112,7 +112,7 @@ class HttpApi:
         credential_id = path_id(request, "credential_id")
         answer, effects = await self.auth.run_as(request, self.admin.revoke_credential,
                                                  credential_id)
-        self.parts.apply(effects)
+        self.parts.act_on(effects)
         return JSONResponse(answer)
 
     async def list_credentials(self, request: Request, q: Params) -> Response:
@@ -125,7 +125,7 @@ class HttpApi:
         answer, effects = await self.store.call(self.admin.rotate_credential, principal,
                                                 credential_id, body.get("grace_ms", 0),
                                                 body.get("expires_at_ms"))
-        self.parts.apply(effects)
+        self.parts.act_on(effects)
         return JSONResponse(answer)
 
     async def queue_stats(self, request: Request, q: Params) -> Response:
@@ -178,7 +178,7 @@ class HttpApi:
         # the submit's own transaction: one store hop and one commit less to its dispatch.
         made, effects = await self.parts.dispatcher.with_claim(queue_id, _capability(spec),
                                                                submitting)
-        self.parts.apply(effects)
+        self.parts.act_on(effects)
         task, created = made[0]
         return JSONResponse(task, status_code=201 if created else 200)
 
@@ -189,7 +189,7 @@ class HttpApi:
         specs = body["tasks"]
         self._check_submit_rate(principal, len(specs))
         made, effects = await self.store.call(self.tasks.submit, principal, queue_id, specs)
-        self.parts.apply(effects)
+        self.parts.act_on(effects)
         return JSONResponse({"tasks": [task for task, _created in made]}, status_code=201)
 
     async def get_task(self, request: Request, q: Params) -> Response:
@@ -233,7 +233,7 @@ class HttpApi:
         body = await shaped_body(request, bodies.CANCEL_REQUEST)
         task, effects = await self.store.call(self.tasks.cancel_task, principal, task_id,
                                               body.get("reason"))
-        self.parts.apply(effects)
+        self.parts.act_on(effects)
         return JSONResponse(task)
 
     async def list_attempts(self, request: Request, q: Params) -> Response:
@@ -251,7 +251,7 @@ class HttpApi:
         task, effects = await self.store.call(self.tasks.review, principal, task_id,
                                               body["action"], body.get("result"),
                                               body.get("reason"))
-        self.parts.apply(effects)
+        self.parts.act_on(effects)
         return JSONResponse(task)
 
 

@@ -17,7 +17,7 @@ from .waiters import TaskWaiters
 @dataclass(frozen=True, slots=True)
 class ServerParts:
     """The parts an adapter works with. Run every ``services`` call on ``store`` (one hop per
-    transaction), then hand the ``Effects`` it returned to ``apply`` on the event loop."""
+    transaction), then hand the ``Effects`` it returned to ``act_on`` on the event loop."""
 
     config: ServerConfig
     clock: Callable[[], int]  # wall-clock milliseconds
@@ -26,4 +26,6 @@ class ServerParts:
     dispatcher: Dispatcher
     waiters: TaskWaiters
     logins: FailedLogins  # the one failed-login budget of every route and the worker hello
-    apply: Callable[[Effects], None]
+    # Acts on what a transaction changed: wakes long polls, hints the dispatcher, pushes
+    # cancels and closes, counts it, re-arms the reaper (OrbitServer.act_on).
+    act_on: Callable[[Effects], None]

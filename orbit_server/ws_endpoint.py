@@ -147,7 +147,7 @@ class WorkerConnection:
                            event="release_failed", instance_id=instance_id):
             effects = await parts.store.call_worker(self.workers.release_reservations,
                                                     instance_id, connected_at_ms)
-            parts.apply(effects)
+            parts.act_on(effects)
 
     # -------------------------------------------------------------- what the protocol decides
 
@@ -363,7 +363,7 @@ class WorkerConnection:
                 # After the claim is booked: a claim its answer's payload budget ended leaves
                 # a work hint for this session's queue, which must not read as "the queue is
                 # empty".
-                self.parts.apply(effects)
+                self.parts.act_on(effects)
             if apply.drain:
                 # A dispatch pass already under way sends its reserve frame before this answer.
                 async with session.lock:
