@@ -113,8 +113,9 @@ class WorkerConnection:
         try:
             await asyncio.wait({reader, writer, timer}, return_when=asyncio.FIRST_COMPLETED)
             if self.closing and not writer.done():
-                # Let the error frame and the close go out, within a bound.
-                with contextlib.suppress(TimeoutError):
+                # Let the error frame and the close go out, within a bound (a writer that
+                # fails meanwhile is logged by its owner).
+                with contextlib.suppress(TimeoutError, Exception):
                     await asyncio.wait_for(asyncio.shield(writer), FLUSH_TIMEOUT_S)
         finally:
             await tasks.stop(reader, writer, timer)
