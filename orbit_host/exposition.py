@@ -25,7 +25,7 @@ def counter(name: str, doc: str, labels: tuple[str, ...], counts: Counts) -> Met
 
 def histogram(name: str, doc: str, labels: tuple[str, ...],
               snapshot: HistogramSnapshot) -> Metric:
-    """A histogram family from ``LabeledBuckets.snapshot()`` (or one made like it)."""
+    """A histogram family from ``LabeledHistograms.snapshot()`` (or one made like it)."""
     family = HistogramMetricFamily(name, doc, labels=labels)
     for values, (cumulative, total) in snapshot.items():
         family.add_metric(values, [("+Inf" if math.isinf(b) else str(b), n)

@@ -17,7 +17,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-__all__ = ["LATENCY_BOUNDS", "LONG_BOUNDS", "Bounded", "Buckets", "Counts", "LabeledBuckets"]
+__all__ = ["LATENCY_BOUNDS", "LONG_BOUNDS", "Bounded", "Buckets", "Counts", "Histogram",
+           "LabeledHistograms"]
 
 Labels = tuple[str, ...]
 
@@ -66,7 +67,7 @@ class Bounded:
         return value
 
 
-class Buckets:
+class Histogram:
     """One histogram: observations per upper bound (not cumulated), their sum."""
 
     __slots__ = ("bounds", "counts", "total")
@@ -92,20 +93,24 @@ class Buckets:
         return out, total
 
 
-class LabeledBuckets:
+class LabeledHistograms:
     """A histogram per tuple of label values, all with the same bounds."""
 
     __slots__ = ("_by", "bounds")
 
     def __init__(self, bounds: Sequence[float] = LATENCY_BOUNDS) -> None:
         self.bounds = tuple(bounds)
-        self._by: dict[Labels, Buckets] = {}
+        self._by: dict[Labels, Histogram] = {}
 
     def observe(self, labels: Labels, value: float) -> None:
-        buckets = self._by.get(labels)
-        if buckets is None:
-            buckets = self._by[labels] = Buckets(self.bounds)
-        buckets.observe(value)
+        histogram = self._by.get(labels)
+        if histogram is None:
+            histogram = self._by[labels] = Histogram(self.bounds)
+        histogram.observe(value)
 
     def snapshot(self) -> dict[Labels, tuple[list[tuple[float, int]], float]]:
-        return {labels: b.snapshot() for labels, b in list(self._by.items())}
+        return {labels: h.snapshot() for labels, h in list(self._by.items())}
+
+
+# The name orbit_supervisor's pool.py and app.py still import (they move to Histogram).
+Buckets = Histogram

@@ -32,15 +32,18 @@ from .config import ServerConfig
 from .dashboard import dashboard_routes
 from .dispatcher import Dispatcher
 from .domain.listing import WarnOnce
-from .http_api import http_exception_handlers, http_routes
+from .http_api import http_routes
+from .http_plumbing import http_exception_handlers
 from .http_schedules import schedule_routes
 from .parts import ServerParts
+from .ratelimit import FailedLogins
 from .services import Effects, Services
 from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
 from .services.retention import TASK_BATCH
 from .store.db import create_engine_for, is_sqlite, migrate, sqlite_file
 from .store.retry import faults_logged
 from .store_thread import StoreThread
+from .task_owner import TaskOwner
 from .waiters import TaskWaiters
 from .wal_sync import Durability, WalSync
 from .ws_endpoint import ws_routes
@@ -108,10 +111,13 @@ class OrbitServer:
         # Wall-clock ms of the reaper's next planned pass; "never" while a pass runs, so
         # every due instant reported meanwhile is kept for the next sleep.
         self._reaper_at_ms = _NEVER
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskOwner(log)  # the background loops, stopped at shutdown
         parts = ServerParts(config=config, clock=self.clock, store=self.store,
                             services=self.services, dispatcher=self.dispatcher,
-                            waiters=self.waiters, apply=self.apply)
+                            waiters=self.waiters,
+                            logins=FailedLogins(config.auth_failures_per_s,
+                                                config.auth_failures_burst),
+                            act_on=self.act_on)
         routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
                   *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
@@ -131,7 +137,7 @@ class OrbitServer:
 
     # -------------------------------------------------------------- effects of a transaction
 
-    def apply(self, effects: Effects) -> None:
+    def act_on(self, effects: Effects) -> None:
         """Act on what a transaction changed: wake long polls, dispatch, push cancels;
         count what it did (metrics)."""
         if effects.counts is not None and self.metrics is not None:
@@ -162,7 +168,7 @@ class OrbitServer:
             # the next pass runs anyway
             with faults_logged(log, "reaper pass failed", event="reaper_failed"):
                 effects = await self.store.call(self.services.reaper.reap)
-                self.apply(effects)
+                self.act_on(effects)
             planned = wall_clock_ms() + interval_ms
             while True:  # sleep until the planned pass or an earlier due instant
                 target = planned
@@ -246,7 +252,7 @@ class OrbitServer:
             # the next pass runs anyway
             with faults_logged(log, "schedule pass failed", event="schedule_failed"):
                 effects, next_ms = await self.store.call(self.services.schedules.fire_due)
-                self.apply(effects)
+                self.act_on(effects)
             wait_ms = SCHEDULE_POLL_MS
             left = None if next_ms is None else next_ms - wall_clock_ms()
             if left is not None and left > 0:
@@ -302,15 +308,14 @@ class OrbitServer:
             self.wal.start()
         self.store.start()
         self.dispatcher.start()
-        self._tasks = [
-            asyncio.create_task(self._reaper_loop(), name="orbit-reaper"),
-            asyncio.create_task(self._dispatch_poll_loop(), name="orbit-dispatch-poll"),
-            asyncio.create_task(self._receipt_prune_loop(), name="orbit-receipt-prune"),
-            asyncio.create_task(self._push_poll_loop(), name="orbit-push-poll"),
-            asyncio.create_task(self._schedule_loop(), name="orbit-schedules"),
-            asyncio.create_task(self._presence_loop(), name="orbit-presence"),
-            asyncio.create_task(self._unserved_loop(), name="orbit-unserved"),
-        ]
+        tasks = self._tasks
+        tasks.start(self._reaper_loop(), "orbit-reaper")
+        tasks.start(self._dispatch_poll_loop(), "orbit-dispatch-poll")
+        tasks.start(self._receipt_prune_loop(), "orbit-receipt-prune")
+        tasks.start(self._push_poll_loop(), "orbit-push-poll")
+        tasks.start(self._schedule_loop(), "orbit-schedules")
+        tasks.start(self._presence_loop(), "orbit-presence")
+        tasks.start(self._unserved_loop(), "orbit-unserved")
         cfg = self.config
         scheme = "https" if cfg.tls_cert else "http"
         log.info("orbit-server %s serving on %s://%s:%s (replica %s), database %s",
@@ -325,11 +330,7 @@ class OrbitServer:
             open_sessions = len(self.dispatcher.sessions())
             log.info("orbit-server shutting down (%d worker connection(s) open)",
                      open_sessions, extra=fields("server_stopping", workers=open_sessions))
-            for task in self._tasks:
-                task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await self._tasks.stop()
             await self.dispatcher.stop()
             if self.metrics is not None:
                 self.metrics.close()
@@ -381,6 +382,10 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
         # uvicorn's own limits (docs/security.md): concurrent connections, idle keep-alive.
         limit_concurrency=cfg.limit_concurrency,
         timeout_keep_alive=cfg.timeout_keep_alive,
+        # Forwarded headers only from the proxies the operator named (uvicorn would trust
+        # them from 127.0.0.1 by default, letting a local client pick its address).
+        proxy_headers=cfg.forwarded_allow_ips is not None,
+        forwarded_allow_ips=cfg.forwarded_allow_ips or "",
         # uvicorn's own start and stop lines repeat the server's: only its warnings show.
         log_level="warning" if log_level == "info" else log_level,
         # uvicorn's records go to the root logger, so --log-format applies to them too; its

@@ -125,6 +125,10 @@ def main(ctx: click.Context) -> None:
                    "(default 20000).")
 @click.option("--timeout-keep-alive", type=click.IntRange(1, 3600),
               help="Seconds an idle HTTP keep-alive connection stays open (default 5).")
+@click.option("--forwarded-allow-ips", metavar="ADDRESSES",
+              help="Proxies trusted to name the client in X-Forwarded-For and "
+                   "X-Forwarded-Proto: comma-separated addresses or networks, or * "
+                   "(default: none; the headers are ignored).")
 @click.option("--task-retention", metavar="DURATION",
               help="Delete finished tasks this long after they finished, e.g. 30d, 12h, 90m; "
                    "0 keeps them (default 30d).")
@@ -156,7 +160,7 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
           max_sessions_per_credential: int | None = None, max_sessions: int | None = None,
           hello_timeout_ms: int | None = None, header_timeout_ms: int | None = None,
           body_timeout_ms: int | None = None, limit_concurrency: int | None = None,
-          timeout_keep_alive: int | None = None,
+          timeout_keep_alive: int | None = None, forwarded_allow_ips: str | None = None,
           task_retention: str | None = None, metrics: bool | None = None,
           metrics_token_file: str | None = None, metrics_refresh_ms: int | None = None,
           log_level: str = "info", log_format: str = "text", access_log: bool = True,
@@ -183,6 +187,7 @@ def serve(db_url: str | None = None, host: str | None = None, port: int | None =
                      max_sessions=max_sessions, hello_timeout_ms=hello_timeout_ms,
                      header_timeout_ms=header_timeout_ms, body_timeout_ms=body_timeout_ms,
                      limit_concurrency=limit_concurrency, timeout_keep_alive=timeout_keep_alive,
+                     forwarded_allow_ips=forwarded_allow_ips,
                      task_retention_ms=None if task_retention is None
                      else _duration_ms(task_retention, "--task-retention"),
                      metrics=metrics, metrics_refresh_ms=metrics_refresh_ms,

@@ -69,6 +69,10 @@ class ServerConfig:
     # idle keep-alive connection stays open.
     limit_concurrency: int = 20_000
     timeout_keep_alive: int = 5
+    # The proxies whose X-Forwarded-For / X-Forwarded-Proto name the client (comma-separated
+    # addresses or networks, "*" for any); None: forwarded headers are ignored, and every
+    # per-address limit counts the connection's own peer.
+    forwarded_allow_ips: str | None = None
     # Replicas on a shared database read each other's cancels and revocations this often.
     push_poll_ms: int = 500
     # Operation receipts are deleted this long after they were written.

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from orbit_wire.errors import ErrorCode, OrbitError
 
-from .http_api import error_response
+from .http_plumbing import error_response
 
 PREFIX = "/ui"
 _TYPES = {

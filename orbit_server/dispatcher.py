@@ -1,27 +1,35 @@
-"""Credit-based dispatch: in-memory worker sessions, their credits, and dispatch passes.
+"""Credit-based dispatch: in-memory worker sessions, their credits, dispatch passes, and the
+one claim routine.
 
 A session is one worker connection after a successful ``hello``. Credits are additive and
 spent one per reservation sent; outstanding credit above 2 x capacity is LIMIT_EXCEEDED.
-A dispatch pass claims, for each session that has credit and may have matching work, up to
-its credit with ONE ``WorkerService.reserve`` call (one transaction) and sends ONE
-``reserve`` frame for the batch.
+
+Work reaches a session only through ``Dispatcher.claim``: under ``session.lock`` it reads
+what the session may take (``ClaimRoom``), runs the transaction that takes it, books what it
+took against the session's credit and queues the ``reserve`` frame. Three callers use it: a
+dispatch pass (``WorkerService.reserve``, up to the session's credit), a submit that finds a
+session waiting for its capability (``with_claim``: ``TaskService.submit_and_reserve``, the
+new task reserved in the submit's own transaction), and a worker request's ``claim`` ops
+(``WorkerService.apply_ops``, answered in the request's response).
 
 Passes are triggered by hints: a queue that got dispatchable tasks, new credit, the reaper's
 timer, and a slow poll (tasks made ready by another replica). Everything here runs on the
-event loop; ``reserve`` runs on the store thread. Within a pass the session served least
+event loop; transactions run on the store thread. Within a pass the session served least
 recently claims first, so no worker starves another.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
 
-from orbit_wire.errors import ErrorCode, ProtocolError
-from orbit_wire.frames import Cancel, ClaimOp, ErrorFrame, Op, OpResult, Reserve, ServerFrame
+from orbit_wire.errors import ErrorCode
+from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
@@ -29,8 +37,10 @@ from .services import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerS
 from .services.binding import Presence
 from .store.retry import faults_logged
 from .store_thread import StoreThread
+from .task_owner import TaskOwner
+from .worker_protocol import SessionCredit
 
-CLOSE_UNAUTHENTICATED = 4006  # ws_endpoint.CLOSE_CODES[UNAUTHENTICATED]
+T = TypeVar("T")
 
 log = logging.getLogger("orbit.dispatch")
 
@@ -38,19 +48,22 @@ log = logging.getLogger("orbit.dispatch")
 class WorkerSession:
     """Dispatch state of one connected worker instance.
 
+    ``credit`` is the connection's (its protocol checks frames against the same record).
     ``send`` must not block (it queues the frame on the connection); ``close`` asks the
-    connection to close with a WebSocket close code. ``lock`` is held while a claim is made
-    and its frame queued, so a ``drain`` answer can wait for an in-flight claim.
+    connection to close with a WebSocket close code, ``fatal`` to send a fatal ``error``
+    frame and close with its code. ``lock`` is held while a claim is made and its frame
+    queued, so a ``drain`` answer can wait for an in-flight claim.
     """
 
-    def __init__(self, session_id: str, binding: WorkerBinding, capacity: int,
-                 send: Callable[[ServerFrame], None], close: Callable[[int, str], None]) -> None:
+    def __init__(self, session_id: str, binding: WorkerBinding, credit: SessionCredit,
+                 send: Callable[[ServerFrame], None], close: Callable[[int, str], None],
+                 fatal: Callable[[ErrorCode, str], None]) -> None:
         self.session_id = session_id
         self.binding = binding
-        self.capacity = capacity
+        self.credit = credit
         self.send = send
         self.close = close
-        self.credits = 0
+        self.fatal = fatal
         self.draining = False
         self.closed = False
         self.lock = asyncio.Lock()
@@ -73,8 +86,46 @@ class WorkerSession:
         return self.binding.queue_id
 
     @property
+    def capacity(self) -> int:
+        return self.credit.capacity
+
+    @property
+    def credits(self) -> int:
+        return self.credit.outstanding
+
+    @property
     def wants_work(self) -> bool:
         return self.credits > 0 and not self.draining and not self.closed
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """What a claim's transaction took for its session.
+
+    ``reserved`` go out in one ``reserve`` frame and spend a credit each; ``asked`` is how
+    many the session's credit asked for (None: the claim did not spend credit). ``started``
+    reservations were answered in a request's response instead, and ``credited`` is the
+    credit that request's ``claim`` ops left."""
+
+    reserved: Reservations = field(default_factory=Reservations)
+    asked: int | None = None
+    started: int = 0
+    credited: int = 0
+
+
+def claimed_by(ops: Sequence[Op], results: Sequence[OpResult]) -> Claimed:
+    """What a request's ``claim`` ops took, from their answers."""
+    started = credited = 0
+    for op, result in zip(ops, results, strict=True):
+        if isinstance(op, ClaimOp) and result.ok:
+            started += len(result.claimed or ())
+            credited += result.credited or 0
+    return Claimed(started=started, credited=credited)
+
+
+# A claim's transaction: given what the session may take, it takes it (on the store thread)
+# and answers its own value and what it took.
+ClaimTransaction = Callable[[ClaimRoom], Awaitable[tuple[T, Claimed]]]
 
 
 class Dispatcher:
@@ -87,20 +138,22 @@ class Dispatcher:
         self._by_queue: dict[str, dict[str, WorkerSession]] = {}
         self._dirty: dict[str, WorkerSession] = {}  # insertion-ordered set, by session_id
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        # Set while no pass is due or under way: every hint so far has been acted on.
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._tasks = TaskOwner(log)  # the task that runs the passes
         self._served = itertools.count(1)
+        # Hellos admitted under the session limits whose session is not attached yet, by
+        # credential: they count against the limits like the sessions they will become.
+        self._admitting: dict[str, int] = {}
 
     # -------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="orbit-dispatcher")
+        self._tasks.start(self._run(), "orbit-dispatcher")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._tasks.stop()
 
     # -------------------------------------------------------------- sessions
 
@@ -112,6 +165,29 @@ class Dispatcher:
         same instance (``detach`` + release), so there is none here."""
         self._by_instance[session.instance_id] = session
         self._by_queue.setdefault(session.queue_id, {})[session.session_id] = session
+
+    def admit(self, credential_id: str, instance_id: str, per_credential: int,
+              in_all: int) -> bool:
+        """Whether a hello of this credential and instance fits the session limits (the
+        instance's current session, which it would replace, not counted); if so it counts as
+        a session until ``admitted`` is called, so hellos under way cannot together exceed
+        the limits."""
+        older = self._by_instance.get(instance_id)
+        mine = self._admitting.get(credential_id, 0) + sum(
+            1 for s in self._by_instance.values()
+            if s.binding.credential_id == credential_id and s is not older)
+        total = (len(self._by_instance) - (older is not None)
+                 + sum(self._admitting.values()))
+        if mine >= per_credential or total >= in_all:
+            return False
+        self._admitting[credential_id] = self._admitting.get(credential_id, 0) + 1
+        return True
+
+    def admitted(self, credential_id: str) -> None:
+        """The hello ``admit`` let in has attached its session or failed."""
+        left = self._admitting.pop(credential_id, 0) - 1
+        if left > 0:
+            self._admitting[credential_id] = left
 
     def detach(self, session: WorkerSession) -> bool:
         """Forget a session; True when it was the instance's current session (then the
@@ -140,32 +216,50 @@ class Dispatcher:
 
     # -------------------------------------------------------------- hints
 
-    def grant(self, session: WorkerSession, credits: int) -> None:
-        """Add credit; raise ProtocolError(LIMIT_EXCEEDED) above 2 x capacity."""
-        if session.credits + credits > 2 * session.capacity:
-            raise ProtocolError(
-                ErrorCode.LIMIT_EXCEEDED,
-                f"outstanding credit would be {session.credits + credits}; "
-                f"at most {2 * session.capacity} (2 x capacity)",
-            )
-        session.credits += credits
+    def credit_added(self, session: WorkerSession) -> None:
+        """The session's credit grew (a ``credit`` frame its protocol took): claim for it,
+        unless the last claim found the queue empty (then only a work hint claims)."""
         if session.wants_work and not session.exhausted:
             self._mark(session)
 
-    def check_claims(self, session: WorkerSession, ops: Sequence[Op]) -> None:
-        """Raise ProtocolError(LIMIT_EXCEEDED) when a request's claims ask for more than
-        2 x capacity slots (the bound a ``credit`` frame obeys)."""
-        asked = sum(op.count for op in ops if isinstance(op, ClaimOp))
-        if asked > 2 * session.capacity:
-            raise ProtocolError(
-                ErrorCode.LIMIT_EXCEEDED,
-                f"claims ask for {asked} slots; at most {2 * session.capacity} (2 x capacity)",
-            )
+    # -------------------------------------------------------------- the claim routine
 
-    def idle_session(self, queue_id: str, capability: Capability) -> WorkerSession | None:
+    async def claim(self, session: WorkerSession, transaction: ClaimTransaction[T]) -> T:
+        """THE claim routine: under ``session.lock`` (no other claim for this session
+        meanwhile, and a ``drain`` answer can wait for it), read what the session may take
+        now, run ``transaction`` on it, book what it took and queue its ``reserve`` frame.
+        Returns the transaction's own value."""
+        async with session.lock:
+            value, claimed = await transaction(self._room(session))
+            self._book(session, claimed)
+            if claimed.reserved:
+                session.send(Reserve(tuple(claimed.reserved)))
+            return value
+
+    async def with_claim(self, queue_id: str, capability: Capability | None,
+                         transaction: Callable[[WorkerBinding | None, int],
+                                               tuple[T, Reservations]]) -> T:
+        """Run ``transaction`` (new work of ``capability`` in ``queue_id``) on the store
+        thread; when a session of the queue waits with credit for that capability, through
+        the claim routine, so the same transaction reserves for it (``binding`` and a count
+        are then given; else None and 0)."""
+        session = None if capability is None else self._idle_session(queue_id, capability)
+        if session is None:
+            value, _none = await self._store.call(transaction, None, 0)
+            return value
+
+        async def reserving(room: ClaimRoom) -> tuple[T, Claimed]:
+            # The worker lane, like every claim: a release for this session (its connection
+            # closing) is submitted later and so runs after this reserve (FIFO per lane).
+            value, reserved = await self._store.call_worker(transaction, session.binding,
+                                                            room.count)
+            return value, Claimed(reserved, room.count)
+
+        return await self.claim(session, reserving)
+
+    def _idle_session(self, queue_id: str, capability: Capability) -> WorkerSession | None:
         """A session of ``queue_id`` serving ``capability`` that waits with credit and is not
-        claiming right now (least recently served first), or None. A submit may claim for
-        it in its own transaction (under ``session.lock``, then ``book_request_claim``)."""
+        claiming right now (least recently served first), or None."""
         best: WorkerSession | None = None
         for session in self._by_queue.get(queue_id, {}).values():
             if (session.wants_work and not session.lock.locked()
@@ -174,50 +268,35 @@ class Dispatcher:
                 best = session
         return best
 
-    def claim_size(self, session: WorkerSession) -> int:
-        """How many reservations may be claimed for ``session`` now (its credit). The caller
-        holds ``session.lock`` until ``book_reserved``."""
+    def _room(self, session: WorkerSession) -> ClaimRoom:
+        """What a claim for ``session`` may take now: reservations up to its credit, or
+        claim ops within the credit bound; nothing while it drains or closes."""
         if session.draining or session.closed:
-            return 0
-        return min(session.credits, MAX_RESERVATIONS_PER_FRAME)
+            return NO_CLAIMS
+        return ClaimRoom(True, session.credit.room,
+                         min(session.credits, MAX_RESERVATIONS_PER_FRAME))
 
-    def book_reserved(self, session: WorkerSession, wanted: int,
-                      reservations: Reservations) -> None:
-        """Spend credit on what a claim of ``wanted`` reserved (the caller sends the
-        ``reserve`` frame, still under ``session.lock``)."""
-        if reservations:
-            session.credits -= len(reservations)
+    def _book(self, session: WorkerSession, claimed: Claimed) -> None:
+        """Spend credit on what a claim reserved, add what its claim ops left, and decide
+        whether the session claims again without a hint."""
+        reserved = claimed.reserved
+        if reserved:
+            session.credit.spend(len(reserved))
+        if reserved or claimed.started:
             session.served_seq = next(self._served)
-            session.reserved_total += len(reservations)
-        if (len(reservations) < wanted or reservations.drained) and not reservations.more:
+            session.reserved_total += len(reserved) + claimed.started
+        if claimed.credited:
+            session.credit.refund(claimed.credited)
+            # The claim found less work than slots: only a hint that work arrived claims
+            # again (new credit alone would find nothing).
+            session.exhausted = True
+        if claimed.asked is None:
+            return
+        if (len(reserved) < claimed.asked or reserved.drained) and not reserved.more:
             session.exhausted = True  # the queue had no more: only a work hint claims again
         elif session.wants_work:
             # A full batch, or one a frame's payload budget ended: there may be more work.
             self._mark(session)
-
-    def claim_room(self, session: WorkerSession) -> ClaimRoom:
-        """What a request's claims may do now. The caller holds ``session.lock`` from here
-        until ``book_claims``, so no dispatch pass claims for this session meanwhile."""
-        if session.draining or session.closed:
-            return NO_CLAIMS
-        return ClaimRoom(True, max(0, 2 * session.capacity - session.credits))
-
-    def book_claims(self, session: WorkerSession, ops: Sequence[Op],
-                    results: Sequence[OpResult]) -> None:
-        """Count what a request's claims started and add the credit they left."""
-        started = credited = 0
-        for op, result in zip(ops, results, strict=True):
-            if isinstance(op, ClaimOp) and result.ok:
-                started += len(result.claimed or ())
-                credited += result.credited or 0
-        if started:
-            session.served_seq = next(self._served)
-            session.reserved_total += started
-        if credited:
-            session.credits = min(session.credits + credited, 2 * session.capacity)
-            # The claim found less work than slots: only a hint that work arrived claims
-            # again (new credit alone would find nothing).
-            session.exhausted = True
 
     def stop_dispatching(self, session: WorkerSession) -> None:
         """After a drain: no more reservations for this session."""
@@ -256,20 +335,26 @@ class Dispatcher:
         closing = [s for s in self._by_instance.values()
                    if s.binding.credential_id == credential_id and not s.closed]
         for session in closing:
-            session.send(ErrorFrame(ErrorCode.UNAUTHENTICATED, message, retryable=False,
-                                    fatal=True))
-            session.close(CLOSE_UNAUTHENTICATED, ErrorCode.UNAUTHENTICATED.value)
+            session.fatal(ErrorCode.UNAUTHENTICATED, message)
         return len(closing)
 
     def _mark(self, session: WorkerSession) -> None:
         session.exhausted = False
         self._dirty[session.session_id] = session
+        self._idle.clear()
         self._wake.set()
+
+    async def settled(self) -> None:
+        """Return once every hint given so far has been acted on: no dispatch pass is due
+        and none is under way (its reserve frames already queued on their connections)."""
+        await self._idle.wait()
 
     # -------------------------------------------------------------- passes
 
     async def _run(self) -> None:
         while True:
+            if not self._wake.is_set():
+                self._idle.set()
             await self._wake.wait()
             self._wake.clear()
             # Bounded: every round either empties the dirty set or re-marks only sessions
@@ -289,18 +374,15 @@ class Dispatcher:
                 await self._claim(session)
 
     async def _claim(self, session: WorkerSession) -> None:
-        if not session.wants_work:
-            return
-        async with session.lock:
-            # Re-check under the lock: a drain or close may have come in meanwhile. From
-            # this check to the store submission there is no await, so a close that comes
-            # later submits its release after this reserve (the store thread is FIFO).
-            if not session.wants_work:
-                return
-            wanted = self.claim_size(session)
-            reservations = await self._store.call_worker(
-                self._workers.reserve, session.binding, wanted
-            )
-            self.book_reserved(session, wanted, reservations)
-            if reservations:
-                session.send(Reserve(tuple(reservations)))
+        if session.wants_work:
+            await self.claim(session, partial(self._reserve, session.binding))
+
+    async def _reserve(self, binding: WorkerBinding, room: ClaimRoom) -> tuple[None, Claimed]:
+        """A pass's transaction: up to the session's credit. The room is read under the
+        lock (a drain or close may have come in meanwhile), and from there to the store
+        submission there is no await, so a close that comes later submits its release
+        after this reserve (the store thread is FIFO)."""
+        if not room.count:
+            return None, Claimed()
+        reserved = await self._store.call_worker(self._workers.reserve, binding, room.count)
+        return None, Claimed(reserved, room.count)

@@ -8,7 +8,7 @@ which uvicorn itself does not have (security finding 4).
 
 Past either, the server answers ``408`` with ``Connection: close`` when no response has
 started, closes the connection and logs one line. The application sees a disconnect
-(``http_api.read_body`` turns it into a quiet typed error).
+(``http_plumbing.read_body`` turns it into a quiet typed error).
 
 A response with a ``Content-Length`` leaves in one write: uvicorn writes the status line and
 headers, then the body, and each write is a syscall that wakes the client on loopback (the

@@ -42,7 +42,7 @@ from starlette.routing import Route
 from starlette.types import Scope
 
 from orbit_host.exposition import counter, histogram
-from orbit_host.tally import LONG_BOUNDS, Bounded, Counts, LabeledBuckets
+from orbit_host.tally import LONG_BOUNDS, Bounded, Counts, LabeledHistograms
 from orbit_wire.errors import ErrorCode, OrbitError
 
 from .services.effects import Counted
@@ -69,7 +69,7 @@ class ServerTally:
 
     def __init__(self) -> None:
         self.submitted = Counts()  # (queue,)
-        self.start_wait = LabeledBuckets(LONG_BOUNDS)  # (queue, attempt)
+        self.start_wait = LabeledHistograms(LONG_BOUNDS)  # (queue, attempt)
         self.ended = Counts()  # (queue, outcome, code)
         self.decisions = Counts()  # (queue, decision)
         self.kills = Counts()  # (queue, reason)
@@ -78,7 +78,7 @@ class ServerTally:
         self.reviews = Counts()  # (queue, action)
         self.timed_out = Counts()  # (queue, code)
         self.requests = Counts()  # (method, route, status)
-        self.request_time = LabeledBuckets(LONG_BOUNDS)  # (method, route)
+        self.request_time = LabeledHistograms(LONG_BOUNDS)  # (method, route)
         self._code = Bounded(MAX_CODES)
         self._reason = Bounded(MAX_CODES)
 
@@ -149,7 +149,8 @@ class TaskCounts:
             if time.monotonic() - self._read_mono < self._refresh_s:
                 return
             loop = asyncio.get_running_loop()
-            self._running = asyncio.ensure_future(loop.run_in_executor(self._pool, self._read))
+            # A future of the pool this object owns (closed with it), kept until it ends.
+            self._running = loop.run_in_executor(self._pool, self._read)
             self._running.add_done_callback(self._done)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._running), _REFRESH_WAIT_S)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .config import ServerConfig
 from .dispatcher import Dispatcher
+from .ratelimit import FailedLogins
 from .services import Effects, Services
 from .store_thread import StoreThread
 from .waiters import TaskWaiters
@@ -16,7 +17,7 @@ from .waiters import TaskWaiters
 @dataclass(frozen=True, slots=True)
 class ServerParts:
     """The parts an adapter works with. Run every ``services`` call on ``store`` (one hop per
-    transaction), then hand the ``Effects`` it returned to ``apply`` on the event loop."""
+    transaction), then hand the ``Effects`` it returned to ``act_on`` on the event loop."""
 
     config: ServerConfig
     clock: Callable[[], int]  # wall-clock milliseconds
@@ -24,4 +25,7 @@ class ServerParts:
     services: Services
     dispatcher: Dispatcher
     waiters: TaskWaiters
-    apply: Callable[[Effects], None]
+    logins: FailedLogins  # the one failed-login budget of every route and the worker hello
+    # Acts on what a transaction changed: wakes long polls, hints the dispatcher, pushes
+    # cancels and closes, counts it, re-arms the reaper (OrbitServer.act_on).
+    act_on: Callable[[Effects], None]

@@ -1,5 +1,6 @@
-"""Token buckets by key, for the server's rate limits (docs/security.md). Pure: time
-arrives as ``now_s`` (the adapters pass a monotonic clock), so tests drive it by hand.
+"""The server's rate limits (docs/security.md): token buckets by key, and the one
+failed-login budget every door spends from. Pure: time arrives as ``now_s`` (the adapters
+pass ``time.monotonic()``), so tests drive it by hand.
 
 A bucket holds at most ``burst`` tokens and refills at ``rate`` per second; ``take`` spends
 ``n`` or answers how many seconds until it could. At most ``max_keys`` buckets are kept:
@@ -19,7 +20,9 @@ class _Bucket:
     at_s: float
 
 
-class Buckets:
+class TokenBuckets:
+    """A token bucket per key (a credential, a peer address)."""
+
     def __init__(self, rate: float, burst: float, max_keys: int = 10_000) -> None:
         self.rate = rate
         self.burst = burst
@@ -68,6 +71,30 @@ class Buckets:
         if len(self._buckets) >= self.max_keys:  # all limited: forget half, oldest first
             for key in list(self._buckets)[: self.max_keys // 2]:
                 del self._buckets[key]
+
+
+class FailedLogins:
+    """Failed authentications, per credential ID and per peer address: ONE budget for every
+    door a secret can be guessed at (the HTTP routes, schedules among them, and the worker
+    hello), so a guesser gets one budget, not one per door."""
+
+    def __init__(self, per_s: float, burst: float) -> None:
+        self._buckets = TokenBuckets(per_s, burst)
+
+    @staticmethod
+    def keys(credential_id: str, peer: str) -> tuple[str, str]:
+        """The buckets an attempt spends from (the credential ID as given, cut to its
+        length: a bearer may carry anything before its dot)."""
+        return f"id:{credential_id[:64]}", f"peer:{peer}"
+
+    def wait_s(self, keys: tuple[str, str], now_s: float) -> float:
+        """Seconds until an attempt with these keys may be verified (0: now)."""
+        return max(self._buckets.wait_s(key, now_s) for key in keys)
+
+    def failed(self, keys: tuple[str, str], now_s: float) -> None:
+        """An attempt with these keys failed: it spends from each of them."""
+        for key in keys:
+            self._buckets.spend(key, now_s)
 
 
 def retry_after(wait_s: float) -> int:

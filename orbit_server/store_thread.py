@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, TypeVar
 
-from orbit_host.tally import Buckets
+from orbit_host.tally import Histogram
 from orbit_wire.errors import ErrorCode, OrbitError
 
 from .wal_sync import CommitCounter, WalSync
@@ -86,8 +86,8 @@ class StoreThread:
                  commits: CommitCounter | None = None) -> None:
         # timed: each turn's duration on the thread (one call or one group commit, retries
         # included) goes into ``timings`` by lane, written by this thread only.
-        self.timings: dict[str, Buckets] | None = (
-            {"worker": Buckets(), "normal": Buckets()} if timed else None)
+        self.timings: dict[str, Histogram] | None = (
+            {"worker": Histogram(), "normal": Histogram()} if timed else None)
         self._group = group
         self._around = around  # held on the thread while it runs (``TxContext.pinned``)
         self._group_max = group_max if group is not None else 1

@@ -1,12 +1,13 @@
-"""The worker WebSocket endpoint (docs/protocol.md): decode a frame, call a use case, encode.
+"""The worker WebSocket endpoint (docs/protocol.md): the driver of ``worker_protocol``.
 
-One ``WorkerConnection`` per socket, with three tasks it owns: the reader (frames in, in
-order), the writer (frames out, in order, never blocking the rest of the server), and the
-watchdog (closes a connection silent for ``session_ttl_ms``). A bad frame gets a typed
+One ``WorkerConnection`` per socket. Its protocol (``WorkerProtocol``, pure) decides; the
+connection does what it decides, with three tasks it owns: the reader (messages into the
+protocol, in order), the writer (frames out, in order, never blocking the rest of the
+server) and the timer (the protocol's next deadline: no hello, silence, the credential's
+end). A hello is authenticated and its session opened here (the failed-login budget, the
+session limits, the store, the replaced connection); a request is applied on the store
+thread, its ``claim`` ops through the dispatcher's claim routine. A bad frame gets a typed
 ``error`` frame and closes *this* connection only; nothing a peer sends can end the server.
-
-Close codes (after a fatal ``error`` frame): see ``CLOSE_CODES``; 4008 is an expired session,
-4009 a connection replaced by a newer ``hello`` of the same instance.
 """
 
 from __future__ import annotations
@@ -14,62 +15,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from starlette.routing import WebSocketRoute
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from orbit_host.logs import fields
-from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
-from orbit_wire.frames import (
-    ClaimOp,
-    ClientFrame,
-    Credit,
-    DrainOp,
-    ErrorFrame,
-    Heartbeat,
-    HeartbeatAck,
-    Hello,
-    OpResult,
-    Request,
-    Response,
-    ServerFrame,
-    Welcome,
-    decode_client_frame,
-    encode,
-)
+from orbit_wire.errors import AuthError, ErrorCode, OrbitError
+from orbit_wire.frames import Hello, OpResult, Request, ServerFrame, encode
 from orbit_wire.ids import new_id
-from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
 
-from .dispatcher import WorkerSession
+from .dispatcher import Claimed, WorkerSession, claimed_by
 from .parts import ServerParts
-from .ratelimit import Buckets
 from .services import NO_CLAIMS, ClaimRoom, Effects
 from .store.retry import faults_logged
+from .task_owner import TaskOwner
+from .worker_protocol import (
+    CLOSE_REPLACED,
+    Action,
+    AddCredit,
+    Apply,
+    Close,
+    Greet,
+    Send,
+    Settings,
+    Why,
+    WorkerProtocol,
+    close_code,
+)
 
 log = logging.getLogger("orbit.ws")
 
-CLOSE_CODES: dict[ErrorCode, int] = {
-    ErrorCode.BAD_FRAME: 4001,
-    ErrorCode.UNKNOWN_FRAME_TYPE: 4001,
-    ErrorCode.FRAME_TOO_LARGE: 4002,
-    ErrorCode.OUT_OF_ORDER: 4003,
-    ErrorCode.CONCURRENT_REQUEST: 4003,
-    ErrorCode.LIMIT_EXCEEDED: 4004,
-    ErrorCode.UNSUPPORTED_PROTOCOL: 4005,
-    ErrorCode.UNAUTHENTICATED: 4006,
-    ErrorCode.PERMISSION_DENIED: 4006,
-    ErrorCode.INSTANCE_CONFLICT: 4007,
-    ErrorCode.UNAVAILABLE: 4010,
-    ErrorCode.INTERNAL: 4011,
-    ErrorCode.RATE_LIMITED: 4012,
-}
-CLOSE_SESSION_EXPIRED = 4008
-CLOSE_REPLACED = 4009
 # A peer that stops reading while we keep queueing frames is cut off past this many.
 MAX_QUEUED_FRAMES = 10_000
 # How long a closing connection may take to flush its last frames.
 FLUSH_TIMEOUT_S = 2.0
+
+# A request's answers, and its transaction's effects (None if it failed as a whole).
+Applied = tuple[list[OpResult], Effects | None]
 
 
 def failed_request_answers(request: Request, exc: Exception) -> list[OpResult]:
@@ -100,49 +84,45 @@ class _Close:
 class WorkerConnection:
     """One worker socket from accept to cleanup. ``run()`` returns when it is closed."""
 
-    def __init__(self, parts: ServerParts, websocket: WebSocket,
-                 hello_failures: Buckets | None = None) -> None:
+    def __init__(self, parts: ServerParts, websocket: WebSocket) -> None:
         self.parts = parts
-        self._hello_failures = hello_failures
         self.workers = parts.services.workers
         self.ws = websocket
-        self.config = parts.config
-        self.session: WorkerSession | None = None
-        self.closing = False
-        self._out: asyncio.Queue[str | _Close] = asyncio.Queue()
+        self.config = cfg = parts.config
         self._loop = asyncio.get_running_loop()
-        self._last_seen = self._loop.time()
-        self._in_flight = False
-        self._last_request_id: int | None = None
-        self._request_task: asyncio.Task[None] | None = None
-        # Loop time at which the hello's credential stops holding (expiry, rotation grace).
-        self._valid_until: float | None = None
-        self._accepted_at = self._loop.time()
+        self.protocol = WorkerProtocol(Settings(
+            hello_timeout_ms=cfg.hello_timeout_ms, session_ttl_ms=cfg.session_ttl_ms,
+            heartbeat_ms=cfg.heartbeat_ms, kill_grace_ms=cfg.kill_grace_ms),
+            self._loop.time())
+        self.session: WorkerSession | None = None
+        self._out: asyncio.Queue[str | _Close] = asyncio.Queue()
+        self._tasks = TaskOwner(log)
+
+    @property
+    def closing(self) -> bool:
+        return self.protocol.closing
 
     # -------------------------------------------------------------- lifecycle
 
     async def run(self) -> None:
         await self.ws.accept()
-        reader = asyncio.create_task(self._read_loop(), name="orbit-ws-reader")
-        writer = asyncio.create_task(self._write_loop(), name="orbit-ws-writer")
-        watchdog = asyncio.create_task(self._watch(), name="orbit-ws-watchdog")
+        tasks = self._tasks
+        reader = tasks.start(self._read_loop(), "orbit-ws-reader")
+        writer = tasks.start(self._write_loop(), "orbit-ws-writer")
+        timer = tasks.start(self._timer_loop(), "orbit-ws-timer")
         try:
-            await asyncio.wait({reader, writer, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({reader, writer, timer}, return_when=asyncio.FIRST_COMPLETED)
             if self.closing and not writer.done():
-                # Let the error frame and the close go out, within a bound.
+                # Let the error frame and the close go out, within a bound (a writer that
+                # fails meanwhile is logged by its owner).
                 with contextlib.suppress(TimeoutError, Exception):
                     await asyncio.wait_for(asyncio.shield(writer), FLUSH_TIMEOUT_S)
         finally:
-            for task in (reader, writer, watchdog):
-                task.cancel()
-            for task in (reader, writer, watchdog):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            if self._request_task is not None:
-                # Not cancelled: its transaction may already be running on the store thread,
-                # and its effects (wake-ups, dispatch hints) must still be applied.
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._request_task
+            await tasks.stop(reader, writer, timer)
+            # A request under way is not cancelled: its transaction may already be running
+            # on the store thread, and its effects (wake-ups, dispatch hints) must still be
+            # applied.
+            await tasks.join()
             await self._cleanup()
 
     async def _cleanup(self) -> None:
@@ -168,9 +148,39 @@ class WorkerConnection:
                            event="release_failed", instance_id=instance_id):
             effects = await parts.store.call_worker(self.workers.release_reservations,
                                                     instance_id, connected_at_ms)
-            parts.apply(effects)
+            parts.act_on(effects)
 
-    # -------------------------------------------------------------- output
+    # -------------------------------------------------------------- what the protocol decides
+
+    def _perform(self, actions: list[Action]) -> None:
+        """Do what the protocol decided (a ``Greet`` is the reader's to await)."""
+        for action in actions:
+            match action:
+                case Send(frame=frame):
+                    self._queue(frame)
+                case Close(code=code, reason=reason, why=why):
+                    self._log_close(why)
+                    self._out.put_nowait(_Close(code, reason))
+                case AddCredit():
+                    assert self.session is not None
+                    self.parts.dispatcher.credit_added(self.session)
+                case Apply():
+                    assert self.session is not None
+                    self._tasks.start(self._process(self.session, action), "orbit-ws-request")
+                case Greet():
+                    raise AssertionError("a hello is greeted by the reader")
+
+    def _log_close(self, why: Why) -> None:
+        cfg = self.config
+        if why is Why.SILENT:
+            log.info("closing a worker connection silent for %s ms", cfg.session_ttl_ms,
+                     extra=self._ids(why.value))
+        elif why is Why.NO_HELLO:
+            log.info("closing a worker connection that sent no hello in %s ms",
+                     cfg.hello_timeout_ms, extra=self._ids(why.value))
+        elif why is Why.CREDENTIAL_ENDED:
+            log.info("closing a worker connection: its credential expired",
+                     extra=self._ids(why.value))
 
     def _ids(self, event: str) -> dict[str, Any]:
         session = self.session
@@ -179,149 +189,113 @@ class WorkerConnection:
         return fields(event, instance_id=session.instance_id, queue_id=session.queue_id,
                       session_id=session.session_id)
 
+    # The session's links, for the dispatcher (reserve and cancel frames, closes).
+
     def send(self, frame: ServerFrame) -> None:
-        """Queue a frame; never blocks. Frames after a close request are dropped."""
-        if self.closing:
-            return
-        if self._out.qsize() >= MAX_QUEUED_FRAMES:
-            log.warning("worker connection is not reading; closing it",
-                        extra=self._ids("worker_not_reading"))
-            self.close(CLOSE_CODES[ErrorCode.UNAVAILABLE], "peer is not reading")
-            return
-        self._out.put_nowait(encode(frame).decode())
+        """Queue a frame; never blocks. Frames after a close are dropped."""
+        if not self.closing:
+            self._queue(frame)
 
     def close(self, code: int, reason: str) -> None:
         """Close after the frames already queued (idempotent)."""
-        if self.closing:
-            return
-        self.closing = True
-        self._out.put_nowait(_Close(code, reason))
+        self._perform(self.protocol.close(code, reason))
 
-    def fatal(self, code: ErrorCode, message: str, *, retryable: bool = False) -> None:
-        """Send a fatal ``error`` frame and close this connection."""
-        self.send(ErrorFrame(code, message, retryable=retryable, fatal=True))
-        self.close(CLOSE_CODES.get(code, 4000), code.value)
+    def fatal(self, code: ErrorCode, message: str) -> None:
+        """A fatal ``error`` frame, then its close code."""
+        self._perform(self.protocol.fatal(code, message))
+
+    def _queue(self, frame: ServerFrame) -> None:
+        if self._out.qsize() >= MAX_QUEUED_FRAMES:
+            log.warning("worker connection is not reading; closing it",
+                        extra=self._ids("worker_not_reading"))
+            self.close(close_code(ErrorCode.UNAVAILABLE), "peer is not reading")
+            return
+        self._out.put_nowait(encode(frame).decode())
+
+    # -------------------------------------------------------------- tasks
 
     async def _write_loop(self) -> None:
         ws_send = self.ws.send
         while True:
             item = await self._out.get()
             if isinstance(item, _Close):
+                # The peer may be gone already: there is nothing left to tell it.
                 with contextlib.suppress(Exception):
                     await self.ws.close(item.code, item.reason)
                 return
-            await ws_send({"type": "websocket.send", "text": item})
+            try:
+                await ws_send({"type": "websocket.send", "text": item})
+            except WebSocketDisconnect:
+                return  # the peer is gone
 
-    async def _watch(self) -> None:
-        ttl = self.config.session_ttl_ms / 1000
-        while True:
-            now = self._loop.time()
-            remaining = self._last_seen + ttl - now
-            if remaining <= 0:
-                log.info("closing a worker connection silent for %s ms",
-                         self.config.session_ttl_ms, extra=self._ids("worker_silent"))
-                self.close(CLOSE_SESSION_EXPIRED, "session expired")
-                return
-            if self.session is None:
-                # Unauthenticated connections are held briefly: the hello must come soon.
-                hello_left = self._accepted_at + self.config.hello_timeout_ms / 1000 - now
-                if hello_left <= 0:
-                    log.info("closing a worker connection that sent no hello in %s ms",
-                             self.config.hello_timeout_ms, extra=self._ids("worker_no_hello"))
-                    self.close(CLOSE_SESSION_EXPIRED, "no hello")
-                    return
-                remaining = min(remaining, hello_left)
-            if self._valid_until is not None:
-                if self._valid_until <= now:
-                    log.info("closing a worker connection: its credential expired",
-                             extra=self._ids("worker_credential_expired"))
-                    self.fatal(ErrorCode.UNAUTHENTICATED, "the worker's credential expired")
-                    return
-                remaining = min(remaining, self._valid_until - now)
-            await asyncio.sleep(remaining)
-
-    # -------------------------------------------------------------- input
+    async def _timer_loop(self) -> None:
+        protocol = self.protocol
+        while (due := protocol.next_timer()) is not None:
+            await asyncio.sleep(max(0.0, due - self._loop.time()))
+            self._perform(protocol.handle_timer(self._loop.time()))
 
     async def _read_loop(self) -> None:
         receive = self.ws.receive
+        protocol = self.protocol
         while not self.closing:
             message = await receive()
             if message["type"] == "websocket.disconnect":
                 return
-            self._last_seen = self._loop.time()
+            now = self._loop.time()
             if self.session is not None:
-                self.session.last_frame_at = self._last_seen
-            text = message.get("text")
-            if text is None:
-                self.fatal(ErrorCode.BAD_FRAME, "binary frames are not accepted; send text")
-                return
-            try:
-                frame = decode_client_frame(text)
-            except ProtocolError as exc:
-                self.fatal(exc.code, exc.message)
-                return
-            try:
-                await self._handle(frame)
-            except ProtocolError as exc:
-                self.fatal(exc.code, exc.message)
-                return
+                self.session.last_frame_at = now
+            for action in protocol.receive(message.get("text"), now):
+                if isinstance(action, Greet):
+                    await self._greet(action.hello)
+                else:
+                    self._perform([action])
 
-    async def _handle(self, frame: ClientFrame) -> None:
-        session = self.session
-        if session is None:
-            if not isinstance(frame, Hello):
-                raise ProtocolError(ErrorCode.OUT_OF_ORDER, "the first frame must be hello")
-            await self._hello(frame)
-            return
-        match frame:
-            case Heartbeat():
-                self.send(HeartbeatAck())
-            case Credit(credits=credits):
-                self.parts.dispatcher.grant(session, credits)
-            case Request():
-                self._request(session, frame)
-            case Hello():
-                raise ProtocolError(ErrorCode.OUT_OF_ORDER, "hello was already received")
+    # -------------------------------------------------------------- hello
 
-    async def _hello(self, hello: Hello) -> None:
-        if hello.protocol != PROTOCOL_VERSION:
-            raise ProtocolError(
-                ErrorCode.UNSUPPORTED_PROTOCOL,
-                f"protocol {hello.protocol} is not supported; use {PROTOCOL_VERSION}",
-            )
+    async def _greet(self, hello: Hello) -> None:
+        """Authenticate the hello and open its session, or refuse it (the failed-login
+        budget, the session limits, the store)."""
         parts = self.parts
         peer = self.ws.client.host if self.ws.client is not None else "?"
-        keys = (f"id:{hello.credential_id}", f"peer:{peer}")
-        failures, now_s = self._hello_failures, self._loop.time()
-        if failures is not None and max(failures.wait_s(k, now_s) for k in keys) > 0:
-            self.fatal(ErrorCode.RATE_LIMITED, "too many failed hellos; retry later",
-                       retryable=True)
+        keys = parts.logins.keys(hello.credential_id, peer)
+        now_s = time.monotonic()  # the clock the HTTP routes spend the same budget on
+        if parts.logins.wait_s(keys, now_s) > 0:
+            self._perform(self.protocol.refused(
+                ErrorCode.RATE_LIMITED, "too many failed hellos; retry later", retryable=True))
             return
+        dispatcher = parts.dispatcher
+        # Decided before the hello's transaction, which writes the instance's row only when
+        # admitted (after authenticating: the refusal tells nothing to a wrong secret).
+        admitted = dispatcher.admit(hello.credential_id, hello.instance_id,
+                                    self.config.max_sessions_per_credential,
+                                    self.config.max_sessions)
         try:
-            binding = await parts.store.call_worker(self.workers.worker_hello, hello)
+            await self._open_session(hello, admitted, keys, now_s)
+        finally:
+            if admitted:
+                dispatcher.admitted(hello.credential_id)
+
+    async def _open_session(self, hello: Hello, admitted: bool, keys: tuple[str, str],
+                            now_s: float) -> None:
+        parts = self.parts
+        try:
+            binding = await parts.store.call_worker(self.workers.worker_hello, hello, admitted)
         except OrbitError as exc:
-            if isinstance(exc, AuthError) and failures is not None:
-                for key in keys:
-                    failures.spend(key, now_s)
-            self.fatal(exc.code, exc.message, retryable=exc.retryable)
+            if isinstance(exc, AuthError):
+                parts.logins.failed(keys, now_s)
+            self._perform(self.protocol.refused(exc.code, exc.message,
+                                                retryable=exc.retryable))
             return
         except Exception:
             log.exception("worker hello failed", extra=fields("worker_hello_failed"))
-            self.fatal(ErrorCode.UNAVAILABLE, "the server cannot accept workers right now",
-                       retryable=True)
+            self._perform(self.protocol.refused(
+                ErrorCode.UNAVAILABLE, "the server cannot accept workers right now",
+                retryable=True))
             return
         if self.closing:
             return
         dispatcher = parts.dispatcher
         older = dispatcher.current(binding.instance_id)
-        sessions = dispatcher.sessions()
-        mine = sum(1 for s in sessions if s.binding.credential_id == binding.credential_id
-                   and s is not older)
-        if (mine >= self.config.max_sessions_per_credential
-                or len(sessions) - (older is not None) >= self.config.max_sessions):
-            self.fatal(ErrorCode.RATE_LIMITED, "too many worker connections for this "
-                       "credential or server; retry later", retryable=True)
-            return
         if older is not None:
             # The same instance reconnected: the older connection goes, and its unstarted
             # reservations are released *before* this session can receive new ones.
@@ -331,45 +305,28 @@ class WorkerConnection:
         if self.closing:
             return
         now_ms = parts.clock()
-        if binding.valid_until_ms is not None:
-            self._valid_until = self._loop.time() + (binding.valid_until_ms - now_ms) / 1000
-        session = WorkerSession(new_id(now_ms), binding, hello.capacity, self.send, self.close)
-        session.last_frame_at = self._last_seen
+        session_id = new_id(now_ms)
+        welcome = self.protocol.greeted(session_id, now=self._loop.time(), now_ms=now_ms,
+                                        valid_until_ms=binding.valid_until_ms)
+        session = WorkerSession(session_id, binding, self.protocol.credit, self.send,
+                                self.close, self.fatal)
+        session.last_frame_at = self.protocol.last_seen
         self.session = session
         dispatcher.attach(session)
         log.info("worker %s connected to queue %s (%s, %d slots, %s)", binding.instance_id,
                  binding.queue_id, hello.agent or "unknown agent", hello.capacity,
                  ", ".join(str(c) for c in binding.capabilities), extra=fields(
                      "worker_connected", instance_id=binding.instance_id,
-                     queue_id=binding.queue_id, session_id=session.session_id,
+                     queue_id=binding.queue_id, session_id=session_id,
                      credential_id=binding.credential_id, agent=hello.agent,
                      slots=hello.capacity,
                      capabilities=[str(c) for c in binding.capabilities]))
-        cfg = self.config
-        self.send(Welcome(
-            session_id=session.session_id,
-            session_ttl_ms=cfg.session_ttl_ms,
-            heartbeat_ms=cfg.heartbeat_ms,
-            kill_grace_ms=cfg.kill_grace_ms,
-            server_time_ms=now_ms,
-            max_batch_ops=MAX_BATCH_OPS,
-        ))
+        self._perform(welcome)
 
-    def _request(self, session: WorkerSession, request: Request) -> None:
-        if self._in_flight:
-            raise ProtocolError(ErrorCode.CONCURRENT_REQUEST,
-                                "a request is already in flight on this connection")
-        if self._last_request_id is not None and request.id <= self._last_request_id:
-            raise ProtocolError(ErrorCode.OUT_OF_ORDER,
-                                f"request id {request.id} was not greater than the previous "
-                                f"({self._last_request_id})")
-        self.parts.dispatcher.check_claims(session, request.ops)
-        self._last_request_id = request.id
-        self._in_flight = True
-        self._request_task = asyncio.create_task(self._process(session, request))
+    # -------------------------------------------------------------- requests
 
     async def _apply(self, session: WorkerSession, request: Request,
-                     room: ClaimRoom) -> tuple[list[OpResult], Effects | None]:
+                     room: ClaimRoom) -> Applied:
         """Apply the ops in one transaction (claims within ``room``); an answer for every
         op and the transaction's effects (None if it failed), never raises."""
         parts = self.parts
@@ -386,43 +343,43 @@ class WorkerConnection:
             return failed_request_answers(request, exc), None
         return list(results), effects
 
-    async def _process(self, session: WorkerSession, request: Request) -> None:
+    async def _process(self, session: WorkerSession, apply: Apply) -> None:
+        """Apply a request and answer it (every op gets an answer, whatever fails)."""
         dispatcher = self.parts.dispatcher
-        drain = any(isinstance(op, DrainOp) for op in request.ops)
+        request = apply.request
         try:
-            if drain:
+            if apply.drain:
                 dispatcher.stop_dispatching(session)
-            if any(isinstance(op, ClaimOp) for op in request.ops):
-                # Claims and dispatch passes for this session take turns (session.lock), so
-                # the credit a claim leaves is booked against the session's current credit.
-                async with session.lock:
-                    results, effects = await self._apply(session, request,
-                                                         dispatcher.claim_room(session))
-                    dispatcher.book_claims(session, request.ops, results)
+            if apply.claims:
+                # Through the claim routine: claims and dispatch passes for this session take
+                # turns, so the credit a claim leaves is booked against its current credit.
+                async def claiming(room: ClaimRoom) -> tuple[Applied, Claimed]:
+                    results, effects = await self._apply(session, request, room)
+                    return (results, effects), claimed_by(request.ops, results)
+
+                results, effects = await dispatcher.claim(session, claiming)
             else:
                 results, effects = await self._apply(session, request, NO_CLAIMS)
             if effects is not None:
-                # After book_claims: a claim its answer's payload budget ended leaves a work
-                # hint for this session's queue, which must not read as "the queue is empty".
-                self.parts.apply(effects)
-            if drain:
+                # After the claim is booked: a claim its answer's payload budget ended leaves
+                # a work hint for this session's queue, which must not read as "the queue is
+                # empty".
+                self.parts.act_on(effects)
+            if apply.drain:
                 # A dispatch pass already under way sends its reserve frame before this answer.
                 async with session.lock:
                     pass
-            self.send(Response(request.id, tuple(results)))
-        finally:
-            self._in_flight = False
+        except Exception as exc:  # a fault past the transaction: the ops are still answered
+            results = failed_request_answers(request, exc)
+        self._perform(self.protocol.answered(request.id, results))
 
 
 def ws_routes(parts: ServerParts) -> list[WebSocketRoute]:
     """The worker endpoint, one ``WorkerConnection`` per socket."""
 
-    cfg = parts.config
-    hello_failures = Buckets(cfg.auth_failures_per_s, cfg.auth_failures_burst)
-
     async def worker_endpoint(websocket: WebSocket) -> None:
         try:
-            await WorkerConnection(parts, websocket, hello_failures).run()
+            await WorkerConnection(parts, websocket).run()
         except Exception:  # one connection's failure must never reach the server
             log.exception("worker connection failed", extra=fields("worker_connection_failed"))
 

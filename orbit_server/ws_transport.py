@@ -1,16 +1,23 @@
 """The WebSocket transport under the worker endpoint: uvicorn's sans-I/O implementation,
-with one change: a text frame that is not valid UTF-8 gets the protocol's typed answer
-(a fatal ``BAD_FRAME`` error frame, close 4001) and ONE log line, instead of uvicorn's
-logged traceback (a peer must not be able to write tracebacks into the log at will).
+with two changes:
 
-The override relies on ``WebSocketsSansIOProtocol`` keeping the current message's parts
-in ``frames`` and its kind in ``curr_msg_data_type`` (uvicorn 0.30 to 0.55, bounded in
-pyproject.toml); tests/integration/server/test_security_frames.py checks the behaviour.
+- a text frame that is not valid UTF-8 gets the protocol's typed answer (a fatal
+  ``BAD_FRAME`` error frame, close 4001) and ONE log line, instead of uvicorn's logged
+  traceback (a peer must not be able to write tracebacks into the log at will);
+- a close the server starts waits ``WS_CLOSE_TIMEOUT_S`` for the peer's answer, then drops
+  the connection (abort: nothing buffered for a peer that does not read is kept), where
+  uvicorn would hold it 10 s and then wait for its buffer to drain.
+
+The overrides rely on ``WebSocketsSansIOProtocol`` keeping the current message's parts in
+``frames``, its kind in ``curr_msg_data_type``, and the closing handshake's timer in
+``close_timer`` (uvicorn 0.30 to 0.55, bounded in pyproject.toml);
+tests/integration/server/test_security_frames.py and test_security_ws_close.py check them.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -18,13 +25,30 @@ from orbit_host.logs import fields
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import ErrorFrame, encode
 
+from .worker_protocol import close_code
+
 log = logging.getLogger("orbit.ws")
 
-CLOSE_BAD_FRAME = 4001  # ws_endpoint.CLOSE_CODES[BAD_FRAME]
+# How long a close the server sent waits for the peer's close frame before the connection
+# is dropped (docs/security.md): a peer that answers does so within a round trip.
+WS_CLOSE_TIMEOUT_S = 1.0
 
 
 class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):
-    """uvicorn's sans-I/O WebSocket protocol with a typed close for invalid UTF-8."""
+    """uvicorn's sans-I/O WebSocket protocol with a typed close for invalid UTF-8 and a
+    bounded closing handshake."""
+
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if message.get("type") == "websocket.close" and self.close_timer is not None:
+            # uvicorn closes after its own timeout, and only once the peer has read what is
+            # buffered: drop the connection at our bound instead.
+            self.close_timer.cancel()
+            self.close_timer = self.loop.call_later(WS_CLOSE_TIMEOUT_S, self._drop)
+
+    def _drop(self) -> None:
+        self.close_timer = None
+        self.transport.abort()
 
     def send_receive_event_to_app(self) -> None:
         if self.curr_msg_data_type == "text" and not self.close_sent:
@@ -41,7 +65,7 @@ class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):
                 frame = ErrorFrame(ErrorCode.BAD_FRAME, "text frame is not valid UTF-8",
                                    retryable=False, fatal=True)
                 self.conn.send_text(encode(frame))
-                self.conn.send_close(CLOSE_BAD_FRAME, ErrorCode.BAD_FRAME.value)
+                self.conn.send_close(close_code(ErrorCode.BAD_FRAME), ErrorCode.BAD_FRAME.value)
                 self.handle_parser_exception()
                 return
         super().send_receive_event_to_app()

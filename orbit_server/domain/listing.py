@@ -23,11 +23,15 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id
 from orbit_wire.model import Capability, TaskState
 
+from .query import Choice, Int, Param, Query, Text, once, parse_query
+
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
 # Rows one page may scan when a filter is applied outside the index.
 SCAN_BUDGET: Final = 1_000
 ORDERS: Final = ("newest", "oldest")
+MAX_CURSOR: Final = 128
+MAX_INSTANT: Final = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +99,7 @@ def encode_cursor(filt: TaskFilter, pos: Position) -> str:
 def decode_cursor(text: str, newest_first: bool) -> Position:
     """The position a cursor names; BAD_REQUEST for anything this list did not make."""
     bad = OrbitError(ErrorCode.BAD_REQUEST, "cursor is not one this list returned")
-    if not text or len(text) > 128:
+    if not text or len(text) > MAX_CURSOR:
         raise bad
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
@@ -111,48 +115,73 @@ def decode_cursor(text: str, newest_first: bool) -> Position:
     return Position(int(created), task_id)
 
 
-def parse_filter(params: Mapping[str, Sequence[str]]) -> TaskFilter:
-    """A TaskFilter from query parameters (each name to its values, repeats allowed).
-    BAD_REQUEST names the parameter at fault."""
-    known = {"state", "handler", "handler_version", "payload_version", "created_after",
-             "created_before", "finished_after", "finished_before", "order", "limit",
-             "cursor"}
-    unknown = sorted(k for k in params if k not in known)
-    if unknown:
-        raise OrbitError(ErrorCode.BAD_REQUEST, f"unknown parameter(s): {', '.join(unknown)}")
-    states: list[TaskState] = []
-    for value in params.get("state", ()):
-        for part in value.split(","):
-            name = part.strip().upper()
-            if not name:
-                continue
-            try:
-                if not name.isascii():  # some non-ASCII letters upper() to ASCII ones
-                    raise ValueError(part)
-                state = TaskState(name)
-            except ValueError:
-                raise OrbitError(ErrorCode.BAD_REQUEST, f"state {part!r} is not one of "
-                                 f"{', '.join(s.value for s in TaskState)}") from None
-            if state not in states:
-                states.append(state)
-    order = _one(params, "order") or "newest"
-    if order not in ORDERS:
-        raise OrbitError(ErrorCode.BAD_REQUEST, "order must be newest or oldest")
-    newest = order == "newest"
-    limit = _int(params, "limit", 1, MAX_LIMIT)
-    cursor = _one(params, "cursor")
+@dataclass(frozen=True, slots=True)
+class States:
+    """The ``state`` parameter: state names, comma-separated, in any case, blanks skipped;
+    it may be repeated (every value adds its states)."""
+
+    name: str = "state"
+    default: tuple[TaskState, ...] = ()
+
+    def parse(self, values: Sequence[str]) -> tuple[TaskState, ...]:
+        states: list[TaskState] = []
+        for value in values:
+            for part in value.split(","):
+                name = part.strip().upper()
+                if not name:
+                    continue
+                try:
+                    if not name.isascii():  # some non-ASCII letters upper() to ASCII ones
+                        raise ValueError(part)
+                    state = TaskState(name)
+                except ValueError:
+                    raise OrbitError(ErrorCode.BAD_REQUEST, f"state {part!r} is not one of "
+                                     f"{', '.join(s.value for s in TaskState)}") from None
+                if state not in states:
+                    states.append(state)
+        return tuple(states)
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """The opaque cursor: at most ``MAX_CURSOR`` characters, empty reads as absent (what it
+    names is read by ``decode_cursor``, against the order)."""
+
+    name: str = "cursor"
+    default: None = None
+
+    def parse(self, values: Sequence[str]) -> str | None:
+        raw = once(self.name, values)
+        if len(raw) > MAX_CURSOR:
+            raise OrbitError(ErrorCode.BAD_REQUEST, "cursor is not one this list returned")
+        return raw or None
+
+
+# The task list's parameters (docs/http-api.md "Listing tasks").
+LIST_QUERY: Final[tuple[Param, ...]] = (
+    States(), Text("handler"), Text("handler_version"), Text("payload_version"),
+    *(Int(name, 0, MAX_INSTANT) for name in (
+        "created_after", "created_before", "finished_after", "finished_before")),
+    Choice("order", ORDERS, "newest"), Int("limit", 1, MAX_LIMIT, DEFAULT_LIMIT),
+    Cursor(),
+)
+
+
+def parse_filter(params: Query) -> TaskFilter:
+    """A TaskFilter from query parameters (each name to its values, repeats allowed where
+    ``LIST_QUERY`` allows them). BAD_REQUEST names the parameter at fault."""
+    return task_filter(parse_query(params, LIST_QUERY))
+
+
+def task_filter(q: Mapping[str, Any]) -> TaskFilter:
+    """A TaskFilter from ``LIST_QUERY``'s parsed parameters."""
+    newest = q["order"] == "newest"
     return TaskFilter(
-        states=tuple(states),
-        handler=_one(params, "handler"),
-        handler_version=_one(params, "handler_version"),
-        payload_version=_one(params, "payload_version"),
-        created_after=_int(params, "created_after", 0, 2**53),
-        created_before=_int(params, "created_before", 0, 2**53),
-        finished_after=_int(params, "finished_after", 0, 2**53),
-        finished_before=_int(params, "finished_before", 0, 2**53),
-        newest_first=newest,
-        limit=DEFAULT_LIMIT if limit is None else limit,
-        after=None if not cursor else decode_cursor(cursor, newest),
+        states=q["state"], handler=q["handler"], handler_version=q["handler_version"],
+        payload_version=q["payload_version"], created_after=q["created_after"],
+        created_before=q["created_before"], finished_after=q["finished_after"],
+        finished_before=q["finished_before"], newest_first=newest, limit=q["limit"],
+        after=None if q["cursor"] is None else decode_cursor(q["cursor"], newest),
     )
 
 
@@ -181,26 +210,6 @@ def cut_page(filt: TaskFilter, streams: Iterable[Sequence[Mapping[Any, Any]]]
 
 def _pos(row: Mapping[Any, Any]) -> Position:
     return Position(int(row["created_at_ms"]), str(row["id"]))
-
-
-def _one(params: Mapping[str, Sequence[str]], key: str) -> str | None:
-    values = params.get(key, ())
-    if len(values) > 1:
-        raise OrbitError(ErrorCode.BAD_REQUEST, f"{key} may be given once")
-    if not values or values[0] == "":
-        return None
-    if len(values[0]) > 256:
-        raise OrbitError(ErrorCode.BAD_REQUEST, f"{key} is longer than 256 characters")
-    return values[0]
-
-
-def _int(params: Mapping[str, Sequence[str]], key: str, lo: int, hi: int) -> int | None:
-    if key not in params:
-        return None
-    raw = _one(params, key) or ""
-    if not (raw.isascii() and raw.isdigit()) or not lo <= int(raw) <= hi:
-        raise OrbitError(ErrorCode.BAD_REQUEST, f"{key} must be an integer in [{lo}, {hi}]")
-    return int(raw)
 
 
 # ------------------------------------------------------------------- silent waiting

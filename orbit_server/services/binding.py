@@ -1,5 +1,5 @@
 """What the adapters hold about a worker connection: its verified identity (``WorkerBinding``,
-the answer to ``hello``) and what a request's ``claim`` ops may do on it (``ClaimRoom``)."""
+the answer to ``hello``) and what a claim for it may take (``ClaimRoom``)."""
 
 from __future__ import annotations
 
@@ -34,10 +34,12 @@ def worker_actor(instance_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ClaimRoom:
-    """What a request's ``claim`` ops may do on its connection (the dispatcher decides)."""
+    """What a claim for a connection may take now (the dispatcher decides): reservations
+    spending its credit (a dispatch pass, a submit), or a request's ``claim`` ops."""
 
     allowed: bool  # False while the session drains or closes: a claim answers nothing
     credit_room: int  # connection credit may still grow by this much (2 x capacity bound)
+    count: int = 0  # reservations its credit pays for, at most one reserve frame's
 
 
 NO_CLAIMS = ClaimRoom(False, 0)

@@ -81,13 +81,13 @@ class TaskService:
         return made, effects
 
     def submit_and_reserve(self, principal: Principal, queue_id: str, specs: list[object],
-                           binding: WorkerBinding, count: int
+                           binding: WorkerBinding | None, count: int
                            ) -> tuple[Submitted, Effects, Reservations]:
         """``submit``, then in the SAME transaction reserve up to ``count`` tasks for a worker of
-        this queue that is waiting with credit: the new task reaches it without a separate
-        dispatch transaction. The caller sends the reservations. ``effects.ready_queues`` is
-        left empty when that worker took every task this call created (no other session
-        needs a hint for them)."""
+        this queue that is waiting with credit (``binding``; None: ``submit`` alone): the new
+        task reaches it without a separate dispatch transaction. The caller sends the
+        reservations. ``effects.ready_queues`` is left empty when that worker took every task
+        this call created (no other session needs a hint for them)."""
         return self._submit(principal, queue_id, specs, binding,
                             max(0, min(count, MAX_RESERVATIONS_PER_FRAME)))
 

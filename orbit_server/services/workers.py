@@ -57,6 +57,7 @@ from .recording import fail_at_deadline, record_close, release_all
 from .reservations import Reservations, reservation, reservation_of, reserve_for, reserve_in
 from .wakeups import Wakeups
 
+SESSIONS_FULL = "too many worker connections for this credential or server; retry later"
 # Evidence of the attempt's own epoch whose kill facts the attempt keeps (domain
 # keep_late_facts): the lease ran out before the report came, or the reaper closed it.
 _LATE_FACTS_KEPT = frozenset({domain.EvidenceReason.LEASE_EXPIRED,
@@ -75,12 +76,14 @@ class WorkerService:
         self._offers = offers
         self._replica = replica  # recorded on the instances this server connects
 
-    def worker_hello(self, hello: Hello) -> WorkerBinding:
+    def worker_hello(self, hello: Hello, admitted: bool = True) -> WorkerBinding:
         """Authenticate a worker and bind or re-attach its instance.
 
         Raises ProtocolError(UNSUPPORTED_PROTOCOL), AuthError(UNAUTHENTICATED /
         PERMISSION_DENIED) or OrbitError(INSTANCE_CONFLICT) when the instance ID is bound to
-        another secret, credential or queue.
+        another secret, credential or queue; then, when the server's session limits leave no
+        room (``admitted`` False), a retryable OrbitError(RATE_LIMITED), before anything is
+        written.
         """
         if hello.protocol != PROTOCOL_VERSION:
             raise ProtocolError(ErrorCode.UNSUPPORTED_PROTOCOL,
@@ -99,6 +102,14 @@ class WorkerService:
                 "slots": hello.capacity, "credit": 0, "connected_at_ms": now,
                 "last_heartbeat_at_ms": now, "disconnected_at_ms": None,
             }
+            if instance is not None and not (
+                    secret_matches(hello.instance_secret, instance["secret_hash"])
+                    and instance["credential_id"] == hello.credential_id
+                    and instance["queue_id"] == hello.queue_id):
+                raise OrbitError(ErrorCode.INSTANCE_CONFLICT,
+                                 "instance ID is bound to another secret, credential or queue")
+            if not admitted:
+                raise OrbitError(ErrorCode.RATE_LIMITED, SESSIONS_FULL, retryable=True)
             if instance is None:
                 instances.insert_instance(conn, {
                     "id": hello.instance_id, "secret_hash": hash_secret(hello.instance_secret),
@@ -106,11 +117,6 @@ class WorkerService:
                     "created_at_ms": now, **connection,
                 })
             else:
-                if not (secret_matches(hello.instance_secret, instance["secret_hash"])
-                        and instance["credential_id"] == hello.credential_id
-                        and instance["queue_id"] == hello.queue_id):
-                    raise OrbitError(ErrorCode.INSTANCE_CONFLICT,
-                                     "instance ID is bound to another secret, credential or queue")
                 instances.update_instance(conn, hello.instance_id, connection)
             touch_credential(conn, hello.credential_id, now)
             self._forget_offers()

@@ -61,6 +61,8 @@ PURE = (
     "orbit_host/output.py",
     "orbit_server/domain/*.py",
     "orbit_server/auth.py",
+    "orbit_server/ratelimit.py",
+    "orbit_server/worker_protocol.py",
     "orbit_supervisor/session.py",
     "orbit_supervisor/lease.py",
     "orbit_supervisor/margin.py",

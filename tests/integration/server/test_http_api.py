@@ -193,3 +193,18 @@ def test_unknown_routes_and_methods_answer_in_error_format(orbit: OrbitEnv) -> N
     wrong = client.delete("/healthz")
     assert wrong.status_code == 405
     assert wrong.json()["error"]["code"] == "BAD_REQUEST"
+
+
+def test_query_parameters_are_refused_as_the_document_refuses_them(orbit: OrbitEnv) -> None:
+    queue = orbit.queue()
+    producer = orbit.producer(queue)
+    url = f"/v1/queues/{queue}/throughput"
+    assert len(expect(producer.get(url, params={"windows": "5"}), 200)["windows"]) == 5
+    # An empty integer is no integer (not "absent"), nor is a superscript digit.
+    for params in ({"windows": ""}, {"window_ms": ""}, {"windows": "\u00b2"},
+                   {"windows": ["2", "3"]}, {"window": "2"}):
+        expect_error(producer.get(url, params=params), 400, "BAD_REQUEST")
+    expect_error(producer.get(f"/v1/queues/{queue}/tasks", params={"order": ""}), 400,
+                 "BAD_REQUEST")
+    expect_error(orbit.admin_http.get("/v1/workers", params={"queue_id": ""}), 400,
+                 "BAD_REQUEST")

@@ -15,10 +15,11 @@ with warnings.catch_warnings():  # starlette suggests another httpx package; htt
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-from orbit_server.http_api import (
+from orbit_server.http_plumbing import (
     MAX_BODY_BYTES,
     JSONResponse,
-    _endpoint,
+    Params,
+    endpoint,
     parse_json_body,
     read_body,
     status_for,
@@ -26,22 +27,22 @@ from orbit_server.http_api import (
 from orbit_wire.errors import ErrorCode, OrbitError
 
 
-async def _boom(request: Request) -> Response:
+async def _boom(request: Request, _query: Params) -> Response:
     raise RuntimeError("secret-token-123 leaked in a message")
 
 
-async def _denied(request: Request) -> Response:
+async def _denied(request: Request, _query: Params) -> Response:
     raise OrbitError(ErrorCode.PERMISSION_DENIED, "no")
 
 
-async def _echo(request: Request) -> Response:
+async def _echo(request: Request, _query: Params) -> Response:
     return JSONResponse(parse_json_body(await read_body(request, MAX_BODY_BYTES)))
 
 
 @pytest.fixture
 def client() -> TestClient:
-    app = Starlette(routes=[Route("/boom", _endpoint(_boom)), Route("/denied", _endpoint(_denied)),
-                            Route("/echo", _endpoint(_echo), methods=["POST"])])
+    app = Starlette(routes=[Route("/boom", endpoint(_boom)), Route("/denied", endpoint(_denied)),
+                            Route("/echo", endpoint(_echo), methods=["POST"])])
     return TestClient(app, raise_server_exceptions=False)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from support.orbit_http import OrbitEnv, http_client, task_spec
+from support.orbit_http import OrbitEnv, expect, http_client, task_spec
 from support.protocol_client import ECHO, ProtocolClient
 from support.server import ServerProcess
 
@@ -58,8 +58,12 @@ def test_submits_and_sessions_per_credential_are_limited(
                                             queue, (ECHO,), 1))
                     error = await second.error()
                     assert error.code == "RATE_LIMITED" and error.retryable
+                    assert await second.wait_closed() == 4012
                 finally:
                     await second.close()
+                # The refused hello left no instance behind: only the first is live.
+                listed = expect(http.get("/v1/workers", params={"queue_id": queue}), 200)
+                assert [w["instance_id"] for w in listed["workers"]] == [first.instance_id]
                 silent = await ProtocolClient.connect(srv.ws_url)
                 try:
                     assert await silent.wait_closed(timeout=5) == 4008
@@ -68,4 +72,35 @@ def test_submits_and_sessions_per_credential_are_limited(
                 await first.heartbeat()  # the first session is unaffected
 
         asyncio.run(sessions())
+        env.close()
+
+
+
+def test_one_failed_login_budget_for_tasks_schedules_and_hellos(
+        server_factory: Callable[..., ServerProcess]) -> None:
+    # A budget of 3 that does not refill while the test runs.
+    srv = server_factory(extra_args=("--auth-failures-burst", "3",
+                                     "--auth-failures-per-s", "0.001"))
+    admin = srv.bootstrap_admin()
+    with http_client(srv.url, admin.bearer) as http:
+        env = OrbitEnv(srv, admin, http)
+        queue = env.queue()
+        worker = env.worker_credential(queue)
+        # One made-up secret for the worker's credential, on three doors.
+        wrong = env.client(f"{worker.credential_id}.{'0' * 64}")
+        task_route, schedule_route = f"/v1/tasks/{'0' * 32}", f"/v1/schedules/{'0' * 32}"
+
+        async def hello() -> str:
+            async with await ProtocolClient.connect(srv.ws_url) as wc:
+                await wc.send(Hello(worker.credential_id, "0" * 64, wc.instance_id,
+                                    wc.instance_secret, queue, (ECHO,), 1))
+                return (await wc.error()).code
+
+        assert wrong.get(schedule_route).status_code == 401
+        assert wrong.get(task_route).status_code == 401
+        assert asyncio.run(hello()) == "UNAUTHENTICATED"
+        # The three failures spent the one budget: every door now refuses at once.
+        assert wrong.get(task_route).status_code == 429
+        assert wrong.get(schedule_route).status_code == 429
+        assert asyncio.run(hello()) == "RATE_LIMITED"
         env.close()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from orbit_host.tally import Bounded, Buckets, Counts, LabeledBuckets
+from orbit_host.tally import Bounded, Counts, Histogram, LabeledHistograms
 
 
 def test_a_value_on_a_bound_falls_in_that_bucket_and_buckets_cumulate() -> None:
-    b = Buckets((0.1, 1.0))
+    b = Histogram((0.1, 1.0))
     for v in (0.05, 0.1, 0.5, 1.0, 7.0):
         b.observe(v)
     cumulative, total = b.snapshot()
@@ -25,7 +25,7 @@ def test_counts_and_labeled_buckets_keep_each_label_tuple_apart() -> None:
     assert snap == {("q1", "SUCCEEDED"): 3, ("q2", "FAILED"): 1}
     c.add(("q2", "FAILED"))
     assert snap[("q2", "FAILED")] == 1  # a snapshot is a copy
-    h = LabeledBuckets((1.0,))
+    h = LabeledHistograms((1.0,))
     h.observe(("a",), 0.5)
     h.observe(("b",), 2.0)
     assert h.snapshot() == {("a",): ([(1.0, 1), (math.inf, 1)], 0.5),

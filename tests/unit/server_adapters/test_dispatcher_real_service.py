@@ -21,6 +21,7 @@ from orbit_server.dispatcher import Dispatcher, WorkerSession
 from orbit_server.services import Services
 from orbit_server.store.db import create_engine_for, migrate
 from orbit_server.store_thread import StoreThread
+from orbit_server.worker_protocol import SessionCredit
 from orbit_wire.errors import ProtocolError
 from orbit_wire.frames import Hello, Reserve, ServerFrame
 from orbit_wire.ids import new_id, new_secret
@@ -48,10 +49,15 @@ class World:
             self.worker["credential_id"], self.worker["secret"], new_id(_now()), new_secret(),
             self.queue, (CAP,), capacity))
         frames: list[ServerFrame] = []
-        session = WorkerSession(new_id(_now()), binding, capacity, frames.append,
-                                lambda code, reason: None)
+        session = WorkerSession(new_id(_now()), binding, SessionCredit(capacity), frames.append,
+                                lambda code, reason: None, lambda code, message: None)
         self.dispatcher.attach(session)
         return session, frames
+
+    def grant(self, session: WorkerSession, credits: int) -> None:
+        """A ``credit`` frame: the connection's protocol adds it, the dispatcher claims."""
+        session.credit.add(credits)
+        self.dispatcher.credit_added(session)
 
     def submit(self, n: int) -> None:
         spec = {"handler": CAP.handler, "handler_version": CAP.handler_version,
@@ -98,14 +104,14 @@ async def _reservations(n: int, *frame_lists: list[ServerFrame]) -> None:
 async def test_never_more_reservations_than_credit(world: World) -> None:
     world.submit(10)
     session, frames = world.session(capacity=4)
-    world.dispatcher.grant(session, 3)
+    world.grant(session, 3)
     await _reservations(3, frames)
-    await asyncio.sleep(0.2 * UNIT)  # the scenario: time for a fourth, which must not come
+    await world.dispatcher.settled()  # every pass the credit allowed has run: no fourth
     assert _reserved(frames) == 3 and session.credits == 0
     with pytest.raises(ProtocolError) as err:
-        world.dispatcher.grant(session, 9)  # above 2 x capacity
+        world.grant(session, 9)  # above 2 x capacity
     assert err.value.code == "LIMIT_EXCEEDED"
-    world.dispatcher.grant(session, 8)
+    world.grant(session, 8)
     await _reservations(10, frames)
     assert session.credits == 1  # only 7 tasks were left
 
@@ -116,30 +122,31 @@ async def test_drain_waits_for_a_claim_in_flight_and_stops_dispatch(world: World
     blocker = asyncio.ensure_future(world.store.call_worker(hold, gate, started))
     await wait_until_async(started.is_set, timeout=5, what="the store thread held")
     world.submit(3)  # runs on this thread; the store thread is held by the gate
-    world.dispatcher.grant(session, 2)
+    world.grant(session, 2)
     # The claim is now queued behind the gate, holding the lock.
     await wait_until_async(session.lock.locked, timeout=5, what="the claim to take the lock")
-    assert session.lock.locked()
     world.dispatcher.stop_dispatching(session)
     waiter = asyncio.ensure_future(session.lock.acquire())
-    await asyncio.sleep(0.05 * UNIT)  # the scenario: time for the waiter to get the lock
+    # One turn of the loop runs the waiter's first step (the ready queue is FIFO): it
+    # either took the lock then or waits for the claim's release.
+    await asyncio.sleep(0)
     assert not waiter.done()  # a drain answer would wait here for the in-flight claim
     gate.set()
     await asyncio.wait_for(waiter, 5 * UNIT)
     session.lock.release()
     await blocker
     assert _reserved(frames) == 2  # the claim under way was sent before the drain answer
-    world.dispatcher.grant(session, 2)
+    world.grant(session, 2)
     world.dispatcher.poll_all()
-    await asyncio.sleep(0.3 * UNIT)  # the scenario: time for a reservation, which must not come
+    await world.dispatcher.settled()  # the credit and the hint have been acted on
     assert _reserved(frames) == 2  # nothing after the drain
 
 
 async def test_least_recently_served_session_claims_first(world: World) -> None:
     a, a_frames = world.session(capacity=2)
     b, b_frames = world.session(capacity=2)
-    world.dispatcher.grant(a, 4)  # each could take every task
-    world.dispatcher.grant(b, 4)
+    world.grant(a, 4)  # each could take every task
+    world.grant(b, 4)
     for i in range(4):
         world.submit(1)
         await _reservations(i + 1, a_frames, b_frames)
