@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 
@@ -47,7 +48,7 @@ from orbit_wire.limits import MAX_FRAME_BYTES
 from orbit_wire.model import Capability, Disposition, Idempotency, Outcome, TaskState
 
 # A payload the server sends as stored JSON text, embedded without re-encoding.
-PRE = orjson.Fragment
+PRE = msgspec.Raw
 
 A = "a" * 32
 B = "b" * 32
@@ -323,6 +324,8 @@ BAD_CLIENT_INPUT: list[tuple[bytes, ErrorCode]] = [
     (b'{"type": "credit", "credits": NaN}', BAD),
     (b'{"type": "credit", "credits": 99999999999999999999999}', BAD),
     (b'{"type": "credit", "credits": 2, "credits": 1000}', BAD),
+    # Every occurrence of a duplicate key is checked, the first too.
+    (b'{"type": "credit", "credits": 1000, "credits": 2}', BAD),
     # Requests and their operations.
     (b'{"type": "request", "id": 1, "ops": []}', BAD),
     (_request({"op": "drain", "msg_id": "m"}, id=-1), BAD),
@@ -446,7 +449,7 @@ ACCEPTED_CLIENT_INPUT: list[tuple[bytes, ClientFrame]] = [
     (_hello(agent="orbit-supervise/0.2"), Hello(A, "s", B, "t", C, (_CAP_H,), 1,
                                                 agent="orbit-supervise/0.2")),
     (b'{"credits": 1, "type": "credit"}', Credit(1)),
-    (b'{"type": "credit", "credits": 1000, "credits": 2}', Credit(2)),
+    (b'{"type": "credit", "credits": 1, "credits": 2}', Credit(2)),
     (b' \n{"type": "heartbeat"}\t ', Heartbeat()),
     (_request({"op": "start", "msg_id": "m", "attempt_id": A, "epoch": 1, "child_pid": None}),
      Request(1, (StartOp("m", A, 1),))),
