@@ -34,7 +34,7 @@ from orbit_wire.model import Capability, Role, TaskState
 from .access_log import route_path
 from .auth import Principal, require_role
 from .domain import bodies
-from .domain.fields import Obj
+from .domain.fields import Body
 from .domain.listing import parse_filter
 from .openapi import openapi_document
 from .parts import ServerParts
@@ -154,7 +154,7 @@ def _obj(value: Any, what: str = "request body") -> dict[str, Any]:
     return value
 
 
-async def _body(request: Request, shape: Obj, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+async def _body(request: Request, shape: Body[Any], limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """Read, parse and check a body against its declared shape (the one openapi.py shows)."""
     return shape.parse(parse_json_body(await read_body(request, limit)), "request body")
 

@@ -24,12 +24,13 @@ def whole(pattern: str) -> str:
     """``pattern`` as a match of the whole string, read alike by msgspec (Python's
     ``re.search``) and by JSON Schema (ECMA): anchored at both ends, and ``(?!\\n)`` because
     Python's ``$`` also matches before a final newline (ECMA's does not)."""
-    return f"^(?:{pattern})$(?!\\n)"
+    return f"^{f'(?:{pattern})' if '|' in pattern else pattern}$(?!\\n)"
 
 
 # A field type a message names as "<field> <message>" when a value breaks it.
-Name = Annotated[str, Meta(pattern=whole(NAME_RE.pattern), extra={
-    "message": f"is required: 1-{MAX_NAME_LEN} of {NAME_CHARS}"})]
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_LEN,
+                           pattern=whole(f"{NAME_CHARS}+"),
+                           extra={"message": f"is required: 1-{MAX_NAME_LEN} of {NAME_CHARS}"})]
 Code = Annotated[str, Meta(pattern=whole(CODE_RE.pattern), extra={
     "message": f"must be 1-{MAX_CODE_LEN} of [A-Z0-9_], starting with a letter"})]
 MsgId = Annotated[str, Meta(pattern=whole(MSG_ID_RE.pattern), extra={

@@ -182,6 +182,8 @@ def test_a_full_task_spec_parses_to_its_spec() -> None:
     assert isinstance(spec.policy.max_attempts, int) and isinstance(spec.policy.backoff.max_ms,
                                                                       int)
     assert isinstance(spec.policy.backoff.multiplier, float)
+    nullable = _spec({**BASE, "schedule_to_start_ms": 166.0}).policy.schedule_to_start_ms
+    assert nullable == 166 and isinstance(nullable, int)
 
 
 def test_a_keyed_spec_keeps_its_key_and_its_digest() -> None:
