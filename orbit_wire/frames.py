@@ -341,7 +341,7 @@ def _decode(decoder: msgspec.json.Decoder[T], kind: Any, data: bytes | str) -> T
     except msgspec.ValidationError as exc:
         refused = explain(exc, kind, _parsed(data), "frame")
         raise ProtocolError(_CODE_OF[refused.refusal], refused.message) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # older msgspec: the latter
         raise _bad(f"frame is not valid JSON: {exc}") from None
     except RecursionError:
         raise _bad("frame is nested too deeply") from None
