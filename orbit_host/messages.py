@@ -75,9 +75,8 @@ def opt_int(value: Any) -> int | None:
 class _Message(Struct, frozen=True, omit_defaults=True, tag_field="t"):
     def to_wire(self) -> dict[str, Any]:
         """The JSON object of this message, as its channel carries it."""
-        tag, keys, optional, triples = _layout(type(self))
-        out: dict[str, Any] = {"t": tag}
-        out.update(zip(keys, msgspec.structs.astuple(self), strict=True))
+        keys, tag, optional, triples = _layout(type(self))
+        out = dict(zip(keys, (tag, *msgspec.structs.astuple(self)), strict=True))
         for key in optional:
             if out[key] is None:
                 del out[key]
@@ -87,12 +86,12 @@ class _Message(Struct, frozen=True, omit_defaults=True, tag_field="t"):
 
 
 @functools.cache
-def _layout(kind: type[_Message]) -> tuple[str, tuple[str, ...], tuple[str, ...],
+def _layout(kind: type[_Message]) -> tuple[tuple[str, ...], str, tuple[str, ...],
                                            tuple[str, ...]]:
-    """A message class's tag, its keys in order, the keys left out when None, and the keys
-    holding capabilities."""
+    """A message class's keys in order (``t`` first), its tag, the keys left out when None,
+    and the keys holding capabilities."""
     fields = msgspec.structs.fields(kind)
-    return (str(kind.__struct_config__.tag), tuple(f.encode_name for f in fields),
+    return (("t", *(f.encode_name for f in fields)), str(kind.__struct_config__.tag),
             tuple(f.encode_name for f in fields if not f.required),
             tuple(f.encode_name for f in fields
                   if f.type in (Capability, tuple[Capability, ...])))
