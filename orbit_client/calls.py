@@ -8,7 +8,7 @@ OrbitApiError.
 Exact numbers: answers are parsed with orjson, which keeps integers exact within signed 64-bit
 (the wire limit) but reads other numbers as floats. Calls that answer a Task therefore also
 attach ``result_json``: the result's text exactly as the server sent it (None without a
-result), see rawjson.py.
+result), read as a ``msgspec.Raw`` slice of the answer.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from orbit_wire.errors import ErrorCode, OrbitError
@@ -26,7 +27,6 @@ from orbit_wire.limits import MAX_SUBMIT_BATCH
 from orbit_wire.model import Role
 
 from .errors import OrbitApiError, code_for_status
-from .rawjson import member_text
 
 MAX_WAIT_MS = 60_000  # the server's bound on one long poll
 REVIEW_ACTIONS = ("retry", "succeed", "fail")
@@ -260,10 +260,26 @@ def decode(call: Call, status: int, body: bytes) -> dict[str, Any]:
             status=status, retryable=False,
         )
     if call.task_answer:
-        # Scanning the body for the result's own text is only needed when there is one.
-        raw = None if value.get("result") is None else member_text(body, "result")
-        value["result_json"] = None if raw is None or raw == b"null" else raw.decode()
+        # Reading the result's own text is only needed when there is one.
+        value["result_json"] = None if value.get("result") is None else _result_text(body)
     return value
+
+
+class _ResultText(msgspec.Struct):
+    """A task answer's ``result`` as the exact text the server sent (the rest is skipped)."""
+
+    result: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+_RESULT_TEXT = msgspec.json.Decoder(_ResultText)
+
+
+def _result_text(body: bytes) -> str | None:
+    try:
+        raw = bytes(_RESULT_TEXT.decode(body).result)
+    except msgspec.DecodeError:
+        return None
+    return None if raw in (b"", b"null") else raw.decode()
 
 
 def tasks_of(answer: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Every message between the supervisor, its template process and its children, as classes.
+"""Every message between the supervisor, its template process and its children, as Structs.
 
 Two channels carry them, both JSON objects with a kind ``t``:
 
@@ -23,16 +23,23 @@ Two channels carry them, both JSON objects with a kind ``t``:
         supervisor → template  ForkChild        t=fork {g} + the child's socket (SCM_RIGHTS)
                                StopTemplate     t=exit      kill everything and leave
 
-``to_wire()`` gives the JSON object of a message; the ``decode_*`` functions take a decoded
-object from one direction of one channel and return its message, or raise
-``MalformedMessage``. A child is untrusted: ``TaskDone`` keeps its answer's fields as sent,
-and the supervisor checks them against the value rules (orbit_supervisor/outcomes.py).
+Each message is a frozen Struct tagged on ``t``: its fields, in order, are the object's keys
+(``generation`` is ``g``, ``attempt_id`` is ``a``; None is left out), and a capability
+travels as the triple ``[handler, handler_version, payload_version]``. ``to_wire()`` gives
+the JSON object of a message; the ``decode_*`` functions take a decoded object from one
+direction of one channel, check it against that direction's union of Structs in one pass
+(``msgspec.convert``) and return its message, or raise ``MalformedMessage``. A child is
+untrusted: ``TaskDone`` keeps its answer's fields as sent, and the supervisor checks them
+against the value rules (orbit_supervisor/outcomes.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 from typing import Any
+
+import msgspec
+from msgspec import Struct
 
 from orbit_wire.model import Capability
 
@@ -56,7 +63,6 @@ __all__ = [
     "opt_int",
 ]
 
-
 class MalformedMessage(ValueError):
     """An object that is not a well-formed message of its channel and direction."""
 
@@ -66,33 +72,43 @@ def opt_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _int(obj: dict[str, Any], key: str) -> int:
-    value = obj.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise MalformedMessage(f"{key} must be an integer")
-    return value
+class _Message(Struct, frozen=True, omit_defaults=True, tag_field="t"):
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object of this message, as its channel carries it."""
+        keys, tag, optional, triples = _layout(type(self))
+        out = dict(zip(keys, (tag, *msgspec.structs.astuple(self)), strict=True))
+        for key in optional:
+            if out[key] is None:
+                del out[key]
+        for key in triples:
+            out[key] = _triple(out[key])
+        return out
 
 
-def _str(obj: dict[str, Any], key: str) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str):
-        raise MalformedMessage(f"{key} must be a string")
-    return value
+@functools.cache
+def _layout(kind: type[_Message]) -> tuple[tuple[str, ...], str, tuple[str, ...],
+                                           tuple[str, ...]]:
+    """A message class's keys in order (``t`` first), its tag, the keys left out when None,
+    and the keys holding capabilities."""
+    fields = msgspec.structs.fields(kind)
+    return (("t", *(f.encode_name for f in fields)), str(kind.__struct_config__.tag),
+            tuple(f.encode_name for f in fields if not f.required),
+            tuple(f.encode_name for f in fields
+                  if f.type in (Capability, tuple[Capability, ...])))
 
 
-def _triple(value: Any) -> Capability:
-    if not isinstance(value, list | tuple) or len(value) != 3:
-        raise MalformedMessage("a capability must be [handler, handler_version, payload_version]")
-    return Capability(str(value[0]), str(value[1]), str(value[2]))
+def _triple(value: Capability | tuple[Capability, ...]) -> list[Any]:
+    if isinstance(value, tuple):
+        return [_triple(cap) for cap in value]
+    return [value.handler, value.handler_version, value.payload_version]
 
 
 # --------------------------------------------------------------------------- child channel
 
 
-@dataclass(frozen=True, slots=True)
-class RunTask:
-    generation: int
-    attempt_id: str
+class RunTask(_Message, frozen=True, tag="run"):
+    generation: int = msgspec.field(name="g")
+    attempt_id: str = msgspec.field(name="a")
     task_id: str
     epoch: int
     attempt_number: int
@@ -101,51 +117,28 @@ class RunTask:
     deadline_at_ms: int  # the task's total deadline, wall-clock ms (informational)
     idempotency: str
 
-    def to_wire(self) -> dict[str, Any]:
-        cap = self.capability
-        return {
-            "t": "run", "g": self.generation, "a": self.attempt_id, "task_id": self.task_id,
-            "epoch": self.epoch, "attempt_number": self.attempt_number,
-            "capability": [cap.handler, cap.handler_version, cap.payload_version],
-            "payload": self.payload, "deadline_at_ms": self.deadline_at_ms,
-            "idempotency": self.idempotency,
-        }
+
+class CancelTask(_Message, frozen=True, tag="cancel"):
+    generation: int = msgspec.field(name="g")
+    attempt_id: str = msgspec.field(name="a")
 
 
-@dataclass(frozen=True, slots=True)
-class CancelTask:
-    generation: int
-    attempt_id: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "cancel", "g": self.generation, "a": self.attempt_id}
+class LeaveChild(_Message, frozen=True, tag="exit"):
+    generation: int = msgspec.field(name="g")
 
 
-@dataclass(frozen=True, slots=True)
-class LeaveChild:
-    generation: int
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "exit", "g": self.generation}
-
-
-@dataclass(frozen=True, slots=True)
-class ChildReady:
-    generation: int
+class ChildReady(_Message, frozen=True, tag="ready"):
+    generation: int = msgspec.field(name="g")
     pid: int
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "ready", "g": self.generation, "pid": self.pid}
 
-
-@dataclass(frozen=True, slots=True)
-class TaskDone:
+class TaskDone(_Message, frozen=True, tag="done"):
     """A child's answer for one attempt. ``outcome`` is SUCCEEDED, FAILED or UNKNOWN as
     sent; the other answer fields are kept as sent for the supervisor to check."""
 
-    generation: int
-    attempt_id: Any
-    outcome: Any
+    generation: int = msgspec.field(name="g")
+    attempt_id: Any = msgspec.field(default=None, name="a")
+    outcome: Any = None
     code: Any = None
     retryable: Any = None
     result_json: Any = None
@@ -153,150 +146,117 @@ class TaskDone:
     cpu_ms: int | None = None
     peak_rss_bytes: int | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"t": "done", "g": self.generation, "a": self.attempt_id,
-                               "outcome": self.outcome}
-        for key in ("code", "retryable", "result_json", "details_json", "cpu_ms",
-                    "peak_rss_bytes"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
-        return out
-
 
 def decode_for_child(obj: dict[str, Any]) -> RunTask | CancelTask | LeaveChild:
     """A frame the supervisor sent to a child; MalformedMessage if it is not one."""
-    kind = obj.get("t")
-    generation = _int(obj, "g")
-    if kind == "run":
-        try:
-            return RunTask(
-                generation=generation, attempt_id=_str(obj, "a"),
-                task_id=str(obj["task_id"]), epoch=int(obj["epoch"]),
-                attempt_number=int(obj["attempt_number"]),
-                capability=_triple(obj.get("capability")), payload=obj.get("payload"),
-                deadline_at_ms=int(obj["deadline_at_ms"]),
-                idempotency=str(obj["idempotency"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedMessage(f"malformed run frame: {type(exc).__name__}") from None
-    if kind == "cancel":
-        return CancelTask(generation, str(obj.get("a")))
-    if kind == "exit":
-        return LeaveChild(generation)
-    raise MalformedMessage(f"{kind!r} is not a message for a child")
+    if isinstance(obj, dict) and isinstance(obj.get("capability"), list):
+        obj = {**obj, "capability": _named(obj["capability"])}
+    message: RunTask | CancelTask | LeaveChild = _convert(obj, _FOR_CHILD)
+    return message
 
 
 def decode_from_child(obj: dict[str, Any]) -> ChildReady | TaskDone:
-    """A frame a child sent; MalformedMessage if it is not one."""
-    kind = obj.get("t")
-    generation = _int(obj, "g")
-    if kind == "ready":
-        return ChildReady(generation, _int(obj, "pid"))
-    if kind == "done":
-        return TaskDone(
-            generation=generation, attempt_id=obj.get("a"), outcome=obj.get("outcome"),
-            code=obj.get("code"), retryable=obj.get("retryable"),
-            result_json=obj.get("result_json"), details_json=obj.get("details_json"),
-            cpu_ms=opt_int(obj.get("cpu_ms")), peak_rss_bytes=opt_int(obj.get("peak_rss_bytes")),
-        )
-    raise MalformedMessage(f"{kind!r} is not a message from a child")
+    """A frame a child sent; MalformedMessage if it is not one. Rusage that is not an
+    integer is left out rather than refused: the answer beside it still counts."""
+    message: ChildReady | TaskDone = _convert(_lenient(obj, "cpu_ms", "peak_rss_bytes"),
+                                              _FROM_CHILD)
+    return message
 
 
 # --------------------------------------------------------------------------- template control
 
 
-@dataclass(frozen=True, slots=True)
-class HandlersLoaded:
-    capabilities: tuple[Capability, ...]
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "caps", "caps": [[c.handler, c.handler_version, c.payload_version]
-                                      for c in self.capabilities]}
+class HandlersLoaded(_Message, frozen=True, tag="caps"):
+    capabilities: tuple[Capability, ...] = msgspec.field(name="caps")
 
 
-@dataclass(frozen=True, slots=True)
-class HandlersRejected:
+class HandlersRejected(_Message, frozen=True, tag="spec_error"):
     message: str  # one line, no traceback
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "spec_error", "message": self.message}
 
-
-@dataclass(frozen=True, slots=True)
-class ChildForked:
-    generation: int
+class ChildForked(_Message, frozen=True, tag="forked"):
+    generation: int = msgspec.field(name="g")
     pid: int
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "forked", "g": self.generation, "pid": self.pid}
 
-
-@dataclass(frozen=True, slots=True)
-class ChildReaped:
+class ChildReaped(_Message, frozen=True, tag="reaped"):
     """A child is gone: its exit code or the signal that ended it, and its rusage."""
 
-    generation: int
+    generation: int = msgspec.field(name="g")
     pid: int
     exit_code: int | None = None
     signal: int | None = None
     cpu_ms: int | None = None
     peak_rss_bytes: int | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"t": "reaped", "g": self.generation, "pid": self.pid}
-        for key in ("exit_code", "signal", "cpu_ms", "peak_rss_bytes"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = value
-        return out
 
-
-@dataclass(frozen=True, slots=True)
-class ForkChild:
+class ForkChild(_Message, frozen=True, tag="fork"):
     """Fork a child of ``generation``; the child's socket travels with the message, and its
     output pipe after it when the supervisor captures children's output."""
 
-    generation: int
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "fork", "g": self.generation}
+    generation: int = msgspec.field(name="g")
 
 
-@dataclass(frozen=True, slots=True)
-class StopTemplate:
-    def to_wire(self) -> dict[str, Any]:
-        return {"t": "exit"}
+class StopTemplate(_Message, frozen=True, tag="exit"):
+    pass
 
 
 def decode_from_template(obj: Any) -> HandlersLoaded | HandlersRejected | ChildForked | ChildReaped:
     """A control message the template sent; MalformedMessage if it is not one."""
-    if not isinstance(obj, dict):
-        raise MalformedMessage("a control message must be a JSON object")
-    kind = obj.get("t")
-    if kind == "reaped":
-        return ChildReaped(_int(obj, "g"), _int(obj, "pid"), opt_int(obj.get("exit_code")),
-                           opt_int(obj.get("signal")), opt_int(obj.get("cpu_ms")),
-                           opt_int(obj.get("peak_rss_bytes")))
-    if kind == "forked":
-        return ChildForked(_int(obj, "g"), _int(obj, "pid"))
-    if kind == "caps":
-        caps = obj.get("caps")
-        if not isinstance(caps, list):
-            raise MalformedMessage("caps must be a list")
-        return HandlersLoaded(tuple(_triple(c) for c in caps))
-    if kind == "spec_error":
-        return HandlersRejected(str(obj.get("message")))
-    raise MalformedMessage(f"{kind!r} is not a message from the template")
+    if isinstance(obj, dict) and isinstance(obj.get("caps"), list):
+        obj = {**obj, "caps": [_named(c) for c in obj["caps"]]}
+    message: HandlersLoaded | HandlersRejected | ChildForked | ChildReaped = _convert(
+        _lenient(obj, "exit_code", "signal", "cpu_ms", "peak_rss_bytes"), _FROM_TEMPLATE)
+    return message
 
 
 def decode_for_template(obj: Any) -> ForkChild | StopTemplate:
     """A control message the supervisor sent to the template; MalformedMessage if not one."""
-    if not isinstance(obj, dict):
-        raise MalformedMessage("a control message must be a JSON object")
-    kind = obj.get("t")
-    if kind == "fork":
-        return ForkChild(_int(obj, "g"))
-    if kind == "exit":
-        return StopTemplate()
-    raise MalformedMessage(f"{kind!r} is not a message for the template")
+    message: ForkChild | StopTemplate = _convert(obj, _FOR_TEMPLATE)
+    return message
+
+
+# --------------------------------------------------------------------------- decoding
+
+def _convert(obj: Any, kinds: dict[Any, type[_Message]]) -> Any:
+    """``obj`` as the message its tag names among ``kinds``, checked in one pass."""
+    kind = kinds.get(obj.get("t")) if isinstance(obj, dict) else None
+    if kind is None:
+        raise MalformedMessage(f"{_tag_of(obj)!r} is not a message of this channel")
+    try:
+        return msgspec.convert(obj, kind)
+    except msgspec.ValidationError as exc:
+        raise MalformedMessage(str(exc)) from None
+
+
+def _tag_of(obj: Any) -> Any:
+    return obj.get("t") if isinstance(obj, dict) else type(obj).__name__
+
+
+def _by_tag(*kinds: type[_Message]) -> dict[Any, type[_Message]]:
+    return {str(kind.__struct_config__.tag): kind for kind in kinds}
+
+
+def _named(triple: Any) -> Any:
+    """A capability triple as the object its Struct field reads (anything else as it is,
+    for the conversion to refuse)."""
+    if isinstance(triple, list) and len(triple) == 3:
+        return {"handler": triple[0], "handler_version": triple[1],
+                "payload_version": triple[2]}
+    return triple
+
+
+def _lenient(obj: Any, *keys: str) -> Any:
+    """``obj`` with the integer fields ``keys`` left out where they are not integers."""
+    if not isinstance(obj, dict) or all(opt_int(obj.get(k)) is not None or obj.get(k) is None
+                                        for k in keys):
+        return obj
+    return {k: v for k, v in obj.items() if k not in keys or opt_int(v) is not None}
+
+
+# Each direction of each channel: the messages it may carry, by tag. (Converting to the
+# union of them directly costs three times as much: msgspec studies a union on every call.)
+_FOR_CHILD = _by_tag(RunTask, CancelTask, LeaveChild)
+_FROM_CHILD = _by_tag(ChildReady, TaskDone)
+_FROM_TEMPLATE = _by_tag(HandlersLoaded, HandlersRejected, ChildForked, ChildReaped)
+_FOR_TEMPLATE = _by_tag(ForkChild, StopTemplate)

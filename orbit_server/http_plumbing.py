@@ -26,7 +26,7 @@ from orbit_wire.jsonvalue import check_int_range, walk_json
 from orbit_wire.limits import MAX_VALUE_DEPTH
 
 from .access_log import route_path
-from .domain.fields import Obj
+from .domain.fields import Body
 from .domain.query import Param, parse_query
 from .ratelimit import retry_after
 
@@ -186,7 +186,7 @@ async def object_body(request: Request, what: str) -> dict[str, Any]:
     return value
 
 
-async def shaped_body(request: Request, shape: Obj, limit: int = MAX_BODY_BYTES
+async def shaped_body(request: Request, shape: Body[Any], limit: int = MAX_BODY_BYTES
                       ) -> dict[str, Any]:
     """Read, parse and check a body against its declared shape (the one openapi.py shows)."""
     return shape.parse(await json_body(request, limit), "request body")

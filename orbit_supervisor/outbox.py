@@ -19,7 +19,9 @@ the resume) and *when*; the outbox keeps the order and the bookkeeping:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from msgspec.structs import replace
 
 from orbit_wire.frames import ClaimOp, DrainOp, FinishOp, Op, RenewOp, Report, Request, StartOp
 from orbit_wire.jsonvalue import utf8_len

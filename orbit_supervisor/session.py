@@ -62,10 +62,12 @@ machine, and longer than the other modules for that reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice
 from typing import Protocol
+
+from msgspec.structs import replace
 
 from orbit_wire.errors import FATAL_CODES, RETRYABLE_CODES, ErrorCode
 from orbit_wire.frames import (

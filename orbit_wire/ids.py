@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 
-_ID_RE = re.compile(r"[0-9a-f]{32}")
+from .names import ID_RE
+
 _MS_MASK = 0xFFFF_FFFF_FFFF
 _SEQ_MASK = (1 << 40) - 1
 
@@ -46,7 +46,7 @@ os.register_at_fork(after_in_child=_process.reseed)
 
 
 def is_id(value: object) -> bool:
-    return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
+    return isinstance(value, str) and ID_RE.fullmatch(value) is not None
 
 
 def new_secret() -> str:

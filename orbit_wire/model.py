@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from .names import Name
+
 
 class TaskState(StrEnum):
     PENDING = "PENDING"
@@ -76,11 +78,12 @@ class Role(StrEnum):
 
 @dataclass(frozen=True, slots=True, order=True)
 class Capability:
-    """The exact triple a task needs and a worker registers."""
+    """The exact triple a task needs and a worker registers (each part a ``Name``, checked
+    wherever a frame carrying it is decoded)."""
 
-    handler: str
-    handler_version: str
-    payload_version: str
+    handler: Name
+    handler_version: Name
+    payload_version: Name
 
     def to_dict(self) -> dict[str, str]:
         return {

@@ -1,18 +1,42 @@
-"""The forms of the names every party checks: capability names, codes and message IDs."""
+"""The forms of the names every party checks: capability names, codes, message IDs and IDs,
+as regular expressions and as msgspec field types that carry them (``Meta`` beside the
+type, so a decoder checks them in its one pass and a JSON Schema shows them)."""
 
 from __future__ import annotations
 
 import re
-from typing import TypeGuard
+from typing import Annotated, TypeGuard
+
+from msgspec import Meta
 
 from .limits import MAX_CODE_LEN, MAX_MESSAGE_ID_LEN, MAX_NAME_LEN
 
+NAME_CHARS = "[A-Za-z0-9._:/-]"
 # Handler names and versions (the capability triple), queue and credential names excluded.
-NAME_RE = re.compile(rf"[A-Za-z0-9._:/-]{{1,{MAX_NAME_LEN}}}")
+NAME_RE = re.compile(rf"{NAME_CHARS}{{1,{MAX_NAME_LEN}}}")
 # WorkerFailure codes, outcome codes and kill reasons: UPPER_SNAKE_CASE.
 CODE_RE = re.compile(rf"[A-Z][A-Z0-9_]{{0,{MAX_CODE_LEN - 1}}}")
 MSG_ID_RE = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_MESSAGE_ID_LEN}}}")
-NAME_CHARS = "[A-Za-z0-9._:/-]"
+ID_RE = re.compile("[0-9a-f]{32}")
+
+
+def whole(pattern: str) -> str:
+    """``pattern`` as a match of the whole string, read alike by msgspec (Python's
+    ``re.search``) and by JSON Schema (ECMA): anchored at both ends, and ``(?!\\n)`` because
+    Python's ``$`` also matches before a final newline (ECMA's does not)."""
+    return f"^{f'(?:{pattern})' if '|' in pattern else pattern}$(?!\\n)"
+
+
+# A field type a message names as "<field> <message>" when a value breaks it.
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_LEN,
+                           pattern=whole(f"{NAME_CHARS}+"),
+                           extra={"message": f"is required: 1-{MAX_NAME_LEN} of {NAME_CHARS}"})]
+Code = Annotated[str, Meta(pattern=whole(CODE_RE.pattern), extra={
+    "message": f"must be 1-{MAX_CODE_LEN} of [A-Z0-9_], starting with a letter"})]
+MsgId = Annotated[str, Meta(pattern=whole(MSG_ID_RE.pattern), extra={
+    "message": f"must be 1-{MAX_MESSAGE_ID_LEN} of [A-Za-z0-9._:-]"})]
+Id = Annotated[str, Meta(pattern=whole(ID_RE.pattern), extra={
+    "message": "must be a 32-character lowercase hex ID"})]
 
 
 def is_name(value: object) -> TypeGuard[str]:

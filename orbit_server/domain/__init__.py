@@ -4,6 +4,7 @@ machines, the retry decision, backoff and lease arithmetic.
 Everything that decides a state lives in this package (h11 style), one concern a module:
 
     spec          TaskSpec, Policy, Backoff, parse_task_spec (a submission and its defaults)
+    bodies        the HTTP request bodies as Structs (fields: Body, the shared field types)
     states        TaskEvent, AttemptEvent, the transition tables, IllegalTransition
     records       TaskRec, AttemptRec (what the rules read and mutate)
     decisions     Decision, Rule, Verdict, decide (the retry policy), lease arithmetic
@@ -22,6 +23,7 @@ the records in place after checking) and write the records back with compare-and
 Import from this package; the modules are its layout, not its interface.
 """
 
+from .bodies import ReviewAction
 from .decisions import Decision, Rule, Verdict, decide, lease_holds, lease_ms
 from .records import AttemptRec, TaskRec
 from .reports import (
@@ -46,7 +48,6 @@ from .transitions import (
     EvidenceReason,
     FinishResult,
     ResumeStatus,
-    ReviewAction,
     cancel,
     expire,
     expire_deadline,

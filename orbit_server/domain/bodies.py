@@ -1,62 +1,176 @@
-"""The small request bodies of the HTTP API (docs/http-api.md), as ``fields`` objects: the
-routes parse with them and the OpenAPI document shows them, so the two cannot drift. The
-TaskSpec and the schedule request live beside their parsers (spec.py, schedules.py). Pure.
+"""The request bodies of the HTTP API (docs/http-api.md) as msgspec Structs: the routes and
+the task-spec parser load with them (``fields.Body``), and the OpenAPI document shows them
+under these very class names, so the two cannot drift. The schedule request lives beside its
+parser (schedules.py); the TaskSpec's defaults live here, beside its fields.
 
 Rules no JSON Schema can say are the services' (a future ``expires_at_ms``, a queue that
-exists) and answer 400 or 404 as docs/http-api.md says.
+exists) and answer 400 or 404 as docs/http-api.md says. Pure.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from enum import StrEnum
+from typing import Annotated, Any, Final
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.limits import MAX_NAME_LEN, MAX_SUBMIT_BATCH
+from orbit_wire.limits import (
+    DEFAULT_CANCEL_GRACE_MS,
+    DEFAULT_PRIORITY,
+    MAX_CANCEL_GRACE_MS,
+    MAX_DELAY_MS,
+    MAX_PRIORITY,
+    MAX_SUBMIT_BATCH,
+    MIN_CANCEL_GRACE_MS,
+    MIN_PRIORITY,
+)
+from orbit_wire.model import Idempotency, Role
+from orbit_wire.names import Name, whole
 
-from .fields import Enum, IdList, Int, Items, Obj, Str, Value
-from .spec import TASK_SPEC
+from .fields import Body, IdList, Instant, Label, Reason
 
-MAX_REASON_LEN: Final = 1024
-MAX_GRACE_MS: Final = 30 * 86_400_000
-MAX_INSTANT_MS: Final = 2**62 - 1
-ROLES: Final = ("admin", "producer", "worker")
+DAY_MS: Final = 86_400_000
+DEFAULT_MAX_ATTEMPTS: Final = 3
+DEFAULT_BACKOFF_INITIAL_MS: Final = 1_000
+DEFAULT_BACKOFF_MAX_MS: Final = 60_000
+DEFAULT_BACKOFF_MULTIPLIER: Final = 2.0
+DEFAULT_BACKOFF_JITTER: Final = 0.2
+DEFAULT_ATTEMPT_TIMEOUT_MS: Final = 300_000
+DEFAULT_DEADLINE_MS: Final = DAY_MS
+DEFAULT_LEASE_TTL_MS: Final = 30_000
+MAX_OPERATION_KEY_LEN: Final = 255
+MAX_GRACE_MS: Final = 30 * DAY_MS
 
-_NAME = Str(MAX_NAME_LEN)
-_REASON = Str(MAX_REASON_LEN, min_len=0)
-_EXPIRES = Int(0, MAX_INSTANT_MS, description="a future instant (ms since the epoch): "
-               "refused from then on")
 
-QUEUE_REQUEST = Obj({"name": _NAME})
-CREDENTIAL_REQUEST = Obj(
-    {"role": Enum(ROLES), "queues": IdList(), "name": _NAME, "expires_at_ms": _EXPIRES},
-    ("role",),
-    # A producer or worker credential is scoped to at least one queue.
-    extra={"if": {"properties": {"role": {"enum": ["producer", "worker"]}}},
-           "then": {"required": ["queues"], "properties": {"queues": {"minItems": 1}}}})
-ROTATE_REQUEST = Obj({
-    "grace_ms": Int(0, MAX_GRACE_MS, 0, description="the old secret still works this long"),
-    "expires_at_ms": _EXPIRES,
-})
-CANCEL_REQUEST = Obj({"reason": _REASON})
-REVIEW_REQUEST = Obj(
-    {"action": Enum(("retry", "succeed", "fail")),
-     "result": Value(nullable=True, description="with succeed (required, not null): the "
-                     "result to store, under the value rules"),
-     "reason": _REASON},
-    ("action",),
-    extra={"if": {"properties": {"action": {"const": "succeed"}}},
-           "then": {"required": ["result"],
-                    "properties": {"result": {"not": {"type": "null"}}}}})
-BATCH = Obj({"tasks": Items(TASK_SPEC, 1, MAX_SUBMIT_BATCH)}, ("tasks",),
-            description="all or nothing")
-# What the route checks before the submit parses each spec (once, not twice per task).
-BATCH_SHAPE = Obj({"tasks": Items(Value(), 1, MAX_SUBMIT_BATCH)}, ("tasks",))
+class _Body(Struct, frozen=True, forbid_unknown_fields=True):
+    pass
+
+
+# --------------------------------------------------------------------------- task specs
+
+
+class Backoff(_Body, frozen=True):
+    initial_ms: Annotated[int, Meta(ge=0, le=DAY_MS)] = DEFAULT_BACKOFF_INITIAL_MS
+    max_ms: Annotated[int, Meta(ge=0, le=2**53, description="every delay is at most this; "
+                                f"default max({DEFAULT_BACKOFF_MAX_MS}, initial_ms)")
+                      ] | UnsetType = UNSET
+    multiplier: Annotated[float, Meta(ge=1.0, le=10.0)] = DEFAULT_BACKOFF_MULTIPLIER
+    jitter: Annotated[float, Meta(ge=0.0, le=1.0)] = DEFAULT_BACKOFF_JITTER
+
+
+class ScheduledTask(_Body, frozen=True):
+    """A task as a schedule submits it at each tick: a TaskSpec without operation_key,
+    delay_ms and not_before_at_ms, which each firing sets itself."""
+
+    handler: Name
+    handler_version: Name
+    payload_version: Name
+    payload: Annotated[Any, Meta(
+        description="any non-null JSON value: at most 256 KiB encoded, nested at most 32 "
+        "deep, integers in signed 64-bit", extra_json_schema={"not": {"type": "null"}})]
+    idempotency: Idempotency = Idempotency.NON_IDEMPOTENT
+    max_attempts: Annotated[int, Meta(ge=1, le=100)] = DEFAULT_MAX_ATTEMPTS
+    backoff: Backoff = msgspec.field(default_factory=Backoff)
+    attempt_timeout_ms: Annotated[int, Meta(ge=100, le=DAY_MS)] = DEFAULT_ATTEMPT_TIMEOUT_MS
+    deadline_ms: Annotated[int, Meta(ge=100, le=31 * DAY_MS)] = DEFAULT_DEADLINE_MS
+    lease_ttl_ms: Annotated[int, Meta(ge=100, le=600_000)] = DEFAULT_LEASE_TTL_MS
+    schedule_to_start_ms: Annotated[int, Meta(
+        ge=100, le=31 * DAY_MS, description="unstarted this long after submit: "
+        "FAILED/NOT_STARTED_IN_TIME; null or absent: no bound")] | None = None
+    priority: Annotated[int, Meta(
+        ge=MIN_PRIORITY, le=MAX_PRIORITY,
+        description="higher is dispatched first within the queue")] = DEFAULT_PRIORITY
+    cancel_grace_ms: Annotated[int, Meta(
+        ge=MIN_CANCEL_GRACE_MS, le=MAX_CANCEL_GRACE_MS,
+        description="a cancel of a running attempt asks its handler to stop, then SIGKILLs "
+        "its child after this long (0: at once)")] = DEFAULT_CANCEL_GRACE_MS
+
+
+class TaskSpec(ScheduledTask, frozen=True):
+    """A task to submit. Only the capability triple and the payload are required."""
+
+    operation_key: Annotated[str, Meta(
+        min_length=1, max_length=MAX_OPERATION_KEY_LEN, pattern=whole(r"[\x21-\x7e]+"),
+        extra={"message": f"must be 1-{MAX_OPERATION_KEY_LEN} printable ASCII characters "
+               "without spaces"})] | UnsetType = UNSET
+    delay_ms: Annotated[int, Meta(ge=0, le=MAX_DELAY_MS, description="not with "
+                                  "not_before_at_ms")] | UnsetType = UNSET
+    not_before_at_ms: Annotated[int, Meta(
+        ge=0, le=2**53, description=f"instant (ms since the epoch), at most {MAX_DELAY_MS} ms "
+        "ahead; not with delay_ms")] | UnsetType = UNSET
+
+
+class Batch(_Body, frozen=True):
+    """All or nothing."""
+
+    tasks: Annotated[list[TaskSpec], Meta(min_length=1, max_length=MAX_SUBMIT_BATCH)]
+
+
+class _BatchShape(_Body, frozen=True):
+    # What the route checks before the submit parses each spec (once, not twice per task).
+    tasks: Annotated[list[dict[str, Any]], Meta(min_length=1, max_length=MAX_SUBMIT_BATCH)]
+
+
+TASK_SPEC: Final = Body(TaskSpec, {"not": {"required": ["delay_ms", "not_before_at_ms"]}})
+BATCH: Final = Body(Batch)
+BATCH_SHAPE: Final = Body(_BatchShape)
+
+
+# --------------------------------------------------------------------------- small bodies
+
+
+class ReviewAction(StrEnum):
+    RETRY = "retry"
+    SUCCEED = "succeed"
+    FAIL = "fail"
+
+
+class QueueRequest(_Body, frozen=True):
+    name: Label | UnsetType = UNSET
+
+
+class CredentialRequest(_Body, frozen=True):
+    role: Role
+    queues: IdList | UnsetType = UNSET
+    name: Label | UnsetType = UNSET
+    expires_at_ms: Instant | UnsetType = UNSET
+
+
+class RotateRequest(_Body, frozen=True):
+    grace_ms: Annotated[int, Meta(ge=0, le=MAX_GRACE_MS,
+                                  description="the old secret still works this long")] = 0
+    expires_at_ms: Instant | UnsetType = UNSET
+
+
+class CancelRequest(_Body, frozen=True):
+    reason: Reason | UnsetType = UNSET
+
+
+class ReviewRequest(_Body, frozen=True):
+    action: ReviewAction
+    result: Annotated[Any, Meta(description="with succeed (required, not null): the result "
+                                "to store, under the value rules")] = UNSET
+    reason: Reason | UnsetType = UNSET
+
+
+QUEUE_REQUEST: Final = Body(QueueRequest)
+# A producer or worker credential is scoped to at least one queue.
+CREDENTIAL_REQUEST: Final = Body(CredentialRequest, {
+    "if": {"properties": {"role": {"enum": [Role.PRODUCER.value, Role.WORKER.value]}}},
+    "then": {"required": ["queues"], "properties": {"queues": {"minItems": 1}}}})
+ROTATE_REQUEST: Final = Body(RotateRequest)
+CANCEL_REQUEST: Final = Body(CancelRequest)
+REVIEW_REQUEST: Final = Body(ReviewRequest, {
+    "if": {"properties": {"action": {"const": ReviewAction.SUCCEED.value}}},
+    "then": {"required": ["result"], "properties": {"result": {"not": {"type": "null"}}}}})
 
 
 def parse_credential_request(value: object) -> dict[str, Any]:
     """CREDENTIAL_REQUEST with its ``if``/``then`` rule (the admin service checks it too)."""
     body = CREDENTIAL_REQUEST.parse(value, "request body")
-    if body["role"] != "admin" and not body.get("queues"):
+    if body["role"] != Role.ADMIN and not body.get("queues"):
         raise OrbitError(ErrorCode.BAD_REQUEST, f"a {body['role']} credential needs a queue")
     return body
 
@@ -64,6 +178,6 @@ def parse_credential_request(value: object) -> dict[str, Any]:
 def parse_review_request(value: object) -> dict[str, Any]:
     """REVIEW_REQUEST with its ``if``/``then`` rule (the task service checks it too)."""
     body = REVIEW_REQUEST.parse(value, "request body")
-    if body["action"] == "succeed" and body.get("result") is None:
+    if body["action"] == ReviewAction.SUCCEED and body.get("result") is None:
         raise OrbitError(ErrorCode.BAD_REQUEST, "succeed needs a non-null result")
     return body

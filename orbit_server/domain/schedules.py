@@ -15,13 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import Annotated, Final
+
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.limits import MAX_NAME_LEN
+from orbit_wire.names import whole
 
-from .fields import Bool, Enum, Obj, Str
-from .spec import TaskSpec, parse_task_spec, task_spec_body
+from .bodies import ScheduledTask
+from .fields import Body, Label
+from .spec import TaskSpec, parse_task_spec
 
 # A tick the loop reaches this late still counts as on time under MissedTicks.SKIP: the
 # loop polls at least every second, and a busy store may delay it some more.
@@ -70,23 +73,29 @@ class FiringPlan:
     next_fire_at_ms: int
 
 
-_PRINTABLE = r"[\x20-\x7e]+"
-# What a schedule request may say: parse_schedule checks with it, openapi.py shows it. The
-# cron expression's and the zone's meaning are checked by orbit_server/cron.py (400).
-SCHEDULE = Obj({
-    "cron": Str(MAX_CRON_LEN, pattern=_PRINTABLE,
-                message=f"is required: a cron expression of at most {MAX_CRON_LEN} ASCII "
-                "characters, e.g. '*/5 * * * *'",
-                description="5 fields, or 6 with seconds last"),
-    "timezone": Str(MAX_TIMEZONE_LEN, pattern=_PRINTABLE,
-                    message="must be an IANA time zone name, e.g. 'Europe/Paris'",
-                    description="IANA zone; default UTC"),
-    "task": task_spec_body(_TASK_KEYS_REFUSED),
-    "name": Str(MAX_NAME_LEN),
-    "missed_ticks": Enum((MissedTicks.SKIP.value, MissedTicks.ONE.value),
-                         MissedTicks.SKIP.value),
-    "paused": Bool(False),
-}, ("cron", "task"))
+_PRINTABLE = whole(r"[\x20-\x7e]+")
+
+
+class ScheduleRequest(Struct, frozen=True, forbid_unknown_fields=True):
+    """A periodic schedule: the task it submits at every tick of ``cron`` in ``timezone``.
+    The cron expression's and the zone's meaning are checked when it is created (400)."""
+
+    cron: Annotated[str, Meta(
+        min_length=1, max_length=MAX_CRON_LEN, pattern=_PRINTABLE,
+        description="5 fields, or 6 with seconds last",
+        extra={"message": f"is required: a cron expression of at most {MAX_CRON_LEN} ASCII "
+               "characters, e.g. '*/5 * * * *'"})]
+    task: ScheduledTask
+    timezone: Annotated[str, Meta(
+        min_length=1, max_length=MAX_TIMEZONE_LEN, pattern=_PRINTABLE, description="IANA zone",
+        extra={"message": "must be an IANA time zone name, e.g. 'Europe/Paris'"})] = "UTC"
+    name: Label | UnsetType = UNSET
+    missed_ticks: MissedTicks = MissedTicks.SKIP
+    paused: bool = False
+
+
+# What a schedule request may say: parse_schedule checks with it, openapi.py shows it.
+SCHEDULE: Final = Body(ScheduleRequest)
 
 
 def parse_schedule(obj: object) -> tuple[ScheduleSpec, Mapping[object, object]]:
@@ -98,15 +107,13 @@ def parse_schedule(obj: object) -> tuple[ScheduleSpec, Mapping[object, object]]:
         refused = [k for k in _TASK_KEYS_REFUSED if k in task_obj]
         if refused:
             raise _bad(f"task may not set {', '.join(refused)} (each firing sets its own)")
-    fields = SCHEDULE.parse(obj, "schedule")
-    cron, timezone = fields["cron"], fields.get("timezone", "UTC")
-    name = fields.get("name")
-    missed_raw = fields.get("missed_ticks", MissedTicks.SKIP.value)
-    paused = fields.get("paused", False)
-    task_obj = fields["task"]
+    body = SCHEDULE.load(obj, "schedule")
+    assert isinstance(obj, Mapping)  # a Struct loads from an object only
+    task_obj = obj["task"]
     task = parse_task_spec(task_obj, "schedule.task")
-    spec = ScheduleSpec(cron=" ".join(cron.split()), timezone=timezone, task=task, name=name,
-                        missed_ticks=MissedTicks(missed_raw), paused=paused)
+    spec = ScheduleSpec(cron=" ".join(body.cron.split()), timezone=body.timezone, task=task,
+                        name=None if body.name is UNSET else body.name,
+                        missed_ticks=body.missed_ticks, paused=body.paused)
     return spec, task_obj
 
 

@@ -14,6 +14,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.jsonvalue import encode_value
 from orbit_wire.model import AttemptState, Outcome, TaskState
 
+from .bodies import ReviewAction
 from .decisions import Decision, Rule, Verdict, decide, lease_holds, lease_ms
 from .records import AttemptRec, TaskRec
 from .reports import CheckedReport
@@ -303,12 +304,6 @@ def expire_start_by(task: TaskRec, now_ms: int, schedule_to_start_ms: int,
     }).decode()
     task.updated_at_ms = now_ms
     return True
-
-
-class ReviewAction(StrEnum):
-    RETRY = "retry"
-    SUCCEED = "succeed"
-    FAIL = "fail"
 
 
 def retry_not_before(last_attempt: AttemptRec | None, kill_grace_ms: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
+from msgspec import Raw
 
 from orbit_wire.frames import Reservation
 from orbit_wire.ids import new_id
@@ -114,7 +114,7 @@ def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch:
         attempt_id=attempt_id, task_id=task_id, epoch=epoch,
         attempt_number=attempt_number,
         capability=Capability(row["handler"], row["handler_version"], row["payload_version"]),
-        payload=orjson.Fragment(row["payload"]),
+        payload=Raw(row["payload"]),
         idempotency=IDEMPOTENCY_OF[row["idempotency"]],
         lease_ttl_ms=row["lease_ttl_ms"],
         attempt_timeout_ms=row["attempt_timeout_ms"],

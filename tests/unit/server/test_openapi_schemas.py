@@ -77,6 +77,9 @@ def _strategy(schema: dict[str, Any], root: dict[str, Any]) -> st.SearchStrategy
         for part in schema["$ref"].removeprefix("#/").split("/"):
             target = target[part]
         return _strategy(target, root)
+    if "anyOf" in schema:  # a nullable field: each alternative with the field's keywords
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        return st.one_of([_strategy({**rest, **option}, root) for option in schema["anyOf"]])
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     if schema.get("not") == {"type": "null"} and "type" not in schema:

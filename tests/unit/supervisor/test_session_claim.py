@@ -5,6 +5,7 @@ credit; a claim whose answer was lost goes again with its msg_id after the resum
 
 from __future__ import annotations
 
+from msgspec.structs import replace
 from supervisor_session_harness import (
     FakeOutcome,
     credits,
@@ -27,9 +28,7 @@ from orbit_wire.model import Outcome
 
 def started(lease_ms: int = 3000) -> Reservation:
     """A reservation as a claim answer carries it: already started, with its lease."""
-    res = reservation()
-    return Reservation(**{**{f: getattr(res, f) for f in res.__dataclass_fields__},
-                          "lease_ms": lease_ms})
+    return replace(reservation(), lease_ms=lease_ms)
 
 
 def answer(req: Request, claimed: tuple[Reservation, ...], credited: int) -> Response:

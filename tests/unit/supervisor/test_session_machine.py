@@ -17,12 +17,13 @@ the machine chooses, after any delay; connections drop at random moments. Invari
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from msgspec.structs import replace
 from supervisor_session_harness import FakeOutcome, make_session, reservation, welcome
 
 from orbit_supervisor.actions import (
