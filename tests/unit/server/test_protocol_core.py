@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -91,8 +92,7 @@ def request(request_id: int, *ops: object) -> str:
     ('{"type": "teleport"}', fatal(ErrorCode.UNKNOWN_FRAME_TYPE)),
     ('{"type": "heartbeat", "pad": "' + "x" * MAX_FRAME_BYTES + '"}',
      fatal(ErrorCode.FRAME_TOO_LARGE)),
-    (text(Hello(**{**{f: getattr(HELLO, f) for f in HELLO.__dataclass_fields__
-                      if f != "type"}, "protocol": 2})),
+    (text(msgspec.structs.replace(HELLO, protocol=2)),
      fatal(ErrorCode.UNSUPPORTED_PROTOCOL)),
 ])
 def test_the_first_frame_must_be_a_hello_it_can_serve(message: str | None,
