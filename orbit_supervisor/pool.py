@@ -36,11 +36,12 @@ import itertools
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from orbit_host import procutil
+from orbit_host.backoff import delays
 from orbit_host.framing import FrameError, encode_frame
 from orbit_host.logs import fields
 from orbit_host.messages import (
@@ -63,6 +64,7 @@ from .child_output import OutputReader, output_pipe
 from .memory import ChildMemory
 from .orphans import OrphanReaper
 from .outcomes import ChildOutcome, outcome_from_done, uncertain
+from .owner import TaskOwner
 from .slots import SlotCounts, SlotLifecycle, SlotState, replacing
 from .template_link import TemplateLink
 
@@ -80,6 +82,8 @@ _CHILD_START_TIMEOUT_S = 30.0
 _GRACEFUL_EXIT_S = 2.0  # a recycled child that does not leave by then is killed
 _REAP_TIMEOUT_S = 5.0  # a kill whose reap is never reported still ends execute()
 _TEMPLATE_EXIT_S = 5.0
+_FIRST_RESPAWN_DELAY_S = 0.05  # a child that died before it was ready (doubling)
+_FIRST_RESTART_DELAY_S = 0.1  # a lost template that cannot be started again (doubling)
 _MAX_RESPAWN_DELAY_S = 5.0
 _CHILD_LOG = logging.getLogger("orbit.child")
 
@@ -146,7 +150,8 @@ class _Slot:
     kill_code: str | None = None
     killed_at: float | None = None  # loop time of the SIGKILL, for the reap's latency
     timer: asyncio.TimerHandle | None = None
-    startup_failures: int = 0
+    # Pauses before refork after deaths before ready (none while the child gets ready).
+    respawn_delays: Iterator[float] | None = None
     ready_event: asyncio.Event = field(default_factory=asyncio.Event)
     # Loop time of the kill whose replacement this slot waits for (the metrics' latency).
     replacing_since: float | None = None
@@ -226,6 +231,8 @@ class ChildPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._template: TemplateLink | None = None
         self._capabilities: tuple[Capability, ...] | None = None
+        # The template restart (at most one) and the children's memory watches.
+        self._background = TaskOwner()
         self._restart: asyncio.Task[None] | None = None
         self._started = False
         self._closing = False
@@ -310,7 +317,7 @@ class ChildPool:
         if self._max_memory is not None and not future.done():
             generation, attempt_id = slot.generation, request.attempt_id
             slot.memory.watch(
-                loop, slot.pid, self._max_memory, self._interval,
+                self._background, slot.pid, self._max_memory, self._interval,
                 running=lambda: (slot.generation == generation and slot.attempt_id == attempt_id
                                  and slot.state is SlotState.BUSY),
                 kill=lambda rss: self._over_memory(slot, attempt_id, rss))
@@ -413,10 +420,7 @@ class ChildPool:
         if self._closed:
             return
         self._closing = True
-        if self._restart is not None and self._restart is not asyncio.current_task():
-            self._restart.cancel()
-            with contextlib.suppress(asyncio.CancelledError, OrbitError):
-                await self._restart
+        await self._background.close()  # the restart (unless it closes the pool itself)
         self._restart = None
         for waiter in self._waiters:
             if not waiter.done():
@@ -490,15 +494,16 @@ class ChildPool:
             self._end_future(slot, None, default_reason="TEMPLATE_LOST")
             slot.move(SlotState.SPAWNING)
         self._orphans.after_template_loss()  # what the children started in other sessions
-        self._restart = self._require_loop().create_task(self._restart_template())
+        self._restart = self._background.spawn(self._restart_template())
 
     async def _restart_template(self) -> None:
         """Start a new template (with backoff) and refill every slot; waiters keep waiting."""
         old = self._template
         if old is not None:
             await old.wait_exited()
-        delay = 0.1
-        while not self._closing:
+        for delay in delays(_FIRST_RESTART_DELAY_S, _MAX_RESPAWN_DELAY_S):
+            if self._closing:
+                return
             try:
                 caps = await self._start_template()
             except HandlerSpecError as exc:
@@ -516,7 +521,6 @@ class ChildPool:
                     self._spawn(slot)
                 return
             await asyncio.sleep(delay)
-            delay = min(delay * 2, _MAX_RESPAWN_DELAY_S)
 
     # ------------------------------------------------------------------------------ slots
 
@@ -558,7 +562,7 @@ class ChildPool:
 
     def _maybe_ready(self, slot: _Slot) -> None:
         if slot.state is SlotState.SPAWNING and slot.ready and slot.pid is not None:
-            slot.startup_failures = 0
+            slot.respawn_delays = None
             if slot.replacing_since is not None and self._loop is not None:
                 self.replacement_latency.observe(self._loop.time() - slot.replacing_since)
                 slot.replacing_since = None
@@ -802,8 +806,9 @@ class ChildPool:
             self._spawn(slot)
             return
         # A child that dies before it is ready would otherwise respawn in a tight loop.
-        slot.startup_failures += 1
-        delay = min(0.05 * 2 ** (slot.startup_failures - 1), _MAX_RESPAWN_DELAY_S)
+        if slot.respawn_delays is None:
+            slot.respawn_delays = delays(_FIRST_RESPAWN_DELAY_S, _MAX_RESPAWN_DELAY_S)
+        delay = next(slot.respawn_delays)
         slot.move(SlotState.SPAWNING)
         self._require_loop().call_later(delay, self._spawn_if_pending, slot)
 

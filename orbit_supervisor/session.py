@@ -53,7 +53,8 @@ Attempt phases (attempts.py; a transition outside ``TRANSITIONS`` is a bug and r
                      └───────────┴────────────────────►┘
 
 The session composes pure parts: the attempt table with its phase index (attempts.py), the
-outbox of queued and in-flight operations (outbox.py), the reconnect backoff (backoff.py),
+outbox of queued and in-flight operations (outbox.py), the reconnect backoff
+(orbit_host/backoff.py),
 each attempt's lease (lease.py) and the batch hold (batching.py). What stays here is the
 protocol's decisions, one input method and one answer handler at a time; it is one state
 machine, and longer than the other modules for that reason.
@@ -67,6 +68,7 @@ from enum import StrEnum
 from itertools import islice
 from typing import Protocol
 
+from orbit_host.backoff import delays
 from orbit_wire.errors import FATAL_CODES, RETRYABLE_CODES, ErrorCode
 from orbit_wire.frames import (
     ENDED_COOPERATIVE,
@@ -111,7 +113,6 @@ from .actions import (
     SupervisorEvent,
 )
 from .attempts import Attempt, AttemptTable, Phase
-from .backoff import backoff
 from .batching import BatchHold
 from .errors import FatalSessionError, ShutdownTimeoutError
 from .lease import Lease
@@ -978,7 +979,8 @@ class Session:
 
     def _new_backoff(self) -> Iterator[float]:
         cfg = self.config
-        return backoff(cfg.reconnect_min_delay, cfg.reconnect_max_delay, self._rng)
+        return delays(cfg.reconnect_min_delay, cfg.reconnect_max_delay, jitter=0.5,
+                      draw=self._rng, at_least=cfg.reconnect_min_delay)
 
     def _check_stopped_idle(self) -> bool:
         return (self.stop_deadline is not None and not self._attempts
