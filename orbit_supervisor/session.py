@@ -367,7 +367,7 @@ class Session:
         # for, or one resent after a reconnect although the kill came first.
         if att.lease.renewing or att.phase is Phase.KILLING:
             self._outbox.drop_ops_of(attempt_id)
-        att.lease.lost = True  # nothing runs any more; no renewal is needed
+        att.lease.lose()  # nothing runs any more; no renewal is needed
         self._attempts.move(att, Phase.REPORTING)
         self._outbox.queue(finish)
         label = result.outcome.value if result.code is None else f"{result.outcome}:{result.code}"
@@ -445,11 +445,11 @@ class Session:
                     self.late_kills += 1
                 self._kill(att, reason, actions, late_by=late)
             elif att.cancel_at is not None and now >= att.cancel_at:
-                att.lease.lost = True  # the grace is over: the handler did not stop
+                att.lease.lose()  # the grace is over: the handler did not stop
                 self._kill(att, KILL_TASK_CANCELLED, actions)
             elif att.lease.renewal_due(now):
                 renew = RenewOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch)
-                att.lease.renewing = True
+                att.lease.renewal_queued()
                 self._outbox.queue(renew)
         if self.conn is Conn.HELLO_SENT and now >= self._last_received + HELLO_TIMEOUT:
             actions.append(CloseConnection("WELCOME_TIMEOUT"))
@@ -616,8 +616,8 @@ class Session:
                  actions: list[Action]) -> None:
         """The server confirmed the start of a STARTING attempt: run it, unless the lease
         already ran out locally or the task was cancelled meanwhile."""
-        att.lease.margin = self._margin.value()
-        if att.lease.grant(sent_at, lease_ms, now) and not att.cancelled:
+        if (att.lease.grant(sent_at, lease_ms, now, margin=self._margin.value())
+                and not att.cancelled):
             self._attempts.move(att, Phase.RUNNING)
             self.started += 1
             att.running_since = now
@@ -627,7 +627,7 @@ class Session:
         # Confirmed too late (the local lease already ran out) or cancelled meanwhile: the
         # handler never runs, and the server hears so at once instead of at lease expiry.
         reason = KILL_TASK_CANCELLED if att.cancelled else KILL_LEASE_LOST
-        att.lease.lost = True
+        att.lease.lose()
         att.kill_reason = reason
         self._attempts.move(att, Phase.REPORTING)
         finish = FinishOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch,
@@ -661,24 +661,24 @@ class Session:
         if att is None:
             return
         if att.phase is not Phase.RUNNING:
-            att.lease.renewing = False
+            att.lease.renewal_dropped()
             return
         if result.ok:
             self.renewals_confirmed += 1
-            att.lease.margin = self._margin.value()
-            if not att.lease.renewal_confirmed(sent_at, result.lease_ms or 0, now):
+            if not att.lease.renewal_confirmed(sent_at, result.lease_ms or 0, now,
+                                               margin=self._margin.value()):
                 self._kill(att, KILL_ATTEMPT_TIMEOUT if att.lease.capped else KILL_LEASE_LOST,
                            actions)
             return
         if result.error_code in RETRYABLE_CODES:
             att.lease.renewal_failed(now)
             return
-        att.lease.renewing = False
+        att.lease.renewal_dropped()
         if att.cancel_at is not None and result.error_code is ErrorCode.LEASE_EXPIRED:
             # The cancelled task's renewal is refused; the lease it holds still stands (the
             # local expiry is never later than the server's) and bounds the grace.
             return
-        att.lease.lost = True
+        att.lease.lose()
         self._kill(att, KILL_LEASE_LOST, actions)
 
     def _on_finish_result(self, op: FinishOp, result: OpResult, now: float,
@@ -723,8 +723,8 @@ class Session:
             if att is None or att.phase is not Phase.RUNNING:
                 continue
             if entry.status == "RUNNING" and entry.lease_ms is not None:
-                att.lease.margin = self._margin.value()
-                if not att.lease.grant(sent_at, entry.lease_ms, now):
+                if not att.lease.grant(sent_at, entry.lease_ms, now,
+                                       margin=self._margin.value()):
                     self._kill(att, KILL_LEASE_LOST, actions)
             elif entry.reason == KILL_TASK_CANCELLED:
                 # The task was cancelled (maybe while the connection was down): as a cancel
@@ -732,7 +732,7 @@ class Session:
                 self._on_cancel(Cancel(att.attempt_id, att.reservation.epoch, entry.reason),
                                 now, actions)
             else:
-                att.lease.lost = True
+                att.lease.lose()
                 self._kill(att, KILL_LEASE_LOST, actions)
 
     def _on_reserve(self, frame: Reserve, now: float, actions: list[Action]) -> None:
@@ -766,7 +766,7 @@ class Session:
             att.cancel_told = True
             grace = att.reservation.cancel_grace_ms
             if grace <= 0:
-                att.lease.lost = True
+                att.lease.lose()
                 self._kill(att, KILL_TASK_CANCELLED, actions)
                 return
             # The server refuses renewals of a cancelled task: none is sent any more, and
@@ -774,8 +774,9 @@ class Session:
             att.cancel_at = now + grace / 1000.0
             att.lease.stop_renewing()
             self._outbox.drop_ops_of(att.attempt_id)
-            att.lease.renewing = any(isinstance(op, RenewOp) and op.attempt_id == att.attempt_id
-                                     for op in self._outbox.in_flight_ops())
+            if not any(isinstance(op, RenewOp) and op.attempt_id == att.attempt_id
+                       for op in self._outbox.in_flight_ops()):
+                att.lease.renewal_dropped()  # none is left (one in flight still renews)
             actions.append(CancelChild(att.attempt_id))
         elif att.phase is Phase.STARTING:
             att.cancelled = True
@@ -895,7 +896,7 @@ class Session:
         self._attempts.move(att, Phase.KILLING)
         att.kill_reason = reason
         self._outbox.drop_ops_of(att.attempt_id)
-        att.lease.renewing = False
+        att.lease.renewal_dropped()
         actions.append(Kill(att.attempt_id, reason, late_by=late_by))
         actions.append(_event("killed", att, reason))
 
