@@ -47,10 +47,8 @@ Rules it keeps (docs/protocol.md, docs/supervisor.md):
 - On reconnect: same identity, RESERVED attempts forgotten (the server released them),
   pending start/renew/finish/claim resent with their original msg_ids after the resume.
 
-Attempt phases (attempts.py; a transition outside ``TRANSITIONS`` is a bug and raises):
-
-    RESERVED ──► STARTING ──► RUNNING ──► KILLING ──► REPORTING ──► (forgotten)
-                     └───────────┴────────────────────►┘
+Each attempt is one record (attempts.py) with its state tables; the session moves it by
+events (``att.fire(Event.KILLED)``), and an event its phase has no row for raises.
 
 The session composes pure parts: the attempt table with its phase index (attempts.py), the
 outbox of queued and in-flight operations (outbox.py), the reconnect backoff
@@ -112,7 +110,7 @@ from .actions import (
     SendFrame,
     SupervisorEvent,
 )
-from .attempts import Attempt, AttemptTable, Phase
+from .attempts import Attempt, AttemptTable, Event, Phase
 from .batching import BatchHold
 from .errors import FatalSessionError, ShutdownTimeoutError
 from .lease import Lease
@@ -300,7 +298,7 @@ class Session:
                           and self._outbox.start_was_sent(att.attempt_id))
             if att.phase is Phase.RESERVED or (att.phase is Phase.STARTING and not start_sent):
                 self._outbox.drop_ops_of(att.attempt_id)
-                self._attempts.forget(att)
+                att.fire(Event.RELEASED)
                 actions.append(_event("reservation_released", att, "CONNECTION_LOST"))
             elif att.phase is Phase.REPORTING:
                 # A renewal in flight when its child ended came back with the others; the
@@ -368,7 +366,7 @@ class Session:
         if att.lease.renewing or att.phase is Phase.KILLING:
             self._outbox.drop_ops_of(attempt_id)
         att.lease.lose()  # nothing runs any more; no renewal is needed
-        self._attempts.move(att, Phase.REPORTING)
+        att.fire(Event.ENDED)
         self._outbox.queue(finish)
         label = result.outcome.value if result.code is None else f"{result.outcome}:{result.code}"
         self._ended(result.outcome)
@@ -389,7 +387,7 @@ class Session:
                          ended_by=_ended_by(att, att.kill_reason))
         finish = FinishOp(self._outbox.new_msg_id(), attempt_id, att.reservation.epoch,
                           Outcome.UNKNOWN, code="LEASE_LOST", report=report)
-        att.kill_msg, att.kill_report, att.killed_at = finish.msg_id, report, now
+        att.kill_reported(finish.msg_id, report, now)
         self._kill_at[finish.msg_id] = now
         self._outbox.queue(finish)
         actions: list[Action] = []
@@ -607,7 +605,7 @@ class Session:
             if result.error_code in RETRYABLE_CODES:
                 self._outbox.queue(op, sent_at)  # same msg_id, later
                 return
-            self._attempts.forget(att)
+            att.fire(Event.REJECTED)
             actions.append(_event("start_rejected", att, str(result.error_code)))
             return
         self._started(att, sent_at, result.lease_ms or 0, now, actions)
@@ -618,9 +616,8 @@ class Session:
         already ran out locally or the task was cancelled meanwhile."""
         if (att.lease.grant(sent_at, lease_ms, now, margin=self._margin.value())
                 and not att.cancelled):
-            self._attempts.move(att, Phase.RUNNING)
+            att.start_running(now)
             self.started += 1
-            att.running_since = now
             actions.append(_event("started", att))
             actions.append(Execute(att.reservation))
             return
@@ -628,8 +625,8 @@ class Session:
         # handler never runs, and the server hears so at once instead of at lease expiry.
         reason = KILL_TASK_CANCELLED if att.cancelled else KILL_LEASE_LOST
         att.lease.lose()
-        att.kill_reason = reason
-        self._attempts.move(att, Phase.REPORTING)
+        att.decide_kill(reason)
+        att.fire(Event.NOT_RUN)
         finish = FinishOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch,
                           Outcome.UNKNOWN, code="LEASE_LOST",
                           report=Report(kill_reason=reason, renewals=0))
@@ -650,8 +647,7 @@ class Session:
         for res in result.claimed or ():
             if res.attempt_id in self._attempts:
                 continue  # a duplicate confirmation only reconciles
-            att = self._new_attempt(res, Phase.STARTING)
-            self._attempts.add(att)
+            att = self._new_attempt(res, Event.CLAIMED)
             actions.append(_event("reserved", att))
             self._started(att, sent_at, res.lease_ms or 0, now, actions)
 
@@ -702,9 +698,9 @@ class Session:
             return
         self._kill_at.pop(op.msg_id, None)
         if early:
-            att.kill_confirmed = True  # the attempt keeps its slot until the reap
+            att.kill_report_confirmed()  # the attempt keeps its slot until the reap
         else:
-            self._attempts.forget(att)
+            att.fire(Event.CONFIRMED)
         if not result.ok:
             actions.append(_event("report_rejected", att, str(result.error_code)))
         elif result.disposition is Disposition.EVIDENCE_ONLY:
@@ -752,7 +748,7 @@ class Session:
                     self.dropped_reservations += 1
                 actions.append(_event("reservation_dropped", None, reason, res))
                 continue
-            self._attempts.add(self._new_attempt(res, Phase.RESERVED))
+            self._new_attempt(res, Event.RESERVED)
             actions.append(_event("reserved", None, None, res))
 
     def _on_cancel(self, frame: Cancel, now: float, actions: list[Action]) -> None:
@@ -763,15 +759,15 @@ class Session:
         if att.phase is Phase.RUNNING:
             if att.cancel_told:
                 return  # a repeated push: the grace already runs
-            att.cancel_told = True
             grace = att.reservation.cancel_grace_ms
             if grace <= 0:
+                att.cancel_while_running(None)
                 att.lease.lose()
                 self._kill(att, KILL_TASK_CANCELLED, actions)
                 return
             # The server refuses renewals of a cancelled task: none is sent any more, and
             # the lease timer still kills at the local expiry if that comes first.
-            att.cancel_at = now + grace / 1000.0
+            att.cancel_while_running(now + grace / 1000.0)
             att.lease.stop_renewing()
             self._outbox.drop_ops_of(att.attempt_id)
             if not any(isinstance(op, RenewOp) and op.attempt_id == att.attempt_id
@@ -779,9 +775,9 @@ class Session:
                 att.lease.renewal_dropped()  # none is left (one in flight still renews)
             actions.append(CancelChild(att.attempt_id))
         elif att.phase is Phase.STARTING:
-            att.cancelled = True
+            att.cancel_while_starting()
         elif att.phase is Phase.RESERVED:
-            self._attempts.forget(att)
+            att.fire(Event.CANCELLED)
 
     def _on_error(self, frame: ErrorFrame, now: float, actions: list[Action]) -> None:
         if frame.code in FATAL_CODES:
@@ -835,7 +831,7 @@ class Session:
         if slots <= 0:
             return
         for att in list(islice(self._attempts.in_phase(Phase.RESERVED).values(), slots)):
-            self._attempts.move(att, Phase.STARTING)
+            att.fire(Event.START_QUEUED)
             op = StartOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch)
             self._outbox.queue(op)
 
@@ -893,8 +889,8 @@ class Session:
               late_by: float = 0.0) -> None:
         if att.phase is not Phase.RUNNING:
             return
-        self._attempts.move(att, Phase.KILLING)
-        att.kill_reason = reason
+        att.fire(Event.KILLED)
+        att.decide_kill(reason)
         self._outbox.drop_ops_of(att.attempt_id)
         att.lease.renewal_dropped()
         actions.append(Kill(att.attempt_id, reason, late_by=late_by))
@@ -920,18 +916,17 @@ class Session:
         # ends any need for it.
         self._outbox.drop_ops_of(att.attempt_id)
         if self._outbox.replace_unsent_report(att.kill_msg, merged):
-            att.kill_report = merged
-            self._attempts.move(att, Phase.REPORTING)
+            att.kill_report_merged(merged)
+            att.fire(Event.ENDED)
         else:
             follow = FinishOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch,
                               Outcome.UNKNOWN, code="LEASE_LOST", report=merged)
             self._fact_msgs.add(follow.msg_id)
             self._kill_at[follow.msg_id] = att.killed_at if att.killed_at is not None else now
             self._outbox.queue(follow)
+            att.fire(Event.ENDED)
             if att.kill_confirmed:
-                self._attempts.forget(att)
-            else:
-                self._attempts.move(att, Phase.REPORTING)
+                att.fire(Event.CONFIRMED)  # the kill report was answered already
         actions.append(_event("finished", att, label))
         self._progress(now, actions)
 
@@ -987,9 +982,10 @@ class Session:
         return (self.stop_deadline is not None and not self._attempts
                 and self._outbox.idle)
 
-    def _new_attempt(self, res: Reservation, phase: Phase) -> Attempt:
-        return Attempt(res, Lease(res.lease_ttl_ms, margin=self._margin.value()),
-                       phase=phase)
+    def _new_attempt(self, res: Reservation, arrival: Event) -> Attempt:
+        att = Attempt(res, Lease(res.lease_ttl_ms, margin=self._margin.value()))
+        self._attempts.add(att, arrival)
+        return att
 
     def phase_counts(self) -> dict[Phase, int]:
         """Known attempts per phase (kept incrementally; tests check it against a count)."""

@@ -57,6 +57,7 @@ PURE = (
     "orbit_supervisor/errors.py",
     "orbit_supervisor/defaults.py",
     "orbit_supervisor/attempts.py",
+    "orbit_supervisor/machine.py",
     "orbit_supervisor/outbox.py",
     "orbit_supervisor/slots.py",
     "orbit_supervisor/outcomes.py",
