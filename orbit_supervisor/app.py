@@ -456,10 +456,10 @@ class Supervisor:
         pool, session, loop = self._pool, self._session, self._loop
         if pool is None or session is None or loop is None or session.done:
             return
-        replacing = pool.replacing
+        replacing = pool.being_replaced
         if replacing != self._replacing_seen:
             self._replacing_seen = replacing
-            actions = session.set_replacing(replacing, loop.time())
+            actions = session.slots_being_replaced(replacing, loop.time())
             if actions:
                 self._apply(actions)
                 return

@@ -65,7 +65,7 @@ from .memory import ChildMemory
 from .orphans import OrphanReaper
 from .outcomes import ChildOutcome, outcome_from_done, uncertain
 from .owner import TaskOwner
-from .slots import SlotCounts, SlotLifecycle, SlotState, replacing
+from .slots import SlotCounts, SlotEvent, SlotLifecycle, SlotState, count_being_replaced
 from .template_link import TemplateLink
 
 __all__ = [
@@ -132,7 +132,7 @@ class PoolStats:
 @dataclass(eq=False)
 class _Slot:
     """One place in the pool; its child changes, identified by the generation. Its state
-    changes only through ``move`` (slots.py), which keeps the pool's per-state counts."""
+    changes only through ``fire`` (slots.py), which keeps the pool's per-state counts."""
 
     index: int
     lifecycle: SlotLifecycle
@@ -160,8 +160,8 @@ class _Slot:
     def state(self) -> SlotState:
         return self.lifecycle.state
 
-    def move(self, to: SlotState) -> None:
-        self.lifecycle.move(to)  # raises on a move outside slots.TRANSITIONS
+    def fire(self, event: SlotEvent) -> None:
+        self.lifecycle.fire(event)  # raises on an event outside slots.SLOTS
 
 
 @dataclass(eq=False)
@@ -371,7 +371,7 @@ class ChildPool:
         counts = self._state_counts
         return PoolStats(
             spawned=self._spawned, killed=dict(self._killed), recycled=self._recycled,
-            crashed=self._crashed, replacing=self.replacing,
+            crashed=self._crashed, replacing=self.being_replaced,
             idle=counts[SlotState.IDLE], busy=counts[SlotState.BUSY],
         )
 
@@ -389,8 +389,9 @@ class ChildPool:
             self._idle_watchers = [w for w in self._idle_watchers if w[1] is not watcher]
 
     @property
-    def replacing(self) -> int:
-        return replacing(self._state_counts)
+    def being_replaced(self) -> int:
+        """Slots whose next child is still to come (slots.BEING_REPLACED)."""
+        return count_being_replaced(self._state_counts)
 
     @property
     def size(self) -> int:
@@ -442,7 +443,7 @@ class ChildPool:
         for slot in self._slots:
             self._retire(slot)
             self._end_future(slot, None)
-            slot.move(SlotState.CLOSED)
+            slot.fire(SlotEvent.CLOSE)
         await self._orphans.close()
 
     # ---------------------------------------------------------------------------- template
@@ -492,7 +493,7 @@ class ChildPool:
                     self._crashed += 1
             self._retire(slot)
             self._end_future(slot, None, default_reason="TEMPLATE_LOST")
-            slot.move(SlotState.SPAWNING)
+            slot.fire(SlotEvent.FORK)
         self._orphans.after_template_loss()  # what the children started in other sessions
         self._restart = self._background.spawn(self._restart_template())
 
@@ -526,10 +527,10 @@ class ChildPool:
 
     def _spawn(self, slot: _Slot) -> None:
         if self._closing:
-            slot.move(SlotState.CLOSED)
+            slot.fire(SlotEvent.CLOSE)
             return
         if not self._can_spawn():
-            slot.move(SlotState.SPAWNING)  # the template restart refills every slot
+            slot.fire(SlotEvent.FORK)  # the template restart refills every slot
             return
         if slot.channel is not None:
             self._retire(slot)
@@ -537,7 +538,7 @@ class ChildPool:
         generation = next(self._generations)
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         parent_end.setblocking(False)
-        slot.move(SlotState.SPAWNING)
+        slot.fire(SlotEvent.FORK)
         slot.generation = generation
         slot.pid = None
         slot.ready = False
@@ -576,10 +577,10 @@ class ChildPool:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                slot.move(SlotState.BUSY)
+                slot.fire(SlotEvent.HAND_OUT)
                 waiter.set_result(slot)
                 return
-        slot.move(SlotState.IDLE)
+        slot.fire(SlotEvent.PARK)
         self._idle.append(slot)
         if self._idle_watchers:
             idle = self._state_counts[SlotState.IDLE]
@@ -595,7 +596,7 @@ class ChildPool:
             while self._idle:
                 slot = self._idle.popleft()
                 if slot.state is SlotState.IDLE:  # stale entries for replaced children are skipped
-                    slot.move(SlotState.BUSY)
+                    slot.fire(SlotEvent.HAND_OUT)
                     return slot
             waiter: asyncio.Future[_Slot] = self._require_loop().create_future()
             self._waiters.append(waiter)
@@ -672,7 +673,7 @@ class ChildPool:
             return
         self._log.info("recycling child %s (%s)", slot.pid, reason,
                        extra=fields("child_recycled", pid=slot.pid, reason=reason))
-        slot.move(SlotState.EXITING)
+        slot.fire(SlotEvent.RECYCLE)
         self._send_child(slot, encode_frame(LeaveChild(slot.generation).to_wire()))
         slot.timer = self._require_loop().call_later(
             _GRACEFUL_EXIT_S, self._force_exit, slot, slot.generation)
@@ -717,7 +718,7 @@ class ChildPool:
         if pid is not None and slot.ready and self._can_spawn():
             self._replace_now(slot, pid)
             return
-        slot.move(SlotState.KILLING)
+        slot.fire(SlotEvent.KILL)
         if self._loop is not None and slot.timer is None:
             slot.timer = self._loop.call_later(_REAP_TIMEOUT_S, self._reap_overdue, slot,
                                                slot.generation)
@@ -800,7 +801,7 @@ class ChildPool:
 
     def _respawn(self, slot: _Slot, *, early_death: bool) -> None:
         if self._closing:
-            slot.move(SlotState.CLOSED)
+            slot.fire(SlotEvent.CLOSE)
             return
         if not early_death:
             self._spawn(slot)
@@ -809,7 +810,7 @@ class ChildPool:
         if slot.respawn_delays is None:
             slot.respawn_delays = delays(_FIRST_RESPAWN_DELAY_S, _MAX_RESPAWN_DELAY_S)
         delay = next(slot.respawn_delays)
-        slot.move(SlotState.SPAWNING)
+        slot.fire(SlotEvent.FORK)
         self._require_loop().call_later(delay, self._spawn_if_pending, slot)
 
     def _spawn_if_pending(self, slot: _Slot) -> None:

@@ -12,7 +12,7 @@ returns the list of actions (actions.py) the driver must perform, in order:
     execution_finished(attempt, ...)    the child pool's outcome for an Execute action
     kill_sent(attempt, report, now)     a Kill action signalled a child: what was known then
     loop_lag(seconds)                   how late the driver's loop ran a timer (a sample)
-    set_replacing(n, now)               slots whose child is being replaced right now
+    slots_being_replaced(n, now)        slots whose next child is still to come
     request_stop(now, force=False)      drain (force: take the shutdown-timeout path now)
     handle_timer(now)                   at or after ``next_timer()``
 
@@ -60,13 +60,11 @@ machine, and longer than the other modules for that reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from itertools import islice
 from typing import Protocol
 
-from orbit_host.backoff import delays
 from orbit_wire.errors import FATAL_CODES, RETRYABLE_CODES, ErrorCode
 from orbit_wire.frames import (
     ENDED_COOPERATIVE,
@@ -94,7 +92,6 @@ from orbit_wire.frames import (
     StartOp,
     Welcome,
 )
-from orbit_wire.limits import MAX_BATCH_OPS
 from orbit_wire.model import Capability, Disposition, Outcome
 
 from . import defaults
@@ -114,22 +111,9 @@ from .attempts import Attempt, AttemptTable, Event, Phase
 from .batching import BatchHold
 from .errors import FatalSessionError, ShutdownTimeoutError
 from .lease import Lease
+from .link import Conn, ConnEvent, Link
 from .margin import MarginEstimator
 from .outbox import Outbox, Pending
-
-HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
-DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
-MAX_HEARTBEAT_MS = 5000  # docs/protocol.md: heartbeat every TTL/3, at most 5 s
-
-
-class Conn(StrEnum):
-    IDLE = "IDLE"  # start() not called yet
-    CONNECTING = "CONNECTING"  # a Connect action (with its backoff delay) is being performed
-    HELLO_SENT = "HELLO_SENT"
-    RESUMING = "RESUMING"  # resume request in flight; no credit yet
-    READY = "READY"
-    DONE = "DONE"
-
 
 # Reasons a child is killed (report.kill_reason); the finish code is LEASE_LOST for all.
 KILL_LEASE_LOST = "LEASE_LOST"
@@ -212,20 +196,13 @@ class Session:
         # What the session may hold started or about to start: the children, and the
         # prefetch (which keeps known attempts within the protocol's 2 x capacity).
         self._slots = config.capacity + config.prefetch
-        self._rng = rng  # uniform [0, 1): backoff jitter
-        self._backoff = self._new_backoff()
-        self.conn = Conn.IDLE
+        # rng: uniform [0, 1), the reconnect backoff's jitter.
+        self._link = Link(config.reconnect_min_delay, config.reconnect_max_delay, rng)
         self._attempts = AttemptTable()
         self._outbox = Outbox()
         self.outstanding_credit = 0
         self._claiming = 0  # slots asked for by claims queued or in flight
-        self.replacing = 0
-        self._heartbeat = DEFAULT_SESSION_TTL / 3
-        self._session_ttl = DEFAULT_SESSION_TTL
-        self._max_batch = MAX_BATCH_OPS
-        self._last_sent = 0.0
-        self._last_received = 0.0
-        self._welcomed_once = False
+        self._being_replaced = 0  # slots whose next child is still to come
         self.stop_deadline: float | None = None
         self.drain_acked = False
         self._drain_queued = False
@@ -243,7 +220,6 @@ class Session:
         self.renewals_confirmed = 0
         self.reports_confirmed = 0
         self.evidence_confirmed = 0
-        self.reconnects = 0
         self.dropped_reservations = 0
         self.ended: dict[str, int] = {}
 
@@ -253,15 +229,15 @@ class Session:
         """Begin: returns a Connect action. Call once."""
         if self.conn is not Conn.IDLE:
             raise AssertionError("Session.start called twice")
-        self.conn = Conn.CONNECTING
+        self._link.fire(ConnEvent.START)
         return [Connect(0.0)]
 
     def connected(self, now: float) -> list[Action]:
         """The socket is open: send hello and wait for welcome."""
         if self.conn is not Conn.CONNECTING:
             return []
-        self.conn = Conn.HELLO_SENT
-        self._last_received = now
+        self._link.fire(ConnEvent.OPENED)
+        self._link.received(now)
         cfg = self.config
         hello = Hello(
             credential_id=cfg.credential_id, credential_secret=cfg.credential_secret,
@@ -280,7 +256,7 @@ class Session:
 
     def connection_lost(self, now: float, reason: str) -> list[Action]:
         """The current connection ended (any side). Call once per connection."""
-        if self.conn not in (Conn.HELLO_SENT, Conn.RESUMING, Conn.READY):
+        if not self._link.open:
             return []
         actions: list[Action] = [_event("disconnected", classification=reason)]
         # In-flight operations go back to the front of the queue with their msg_ids; the
@@ -311,9 +287,9 @@ class Session:
 
     def frame_received(self, frame: ServerFrame, now: float) -> list[Action]:
         """One decoded frame from the server."""
-        if self.conn not in (Conn.HELLO_SENT, Conn.RESUMING, Conn.READY):
+        if not self._link.open:
             return []
-        self._last_received = now
+        self._link.received(now)
         actions: list[Action] = []
         match frame:
             case Welcome():
@@ -399,9 +375,9 @@ class Session:
         self._margin.loop_lag(seconds)
         self._loop_lag_max = max(self._loop_lag_max, seconds)
 
-    def set_replacing(self, replacing: int, now: float) -> list[Action]:
-        """Slots whose child is being replaced; they are not offered as credit."""
-        self.replacing = max(0, replacing)
+    def slots_being_replaced(self, count: int, now: float) -> list[Action]:
+        """Slots whose next child is still to come; they are not offered as credit."""
+        self._being_replaced = max(0, count)
         actions: list[Action] = []
         if not self._done:
             self._progress(now, actions)
@@ -449,15 +425,12 @@ class Session:
                 renew = RenewOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch)
                 att.lease.renewal_queued()
                 self._outbox.queue(renew)
-        if self.conn is Conn.HELLO_SENT and now >= self._last_received + HELLO_TIMEOUT:
-            actions.append(CloseConnection("WELCOME_TIMEOUT"))
+        overdue = self._link.overdue(now)
+        if overdue is not None:
+            actions.append(CloseConnection(overdue))
             return actions
-        if self.conn in (Conn.RESUMING, Conn.READY):
-            if now >= self._last_received + self._session_ttl:
-                actions.append(CloseConnection("SERVER_SILENT"))
-                return actions
-            if now >= self._last_sent + self._heartbeat:
-                actions.append(self._send(Heartbeat(), now))
+        if self._link.heartbeat_due(now):
+            actions.append(self._send(Heartbeat(), now))
         self._progress(now, actions)
         return actions
 
@@ -471,11 +444,7 @@ class Session:
         if (self._hold_until is not None and self.conn is Conn.READY
                 and self._outbox.in_flight is None):
             times.append(self._hold_until)
-        if self.conn is Conn.HELLO_SENT:
-            times.append(self._last_received + HELLO_TIMEOUT)
-        if self.conn in (Conn.RESUMING, Conn.READY):
-            times.append(self._last_received + self._session_ttl)
-            times.append(self._last_sent + self._heartbeat)
+        times += self._link.timers()
         for att in self._attempts.in_phase(Phase.RUNNING).values():
             deadline = att.lease.deadline()
             if deadline is not None:
@@ -491,7 +460,7 @@ class Session:
             running=self.executing, started=self.started,
             renewals_confirmed=self.renewals_confirmed,
             reports_confirmed=self.reports_confirmed,
-            evidence_confirmed=self.evidence_confirmed, reconnects=self.reconnects,
+            evidence_confirmed=self.evidence_confirmed, reconnects=self._link.reconnects,
             late_kills=self.late_kills, margin_ms=self._margin.value() * 1000,
             loop_lag_ms=self._margin.recent_loop_lag() * 1000,
             reap_ms=self._margin.recent_reap() * 1000,
@@ -530,7 +499,7 @@ class Session:
         confirmed (their finishes ride in the request being built)."""
         # Every known attempt holds a slot, whatever its phase: reserved or starting ones
         # will run, running and killing ones execute, reporting ones await confirmation.
-        busy = len(self._attempts) - finishing + self.replacing + self._claiming
+        busy = len(self._attempts) - finishing + self._being_replaced + self._claiming
         return max(0, self._slots - busy)
 
     @property
@@ -543,13 +512,7 @@ class Session:
         if self.conn is not Conn.HELLO_SENT:
             self._fatal(ErrorCode.OUT_OF_ORDER, "a second welcome on one connection", actions)
             return
-        self._heartbeat = min(frame.heartbeat_ms, MAX_HEARTBEAT_MS) / 1000.0
-        self._session_ttl = frame.session_ttl_ms / 1000.0
-        self._max_batch = max(1, min(frame.max_batch_ops, MAX_BATCH_OPS))
-        self._backoff = self._new_backoff()
-        if self._welcomed_once:
-            self.reconnects += 1
-        self._welcomed_once = True
+        self._link.welcomed(frame)
         actions.append(_event("connected", classification=frame.session_id))
         refs = tuple(
             AttemptRef(att.attempt_id, att.reservation.epoch)
@@ -557,9 +520,9 @@ class Session:
             if att.phase in (Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
         )
         if not refs:
-            self.conn = Conn.READY
+            self._link.fire(ConnEvent.WELCOMED)
             return
-        self.conn = Conn.RESUMING
+        self._link.fire(ConnEvent.RESUME_SENT)
         resume = Pending(ResumeOp(self._outbox.new_msg_id(), refs), sent_at=now)
         self._send_request([resume], now, actions)
 
@@ -594,7 +557,7 @@ class Session:
             if self._done:
                 return
         if self.conn is Conn.RESUMING:
-            self.conn = Conn.READY
+            self._link.fire(ConnEvent.RESUMED)
 
     def _on_start_result(self, op: StartOp, result: OpResult, sent_at: float, now: float,
                          actions: list[Action]) -> None:
@@ -788,8 +751,17 @@ class Session:
     # ------------------------------------------------------------------ internals
 
     @property
+    def conn(self) -> Conn:
+        """The connection's state (link.py)."""
+        return self._link.state
+
+    @property
+    def reconnects(self) -> int:
+        return self._link.reconnects
+
+    @property
     def _done(self) -> bool:
-        return self.conn is Conn.DONE
+        return self._link.done
 
     def _progress(self, now: float, actions: list[Action]) -> None:
         """After any input: start what has a slot, send queued ops, offer credit, finish."""
@@ -804,7 +776,7 @@ class Session:
         if (self.conn is Conn.READY and outbox.in_flight is None and outbox.has_queued
                 and not self._hold(now)):
             # Renewals first: when more is queued than one batch holds, leases must not wait.
-            batch = outbox.take_batch(self._max_batch)
+            batch = outbox.take_batch(self._link.max_batch)
             self._batching.sent(now, outbox.has_queued)
             self._send_request(batch, now, actions)
         self._grant_credit(now, actions)
@@ -844,7 +816,7 @@ class Session:
             actions.append(self._send(Credit(grant), now))
 
     def _send_request(self, batch: list[Pending], now: float, actions: list[Action]) -> None:
-        if len(batch) >= self._max_batch > 1 and self._claim_count(batch):
+        if len(batch) >= self._link.max_batch > 1 and self._claim_count(batch):
             # The last op makes room for the claim and goes out in the next request.
             self._outbox.queue_first(batch.pop())
         for pending in batch:
@@ -861,7 +833,7 @@ class Session:
                 if att is not None:
                     att.lease.renew_sent(now)
         count = self._claim_count(batch)
-        if count and len(batch) < self._max_batch:
+        if count and len(batch) < self._link.max_batch:
             claim = ClaimOp(self._outbox.new_msg_id(), count)
             self._claiming += count
             batch.append(Pending(claim, sent_at=now))
@@ -882,7 +854,7 @@ class Session:
         return max(0, self.free_slots(finishing) - self.outstanding_credit)
 
     def _send(self, frame: ClientFrame, now: float) -> SendFrame:
-        self._last_sent = now
+        self._link.sent(now)
         return SendFrame(frame)
 
     def _kill(self, att: Attempt, reason: str, actions: list[Action], *,
@@ -937,7 +909,7 @@ class Session:
         if (self.stop_deadline is None or not self.drain_acked or self._attempts
                 or not self._outbox.idle or self._done):
             return
-        self.conn = Conn.DONE
+        self._link.fire(ConnEvent.ENDED)
         actions.append(_event("drained"))
         actions.append(Finish(None))
 
@@ -948,7 +920,7 @@ class Session:
                else f"shutdown timeout ({self.config.shutdown_timeout:g} s) ran out")
         for att in self._attempts:
             self._kill(att, KILL_SHUTDOWN, actions)
-        self.conn = Conn.DONE
+        self._link.fire(ConnEvent.ENDED)
         self._outbox.abandon()
         actions.append(_event("shutdown_timeout"))
         actions.append(Finish(ShutdownTimeoutError(
@@ -960,7 +932,7 @@ class Session:
         running, unconfirmed = self.executing, self.unconfirmed
         for att in self._attempts:
             self._kill(att, KILL_SHUTDOWN, actions)
-        self.conn = Conn.DONE
+        self._link.fire(ConnEvent.ENDED)
         self._outbox.abandon()
         actions.append(_event("fatal", classification=str(code)))
         actions.append(Finish(FatalSessionError(code, message, unconfirmed=unconfirmed,
@@ -968,15 +940,9 @@ class Session:
 
     def _disconnected(self, now: float) -> list[Action]:
         if self._check_stopped_idle():
-            self.conn = Conn.DONE
+            self._link.fire(ConnEvent.ENDED)
             return [_event("drained"), Finish(None)]
-        self.conn = Conn.CONNECTING
-        return [Connect(next(self._backoff))]
-
-    def _new_backoff(self) -> Iterator[float]:
-        cfg = self.config
-        return delays(cfg.reconnect_min_delay, cfg.reconnect_max_delay, jitter=0.5,
-                      draw=self._rng, at_least=cfg.reconnect_min_delay)
+        return [Connect(self._link.reconnect_delay())]
 
     def _check_stopped_idle(self) -> bool:
         return (self.stop_deadline is not None and not self._attempts

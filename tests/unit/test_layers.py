@@ -58,6 +58,7 @@ PURE = (
     "orbit_supervisor/defaults.py",
     "orbit_supervisor/attempts.py",
     "orbit_supervisor/machine.py",
+    "orbit_supervisor/link.py",
     "orbit_supervisor/outbox.py",
     "orbit_supervisor/slots.py",
     "orbit_supervisor/outcomes.py",

@@ -99,7 +99,7 @@ def test_kill_with_another_code_and_reason() -> None:
             assert pool.kill(req.attempt_id, "TASK_CANCELLED", code="LEASE_LOST")
             out = await task
             await asyncio.wait_for(pool.wait_idle(1), 5 * UNIT)  # the replacement is ready
-            assert (pool.stats().idle, pool.replacing) == (1, 0)
+            assert (pool.stats().idle, pool.being_replaced) == (1, 0)
             return out
     out = run(scenario())
     assert (out.code, out.report.kill_reason) == ("LEASE_LOST", "TASK_CANCELLED")

@@ -40,7 +40,7 @@ def _assert_counts_match_slots(pool: ChildPool) -> None:
     stats = pool.stats()
     assert stats.idle == states.count("idle"), states
     assert stats.busy == states.count("busy"), states
-    assert stats.replacing == pool.replacing == sum(
+    assert stats.replacing == pool.being_replaced == sum(
         states.count(s) for s in ("spawning", "killing", "exiting")), states
 
 

@@ -277,14 +277,14 @@ def test_credit_is_free_slots_minus_outstanding_credit() -> None:
     res = run_one(s, 0.0)  # one reservation spent one credit
     assert s.outstanding_credit == 2
     # Replacing a child takes the slot: not offered, not even in the finish's request.
-    assert credits(s.set_replacing(1, 0.45)) == 0
+    assert credits(s.slots_being_replaced(1, 0.45)) == 0
     # Result unconfirmed: the slot is not offered while its report is unconfirmed.
     acts = s.execution_finished(res.attempt_id, FakeOutcome(), 0.5)
     assert credits(acts) == 0
     (req,) = requests(acts)
     assert kinds(req) == ["finish"]  # nothing to claim: the slot is being replaced
     assert credits(s.frame_received(ok_for(req), 0.6)) == 0
-    acts = s.set_replacing(0, 0.7)
+    acts = s.slots_being_replaced(0, 0.7)
     assert credits(acts) == 1
     assert s.outstanding_credit == 3
 

@@ -347,7 +347,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     @rule(replacing=st.integers(0, CAPACITY))
     def replacing(self, replacing: int) -> None:
-        self.apply(self.s.set_replacing(replacing, self.now))
+        self.apply(self.s.slots_being_replaced(replacing, self.now))
 
     # ------------------------------------------------------------ invariants
 
