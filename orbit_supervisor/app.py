@@ -39,7 +39,7 @@ from .actions import (
     Connect,
     Emit,
     Execute,
-    Finish,
+    EndRun,
     Kill,
     SendFrame,
     SupervisorEvent,
@@ -331,7 +331,8 @@ class Supervisor:
                 case SendFrame(frame=frame):
                     if self._conn is not None:
                         self._conn.send(frame)
-                case Execute(reservation=res):
+                case Execute(attempt=att):
+                    res = att.reservation
                     self._task_of[res.attempt_id] = res.task_id
                     task = self._spawn(self._execute(res))
                     self._executions[res.attempt_id] = task
@@ -361,7 +362,7 @@ class Supervisor:
                         "connection_dropped", reason=reason, instance_id=self.instance_id))
                     if self._conn is not None:
                         self._conn.abort()
-                case Finish(error=error):
+                case EndRun(error=error):
                     if self._finished is not None and not self._finished.done():
                         self._finished.set_result(error)
         self._watch_replacing()
@@ -378,7 +379,7 @@ class Supervisor:
             # The kill latency runs from the local expiry (the timer ran late_by after it).
             self._killed_from[attempt_id] = facts.at - late_by
             # The report goes out now, before anything else: the reap's facts follow.
-            self._apply(self._session.kill_sent(attempt_id, Report(
+            self._apply(self._session.child_killed(attempt_id, Report(
                 child_pid=facts.pid, signal=int(signal.SIGKILL), cpu_ms=facts.cpu_ms,
                 peak_rss_bytes=facts.peak_rss_bytes), facts.at))
             late = late_by > LATE_KILL_BOUND
