@@ -38,17 +38,19 @@ from .actions import (
     CloseConnection,
     Connect,
     Emit,
-    Execute,
     EndRun,
+    Execute,
     Kill,
     SendFrame,
     SupervisorEvent,
 )
+from .attempts import Attempt
 from .connection import ConnectFailed, Connection, worker_url
 from .errors import SupervisorError, WorkerAlreadyRun
 from .events import EventStream
 from .options import SupervisorOptions
-from .pool import ChildOutcome, ChildPool, ExecutionRequest, PoolClosed, PoolStats
+from .outcomes import not_run
+from .pool import ChildOutcome, ChildPool, PoolClosed, PoolStats
 from .session import (
     KILL_TASK_CANCELLED,
     LATE_KILL_BOUND,
@@ -152,7 +154,6 @@ class Supervisor:
         self._reap_orphans = reap_orphans
         self._capture = capture_child_output
         self._events = EventStream()
-        self._task_of: dict[str, str] = {}  # attempt -> task, while it executes
         self._ran = False
         self._session: Session | None = None
         self._pool: ChildPool | None = None
@@ -160,8 +161,7 @@ class Supervisor:
         self._conn: Connection | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._tasks: asyncio.TaskGroup | None = None
-        self._executions: dict[str, asyncio.Task[None]] = {}
-        self._killed_waiting: dict[str, str] = {}  # attempt -> reason, killed before a child
+        self._executions: set[asyncio.Task[None]] = set()  # each awaits one outcome
         self._finished: asyncio.Future[SupervisorError | None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -173,7 +173,6 @@ class Supervisor:
         self._connect_attempts = 0
         self._kill_latency = Buckets()
         self._loop_lag = Buckets()
-        self._killed_from: dict[str, float] = {}  # attempt -> local expiry, for the latency
 
     def __repr__(self) -> str:
         return f"Supervisor(instance_id={self.instance_id!r}, url={self.url!r})"
@@ -311,7 +310,7 @@ class Supervisor:
                            margin_ms=round(stats.margin_ms, 1)))
 
     async def _end_executions(self) -> None:
-        tasks = [t for t in self._executions.values() if not t.done()]
+        tasks = [t for t in self._executions if not t.done()]
         if not tasks:
             return
         _, still = await asyncio.wait(tasks, timeout=_EXECUTIONS_GRACE)
@@ -332,20 +331,15 @@ class Supervisor:
                     if self._conn is not None:
                         self._conn.send(frame)
                 case Execute(attempt=att):
-                    res = att.reservation
-                    self._task_of[res.attempt_id] = res.task_id
-                    task = self._spawn(self._execute(res))
-                    self._executions[res.attempt_id] = task
-                case Kill(attempt_id=attempt_id, reason=reason, code=code, late_by=late):
-                    self._kill(attempt_id, reason, code, late)
-                case CancelChild(attempt_id=attempt_id):
+                    self._execute(att)
+                case Kill(attempt=att, reason=reason, code=code, late_by=late):
+                    self._kill(att, reason, code, late)
+                case CancelChild(attempt=att):
                     assert self._pool is not None
-                    if self._pool.waiting(attempt_id):
-                        # Prefetched and still waiting for a child: it ends now, without
-                        # its handler starting only to be told to stop.
-                        self._stop_waiting(attempt_id, KILL_TASK_CANCELLED)
-                    else:
-                        self._pool.cancel(attempt_id)
+                    # Prefetched and still waiting for a child, it ends now, without its
+                    # handler starting only to be told to stop.
+                    if not self._pool.stop_waiting(att, KILL_TASK_CANCELLED):
+                        self._pool.cancel(att)
                 case Emit(event=event):
                     self._events.publish(event)
                     if self._log.isEnabledFor(logging.DEBUG):
@@ -372,19 +366,20 @@ class Supervisor:
         assert self._tasks is not None
         return self._tasks.create_task(coro)
 
-    def _kill(self, attempt_id: str, reason: str, code: str, late_by: float) -> None:
+    def _kill(self, att: Attempt, reason: str, code: str, late_by: float) -> None:
         assert self._pool is not None and self._session is not None
-        facts = self._pool.kill(attempt_id, reason, code=code)
+        attempt_id = att.attempt_id
+        facts = self._pool.kill(att, reason, code=code)
         if facts is not None:
             # The kill latency runs from the local expiry (the timer ran late_by after it).
-            self._killed_from[attempt_id] = facts.at - late_by
+            att.kill_timed_from = facts.at - late_by
             # The report goes out now, before anything else: the reap's facts follow.
             self._apply(self._session.child_killed(attempt_id, Report(
                 child_pid=facts.pid, signal=int(signal.SIGKILL), cpu_ms=facts.cpu_ms,
                 peak_rss_bytes=facts.peak_rss_bytes), facts.at))
             late = late_by > LATE_KILL_BOUND
             extra = fields("child_killed", attempt_id=attempt_id,
-                           task_id=self._task_of.get(attempt_id), reason=reason, code=code,
+                           task_id=att.task_id, reason=reason, code=code,
                            pid=facts.pid, late_ms=round(late_by * 1000) if late else None)
             if late:
                 self._log.warning("killed the child of attempt %s: %s, %.0f ms after the "
@@ -395,16 +390,8 @@ class Supervisor:
                                   extra=extra)
             return
         # No child runs it yet (still waiting for a free child) or it just finished: a
-        # waiting execution must never start, so it is cancelled before it gets a child.
-        self._stop_waiting(attempt_id, reason)
-
-    def _stop_waiting(self, attempt_id: str, reason: str) -> None:
-        """End the execution of ``attempt_id`` before any child receives it (its outcome:
-        not run, for ``reason``)."""
-        task = self._executions.get(attempt_id)
-        if task is not None and not task.done():
-            self._killed_waiting[attempt_id] = reason
-            task.cancel()
+        # waiting execution must never start, so it ends before it gets a child.
+        self._pool.stop_waiting(att, reason)
 
     def _rearm(self) -> None:
         session, loop = self._session, self._loop
@@ -545,36 +532,37 @@ class Supervisor:
         self._timers_first()
         self._apply(self._session.frame_received(frame, self._loop.time()))
 
-    async def _execute(self, res: Reservation) -> None:
-        try:
-            await self._execute_and_report(res)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._internal_error(f"the execution of attempt {res.attempt_id}", exc)
-
-    async def _execute_and_report(self, res: Reservation) -> None:
-        pool, session, loop = self._pool, self._session, self._loop
-        assert pool is not None and session is not None and loop is not None
-        request = ExecutionRequest(
-            attempt_id=res.attempt_id, task_id=res.task_id, epoch=res.epoch,
-            attempt_number=res.attempt_number, capability=res.capability, payload=res.payload,
-            deadline_at_ms=res.deadline_at_ms, idempotency=str(res.idempotency),
-        )
-        outcome: ChildOutcome
+    def _execute(self, att: Attempt) -> None:
+        """Hand ``att`` to the pool now (so a Kill or a cancel that follows reaches it),
+        and report its outcome from a task of the run."""
+        assert self._pool is not None and self._loop is not None
+        res = att.reservation
         # Per task: DEBUG, so that at the default level a success costs two level checks.
         self._log_attempt(logging.DEBUG, res, "attempt_started", "attempt %s of task %s "
                           "started (%s)", res.attempt_id, res.task_id, res.capability)
-        started_at = loop.time()
+        started_at = self._loop.time()
+        self._pool.submit(att)
+        task = self._spawn(self._report(att, started_at))
+        self._executions.add(task)
+        task.add_done_callback(self._executions.discard)
+
+    async def _report(self, att: Attempt, started_at: float) -> None:
         try:
-            outcome = await pool.execute(request)
+            await self._outcome_reported(att, started_at)
         except asyncio.CancelledError:
-            reason = self._killed_waiting.pop(res.attempt_id, None)
-            if reason is None:
-                raise
-            outcome = _not_run(reason)
+            raise
+        except Exception as exc:
+            self._internal_error(f"the execution of attempt {att.attempt_id}", exc)
+
+    async def _outcome_reported(self, att: Attempt, started_at: float) -> None:
+        pool, session, loop = self._pool, self._session, self._loop
+        assert pool is not None and session is not None and loop is not None
+        res = att.reservation
+        outcome: ChildOutcome
+        try:
+            outcome = await pool.outcome(att)
         except PoolClosed:
-            outcome = _not_run("SHUTDOWN")
+            outcome = not_run("SHUTDOWN")
         except Exception:  # never let one execution take the run down
             self._log_attempt(logging.ERROR, res, "attempt_execute_failed",
                               "attempt %s could not be executed", res.attempt_id,
@@ -582,11 +570,8 @@ class Supervisor:
             outcome = ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_CRASHED.value, False,
                                    None, None, Report())
         finally:
-            self._executions.pop(res.attempt_id, None)
-            self._task_of.pop(res.attempt_id, None)
-            killed_from = self._killed_from.pop(res.attempt_id, None)
-            if killed_from is not None:
-                self._kill_latency.observe(max(0.0, loop.time() - killed_from))
+            if att.kill_timed_from is not None:
+                self._kill_latency.observe(max(0.0, loop.time() - att.kill_timed_from))
         self._log_attempt(logging.DEBUG if outcome.outcome is Outcome.SUCCEEDED
                           else logging.INFO, res, "attempt_ended", "attempt %s ended %s%s",
                           res.attempt_id, outcome.outcome.value,
@@ -597,7 +582,6 @@ class Supervisor:
         self._timers_first()
         self._apply(session.execution_finished(res.attempt_id, outcome, loop.time()))
 
-
     def _log_attempt(self, level: int, res: Reservation, event: str, message: str,
                      *args: object, exc_info: bool = False, **values: object) -> None:
         """One record about an attempt, with its IDs; nothing is built below the level
@@ -606,12 +590,6 @@ class Supervisor:
             self._log.log(level, message, *args, exc_info=exc_info, extra=fields(
                 event, attempt_id=res.attempt_id, task_id=res.task_id,
                 capability=str(res.capability), attempt_number=res.attempt_number, **values))
-
-
-def _not_run(reason: str) -> ChildOutcome:
-    """Outcome of an execution stopped before any child received it."""
-    return ChildOutcome(Outcome.UNKNOWN, UnknownCode.LEASE_LOST.value, False, None, None,
-                        Report(kill_reason=reason))
 
 
 def _agent() -> str:

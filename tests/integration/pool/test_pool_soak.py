@@ -29,7 +29,7 @@ async def _one(pool: ChildPool, kind: str) -> tuple[str, ChildOutcome]:
     req = request("sleep", {"seconds": 30})
     task = asyncio.create_task(pool.execute(req))
     # Wait until a child runs it, then kill it.
-    await wait_until_async(lambda: pool.kill(req.attempt_id, "LEASE_LOST"), timeout=30,
+    await wait_until_async(lambda: pool.kill(req, "LEASE_LOST"), timeout=30,
                            interval=0.01, what=f"a child to run {req.attempt_id}, to kill it")
     return kind, await task
 
