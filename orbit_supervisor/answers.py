@@ -26,8 +26,9 @@ from orbit_wire.model import Disposition
 
 from .actions import Action
 from .attempts import Event, Phase
-from .core import KILL_ATTEMPT_TIMEOUT, KILL_LEASE_LOST, KILL_TASK_CANCELLED, SessionCore, event
+from .core import SessionCore, event
 from .link import Conn, ConnEvent
+from .session_types import KILL_ATTEMPT_TIMEOUT, KILL_LEASE_LOST, KILL_TASK_CANCELLED
 
 __all__ = ["SessionAnswers"]
 

@@ -12,8 +12,8 @@ it), before any bookkeeping; the attempt's outcome comes with the template's rea
 ever ready is replaced at once: it is kept among the dying (by generation) until its reap,
 and the slot forks its next child meanwhile. Children that die on their own are replaced
 when their death is seen; one that dies before it was ever ready is forked again with
-backoff, so a broken environment cannot fork in a tight loop. ChildPool (pool.py) adds
-what runs on the children.
+backoff, so a broken environment cannot fork in a tight loop. ChildFrames
+(child_frames.py) adds what a child says, ChildPool (pool.py) what runs on the children.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class Children:
         # Seconds from a kill to its slot's fresh child being ready (read by the metrics).
         self.replacement_latency = Buckets()
 
-    # ------------------------------------------------------------- what the pool adds
+    # ------------------------------------- what child_frames.py and pool.py add
 
     def _run(self, slot: Slot, att: Attempt) -> None:
         """Start ``att`` on ``slot``'s child, just handed out (pool.py)."""

@@ -24,10 +24,10 @@ from orbit_wire.model import Outcome, UnknownCode
 
 from .actions import Action
 from .attempts import Attempt
-from .core import KILL_TASK_CANCELLED, LATE_KILL_BOUND
 from .outcomes import ChildOutcome, not_run
 from .pool import ChildPool, PoolClosed
 from .session import Session
+from .session_types import KILL_TASK_CANCELLED, LATE_KILL_BOUND
 
 __all__ = ["Executions"]
 

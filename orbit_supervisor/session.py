@@ -79,7 +79,11 @@ from orbit_wire.model import Outcome
 from .actions import Action, CloseConnection, Connect, EndRun
 from .answers import SessionAnswers
 from .attempts import Event, Phase
-from .core import (
+from .core import event
+from .kill_reports import ended_by
+from .link import Conn, ConnEvent
+from .outbox import Pending
+from .session_types import (
     KILL_ATTEMPT_TIMEOUT,
     KILL_LEASE_LOST,
     KILL_SHUTDOWN,
@@ -89,11 +93,7 @@ from .core import (
     ExecutionOutcome,
     SessionConfig,
     SessionStats,
-    event,
 )
-from .kill_reports import ended_by
-from .link import Conn, ConnEvent
-from .outbox import Pending
 
 __all__ = [
     "KILL_ATTEMPT_TIMEOUT", "KILL_LEASE_LOST", "KILL_SHUTDOWN", "KILL_TASK_CANCELLED",

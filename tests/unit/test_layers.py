@@ -60,6 +60,7 @@ PURE = (
     "orbit_supervisor/machine.py",
     "orbit_supervisor/link.py",
     "orbit_supervisor/core.py",
+    "orbit_supervisor/session_types.py",
     "orbit_supervisor/answers.py",
     "orbit_supervisor/credit.py",
     "orbit_supervisor/kill_reports.py",
