@@ -25,6 +25,8 @@ from orbit_wire.errors import ProtocolError
 from orbit_wire.frames import ClientFrame, ErrorFrame, ServerFrame, decode_server_frame, encode
 from orbit_wire.limits import MAX_FRAME_BYTES
 
+from .owner import TaskOwner
+
 OPEN_TIMEOUT = 10.0  # seconds for TCP + TLS + WebSocket handshake
 CLOSE_TIMEOUT = 1.0  # a graceful close waits this long for the server's close frame
 
@@ -98,7 +100,8 @@ class Connection:
         A frame that breaks the wire contract is passed on as a fatal ErrorFrame (the
         server broke the protocol; the session ends the run).
         """
-        writer = asyncio.create_task(self._write_loop())
+        writer = TaskOwner()
+        writer.spawn(self._write_loop())
         try:
             async for message in self._ws:
                 try:
@@ -114,9 +117,7 @@ class Connection:
             return "NETWORK_ERROR"
         finally:
             self._outbox.put_nowait(None)
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
+            await writer.close()
             self.abort()
 
     async def close(self) -> None:
