@@ -27,7 +27,7 @@ from dataclasses import fields as dataclass_fields
 
 from orbit_host.credentials import Credentials, load_credentials
 from orbit_host.logs import fields
-from orbit_host.tally import Buckets
+from orbit_host.tally import Histogram
 from orbit_host.tls import ca_file_from, client_ssl_context
 from orbit_host.version import installed_version
 from orbit_wire.frames import ServerFrame
@@ -82,9 +82,9 @@ class SupervisorTimings:
     exports them): local expiry (or the kill decision) → the killed child's reaped outcome,
     kill → the slot's fresh child ready, and the loop's lateness every lag probe."""
 
-    kill: Buckets
-    replacement: Buckets
-    loop_lag: Buckets
+    kill: Histogram
+    replacement: Histogram
+    loop_lag: Histogram
 
 
 class Supervisor:
@@ -153,8 +153,8 @@ class Supervisor:
         self._performing = False
         self._pending_stop: bool | None = None  # stop() before run() reached the loop
         self._connect_attempts = 0
-        self._kill_latency = Buckets()
-        self._loop_lag = Buckets()
+        self._kill_latency = Histogram()
+        self._loop_lag = Histogram()
 
     def __repr__(self) -> str:
         return f"Supervisor(instance_id={self.instance_id!r}, url={self.url!r})"
@@ -192,7 +192,7 @@ class Supervisor:
 
     def timings(self) -> SupervisorTimings:
         """The latency histograms (live objects: read them on the loop's thread)."""
-        replacement = self._pool.replacement_latency if self._pool is not None else Buckets()
+        replacement = self._pool.replacement_latency if self._pool is not None else Histogram()
         return SupervisorTimings(self._kill_latency, replacement, self._loop_lag)
 
     @property

@@ -32,7 +32,8 @@ from orbit_host.backoff import delays
 from orbit_host.framing import FrameError
 from orbit_host.logs import fields
 from orbit_host.messages import ChildReaped
-from orbit_host.tally import Buckets
+from orbit_host.tally import Histogram
+from orbit_host.task_owner import TaskOwner
 from orbit_wire.frames import Report
 from orbit_wire.model import UnknownCode
 
@@ -43,7 +44,6 @@ from .child_output import OutputReader, output_pipe
 from .memory import ChildMemory
 from .orphans import OrphanReaper
 from .outcomes import uncertain
-from .owner import TaskOwner
 from .slots import SlotCounts, SlotEvent, SlotLifecycle, SlotState
 from .template_restart import TemplateKeeper
 
@@ -152,7 +152,7 @@ class Children:
         self._reap_orphans = reap_orphans
         self._orphans = OrphanReaper(self._templates.pids, self._log)
         # Seconds from a kill to its slot's fresh child being ready (read by the metrics).
-        self.replacement_latency = Buckets()
+        self.replacement_latency = Histogram()
 
     # ------------------------------------- what child_frames.py and pool.py add
 

@@ -20,12 +20,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from orbit_host.logs import fields
+from orbit_host.task_owner import TaskOwner
 from orbit_host.tls import certificate_failure
 from orbit_wire.errors import ProtocolError
 from orbit_wire.frames import ClientFrame, ErrorFrame, ServerFrame, decode_server_frame, encode
 from orbit_wire.limits import MAX_FRAME_BYTES
-
-from .owner import TaskOwner
 
 OPEN_TIMEOUT = 10.0  # seconds for TCP + TLS + WebSocket handshake
 CLOSE_TIMEOUT = 1.0  # a graceful close waits this long for the server's close frame
@@ -101,7 +100,7 @@ class Connection:
         server broke the protocol; the session ends the run).
         """
         writer = TaskOwner()
-        writer.spawn(self._write_loop())
+        writer.start(self._write_loop())
         try:
             async for message in self._ws:
                 try:
@@ -117,7 +116,7 @@ class Connection:
             return "NETWORK_ERROR"
         finally:
             self._outbox.put_nowait(None)
-            await writer.close()
+            await writer.stop()
             self.abort()
 
     async def close(self) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from orbit_host.logs import fields
-from orbit_host.tally import Buckets
+from orbit_host.tally import Histogram
 from orbit_wire.frames import Report, Reservation
 from orbit_wire.model import Outcome, UnknownCode
 
@@ -43,7 +43,7 @@ class Executions:
                  log: logging.Logger,
                  spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
                  perform: Callable[[list[Action]], None], timers_first: Callable[[], None],
-                 on_error: Callable[[str, BaseException], None], kill_latency: Buckets) -> None:
+                 on_error: Callable[[str, BaseException], None], kill_latency: Histogram) -> None:
         self._loop, self._session, self._pool = loop, session, pool
         self._log = log
         self._spawn, self._perform, self._timers_first = spawn, perform, timers_first

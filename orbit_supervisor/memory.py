@@ -16,8 +16,7 @@ from collections.abc import Callable
 import psutil
 
 from orbit_host import procutil
-
-from .owner import TaskOwner, current_task
+from orbit_host.task_owner import TaskOwner, current_task
 
 __all__ = ["ChildMemory"]
 
@@ -49,7 +48,7 @@ class ChildMemory:
         over ``limit`` call ``kill(rss)`` once and stop. The child was under the limit when
         its task started (checked between tasks), so the first look is one interval in."""
         self.stop()
-        self._watcher = tasks.spawn(self._watch(pid, limit, interval, running, kill))
+        self._watcher = tasks.start(self._watch(pid, limit, interval, running, kill))
 
     def stop(self) -> None:
         """Stop the sampling task, unless it is the caller (a kill from within it)."""

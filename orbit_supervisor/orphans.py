@@ -23,8 +23,7 @@ from collections.abc import Callable
 
 from orbit_host import procutil
 from orbit_host.logs import fields
-
-from .owner import TaskOwner
+from orbit_host.task_owner import TaskOwner
 
 # After a template loss, sweep at these delays (seconds): the children die by their death
 # signal within milliseconds, and what they started is re-parented as they die. Then again
@@ -72,7 +71,7 @@ class OrphanReaper:
         """Sweep now and over the next second, and on while something is still found."""
         if not self._enabled or self._sweeping:
             return
-        self._sweeping.spawn(self._sweep_for_a_while())
+        self._sweeping.start(self._sweep_for_a_while())
 
     async def _sweep_for_a_while(self) -> None:
         elapsed = 0.0
@@ -88,5 +87,5 @@ class OrphanReaper:
             found = self.sweep()
 
     async def close(self) -> None:
-        await self._sweeping.close()
+        await self._sweeping.stop()
         self.sweep()

@@ -270,7 +270,7 @@ class ChildPool(ChildFrames):
         if self._closed:
             return
         self._closing = True
-        await self._background.close()  # the restart (unless it closes the pool itself)
+        await self._background.stop()  # the restart (unless it closes the pool itself)
         self._templates.restart_over()
         for att in self._alloc.close(PoolClosed):
             att.move_run(RunEvent.STOPPED)

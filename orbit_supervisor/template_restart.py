@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 from orbit_host.backoff import delays
 from orbit_host.logs import fields
 from orbit_host.messages import ChildReaped
+from orbit_host.task_owner import TaskOwner
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.model import Capability
 
-from .owner import TaskOwner
 from .template_link import TemplateLink
 
 __all__ = ["TemplateKeeper"]
@@ -104,7 +104,7 @@ class TemplateKeeper:
         self._log.error("the handler template exited; restarting it",
                         extra=fields("template_lost"))
         self._on_lost()
-        self._restart = self._tasks.spawn(self._restart_template())
+        self._restart = self._tasks.start(self._restart_template())
 
     async def _restart_template(self) -> None:
         """Start a new template (with backoff); the pool's waiters keep waiting."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from orbit_host.tally import Buckets
+from orbit_host.tally import Histogram
 
 from .actions import Action
 from .pool import ChildPool
@@ -38,7 +38,7 @@ class SessionTimers:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, session: Session, pool: ChildPool, *,
                  perform: Callable[[list[Action]], None],
-                 on_error: Callable[[str, BaseException], None], loop_lag: Buckets) -> None:
+                 on_error: Callable[[str, BaseException], None], loop_lag: Histogram) -> None:
         self._loop, self._session, self._pool = loop, session, pool
         self._perform, self._on_error = perform, on_error
         self._loop_lag = loop_lag
