@@ -40,8 +40,15 @@ from sqlalchemy import event  # noqa: E402
 from orbit_server.config import ServerConfig  # noqa: E402
 from orbit_server.services import ClaimRoom, Services, WorkerBinding  # noqa: E402
 from orbit_server.store import create_engine_for, migrate  # noqa: E402
-from orbit_wire.frames import ClaimOp, FinishOp, Hello, Op, Report, StartOp  # noqa: E402
-from orbit_wire.frames import RenewOp  # noqa: E402
+from orbit_wire.frames import (  # noqa: E402
+    ClaimOp,
+    FinishOp,
+    Hello,
+    Op,
+    RenewOp,
+    Report,
+    StartOp,
+)
 from orbit_wire.model import Capability, Outcome  # noqa: E402
 
 CAP = Capability("bench.noop", "v1", "v1")
@@ -174,55 +181,49 @@ class Run:
         owner[1] = "page 1"
         return collections.Counter(owner.get(p, "free") for p in pages)
 
-    def lone_tasks(self, n: int) -> None:
-        """Each measured transaction once per lone task, ``n`` times."""
+    def lone_task(self, base: int) -> None:
+        """Each measured transaction once, on lone tasks (payloads from ``base``)."""
         m = self.measure
-        for i in range(n):
-            base = 10_000_000 + 100 * i
-            # A task submitted while no worker waits, dispatched, started, renewed, finished.
-            ids: list[str] = []
-            m("submit", lambda: ids.extend(self.submit(spec(base))))
-            got: list[tuple[str, int]] = []
-            m("reserve", lambda: got.extend(self.reserve()))
-            (a, e), = got
-            m("start", lambda: self.start(a, e))
-            m("renew", lambda: self.ops([RenewOp(self.msg(), a, e)]))
-            m("finish", lambda: self.ops([self.finish(a, e)]))
-            # A submit that reserves for the waiting worker in its own transaction.
-            made: list[Any] = []
-            m("submit+reserve", lambda: made.extend(self.svc.tasks.submit_and_reserve(
-                self.producer, self.queue, [spec(base + 1, max_attempts=3)], self.worker,
-                1)[2]))
-            (res,) = made
-            self.start(res.attempt_id, res.epoch)
-            # A failure the policy retries: the task is PENDING again, after its backoff.
-            m("finish+retry", lambda: self.ops([self.finish(
-                res.attempt_id, res.epoch, Outcome.FAILED, code="E", retryable=True)]))
-            self.clock.tick(60_000)
-            (a2, e2), = self.reserve()
-            self.start(a2, e2)
-            # A finish whose request claims the next task (reserved and started at once).
-            self.submit(spec(base + 2))
-            m("finish+claim", lambda: self.ops([self.finish(a2, e2), ClaimOp(self.msg(), 1)],
-                                               ROOM))
-            (a3, e3), = self._running()
-            # Cancels: a PENDING task, then the RUNNING one (its worker is told).
-            (pending,) = self.submit(spec(base + 3))
-            m("cancel (pending)", lambda: self.svc.tasks.cancel_task(
-                self.producer, pending, None))
-            m("cancel (running)", lambda: self.svc.tasks.cancel_task(
-                self.producer, self._task_of(a3), None))
-            self.ops([self.finish(a3, e3)])
-            # A lease that lapsed: the reaper ends the attempt (UNKNOWN, retried later).
-            self.submit(spec(base + 4, max_attempts=3))
-            (a4, e4), = self.reserve()
-            self.start(a4, e4)
-            self.clock.tick(10 * 60_000)
-            m("reaper expiry", self.svc.reaper.reap)
-            self.clock.tick(60_000)
-            (a5, e5), = self.reserve()
-            self.start(a5, e5)
-            self.ops([self.finish(a5, e5)])
+        # A task submitted while no worker waits, dispatched, started, renewed, finished.
+        m("submit", lambda: self.submit(spec(base)))
+        got: list[tuple[str, int]] = []
+        m("reserve", lambda: got.extend(self.reserve()))
+        (a, e), = got
+        m("start", lambda: self.start(a, e))
+        m("renew", lambda: self.ops([RenewOp(self.msg(), a, e)]))
+        m("finish", lambda: self.ops([self.finish(a, e)]))
+        # A submit that reserves for the waiting worker in its own transaction.
+        made: list[Any] = []
+        m("submit+reserve", lambda: made.extend(self.svc.tasks.submit_and_reserve(
+            self.producer, self.queue, [spec(base + 1, max_attempts=3)], self.worker, 1)[2]))
+        (res,) = made
+        self.start(res.attempt_id, res.epoch)
+        # A failure the policy retries: the task is PENDING again, after its backoff.
+        m("finish+retry", lambda: self.ops([self.finish(
+            res.attempt_id, res.epoch, Outcome.FAILED, code="E", retryable=True)]))
+        self.clock.tick(60_000)
+        (a2, e2), = self.reserve()
+        self.start(a2, e2)
+        # A finish whose request claims the next task (reserved and started at once).
+        self.submit(spec(base + 2))
+        m("finish+claim", lambda: self.ops([self.finish(a2, e2), ClaimOp(self.msg(), 1)], ROOM))
+        (a3, e3), = self._running()
+        # Cancels: a PENDING task, then the RUNNING one (its worker is told).
+        (pending,) = self.submit(spec(base + 3))
+        m("cancel (pending)", lambda: self.svc.tasks.cancel_task(self.producer, pending, None))
+        m("cancel (running)", lambda: self.svc.tasks.cancel_task(
+            self.producer, self._task_of(a3), None))
+        self.ops([self.finish(a3, e3)])
+        # A lease that lapsed: the reaper ends the attempt (UNKNOWN, retried later).
+        self.submit(spec(base + 4, max_attempts=3))
+        (a4, e4), = self.reserve()
+        self.start(a4, e4)
+        self.clock.tick(10 * 60_000)
+        m("reaper expiry", self.svc.reaper.reap)
+        self.clock.tick(60_000)
+        (a5, e5), = self.reserve()
+        self.start(a5, e5)
+        self.ops([self.finish(a5, e5)])
 
     def _running(self) -> list[tuple[str, int]]:
         with self.engine.connect() as conn:
@@ -271,7 +272,8 @@ def main() -> None:
         try:
             run.fill(args.finished)
             run.checkpoint()
-            run.lone_tasks(args.repeat)
+            for i in range(args.repeat):
+                run.lone_task(10_000_000 + 100 * i)
         finally:
             run.engine.dispose()
     print(f"{args.finished} finished tasks before; {args.repeat} lone tasks per transaction; "

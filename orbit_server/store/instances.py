@@ -10,9 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, and_, bindparam, select
 
-from orbit_wire.model import AttemptState
-
-from .tables import attempts, instances
+from .tables import OPEN_ATTEMPT, RESERVED, attempts, instances, state_is
 
 __all__ = ["insert_instance", "instance_row", "mark_disconnected", "record_presence",
            "reserved_attempts_of", "update_instance"]
@@ -32,7 +30,7 @@ DISCONNECTED = instances.update().where(
 RESERVED_OF_INSTANCE = (
     select(attempts)
     .where(attempts.c.instance_id == bindparam("instance_id"),
-           attempts.c.state == AttemptState.RESERVED.value)
+           state_is(attempts.c.state, *OPEN_ATTEMPT), state_is(attempts.c.state, *RESERVED))
     .with_for_update()
 )
 

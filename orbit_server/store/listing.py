@@ -25,12 +25,11 @@ from sqlalchemy import (
     union_all,
 )
 
-from orbit_wire.model import AttemptState, TaskState
-
 from ..domain.listing import TaskFilter
 from .rows import IN_CHUNK
-from .tables import attempts, instances, tasks
+from .tables import OPEN_ATTEMPT, PENDING, RUNNING, attempts, instances, state_is, tasks
 
+_PENDING = state_is(tasks.c.state, *PENDING)
 _INDEX_HINT = "FORCE INDEX (ix_tasks_queue_state_created)"
 # What a page row shows: everything but the payload and the result (each up to 256 KiB).
 LIST_COLUMNS = [c for c in tasks.c if c.name not in ("payload", "result")]
@@ -121,20 +120,20 @@ RUNNING_OF_INSTANCES = (
     select(attempts.c.instance_id, attempts.c.task_id, attempts.c.id, attempts.c.child_pid,
            attempts.c.started_at_ms)
     .where(attempts.c.instance_id.in_(bindparam("ids", expanding=True)),
-           attempts.c.state == AttemptState.RUNNING.value)
+           state_is(attempts.c.state, *OPEN_ATTEMPT), state_is(attempts.c.state, *RUNNING))
     .order_by(attempts.c.started_at_ms)
 )
 PENDING_BY_CAPABILITY = (
     select(tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version,
            func.count(), func.min(tasks.c.created_at_ms))
     .where(tasks.c.queue_id == bindparam("queue_id"),
-           tasks.c.state == TaskState.PENDING.value)
+           _PENDING)
     .group_by(tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version)
 )
 PENDING_BY_QUEUE_CAPABILITY = (
     select(tasks.c.queue_id, tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version,
            func.count(), func.min(tasks.c.created_at_ms))
-    .where(tasks.c.state == TaskState.PENDING.value)
+    .where(_PENDING)
     .group_by(tasks.c.queue_id, tasks.c.handler, tasks.c.handler_version,
               tasks.c.payload_version)
 )
@@ -161,15 +160,15 @@ STATE_COUNTS_OF_QUEUE = (select(tasks.c.state, func.count())
                          .where(tasks.c.queue_id == bindparam("queue_id"))
                          .group_by(tasks.c.state))
 RUNNING_OF_QUEUE = select(func.count()).select_from(attempts).where(
-    attempts.c.state == AttemptState.RUNNING.value,
+    state_is(attempts.c.state, *RUNNING),
     attempts.c.queue_id == bindparam("queue_id"),
 )
 OLDEST_PENDING_OF_QUEUE = select(func.min(tasks.c.created_at_ms)).where(
-    tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == TaskState.PENDING.value)
+    tasks.c.queue_id == bindparam("queue_id"), _PENDING)
 _LATER = tasks.c.available_at_ms > bindparam("now")
 PENDING_BY_RANK = (
     select(tasks.c.dispatch_rank, _LATER, func.count())
-    .where(tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == TaskState.PENDING.value)
+    .where(tasks.c.queue_id == bindparam("queue_id"), _PENDING)
     .group_by(tasks.c.dispatch_rank, _LATER)
 )
 

@@ -9,9 +9,18 @@ from typing import Any
 
 from sqlalchemy import Integer, Select, bindparam, delete, func, literal_column, select, union_all
 
-from orbit_wire.model import AttemptState, TaskState
-
-from .tables import DISPATCH_RANKS, attempts, credentials, queues, receipts, tasks
+from .tables import (
+    DISPATCH_RANKS,
+    PENDING,
+    RESERVED,
+    RUNNING,
+    attempts,
+    credentials,
+    queues,
+    receipts,
+    state_is,
+    tasks,
+)
 
 # What a state change needs of a task: everything but the capability, the payload and the
 # big JSON outputs (a payload or result may be 256 KiB; finishing 100 tasks must not read them).
@@ -47,6 +56,11 @@ CLAIMED_ATTEMPTS = (
     .join_from(attempts, tasks, tasks.c.id == attempts.c.task_id)
     .where(attempts.c.id.in_(bindparam("ids", expanding=True)))
 )
+# The states the partial indexes of tables.py hold, as their queries must state them.
+_PENDING = state_is(tasks.c.state, *PENDING)
+_RUNNING = state_is(attempts.c.state, *RUNNING)
+_RESERVED = state_is(attempts.c.state, *RESERVED)
+
 RECEIPTS_BY_MSG = select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).where(
     receipts.c.instance_id == bindparam("instance_id"),
     receipts.c.msg_id.in_(bindparam("msg_ids", expanding=True)),
@@ -68,7 +82,7 @@ def _dispatch_range(*columns: Any, live_only: bool = True) -> Select[Any]:
     """The dispatch range of one capability, in dispatch order, without a locking clause."""
     where = [
         tasks.c.queue_id == bindparam("queue_id"),
-        tasks.c.state == TaskState.PENDING.value,
+        _PENDING,
         tasks.c.handler == bindparam("handler"),
         tasks.c.handler_version == bindparam("handler_version"),
         tasks.c.payload_version == bindparam("payload_version"),
@@ -110,7 +124,7 @@ def dispatch_many(count: int) -> Select[Any]:
             select(*DISPATCH_COLUMNS)
             .where(
                 tasks.c.queue_id == bindparam("queue_id"),
-                tasks.c.state == TaskState.PENDING.value,
+                _PENDING,
                 tasks.c.handler == bindparam(f"handler_{i}"),
                 tasks.c.handler_version == bindparam(f"handler_version_{i}"),
                 tasks.c.payload_version == bindparam(f"payload_version_{i}"),
@@ -130,24 +144,21 @@ def dispatch_many(count: int) -> Select[Any]:
 
 EXPIRED_LEASES = (
     select(attempts)
-    .where(attempts.c.state == AttemptState.RUNNING.value,
-           attempts.c.lease_expires_at_ms <= bindparam("now"))
+    .where(_RUNNING, attempts.c.lease_expires_at_ms <= bindparam("now"))
     .order_by(attempts.c.lease_expires_at_ms)
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
 STALE_RESERVATIONS = (
     select(attempts)
-    .where(attempts.c.state == AttemptState.RESERVED.value,
-           attempts.c.reserved_at_ms <= bindparam("before"))
+    .where(_RESERVED, attempts.c.reserved_at_ms <= bindparam("before"))
     .order_by(attempts.c.reserved_at_ms)
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
 OVERDUE_PENDING = (
     select(tasks)
-    .where(tasks.c.state == TaskState.PENDING.value,
-           tasks.c.deadline_at_ms <= bindparam("now"))
+    .where(_PENDING, tasks.c.deadline_at_ms <= bindparam("now"))
     .order_by(tasks.c.deadline_at_ms)
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
@@ -186,14 +197,11 @@ LAST_ATTEMPT_OF_TASK = (
     .order_by(attempts.c.epoch.desc()).limit(1)
 )
 # The reaper's "when is something next due" look-ups (MIN over an indexed state range).
-NEXT_LEASE_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(
-    attempts.c.state == AttemptState.RUNNING.value)
-OLDEST_RESERVATION = select(func.min(attempts.c.reserved_at_ms)).where(
-    attempts.c.state == AttemptState.RESERVED.value)
-NEXT_PENDING_DEADLINE = select(func.min(tasks.c.deadline_at_ms)).where(
-    tasks.c.state == TaskState.PENDING.value)
+NEXT_LEASE_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(_RUNNING)
+OLDEST_RESERVATION = select(func.min(attempts.c.reserved_at_ms)).where(_RESERVED)
+NEXT_PENDING_DEADLINE = select(func.min(tasks.c.deadline_at_ms)).where(_PENDING)
 # When each queue's waiting tasks become dispatchable: the reaper's wake-ups after a start.
 FIRST_AVAILABLE_BY_QUEUE = (
     select(tasks.c.queue_id, func.min(tasks.c.available_at_ms))
-    .where(tasks.c.state == TaskState.PENDING.value).group_by(tasks.c.queue_id)
+    .where(_PENDING).group_by(tasks.c.queue_id)
 )

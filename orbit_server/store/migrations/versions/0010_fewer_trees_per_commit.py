@@ -1,0 +1,73 @@
+"""SQLite: the indexes of tasks and attempts hold only the rows their queries search.
+
+Revision ID: 0010
+Revises: 0009
+Create Date: 2026-12-04
+
+Every index entry a commit adds, removes or moves is a B-tree page written to the WAL. A full
+index keeps an entry for every task or attempt, so each change of state moved an entry in
+every index whose key holds the state, although each is searched for one or two states only:
+
+- ``ix_tasks_dispatch`` and ``ix_tasks_state_deadline``: PENDING tasks (dispatch, the
+  deadline sweep);
+- ``ix_attempts_state_lease``: RUNNING attempts (lease expiry); ``ix_attempts_state_reserved``:
+  RESERVED ones (stale reservations); ``ix_attempts_instance_state``: an instance's open
+  (RESERVED or RUNNING) attempts;
+- ``uq_tasks_queue_operation_key``: the tasks that carry an operation key. It was a table
+  constraint, which SQLite cannot drop, so ``tasks`` is copied into a table without it.
+
+On SQLite they become partial indexes (``WHERE`` those rows; queries state them with
+constants, ``tables.state_is``). MySQL and MariaDB have no partial indexes and keep theirs.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+_PENDING = "state = 'PENDING'"
+# (index, table, columns, the rows a partial index keeps)
+_PARTIAL = (
+    ("ix_tasks_dispatch", "tasks",
+     ["queue_id", "state", "handler", "handler_version", "payload_version", "dispatch_rank",
+      "available_at_ms"], _PENDING),
+    ("ix_tasks_state_deadline", "tasks", ["state", "deadline_at_ms"], _PENDING),
+    ("ix_attempts_state_lease", "attempts", ["state", "lease_expires_at_ms"],
+     "state = 'RUNNING'"),
+    ("ix_attempts_state_reserved", "attempts", ["state", "reserved_at_ms"],
+     "state = 'RESERVED'"),
+    ("ix_attempts_instance_state", "attempts", ["instance_id", "state"],
+     "state IN ('RESERVED', 'RUNNING')"),
+)
+_OPERATION_KEY = ("uq_tasks_queue_operation_key", ["queue_id", "operation_key"])
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite":
+        return
+    name, columns = _OPERATION_KEY
+    # The copy keeps every column, row and other index of tasks (batch mode reflects them).
+    with op.batch_alter_table("tasks", recreate="always") as batch:
+        batch.drop_constraint(name, type_="unique")
+    op.create_index(name, "tasks", columns, unique=True,
+                    sqlite_where=sa.text("operation_key IS NOT NULL"))
+    for index, table, cols, where in _PARTIAL:
+        op.drop_index(index, table_name=table)
+        op.create_index(index, table, cols, sqlite_where=sa.text(where))
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite":
+        return
+    for index, table, cols, _where in _PARTIAL:
+        op.drop_index(index, table_name=table)
+        op.create_index(index, table, cols)
+    name, columns = _OPERATION_KEY
+    op.drop_index(name, table_name="tasks")
+    with op.batch_alter_table("tasks", recreate="always") as batch:
+        batch.create_unique_constraint(name, columns)
