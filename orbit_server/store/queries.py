@@ -175,17 +175,19 @@ START_BY_PASSED = (
 # IS NOT NULL: the term SQLite's partial ix_tasks_start_by needs to answer min() from it.
 NEXT_START_BY = select(func.min(tasks.c.start_by_at_ms)).where(
     tasks.c.start_by_at_ms.is_not(None))
-# Receipt pruning, oldest first, a bounded batch per transaction (ix_receipts_created): the
-# creation instant of the (skip + 1)-th oldest receipt before ``before``, then a range delete
-# up to it. Both are range scans of that index on every store.
-NTH_OLD_RECEIPT = (
-    select(receipts.c.created_at_ms)
-    .where(receipts.c.created_at_ms < bindparam("before"))
-    .order_by(receipts.c.created_at_ms)
-    .limit(1)
-    .offset(bindparam("skip", type_=Integer))
+# Receipt pruning, oldest first, a bounded batch per transaction, along the primary key
+# (insertion order): the next receipts after ``after``, then a range delete up to the last
+# old one. Both are ranges of the primary key on every store.
+RECEIPTS_AFTER = (
+    select(receipts.c.seq, receipts.c.created_at_ms)
+    .where(receipts.c.seq > bindparam("after"))
+    .order_by(receipts.c.seq)
+    .limit(bindparam("n", type_=Integer))
 )
-DELETE_RECEIPTS_UP_TO = delete(receipts).where(receipts.c.created_at_ms <= bindparam("upto"))
+# The creation instant again: a receipt inserted meanwhile is never in the range (MySQL
+# hands out keys before commit, so one may land below ``upto`` and become visible later).
+DELETE_RECEIPTS_UP_TO = delete(receipts).where(receipts.c.seq <= bindparam("upto"),
+                                               receipts.c.created_at_ms < bindparam("before"))
 QUEUE_EXISTS = select(queues.c.id).where(queues.c.id == bindparam("id"))
 CREDENTIAL_BY_ID = select(credentials).where(credentials.c.id == bindparam("id"))
 TASK_BY_ID = select(tasks).where(tasks.c.id == bindparam("id"))

@@ -277,13 +277,16 @@ evidence = Table(
 receipts = Table(
     "receipts",
     metadata,
-    Column("instance_id", String(ID), primary_key=True),
-    Column("msg_id", String(MSG_ID), primary_key=True),
+    # Insertion order (migration 0010): receipts older than the retention are pruned oldest
+    # first along this key (services.reaper.Reaper.prune_receipts), which every insert
+    # appends to (on SQLite the rowid), instead of along an index of the creation instant.
+    Column("seq", AutoId, primary_key=True, autoincrement=True),
+    Column("instance_id", String(ID), nullable=False),
+    Column("msg_id", String(MSG_ID), nullable=False),
     Column("op", String(STATE), nullable=False),
     Column("answer", Text, nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
-    # Receipts older than the retention are pruned by age (services.reaper.Reaper.prune_receipts).
-    Index("ix_receipts_created", "created_at_ms"),
+    Index("uq_receipts_instance_msg", "instance_id", "msg_id", unique=True),
     **MYSQL_OPTIONS,
 )
 

@@ -51,8 +51,9 @@ def _plan(engine: Engine, stmt: Any, **params: Any) -> list[dict[str, Any]]:
     ("TASKS_BY_ID", {"ids": [f"{i:032x}" for i in range(5)]}, "PRIMARY"),
     ("DISPATCH_LEFT", {"queue_id": Q, "handler": "h", "handler_version": "v1",
                        "payload_version": "v1", "now": NOW, "n": 2}, "ix_tasks_dispatch"),
-    ("RECEIPTS_BY_MSG", {"instance_id": "b" * 32, "msg_ids": ["m1", "m2"]}, "PRIMARY"),
-    ("NTH_OLD_RECEIPT", {"before": NOW, "skip": 999}, "ix_receipts_created"),
+    ("RECEIPTS_BY_MSG", {"instance_id": "b" * 32, "msg_ids": ["m1", "m2"]},
+     "uq_receipts_instance_msg"),
+    ("RECEIPTS_AFTER", {"after": 0, "n": 1000}, "PRIMARY"),
     ("task_rows.TASKS_BY_OPERATION_KEY", {"queue_id": Q, "keys": ["k1", "k2"]},
      "uq_tasks_queue_operation_key"),
 ])

@@ -18,9 +18,16 @@ every index whose key holds the state, although each is searched for one or two 
 
 On SQLite they become partial indexes (``WHERE`` those rows; queries state them with
 constants, ``tables.state_is``). MySQL and MariaDB have no partial indexes and keep theirs.
+
+On every store, ``receipts`` is keyed by ``seq``, its insertion order (SQLite's rowid, an
+AUTO_INCREMENT key on MySQL), with a unique index on (instance_id, msg_id), and is pruned
+along that key: every insert appends to the table's tree, and ``ix_receipts_created``, the
+third tree each op wrote, is gone. The rows are copied in creation order.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -45,9 +52,36 @@ _PARTIAL = (
      "state IN ('RESERVED', 'RUNNING')"),
 )
 _OPERATION_KEY = ("uq_tasks_queue_operation_key", ["queue_id", "operation_key"])
+_MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+_RECEIPT_COLUMNS = "instance_id, msg_id, op, answer, created_at_ms"
+
+
+def _copy_receipts(keyed_by_seq: bool) -> None:
+    """Copy ``receipts`` into a table keyed by insertion order (or back), oldest first."""
+    key = ([sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+                      primary_key=True, autoincrement=True)] if keyed_by_seq else [])
+    op.create_table(
+        "receipts_0010", *key,
+        sa.Column("instance_id", sa.String(32), nullable=False, primary_key=not keyed_by_seq),
+        sa.Column("msg_id", sa.String(64), nullable=False, primary_key=not keyed_by_seq),
+        sa.Column("op", sa.String(16), nullable=False),
+        sa.Column("answer", sa.Text(), nullable=False),
+        sa.Column("created_at_ms", sa.BigInteger(), nullable=False),
+        **_MYSQL,
+    )
+    op.execute(f"INSERT INTO receipts_0010 ({_RECEIPT_COLUMNS}) SELECT {_RECEIPT_COLUMNS} "
+               "FROM receipts ORDER BY created_at_ms")
+    op.drop_table("receipts")
+    op.rename_table("receipts_0010", "receipts")
+    if keyed_by_seq:
+        op.create_index("uq_receipts_instance_msg", "receipts", ["instance_id", "msg_id"],
+                        unique=True)
+    else:
+        op.create_index("ix_receipts_created", "receipts", ["created_at_ms"])
 
 
 def upgrade() -> None:
+    _copy_receipts(keyed_by_seq=True)
     if op.get_bind().dialect.name != "sqlite":
         return
     name, columns = _OPERATION_KEY
@@ -62,6 +96,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    _copy_receipts(keyed_by_seq=False)
     if op.get_bind().dialect.name != "sqlite":
         return
     for index, table, cols, _where in _PARTIAL:
