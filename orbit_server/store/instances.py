@@ -10,7 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, and_, bindparam, select
 
-from .tables import OPEN_ATTEMPT, RESERVED, attempts, instances, state_is
+from orbit_wire.model import AttemptState
+
+from .tables import attempts, instances, open_attempt
 
 __all__ = ["insert_instance", "instance_row", "mark_disconnected", "record_presence",
            "reserved_attempts_of", "update_instance"]
@@ -30,7 +32,7 @@ DISCONNECTED = instances.update().where(
 RESERVED_OF_INSTANCE = (
     select(attempts)
     .where(attempts.c.instance_id == bindparam("instance_id"),
-           state_is(attempts.c.state, *OPEN_ATTEMPT), state_is(attempts.c.state, *RESERVED))
+           open_attempt(AttemptState.RESERVED))
     .with_for_update()
 )
 

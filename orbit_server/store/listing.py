@@ -25,11 +25,13 @@ from sqlalchemy import (
     union_all,
 )
 
+from orbit_wire.model import AttemptState
+
 from ..domain.listing import TaskFilter
 from .rows import IN_CHUNK
-from .tables import OPEN_ATTEMPT, PENDING, RUNNING, attempts, instances, state_is, tasks
+from .tables import PENDING, attempts, instances, open_attempt, state_is, tasks
 
-_PENDING = state_is(tasks.c.state, *PENDING)
+_PENDING = state_is(tasks.c.state, PENDING)
 _INDEX_HINT = "FORCE INDEX (ix_tasks_queue_state_created)"
 # What a page row shows: everything but the payload and the result (each up to 256 KiB).
 LIST_COLUMNS = [c for c in tasks.c if c.name not in ("payload", "result")]
@@ -120,7 +122,7 @@ RUNNING_OF_INSTANCES = (
     select(attempts.c.instance_id, attempts.c.task_id, attempts.c.id, attempts.c.child_pid,
            attempts.c.started_at_ms)
     .where(attempts.c.instance_id.in_(bindparam("ids", expanding=True)),
-           state_is(attempts.c.state, *OPEN_ATTEMPT), state_is(attempts.c.state, *RUNNING))
+           open_attempt(AttemptState.RUNNING))
     .order_by(attempts.c.started_at_ms)
 )
 PENDING_BY_CAPABILITY = (
@@ -160,7 +162,7 @@ STATE_COUNTS_OF_QUEUE = (select(tasks.c.state, func.count())
                          .where(tasks.c.queue_id == bindparam("queue_id"))
                          .group_by(tasks.c.state))
 RUNNING_OF_QUEUE = select(func.count()).select_from(attempts).where(
-    state_is(attempts.c.state, *RUNNING),
+    open_attempt(AttemptState.RUNNING),
     attempts.c.queue_id == bindparam("queue_id"),
 )
 OLDEST_PENDING_OF_QUEUE = select(func.min(tasks.c.created_at_ms)).where(

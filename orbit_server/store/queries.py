@@ -7,15 +7,26 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Integer, Select, bindparam, delete, func, literal_column, select, union_all
+from sqlalchemy import (
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
+
+from orbit_wire.model import AttemptState
 
 from .tables import (
     DISPATCH_RANKS,
     PENDING,
-    RESERVED,
-    RUNNING,
     attempts,
     credentials,
+    open_attempt,
     queues,
     receipts,
     state_is,
@@ -56,10 +67,12 @@ CLAIMED_ATTEMPTS = (
     .join_from(attempts, tasks, tasks.c.id == attempts.c.task_id)
     .where(attempts.c.id.in_(bindparam("ids", expanding=True)))
 )
-# The states the partial indexes of tables.py hold, as their queries must state them.
-_PENDING = state_is(tasks.c.state, *PENDING)
-_RUNNING = state_is(attempts.c.state, *RUNNING)
-_RESERVED = state_is(attempts.c.state, *RESERVED)
+# The rows the partial indexes of tables.py hold, as their queries must state them. A
+# RESERVED attempt has no lease until it starts: its entry in ix_attempts_state_lease_reserved
+# is (RESERVED, NULL, reserved_at_ms).
+_PENDING = state_is(tasks.c.state, PENDING)
+_RUNNING = open_attempt(AttemptState.RUNNING)
+_RESERVED = and_(open_attempt(AttemptState.RESERVED), attempts.c.lease_expires_at_ms.is_(None))
 
 RECEIPTS_BY_MSG = select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).where(
     receipts.c.instance_id == bindparam("instance_id"),

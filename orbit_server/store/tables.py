@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     literal_column,
     text,
 )
@@ -77,9 +78,7 @@ def state_is(column: Column[Any], *states: str) -> ColumnElement[bool]:
 # have no partial indexes and keep every row): what dispatch, the deadline sweep and the
 # reaper search, so a task or attempt leaves these indexes once it no longer can be found
 # there instead of moving to a state nothing searches.
-PENDING = (TaskState.PENDING.value,)
-RESERVED = (AttemptState.RESERVED.value,)
-RUNNING = (AttemptState.RUNNING.value,)
+PENDING = TaskState.PENDING.value
 OPEN_ATTEMPT = (AttemptState.RESERVED.value, AttemptState.RUNNING.value)
 
 
@@ -208,9 +207,9 @@ Index("uq_tasks_queue_operation_key", tasks.c.queue_id, tasks.c.operation_key, u
 # Partial on SQLite (migration 0010): dispatch and the deadline sweep read PENDING tasks only.
 Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.handler_version, tasks.c.payload_version, tasks.c.dispatch_rank,
-      tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, *PENDING))
+      tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
 Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
-      sqlite_where=state_is(tasks.c.state, *PENDING))
+      sqlite_where=state_is(tasks.c.state, PENDING))
 
 attempts = Table(
     "attempts",
@@ -247,14 +246,21 @@ attempts = Table(
     Index("ix_attempts_task", "task_id"),
     **MYSQL_OPTIONS,
 )
-# Partial on SQLite (migration 0010): lease expiry reads RUNNING attempts, stale
-# reservations RESERVED ones, an instance's attempts only while they are open.
-Index("ix_attempts_state_lease", attempts.c.state, attempts.c.lease_expires_at_ms,
-      sqlite_where=state_is(attempts.c.state, *RUNNING))
-Index("ix_attempts_state_reserved", attempts.c.state, attempts.c.reserved_at_ms,
-      sqlite_where=state_is(attempts.c.state, *RESERVED))
+# The reaper's two searches share one index (migration 0010): RUNNING attempts by lease
+# expiry, RESERVED ones (whose lease is NULL until they start) by reservation instant, so a
+# start moves an entry within one tree. Partial on SQLite, as is the instance's: both are
+# searched for open attempts only.
+Index("ix_attempts_state_lease_reserved", attempts.c.state, attempts.c.lease_expires_at_ms,
+      attempts.c.reserved_at_ms, sqlite_where=state_is(attempts.c.state, *OPEN_ATTEMPT))
 Index("ix_attempts_instance_state", attempts.c.instance_id, attempts.c.state,
       sqlite_where=state_is(attempts.c.state, *OPEN_ATTEMPT))
+
+
+def open_attempt(state: AttemptState | None = None) -> ColumnElement[bool]:
+    """The open (RESERVED or RUNNING) attempts, or those in ``state`` among them, as a
+    query of the partial indexes of attempts states them (``state_is``)."""
+    is_open = state_is(attempts.c.state, *OPEN_ATTEMPT)
+    return is_open if state is None else and_(is_open, state_is(attempts.c.state, state.value))
 
 evidence = Table(
     "evidence",
