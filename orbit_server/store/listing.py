@@ -39,14 +39,15 @@ _SCAN_EXTRA = (tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version
                tasks.c.finished_at_ms)
 
 
-def _one_state(i: int, newest_first: bool, scanned_filters: bool, after: bool,
+def _one_state(state: str, newest_first: bool, scanned_filters: bool, after: bool,
                created_after: bool, created_before: bool) -> Select[Any]:
-    """State ``state_i``'s rows of a queue in list order past the cursor: id and
-    created_at_ms only (the index holds both) unless filters need the capability and finish
-    time."""
+    """The state's rows of a queue in list order past the cursor: id and created_at_ms only
+    (the index holds both) unless filters need the capability and finish time. The state is
+    a constant of the statement: a bound one would be compared with the partial indexes'
+    states by re-preparing the statement on every execution (tables.state_is)."""
     created, ident = tasks.c.created_at_ms, tasks.c.id
     cols = [ident, created, *(_SCAN_EXTRA if scanned_filters else ())]
-    where = [tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == bindparam(f"state_{i}")]
+    where = [tasks.c.queue_id == bindparam("queue_id"), state_is(tasks.c.state, state)]
     if created_after:
         where.append(created >= bindparam("created_after"))
     if created_before:
@@ -68,27 +69,25 @@ def _one_state(i: int, newest_first: bool, scanned_filters: bool, after: bool,
 
 
 @functools.cache
-def _states_range(count: int, *flags: bool) -> Select[Any]:
-    """``count`` state ranges in ONE statement (one round trip): a UNION ALL of limited
+def _states_range(states: tuple[str, ...], *flags: bool) -> Select[Any]:
+    """The ranges of ``states`` in ONE statement (one round trip): a UNION ALL of limited
     subqueries, each its own index range; the page is cut from their rows in Python."""
-    if count == 1:
-        return _one_state(0, *flags)
-    parts = [_one_state(i, *flags).subquery() for i in range(count)]
+    if len(states) == 1:
+        return _one_state(states[0], *flags)
+    parts = [_one_state(state, *flags).subquery() for state in states]
     merged = union_all(*(select(sub).select_from(sub) for sub in parts)).subquery()
     return select(merged)
 
 
 def state_range(filt: TaskFilter) -> Select[Any]:
     """The statement reading every wanted state's range (bind with ``state_params``)."""
-    return _states_range(len(filt.wanted_states()), filt.newest_first, filt.scanned_filters,
-                         filt.after is not None, filt.created_after is not None,
-                         filt.created_before is not None)
+    return _states_range(tuple(state.value for state in filt.wanted_states()),
+                         filt.newest_first, filt.scanned_filters, filt.after is not None,
+                         filt.created_after is not None, filt.created_before is not None)
 
 
 def state_params(filt: TaskFilter, queue_id: str) -> dict[str, Any]:
     params: dict[str, Any] = {"queue_id": queue_id, "n": filt.scan_size}
-    for i, state in enumerate(filt.wanted_states()):
-        params[f"state_{i}"] = state.value
     if filt.created_after is not None:
         params["created_after"] = filt.created_after
     if filt.created_before is not None:
