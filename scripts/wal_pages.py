@@ -2,13 +2,13 @@
 """WAL pages written per transaction of one lone task, on a real SQLite file, through the
 server's own use cases (services, in process, no HTTP), and the B-trees they belong to.
 
-    .venv/bin/python scripts/wal_pages.py [--finished 20000] [--repeat 5] [--keep DIR]
+    .venv/bin/python scripts/wal_pages.py [--finished 20000] [--repeat 40] [--keep DIR]
 
 First ``--finished`` tasks go through submit, reserve, start and finish in batches (real
 transactions), so every table and index has the depth and the finished rows of a database
 that has been serving for a while. Then, ``--repeat`` times, lone tasks go through each
-transaction below. The WAL is never checkpointed during the run
-(``PRAGMA wal_autocheckpoint=0``), so a transaction's frames are the WAL file's growth
+transaction of ``KINDS``. The WAL is emptied before them and never checkpointed while they
+run (``PRAGMA wal_autocheckpoint=0``), so a transaction's frames are the WAL file's growth
 divided by (page size + 24); each frame's header names its page, and ``dbstat`` names the
 table or index that page belongs to right after the commit (``page 1`` is the database
 header, ``free`` a page on the freelist). A page appears once per commit however many of its
@@ -264,7 +264,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--finished", type=int, default=20_000,
                         help="tasks run to completion before the measured ones")
-    parser.add_argument("--repeat", type=int, default=5, help="lone tasks per transaction")
+    parser.add_argument("--repeat", type=int, default=40, help="lone tasks per transaction")
     parser.add_argument("--keep", type=Path, help="put the database in this directory")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="orbit-wal-") as tmp:
