@@ -3,7 +3,7 @@ two attempt searches, receipts keyed by insertion order.
 
 Revision ID: 0010
 Revises: 0009
-Create Date: 2026-12-04
+Create Date: 2026-12-06
 
 Every index entry a commit adds, removes or moves is a B-tree page written to the WAL.
 
