@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from orbit_wire.errors import HandlerSpecError
+from orbit_wire.errors import HandlerSpecError, OutcomeError
 from orbit_wire.model import Capability
 from orbit_wire.names import is_code
 from orbit_wire.tasktype import TaskType
@@ -80,21 +80,21 @@ class Handlers:
         return len(self.handlers)
 
 
-class WorkerFailure(Exception):
+class WorkerFailure(OutcomeError):
     """An explicit failure: the attempt is reported FAILED with ``code`` and ``details``.
 
     ``code`` must match ``[A-Z][A-Z0-9_]{0,63}`` (e.g. OBJECT_REJECTED, TEMPORARY_REJECTION);
     ``details`` is a JSON object (``{}`` when omitted); ``retryable`` asks the server to retry
     if the task's policy allows. A code or details that break these rules turn the outcome
-    into UNKNOWN/HANDLER_ERROR, because the handler's intent can no longer be trusted.
+    into UNKNOWN/HANDLER_ERROR, because the handler's intent can no longer be trusted. It is
+    an ``OrbitError`` of the outcome branch: its code is the handler's own, not an ErrorCode.
     """
 
     def __init__(self, code: str, details: dict[str, Any] | None = None,
                  retryable: bool = False) -> None:
-        super().__init__(code)
-        self.code = code
+        # Taken as given: the child checks code, details and retryable when it reports them.
+        super().__init__(code, code, retryable=retryable)
         self.details = {} if details is None else details
-        self.retryable = retryable
 
     @property
     def code_is_valid(self) -> bool:

@@ -1,12 +1,6 @@
-"""Errors the client raises: every failure of an API call is an OrbitApiError.
-
-    OrbitError (orbit_wire.errors)
-    └── OrbitApiError        the server answered with an error, or the request was refused locally
-        ├── ServerUnreachable  no answer at all (connect failure, reset, timeout): UNAVAILABLE,
-        │                      retryable. The request may still have been applied.
-        └── CertificateError   the server's TLS certificate was refused (untrusted, expired, for
-                               another name): UNAVAILABLE, not retryable; nothing was sent.
-"""
+"""Errors the client raises: every failure of an API call is an OrbitApiError (where it
+sits in the one error tree: orbit_wire/errors.py). A task that did not succeed is a
+TaskError (tasks.py), not an API failure."""
 
 from __future__ import annotations
 
@@ -50,14 +44,16 @@ class OrbitApiError(OrbitError):
 
 
 class ServerUnreachable(OrbitApiError):
-    """No answer from the server. Never proof that a request was not applied."""
+    """No answer at all (connect failure, reset, timeout): UNAVAILABLE, retryable. Never
+    proof that a request was not applied."""
 
     def __init__(self, message: str):
         super().__init__(ErrorCode.UNAVAILABLE, message, status=None, retryable=True)
 
 
 class CertificateError(OrbitApiError):
-    """The TLS handshake failed on the server's certificate; no request was sent."""
+    """The TLS handshake failed on the server's certificate (untrusted, expired, for another
+    name): UNAVAILABLE, not retryable; no request was sent."""
 
     def __init__(self, message: str):
         super().__init__(ErrorCode.UNAVAILABLE, message, status=None, retryable=False)

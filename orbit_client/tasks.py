@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from orbit_wire.errors import OutcomeError
 from orbit_wire.model import Capability, TaskState
 
 __all__ = [
@@ -72,11 +73,14 @@ class Task(Generic[R]):
         return self.state.settled
 
 
-class TaskError(Exception):
-    """A task did not produce a result for its producer; ``task`` is the task as last read."""
+class TaskError(OutcomeError):
+    """A task did not produce a result for its producer; ``task`` is the task as last read.
+    ``code`` is the task's state (TaskFailed: its failure's code), not an ErrorCode."""
 
-    def __init__(self, task: Task[Any], message: str) -> None:
-        super().__init__(message)
+    def __init__(self, task: Task[Any], message: str, *, code: str | None = None,
+                 retryable: bool = False) -> None:
+        super().__init__(task.state.value if code is None else code, message,
+                         retryable=retryable)
         self.task = task
 
 
@@ -84,8 +88,8 @@ class TaskFailed(TaskError):
     """The task ended FAILED: ``code`` and ``details`` are the failure's."""
 
     def __init__(self, task: Task[Any]) -> None:
-        super().__init__(task, f"task {task.id} failed: {task.failure_code}")
-        self.code = task.failure_code
+        super().__init__(task, f"task {task.id} failed: {task.failure_code}",
+                         code=task.failure_code)
         self.details = task.failure_details
 
 
@@ -98,15 +102,19 @@ class TaskNeedsReview(TaskError):
 
 
 class TaskCancelled(TaskError):
+    """The task was cancelled."""
+
     def __init__(self, task: Task[Any]) -> None:
         super().__init__(task, f"task {task.id} was cancelled")
 
 
 class TaskTimeout(TaskError, TimeoutError):
-    """The wait ended before the task settled; the task goes on (``task.state``)."""
+    """The wait ended before the task settled; the task goes on (``task.state``, also the
+    code), so waiting again may see it settle (``retryable``)."""
 
     def __init__(self, task: Task[Any], timeout: float) -> None:
-        super().__init__(task, f"task {task.id} is still {task.state.value} after {timeout} s")
+        super().__init__(task, f"task {task.id} is still {task.state.value} after {timeout} s",
+                         retryable=True)
         self.timeout = timeout
 
 

@@ -24,6 +24,8 @@ from urllib.parse import urlencode, urlsplit
 
 from orbit_host.tls import refused_verification
 
+from .errors import CertificateError, ServerUnreachable
+
 __all__ = ["Answer", "BlockingTransport", "CertificateRefused", "NoAnswer", "refused_certificate",
            "ssl_context_for"]
 
@@ -33,17 +35,19 @@ class Answer(NamedTuple):
     body: bytes
 
 
-class NoAnswer(Exception):
+class NoAnswer(ServerUnreachable):
     """The request got no answer (connect failure, reset, timeout, a broken response); it may
-    still have been applied. ``kind`` names what went wrong (an exception class name)."""
+    still have been applied. ``kind`` names what went wrong (an exception class name); the
+    client says it again with the server's URL."""
 
     def __init__(self, kind: str) -> None:
         super().__init__(kind)
         self.kind = kind
 
 
-class CertificateRefused(Exception):
-    """The server's TLS certificate was refused during the handshake; nothing was sent."""
+class CertificateRefused(CertificateError):
+    """The server's TLS certificate was refused during the handshake (the message says
+    why); nothing was sent. The client says it again with the server's URL."""
 
 
 def refused_certificate(exc: BaseException) -> str | None:

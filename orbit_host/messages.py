@@ -41,6 +41,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from orbit_wire.errors import ErrorCode, ProtocolError
 from orbit_wire.model import Capability
 
 __all__ = [
@@ -63,8 +64,12 @@ __all__ = [
     "opt_int",
 ]
 
-class MalformedMessage(ValueError):
-    """An object that is not a well-formed message of its channel and direction."""
+class MalformedMessage(ProtocolError):
+    """An object that is not a well-formed message of its channel and direction: the peer
+    process broke the pipe's contract (BAD_FRAME)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.BAD_FRAME, message)
 
 
 def opt_int(value: Any) -> int | None:

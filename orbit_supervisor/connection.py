@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from orbit_host.logs import fields
 from orbit_host.task_owner import TaskOwner
 from orbit_host.tls import certificate_failure
-from orbit_wire.errors import ProtocolError
+from orbit_wire.errors import ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import ClientFrame, ErrorFrame, ServerFrame, decode_server_frame, encode
 from orbit_wire.limits import MAX_FRAME_BYTES
 
@@ -48,11 +48,12 @@ def worker_url(base_url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path, "", ""))
 
 
-class ConnectFailed(Exception):
-    """The server could not be reached or refused the WebSocket handshake (transient)."""
+class ConnectFailed(OrbitError):
+    """The server could not be reached or refused the WebSocket handshake: UNAVAILABLE and
+    transient (the session backs off and connects again); ``reason`` says which."""
 
     def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
+        super().__init__(ErrorCode.UNAVAILABLE, f"{reason}: {detail}", retryable=True)
         self.reason = reason
 
 

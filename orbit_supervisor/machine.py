@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import TypeVar
 
+from orbit_wire.errors import ErrorCode, OrbitError
+
 __all__ = ["IllegalEvent", "Table", "next_state"]
 
 S = TypeVar("S", bound=Enum)
@@ -21,9 +23,13 @@ E = TypeVar("E", bound=Enum)
 Table = Mapping[S, Mapping[E, S]]
 
 
-class IllegalEvent(AssertionError):
-    """An event the state's row does not list: a bug, never a peer's fault (the code that
-    handles the peer's frames checks what the peer may do before it moves anything)."""
+class IllegalEvent(OrbitError):
+    """An event the state's row does not list: a bug (INTERNAL), never a peer's fault (the
+    code that handles the peer's frames checks what the peer may do before it moves
+    anything)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INTERNAL, message, retryable=False)
 
 
 def next_state(table: Mapping[S, Mapping[E, S]], state: S, event: E, what: str) -> S:

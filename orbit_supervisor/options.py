@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id
 from orbit_wire.limits import MAX_CAPACITY
 
@@ -19,8 +20,12 @@ RECONNECT_MAX_DELAY_CEILING = 30.0
 CHILD_NICE_RANGE = (0, 19)
 
 
-class OptionError(ValueError):
-    """An option outside its allowed range; the message names the option and the range."""
+class OptionError(OrbitError, ValueError):
+    """An option outside its allowed range (BAD_REQUEST); the message names the option and
+    the range. A ValueError too, as a bad argument to ``Supervisor(...)`` always was."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.BAD_REQUEST, message)
 
 
 @dataclass(frozen=True, slots=True)

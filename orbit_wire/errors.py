@@ -1,12 +1,50 @@
 """The one error tree of Orbit, shared by server, supervisor, child and client.
 
-    OrbitError                 every error Orbit raises on purpose; carries a stable ``code``
-    ├── ProtocolError          the peer broke the wire contract (bad frame, order, limits)
-    ├── AuthError              unauthenticated or not permitted
-    ├── ValueRejected          a payload, result or detail that breaks the value rules
-    └── HandlerSpecError       a handler list (MODULE:ATTR) that cannot be loaded or breaks
-                               the registration rules; raised before any task runs
+Every exception Orbit raises on purpose is an ``OrbitError``, so one ``except OrbitError``
+catches them all. Each carries ``code``, ``message`` (for people; never a secret) and
+``retryable`` (whether the same call may succeed if tried again). ``code`` is an
+``ErrorCode`` everywhere but in the outcome branch, whose code is the task's own
+(``OutcomeError``): that is how ``WorkerFailure`` joins, the handler's way to report a
+failure it is sure of. A handler still raises ``WorkerFailure(code, details=...,
+retryable=...)``; its code stays the handler's own, checked by the child that reports it.
+A built-in second base is kept where callers catch the exception by it. What each class
+means is its docstring; the tree says where it is and which code it carries.
 
+    class [second base]                     module                          code
+    OrbitError                              orbit_wire/errors.py            any ErrorCode
+    ├── ProtocolError                       orbit_wire/errors.py            the broken rule's
+    │   ├── FrameError                      orbit_host/framing.py           the broken rule's
+    │   └── MalformedMessage                orbit_host/messages.py          BAD_FRAME
+    ├── AuthError                           orbit_wire/errors.py            UNAUTHENTICATED, ...
+    ├── ValueRejected                       orbit_wire/errors.py            the value rule's
+    ├── HandlerSpecError                    orbit_wire/errors.py            BAD_REQUEST
+    ├── CredentialsFileError                orbit_host/credentials.py       BAD_REQUEST
+    ├── CaFileError                         orbit_host/tls.py               BAD_REQUEST
+    ├── IllegalTransition                   orbit_server/domain/states.py   CONFLICT
+    ├── RateLimited                         orbit_server/http_plumbing.py   RATE_LIMITED
+    ├── SupervisorError                     orbit_supervisor/errors.py      INTERNAL
+    │   ├── FatalSessionError               orbit_supervisor/errors.py      the server's
+    │   └── ShutdownTimeoutError            orbit_supervisor/errors.py      UNAVAILABLE
+    ├── WorkerAlreadyRun [RuntimeError]     orbit_supervisor/errors.py      CONFLICT
+    ├── OptionError [ValueError]            orbit_supervisor/options.py     BAD_REQUEST
+    ├── ConnectFailed                       orbit_supervisor/connection.py  UNAVAILABLE
+    ├── PoolClosed                          orbit_supervisor/pool.py        UNAVAILABLE
+    ├── IllegalEvent                        orbit_supervisor/machine.py     INTERNAL
+    ├── OrbitApiError                       orbit_client/errors.py          the answer's
+    │   ├── ServerUnreachable               orbit_client/errors.py          UNAVAILABLE
+    │   │   └── NoAnswer                    orbit_client/transport.py       UNAVAILABLE
+    │   └── CertificateError                orbit_client/errors.py          UNAVAILABLE
+    │       └── CertificateRefused          orbit_client/transport.py       UNAVAILABLE
+    └── OutcomeError                        orbit_wire/errors.py            the outcome's (text)
+        ├── WorkerFailure                   orbit_child/api.py              the handler's own
+        └── TaskError                       orbit_client/tasks.py           the task's state
+            ├── TaskFailed                  orbit_client/tasks.py           the failure's
+            ├── TaskNeedsReview             orbit_client/tasks.py           NEEDS_REVIEW
+            ├── TaskCancelled               orbit_client/tasks.py           CANCELLED
+            └── TaskTimeout [TimeoutError]  orbit_client/tasks.py           PENDING or RUNNING
+
+tests/unit/test_error_tree.py fails on an exception class of any ``orbit_*`` module outside
+this tree, and on a tree that does not say every class, its module and its parent.
 Codes are part of the public contract (docs/protocol.md, docs/http-api.md): never rename one.
 """
 
@@ -69,6 +107,10 @@ RETRYABLE_CODES: frozenset[ErrorCode] = frozenset({ErrorCode.UNAVAILABLE, ErrorC
 class OrbitError(Exception):
     """An error with a stable code; ``message`` is for people and never holds secrets."""
 
+    code: ErrorCode
+    message: str
+    retryable: bool
+
     def __init__(self, code: ErrorCode | str, message: str, *, retryable: bool | None = None):
         super().__init__(message)
         self.code = ErrorCode(code)
@@ -76,10 +118,10 @@ class OrbitError(Exception):
         self.retryable = self.code in RETRYABLE_CODES if retryable is None else retryable
 
     def to_dict(self) -> dict[str, object]:
-        return {"code": self.code.value, "message": self.message, "retryable": self.retryable}
+        return {"code": str(self.code), "message": self.message, "retryable": self.retryable}
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.code.value}: {self.message})"
+        return f"{type(self).__name__}({self.code}: {self.message})"
 
 
 class ProtocolError(OrbitError):
@@ -102,3 +144,23 @@ class HandlerSpecError(OrbitError):
 
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.BAD_REQUEST, message)
+
+
+class OutcomeError(OrbitError):
+    """A task's outcome other than success, said as an exception: a handler's own failure
+    (``WorkerFailure``) or what a producer's wait found (``TaskError``).
+
+    Its ``code`` is the outcome's, not an ``ErrorCode``: a handler's own code
+    (``[A-Z][A-Z0-9_]{0,63}``, e.g. OBJECT_REJECTED), one of Orbit's failure codes
+    (LEASE_LOST, DEADLINE_EXCEEDED, ...) or a task's state. Code that catches every
+    OrbitError reads ``code`` as text.
+    """
+
+    # The one branch whose codes are open-ended: a handler names its own.
+    code: str  # type: ignore[assignment]
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False) -> None:
+        super(OrbitError, self).__init__(message)  # OrbitError's would read it as an ErrorCode
+        self.code = code
+        self.message = message
+        self.retryable = retryable

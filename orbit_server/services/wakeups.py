@@ -13,7 +13,7 @@ import heapq
 
 from sqlalchemy import Connection
 
-from ..store import queries
+from ..store import reaping
 from .effects import Effects
 
 
@@ -38,7 +38,7 @@ class Wakeups:
         dispatchable (work scheduled before this server started)."""
         if self._loaded:
             return
-        for queue_id, first in conn.execute(queries.FIRST_AVAILABLE_BY_QUEUE):
+        for queue_id, first in reaping.first_available_by_queue(conn):
             heapq.heappush(self._heap, (first, queue_id))
         self._loaded = True
 

@@ -1,6 +1,7 @@
 """The reaper's reads (services/reaper.py): the attempts and tasks that fell due, each batch
-locked with SKIP LOCKED so replicas' reapers never wait on each other, and when something is
-next due. The statements are queries.py's (their plans are checked there)."""
+locked with SKIP LOCKED so replicas' reapers never wait on each other, when something is
+next due, and (at its first pass) when each queue's waiting tasks become dispatchable, for
+services/wakeups.py. The statements are queries.py's (their plans are checked there)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from sqlalchemy import Connection, RowMapping
 
 from . import queries
 
-__all__ = ["NextDue", "expired_leases", "next_due", "overdue_pending", "stale_reservations",
-           "start_by_passed"]
+__all__ = ["NextDue", "expired_leases", "first_available_by_queue", "next_due",
+           "overdue_pending", "stale_reservations", "start_by_passed"]
 
 
 def expired_leases(conn: Connection, now: int, n: int) -> list[RowMapping]:
@@ -47,3 +48,9 @@ def next_due(conn: Connection) -> NextDue:
     return NextDue(*(conn.scalar(stmt) for stmt in (
         queries.NEXT_LEASE_EXPIRY, queries.OLDEST_RESERVATION, queries.NEXT_PENDING_DEADLINE,
         queries.NEXT_START_BY)))
+
+
+def first_available_by_queue(conn: Connection) -> list[tuple[str, int]]:
+    """Each queue with PENDING tasks, and when the first of them becomes dispatchable."""
+    return [(queue_id, first) for queue_id, first in
+            conn.execute(queries.FIRST_AVAILABLE_BY_QUEUE)]

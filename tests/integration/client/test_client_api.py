@@ -17,7 +17,7 @@ import pytest
 from support.lanes import NO_BACKOFF, Lane
 from support.orbit_http import OrbitEnv
 from support.protocol_client import ECHO, ProtocolClient
-from support.waiting import UNIT
+from support.waiting import UNIT, wait_until, wait_until_async
 
 from orbit_client import (
     AsyncOrbitClient,
@@ -30,6 +30,10 @@ from orbit_client import (
 from orbit_wire.errors import ErrorCode
 
 BOUND_S = 10.0 * UNIT  # generous bound for anything that should take milliseconds
+# The burst tests: a client timeout short enough that waiting for a free connection would
+# exceed it, and two long polls that hold the client's two connections three times as long.
+BURST_TIMEOUT_S = 0.5 * UNIT
+HELD_MS = round(3 * BURST_TIMEOUT_S * 1000)
 
 
 def spec(payload: Any = None, **policy: Any) -> dict[str, Any]:
@@ -197,13 +201,17 @@ def test_long_poll_returns_when_the_wait_ends(setup: Setup) -> None:
     assert waited["state"] == "PENDING" and time.monotonic() - t0 < BOUND_S
 
 
+def _established(port: int) -> set[Any]:
+    """The local addresses of this process's open connections to ``port``."""
+    return {c.laddr for c in psutil.Process(os.getpid()).net_connections(kind="tcp")
+            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED}
+
+
 def test_one_keep_alive_connection_is_reused(setup: Setup) -> None:
     port = setup.env.server.port
     for _ in range(20):
         setup.producer.queue_stats(setup.queue)
-    me = psutil.Process(os.getpid())
-    mine = [c for c in me.net_connections(kind="tcp")
-            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED]
+    mine = _established(port)
     # One for the producer client and one for the admin client at most.
     assert 1 <= len(mine) <= 2, mine
 
@@ -341,18 +349,41 @@ def test_secret_never_reaches_debug_logs(
 
 
 async def test_a_burst_larger_than_the_pool_waits_its_turn(setup: Setup) -> None:
-    # 2 connections and a short timeout: requests must queue in the client, not time out
-    # in the connection pool and be reported as an unreachable server.
-    async with AsyncOrbitClient(credentials=setup.producer_file, timeout=0.3,
+    # Both connections are held by long polls, so the burst waits in the client longer than
+    # the client's timeout: it must queue there, not time out in the connection pool and be
+    # reported as an unreachable server.
+    task = setup.producer.submit(setup.queue, spec())  # stays PENDING: nobody serves it
+    port, before = setup.env.server.port, _established(setup.env.server.port)
+    async with AsyncOrbitClient(credentials=setup.producer_file, timeout=BURST_TIMEOUT_S,
                                 max_connections=2) as p:
+        polls = [asyncio.create_task(p.get_task(task["id"], wait_ms=HELD_MS))
+                 for _ in range(2)]
+        await wait_until_async(lambda: len(_established(port) - before) == 2, timeout=5,
+                               what="both long polls on the client's two connections")
+        started = time.monotonic()
         answers = await asyncio.gather(*(p.queue_stats(setup.queue) for _ in range(300)))
+        waited = time.monotonic() - started
+        held = await asyncio.gather(*polls)
+    assert waited > BURST_TIMEOUT_S, waited  # the burst waited its turn longer than that
     assert len(answers) == 300 and all(a["queue_id"] == setup.queue for a in answers)
+    assert [t["state"] for t in held] == ["PENDING", "PENDING"]
 
 
 def test_threads_can_share_one_client(setup: Setup) -> None:
+    task = setup.producer.submit(setup.queue, spec())  # stays PENDING: nobody serves it
+    port, before = setup.env.server.port, _established(setup.env.server.port)
     with (
-        OrbitClient(credentials=setup.producer_file, timeout=0.3, max_connections=2) as p,
+        OrbitClient(credentials=setup.producer_file, timeout=BURST_TIMEOUT_S,
+                    max_connections=2) as p,
         ThreadPoolExecutor(16) as pool,
     ):
+        polls = [pool.submit(p.get_task, task["id"], wait_ms=HELD_MS) for _ in range(2)]
+        wait_until(lambda: len(_established(port) - before) == 2, timeout=5,
+                   what="both long polls on the client's two connections")
+        started = time.monotonic()
         answers = list(pool.map(lambda _: p.queue_stats(setup.queue), range(200)))
+        waited = time.monotonic() - started
+        held = [poll.result() for poll in polls]
+    assert waited > BURST_TIMEOUT_S, waited  # the threads waited their turn longer than that
     assert all(a["queue_id"] == setup.queue for a in answers)
+    assert [t["state"] for t in held] == ["PENDING", "PENDING"]

@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from support.waiting import UNIT, hold, wait_until
 
 from orbit_client.transport import BlockingTransport, NoAnswer
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+BOUND_S = 5.0 * UNIT  # generous: how long a loopback peer that answers at once may take
 
 
 @dataclass
@@ -24,7 +26,7 @@ class Peer:
 
     answer: Callable[[bytes], bytes | None] = lambda head: OK
     close_after: bool = False
-    delay_s: float = 0.0
+    delay_s: float = 0.0  # units before each answer
     heads: list[bytes] = field(default_factory=list)
     connections: int = 0
     open_now: int = 0
@@ -57,7 +59,7 @@ class Peer:
             thread.start()
 
     def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(5)
+        conn.settimeout(BOUND_S)
         buffer = b""
         try:
             for _ in range(10_000):
@@ -77,7 +79,7 @@ class Peer:
                 buffer = buffer[length:]
                 with self.lock:
                     self.heads.append(head)
-                time.sleep(self.delay_s)
+                time.sleep(self.delay_s * UNIT)
                 reply = self.answer(head)
                 if reply is None:
                     return
@@ -94,9 +96,9 @@ class Peer:
     def stop(self) -> None:
         self.stopping = True
         self.sock.close()
-        self.acceptor.join(5)
+        self.acceptor.join(BOUND_S)
         for thread in self.threads:
-            thread.join(5)
+            thread.join(BOUND_S)
 
 
 @pytest.fixture
@@ -107,7 +109,7 @@ def peer() -> Iterator[Peer]:
 
 
 def transport(port: int, prefix: str = "", connections: int = 4,
-              timeout: float = 5.0) -> BlockingTransport:
+              timeout: float = BOUND_S) -> BlockingTransport:
     return BlockingTransport(f"http://127.0.0.1:{port}{prefix}", {"Accept": "application/json"},
                              connections, timeout)
 
@@ -115,7 +117,7 @@ def transport(port: int, prefix: str = "", connections: int = 4,
 def test_connections_are_kept_alive_and_reused(peer: Peer) -> None:
     http = transport(peer.port)
     try:
-        answers = [http.request("GET", "/healthz", None, None, 5.0) for _ in range(20)]
+        answers = [http.request("GET", "/healthz", None, None, BOUND_S) for _ in range(20)]
     finally:
         http.close()
     assert {a.status for a in answers} == {200} and answers[0].body == b"{}"
@@ -127,8 +129,9 @@ def test_an_idle_connection_the_server_closed_is_replaced_before_use(peer: Peer)
     http = transport(peer.port)
     try:
         for _ in range(5):
-            assert http.request("GET", "/healthz", None, None, 5.0).status == 200
-            time.sleep(0.05)  # the peer's close reaches the idle connection
+            assert http.request("GET", "/healthz", None, None, BOUND_S).status == 200
+            # The peer has closed its end (on loopback its FIN is in our socket by then).
+            wait_until(lambda: peer.open_now == 0, timeout=5, what="the peer's close")
     finally:
         http.close()
     assert peer.connections == 5
@@ -137,7 +140,8 @@ def test_an_idle_connection_the_server_closed_is_replaced_before_use(peer: Peer)
 def test_the_prefix_params_and_body_reach_the_server(peer: Peer) -> None:
     http = transport(peer.port, prefix="/orbit/")
     try:
-        http.request("POST", "/v1/tasks/x", {"wait_ms": "10", "a b": "c&d"}, b'{"k":1}', 5.0)
+        http.request("POST", "/v1/tasks/x", {"wait_ms": "10", "a b": "c&d"}, b'{"k":1}',
+                     BOUND_S)
     finally:
         http.close()
     (head,) = peer.heads
@@ -150,7 +154,7 @@ def test_no_answer_is_reported_as_such_and_never_retried(peer: Peer) -> None:
     http = transport(peer.port)
     try:
         with pytest.raises(NoAnswer) as info:
-            http.request("POST", "/v1/queues/q/tasks", None, b"{}", 5.0)
+            http.request("POST", "/v1/queues/q/tasks", None, b"{}", BOUND_S)
     finally:
         http.close()
     assert info.value.kind == "RemoteDisconnected"
@@ -158,12 +162,16 @@ def test_no_answer_is_reported_as_such_and_never_retried(peer: Peer) -> None:
 
 
 def test_a_read_timeout_and_a_refused_connect_are_no_answer(peer: Peer) -> None:
-    peer.delay_s = 1.0
+    gate, held = threading.Event(), threading.Event()
+    # The peer answers nothing until the client has given up: the read must time out.
+    peer.answer = lambda head: hold(gate, held)
     http = transport(peer.port)
     try:
         with pytest.raises(NoAnswer) as info:
             http.request("GET", "/slow", None, None, 0.2)
+        assert held.is_set()  # the request reached the peer, which held it
     finally:
+        gate.set()
         http.close()
     assert info.value.kind == "TimeoutError"
     closed = socket.create_server(("127.0.0.1", 0))
@@ -171,7 +179,7 @@ def test_a_read_timeout_and_a_refused_connect_are_no_answer(peer: Peer) -> None:
     closed.close()
     refused = transport(port)
     with pytest.raises(NoAnswer) as info:
-        refused.request("GET", "/healthz", None, None, 1.0)
+        refused.request("GET", "/healthz", None, None, BOUND_S)
     assert info.value.kind == "ConnectionRefusedError"
 
 
@@ -182,14 +190,14 @@ def test_threads_share_at_most_max_connections(peer: Peer) -> None:
 
     def work() -> None:
         for _ in range(5):
-            statuses.append(http.request("GET", "/healthz", None, None, 5.0).status)
+            statuses.append(http.request("GET", "/healthz", None, None, BOUND_S).status)
 
     threads = [threading.Thread(target=work) for _ in range(6)]
     try:
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(30)
+            thread.join(30 * UNIT)
     finally:
         http.close()
     assert statuses == [200] * 30
