@@ -31,6 +31,7 @@ from .limits import (
     MAX_CANCEL_GRACE_MS,
     MAX_CAPABILITIES,
     MAX_CAPACITY,
+    MAX_FEATURES,
     MAX_FRAME_BYTES,
     MAX_KILL_AGE_MS,
     MAX_RESERVATIONS_PER_FRAME,
@@ -60,6 +61,10 @@ Status = Annotated[str, Meta(max_length=16)]
 Message = Annotated[str, Meta(max_length=4096)]
 JsonText = Annotated[str, Meta(max_length=1 << 22)]  # JSON text, checked by the value rules
 EndedBy = Annotated[str, Meta(pattern=whole(f"{ENDED_COOPERATIVE}|{ENDED_KILLED}"))]
+# Protocol features (``hello`` asks, ``welcome`` grants); a name the server does not know is
+# not granted, never refused.
+Features = Annotated[tuple[Annotated[str, Meta(max_length=32)], ...],
+                     Meta(max_length=MAX_FEATURES)]
 
 
 def _written(value: Any) -> Any:
@@ -123,6 +128,7 @@ class Hello(_Frame, frozen=True, tag="hello"):
     protocol: Annotated[int, Meta(ge=1, le=1 << 16)] = _written(1)
     # The worker runtime's name and version (e.g. "orbit-supervise/0.1.0"), for operators.
     agent: Name | None = None
+    features: Features = ()
 
 
 class Credit(_Frame, frozen=True, tag="credit"):
@@ -180,7 +186,19 @@ class ClaimOp(_Op, frozen=True, tag="claim"):
     count: Slots
 
 
-Op = ResumeOp | StartOp | RenewOp | FinishOp | DrainOp | ClaimOp
+class DeclineOp(_Op, frozen=True, tag="decline"):
+    """Give back a granted attempt whose handler never started (feature ``grant``): the
+    grant arrived already expired, beyond the worker's bound, for a capability it does not
+    serve, or after it began to drain or stop. The attempt is released and no attempt is
+    spent; a grant that was confirmed (renewed, finished, resumed) cannot be declined."""
+
+    msg_id: MsgId
+    attempt_id: Id
+    epoch: Positive
+    reason: Reason
+
+
+Op = ResumeOp | StartOp | RenewOp | FinishOp | DrainOp | ClaimOp | DeclineOp
 
 
 class Request(_Frame, frozen=True, tag="request"):
@@ -203,6 +221,7 @@ class Welcome(_Frame, frozen=True, tag="welcome"):
     kill_grace_ms: Count
     server_time_ms: Count
     max_batch_ops: Positive = _written(MAX_BATCH_OPS)
+    features: Features = ()
 
 
 class Reservation(_Part, frozen=True):
@@ -225,7 +244,13 @@ class Reservation(_Part, frozen=True):
 
 
 class Reserve(_Frame, frozen=True, tag="reserve"):
+    """Reservations for the worker's credit. With the ``grant`` feature each is already
+    started and carries ``lease_ms``, and ``basis`` is how many of the worker's frames the
+    server had read before the granting transaction began: the worker counts the lease from
+    the instant it sent frame ``basis`` (docs/protocol.md, "Grants")."""
+
     reservations: Annotated[tuple[Reservation, ...], Meta(max_length=MAX_RESERVATIONS_PER_FRAME)]
+    basis: Count | None = None
 
 
 class ResumeEntry(_Part, frozen=True):
@@ -282,7 +307,7 @@ ServerFrame = Welcome | Reserve | Response | Cancel | HeartbeatAck | ErrorFrame
 for _kind in (Hello, Credit, Heartbeat, Request, Welcome, Reserve, Response, Cancel,
               HeartbeatAck, ErrorFrame):
     _kind.type = str(_kind.__struct_config__.tag)
-for _op in (ResumeOp, StartOp, RenewOp, FinishOp, DrainOp, ClaimOp):
+for _op in (ResumeOp, StartOp, RenewOp, FinishOp, DrainOp, ClaimOp, DeclineOp):
     _op.op = str(_op.__struct_config__.tag)
 
 
