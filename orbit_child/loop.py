@@ -160,7 +160,10 @@ class ChildLoop:
         its next await. Ignoring it only delays the SIGKILL at the end of the grace."""
         import asyncio
 
-        task = asyncio.ensure_future(value)
+        from orbit_host.task_owner import TaskOwner
+
+        owner = TaskOwner()
+        task = owner.start(value)
         loop = asyncio.get_running_loop()
         fd = self._sock.fileno()
 
@@ -177,6 +180,7 @@ class ChildLoop:
             return await task
         finally:
             loop.remove_reader(fd)
+            await owner.stop()  # the handler's task has ended unless this one was cancelled
 
     # ----------------------------------------------------------------------------- cancel
 

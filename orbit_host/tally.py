@@ -17,7 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-__all__ = ["LATENCY_BOUNDS", "LONG_BOUNDS", "Bounded", "Buckets", "Counts", "Histogram",
+__all__ = ["LATENCY_BOUNDS", "LONG_BOUNDS", "Bounded", "Counts", "Histogram",
            "LabeledHistograms"]
 
 Labels = tuple[str, ...]
@@ -111,6 +111,3 @@ class LabeledHistograms:
     def snapshot(self) -> dict[Labels, tuple[list[tuple[float, int]], float]]:
         return {labels: h.snapshot() for labels, h in list(self._by.items())}
 
-
-# The name orbit_supervisor's pool.py and app.py still import (they move to Histogram).
-Buckets = Histogram

@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
 from orbit_host.logs import fields
+from orbit_host.task_owner import TaskOwner
 from orbit_host.version import installed_version
 from orbit_wire.limits import MAX_FRAME_BYTES
 
@@ -43,7 +44,6 @@ from .services.retention import TASK_BATCH
 from .store.db import create_engine_for, is_sqlite, migrate, sqlite_file
 from .store.retry import faults_logged
 from .store_thread import StoreThread
-from .task_owner import TaskOwner
 from .waiters import TaskWaiters
 from .wal_sync import Durability, WalSync
 from .ws_endpoint import ws_routes

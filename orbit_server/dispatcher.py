@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
+from orbit_host.task_owner import TaskOwner
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
@@ -37,7 +38,6 @@ from .services import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerS
 from .services.binding import Presence
 from .store.retry import faults_logged
 from .store_thread import StoreThread
-from .task_owner import TaskOwner
 from .worker_protocol import SessionCredit
 
 T = TypeVar("T")

@@ -22,6 +22,7 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from orbit_host.logs import fields
+from orbit_host.task_owner import TaskOwner
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError
 from orbit_wire.frames import Hello, OpResult, Request, ServerFrame, encode
 from orbit_wire.ids import new_id
@@ -30,7 +31,6 @@ from .dispatcher import Claimed, WorkerSession, claimed_by
 from .parts import ServerParts
 from .services import NO_CLAIMS, ClaimRoom, Effects
 from .store.retry import faults_logged
-from .task_owner import TaskOwner
 from .worker_protocol import (
     CLOSE_REPLACED,
     Action,

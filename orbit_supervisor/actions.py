@@ -1,7 +1,8 @@
 """What the session core asks its driver to do, and the public event record (pure).
 
 The driver (app.py) performs each action in order, then re-arms one timer at
-``Session.next_timer()``.
+``Session.next_timer()``. An action about an attempt carries its record (attempts.py): the
+driver and the pool act on the same object the session moves, never on a copy.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 
 from orbit_wire.frames import ClientFrame, Reservation
 
+from .attempts import Attempt
 from .errors import SupervisorError
 
 
@@ -48,32 +50,46 @@ class CloseConnection:
 
 @dataclass(frozen=True, slots=True)
 class Execute:
-    """The server confirmed the start: run the handler for this reservation in a child and
-    report with ``Session.execution_finished``."""
+    """The server confirmed the start: run the attempt's handler in a child and report with
+    ``Session.execution_finished``."""
 
-    reservation: Reservation
+    attempt: Attempt
+
+    @property
+    def reservation(self) -> Reservation:
+        return self.attempt.reservation
 
 
 @dataclass(frozen=True, slots=True)
 class Kill:
-    """SIGKILL the child running ``attempt_id`` now (synchronously, no await first); if a
-    child was signalled, tell ``Session.kill_sent`` what was known of it at once."""
+    """SIGKILL the child running the attempt now (synchronously, no await first); if a
+    child was signalled, tell ``Session.child_killed`` what was known of it at once. An
+    execution still waiting for a child is stopped before any child gets it."""
 
-    attempt_id: str
+    attempt: Attempt
     reason: str  # LEASE_LOST, ATTEMPT_TIMEOUT, TASK_CANCELLED, SHUTDOWN
     code: str = "LEASE_LOST"
     # Seconds past the local expiry at which the lease timer ran (0: not a timer's kill);
     # above Session.LATE_KILL_BOUND the kill is late and counted.
     late_by: float = 0.0
 
+    @property
+    def attempt_id(self) -> str:
+        return self.attempt.attempt_id
+
 
 @dataclass(frozen=True, slots=True)
 class CancelChild:
-    """Tell the child running ``attempt_id`` that its task was cancelled (its handler's
+    """Tell the child running the attempt that its task was cancelled (its handler's
     ``execution.cancelled()`` turns true; an async handler's task is cancelled). The Kill
-    follows at the end of the cancel grace unless the child ends first."""
+    follows at the end of the cancel grace unless the child ends first. An execution still
+    waiting for a child ends at once instead, without its handler starting."""
 
-    attempt_id: str
+    attempt: Attempt
+
+    @property
+    def attempt_id(self) -> str:
+        return self.attempt.attempt_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +98,10 @@ class Emit:
 
 
 @dataclass(frozen=True, slots=True)
-class Finish:
+class EndRun:
     """The run is over: ``error`` None means drained cleanly. Kill what still runs, close."""
 
     error: SupervisorError | None
 
 
-Action = Connect | SendFrame | CloseConnection | Execute | CancelChild | Kill | Emit | Finish
+Action = Connect | SendFrame | CloseConnection | Execute | CancelChild | Kill | Emit | EndRun

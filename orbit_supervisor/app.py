@@ -1,11 +1,13 @@
 """Supervisor: the session core, the child pool and the connection, composed in one loop.
 
 Every input (a frame, a child's outcome, the timer, stop()) is handed to the pure Session
-synchronously; the actions it returns are performed at once, in order (``_apply``), and the
-one timer is re-armed. Nothing awaits between a decision and its kill: ``pool.kill`` is
-called inside ``_apply``.
+synchronously; the actions it returns are queued and one loop (``_apply``) performs them in
+order, then re-arms the one timer. That loop never re-enters itself: an action whose effect
+gives more actions (a kill's report, a change in the slots being replaced) queues them
+behind the others. Nothing awaits between a decision and its kill: ``pool.kill`` is called
+while the actions are performed (executions.py). The clocks are timers.py's.
 
-Shutdown order (``_run``, top to bottom): the session says Finish → the timer stops →
+Shutdown order (``_run``, top to bottom): the session says EndRun → the timers stop →
 children are killed if the run failed (a clean drain has none left) → the connection is
 closed (gracefully after a drain, aborted otherwise) → connect/execution tasks are
 cancelled → the pool is closed → the event stream is closed → return or raise.
@@ -17,19 +19,19 @@ import asyncio
 import logging
 import os
 import random
-import signal
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 
 from orbit_host.credentials import Credentials, load_credentials
 from orbit_host.logs import fields
-from orbit_host.tally import Buckets
+from orbit_host.tally import Histogram
 from orbit_host.tls import ca_file_from, client_ssl_context
 from orbit_host.version import installed_version
-from orbit_wire.frames import Report, Reservation, ServerFrame
+from orbit_wire.frames import ServerFrame
 from orbit_wire.ids import new_id, new_secret
-from orbit_wire.model import Outcome, UnknownCode
 
 from . import defaults
 from .actions import (
@@ -38,8 +40,8 @@ from .actions import (
     CloseConnection,
     Connect,
     Emit,
+    EndRun,
     Execute,
-    Finish,
     Kill,
     SendFrame,
     SupervisorEvent,
@@ -47,47 +49,31 @@ from .actions import (
 from .connection import ConnectFailed, Connection, worker_url
 from .errors import SupervisorError, WorkerAlreadyRun
 from .events import EventStream
+from .executions import Executions
 from .options import SupervisorOptions
-from .pool import ChildOutcome, ChildPool, ExecutionRequest, PoolClosed, PoolStats
-from .session import (
-    KILL_TASK_CANCELLED,
-    LATE_KILL_BOUND,
-    REPORT_MARGIN,
-    Session,
-    SessionConfig,
-    SessionStats,
-)
+from .pool import ChildPool, PoolStats
+from .session import REPORT_MARGIN, Session, SessionConfig, SessionStats
+from .timers import SessionTimers
 
 log = logging.getLogger("orbit.supervisor")
 
-# While a child is being replaced the pool says when the new one is ready; this slow look is
-# only a safety net (e.g. a replacement that never comes while the template restarts).
-_REPLACING_POLL = 0.5
-_EXECUTIONS_GRACE = 5.0  # after the pool is closed, executions end within this bound
-# How often the loop's lateness is sampled (the lease timer's own lateness is sampled too).
-_LAG_PROBE_EVERY = 0.1
 _NOTHING_YET = SessionStats(running=0, started=0, renewals_confirmed=0, reports_confirmed=0,
                             evidence_confirmed=0, reconnects=0)  # before run() made a session
 
 
 @dataclass(frozen=True, slots=True)
-class SupervisorStats:
-    """In-process counters (not a business success rate)."""
+class SupervisorStats(SessionStats):
+    """In-process counters (not a business success rate): the session's (SessionStats),
+    the events dropped from the stream, and the child pool's."""
 
-    running: int
-    started: int
-    renewals_confirmed: int
-    reports_confirmed: int
-    evidence_confirmed: int
-    reconnects: int
-    dropped_events: int
-    children: PoolStats | None
-    late_kills: int = 0  # lease timers that ran more than 20 ms past the local expiry
-    margin_ms: float = 0.0  # the local-expiry margin new grants use (measured; margin.py)
-    loop_lag_ms: float = 0.0  # the largest recent lateness of this process's event loop
-    reap_ms: float = 0.0  # the largest recent SIGKILL -> reap latency
-    loop_lag_max_ms: float = 0.0  # the largest lateness of the event loop since run()
-    ended: Mapping[str, int] = field(default_factory=dict)  # executions ended, by outcome
+    dropped_events: int = 0
+    children: PoolStats | None = None
+
+    @classmethod
+    def of(cls, session: SessionStats, *, dropped_events: int,
+           children: PoolStats | None) -> SupervisorStats:
+        shared = {f.name: getattr(session, f.name) for f in dataclass_fields(SessionStats)}
+        return cls(**shared, dropped_events=dropped_events, children=children)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +82,9 @@ class SupervisorTimings:
     exports them): local expiry (or the kill decision) → the killed child's reaped outcome,
     kill → the slot's fresh child ready, and the loop's lateness every lag probe."""
 
-    kill: Buckets
-    replacement: Buckets
-    loop_lag: Buckets
+    kill: Histogram
+    replacement: Histogram
+    loop_lag: Histogram
 
 
 class Supervisor:
@@ -152,7 +138,6 @@ class Supervisor:
         self._reap_orphans = reap_orphans
         self._capture = capture_child_output
         self._events = EventStream()
-        self._task_of: dict[str, str] = {}  # attempt -> task, while it executes
         self._ran = False
         self._session: Session | None = None
         self._pool: ChildPool | None = None
@@ -160,20 +145,16 @@ class Supervisor:
         self._conn: Connection | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._tasks: asyncio.TaskGroup | None = None
-        self._executions: dict[str, asyncio.Task[None]] = {}
-        self._killed_waiting: dict[str, str] = {}  # attempt -> reason, killed before a child
+        self._timers: SessionTimers | None = None
+        self._executions: Executions | None = None
         self._finished: asyncio.Future[SupervisorError | None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
-        self._replacing_seen = 0
-        self._replacing_poll: asyncio.TimerHandle | None = None
-        self._lag_probe: asyncio.TimerHandle | None = None
-        self._lag_probe_at = 0.0
+        # The actions still to perform in this pass, and whether a pass is running.
+        self._queued: deque[Action] = deque()
+        self._performing = False
         self._pending_stop: bool | None = None  # stop() before run() reached the loop
         self._connect_attempts = 0
-        self._kill_latency = Buckets()
-        self._loop_lag = Buckets()
-        self._killed_from: dict[str, float] = {}  # attempt -> local expiry, for the latency
+        self._kill_latency = Histogram()
+        self._loop_lag = Histogram()
 
     def __repr__(self) -> str:
         return f"Supervisor(instance_id={self.instance_id!r}, url={self.url!r})"
@@ -205,21 +186,13 @@ class Supervisor:
 
     def stats(self) -> SupervisorStats:
         session = self._session.stats() if self._session is not None else _NOTHING_YET
-        return SupervisorStats(
-            running=session.running, started=session.started,
-            renewals_confirmed=session.renewals_confirmed,
-            reports_confirmed=session.reports_confirmed,
-            evidence_confirmed=session.evidence_confirmed, reconnects=session.reconnects,
-            dropped_events=self._events.dropped,
-            children=self._pool.stats() if self._pool is not None else None,
-            late_kills=session.late_kills, margin_ms=session.margin_ms,
-            loop_lag_ms=session.loop_lag_ms, reap_ms=session.reap_ms,
-            loop_lag_max_ms=session.loop_lag_max_ms, ended=session.ended,
-        )
+        return SupervisorStats.of(
+            session, dropped_events=self._events.dropped,
+            children=self._pool.stats() if self._pool is not None else None)
 
     def timings(self) -> SupervisorTimings:
         """The latency histograms (live objects: read them on the loop's thread)."""
-        replacement = self._pool.replacement_latency if self._pool is not None else Buckets()
+        replacement = self._pool.replacement_latency if self._pool is not None else Histogram()
         return SupervisorTimings(self._kill_latency, replacement, self._loop_lag)
 
     @property
@@ -270,18 +243,25 @@ class Supervisor:
                 report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
                 agent=_agent(), prefetch=opts.prefetch,
             ), random.random)
+            self._timers = timers = SessionTimers(
+                loop, self._session, pool, perform=self._apply, on_error=self._internal_error,
+                loop_lag=self._loop_lag)
             self._finished = loop.create_future()
             # Every task (connection, executions) is owned by this group; the shutdown below
             # ends them all before the group exits.
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
+                self._executions = executions = Executions(
+                    loop, self._session, pool, log=self._log, spawn=tasks.create_task,
+                    perform=self._apply, timers_first=timers.due_first,
+                    on_error=self._internal_error, kill_latency=self._kill_latency)
                 self._apply(self._session.start(loop.time()))
-                self._probe_lag()
+                timers.probe_lag()
                 if self._pending_stop is not None:
                     self.stop(force=self._pending_stop)
                 error = await self._finished
                 # --- shutdown, in this order ---
-                self._cancel_timers()
+                timers.cancel()
                 if error is not None:
                     await pool.close(kill=True)  # kill what still runs
                 if self._conn is not None:
@@ -291,9 +271,10 @@ class Supervisor:
                         self._conn.abort()  # pending control requests are abandoned
                 if self._connect_task is not None:
                     self._connect_task.cancel()
-                await self._end_executions()
+                await executions.end()
         finally:
-            self._cancel_timers()
+            if self._timers is not None:
+                self._timers.cancel()
             await pool.close(kill=True)
         if error is not None:
             self._log.error("supervisor stopped: %s", error.message, extra=fields(
@@ -310,185 +291,73 @@ class Supervisor:
                            loop_lag_max_ms=round(stats.loop_lag_max_ms, 1),
                            margin_ms=round(stats.margin_ms, 1)))
 
-    async def _end_executions(self) -> None:
-        tasks = [t for t in self._executions.values() if not t.done()]
-        if not tasks:
-            return
-        _, still = await asyncio.wait(tasks, timeout=_EXECUTIONS_GRACE)
-        for task in still:
-            task.cancel()
-        if still:
-            await asyncio.wait(still, timeout=_EXECUTIONS_GRACE)
-
     # ------------------------------------------------------------------ actions
 
     def _apply(self, actions: list[Action]) -> None:
-        """Perform the session's actions in order, then re-arm the timer."""
-        session, loop = self._session, self._loop
-        assert session is not None and loop is not None
-        for action in actions:
-            match action:
-                case SendFrame(frame=frame):
-                    if self._conn is not None:
-                        self._conn.send(frame)
-                case Execute(reservation=res):
-                    self._task_of[res.attempt_id] = res.task_id
-                    task = self._spawn(self._execute(res))
-                    self._executions[res.attempt_id] = task
-                case Kill(attempt_id=attempt_id, reason=reason, code=code, late_by=late):
-                    self._kill(attempt_id, reason, code, late)
-                case CancelChild(attempt_id=attempt_id):
-                    assert self._pool is not None
-                    if self._pool.waiting(attempt_id):
-                        # Prefetched and still waiting for a child: it ends now, without
-                        # its handler starting only to be told to stop.
-                        self._stop_waiting(attempt_id, KILL_TASK_CANCELLED)
-                    else:
-                        self._pool.cancel(attempt_id)
-                case Emit(event=event):
-                    self._events.publish(event)
-                    if self._log.isEnabledFor(logging.DEBUG):
-                        self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
-                                        event.classification or "", extra=fields(
-                                            "supervisor_event", type=event.type,
-                                            attempt_id=event.attempt_id,
-                                            task_id=event.task_id,
-                                            classification=event.classification))
-                case Connect(delay=delay):
-                    self._connect_task = self._spawn(self._connect(delay))
-                case CloseConnection(reason=reason):
-                    self._log.warning("dropping the connection: %s", reason, extra=fields(
-                        "connection_dropped", reason=reason, instance_id=self.instance_id))
-                    if self._conn is not None:
-                        self._conn.abort()
-                case Finish(error=error):
-                    if self._finished is not None and not self._finished.done():
-                        self._finished.set_result(error)
-        self._watch_replacing()
-        self._rearm()
+        """Queue the session's actions; unless a pass is running already (this call comes
+        from one of its actions), perform every queued action in order, tell the session
+        about the slots being replaced, and re-arm the timer."""
+        self._queued.extend(actions)
+        if self._performing:
+            return
+        timers = self._timers
+        assert timers is not None
+        self._performing = True
+        try:
+            while True:
+                while self._queued:
+                    self._perform(self._queued.popleft())
+                more = timers.replacing()
+                if not more:
+                    break
+                self._queued.extend(more)
+        except BaseException:
+            self._queued.clear()  # the run ends with this error: nothing else is done
+            raise
+        finally:
+            self._performing = False
+        timers.rearm()
+
+    def _perform(self, action: Action) -> None:
+        executions = self._executions
+        assert executions is not None
+        match action:
+            case SendFrame(frame=frame):
+                if self._conn is not None:
+                    self._conn.send(frame)
+            case Execute(attempt=att):
+                executions.start(att)
+            case Kill(attempt=att, reason=reason, code=code, late_by=late):
+                self._queued.extend(executions.kill(att, reason, code, late))
+            case CancelChild(attempt=att):
+                executions.cancel(att)
+            case Emit(event=event):
+                self._events.publish(event)
+                if self._log.isEnabledFor(logging.DEBUG):
+                    self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
+                                    event.classification or "", extra=fields(
+                                        "supervisor_event", type=event.type,
+                                        attempt_id=event.attempt_id, task_id=event.task_id,
+                                        classification=event.classification))
+            case Connect(delay=delay):
+                self._connect_task = self._spawn(self._connect(delay))
+            case CloseConnection(reason=reason):
+                self._log.warning("dropping the connection: %s", reason, extra=fields(
+                    "connection_dropped", reason=reason, instance_id=self.instance_id))
+                if self._conn is not None:
+                    self._conn.abort()
+            case EndRun(error=error):
+                if self._finished is not None and not self._finished.done():
+                    self._finished.set_result(error)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
         assert self._tasks is not None
         return self._tasks.create_task(coro)
 
-    def _kill(self, attempt_id: str, reason: str, code: str, late_by: float) -> None:
-        assert self._pool is not None and self._session is not None
-        facts = self._pool.kill(attempt_id, reason, code=code)
-        if facts is not None:
-            # The kill latency runs from the local expiry (the timer ran late_by after it).
-            self._killed_from[attempt_id] = facts.at - late_by
-            # The report goes out now, before anything else: the reap's facts follow.
-            self._apply(self._session.kill_sent(attempt_id, Report(
-                child_pid=facts.pid, signal=int(signal.SIGKILL), cpu_ms=facts.cpu_ms,
-                peak_rss_bytes=facts.peak_rss_bytes), facts.at))
-            late = late_by > LATE_KILL_BOUND
-            extra = fields("child_killed", attempt_id=attempt_id,
-                           task_id=self._task_of.get(attempt_id), reason=reason, code=code,
-                           pid=facts.pid, late_ms=round(late_by * 1000) if late else None)
-            if late:
-                self._log.warning("killed the child of attempt %s: %s, %.0f ms after the "
-                                  "local expiry (a late kill: the event loop was late)",
-                                  attempt_id, reason, late_by * 1000, extra=extra)
-            else:
-                self._log.warning("killed the child of attempt %s: %s", attempt_id, reason,
-                                  extra=extra)
-            return
-        # No child runs it yet (still waiting for a free child) or it just finished: a
-        # waiting execution must never start, so it is cancelled before it gets a child.
-        self._stop_waiting(attempt_id, reason)
-
-    def _stop_waiting(self, attempt_id: str, reason: str) -> None:
-        """End the execution of ``attempt_id`` before any child receives it (its outcome:
-        not run, for ``reason``)."""
-        task = self._executions.get(attempt_id)
-        if task is not None and not task.done():
-            self._killed_waiting[attempt_id] = reason
-            task.cancel()
-
-    def _rearm(self) -> None:
-        session, loop = self._session, self._loop
-        assert session is not None and loop is not None
-        when = session.next_timer()
-        if when == self._timer_at and self._timer is not None:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = when
-        if when is not None:
-            self._timer = loop.call_at(when, self._on_timer)
-
-    def _on_timer(self) -> None:
-        assert self._session is not None and self._loop is not None
-        now = self._loop.time()
-        if self._timer_at is not None:
-            self._session.loop_lag(now - self._timer_at)
-        self._timer = None
-        self._timer_at = None
-        try:
-            self._apply(self._session.handle_timer(now))
-        except Exception as exc:
-            self._internal_error("the timer", exc)
-
-    def _timers_first(self) -> None:
-        """Run a due timer before other work: a lease expiry never waits behind a frame or
-        a child's outcome that the loop happened to pick first."""
-        if (self._timer is not None and self._timer_at is not None and self._loop is not None
-                and self._loop.time() >= self._timer_at):
-            self._timer.cancel()
-            self._on_timer()
-
-    def _probe_lag(self) -> None:
-        """Sample the loop's lateness every _LAG_PROBE_EVERY (margin.py uses it)."""
-        loop, session = self._loop, self._session
-        if loop is None or session is None or session.done:
-            return
-        now = loop.time()
-        if self._lag_probe is not None:
-            lag = now - self._lag_probe_at
-            session.loop_lag(lag)
-            self._loop_lag.observe(max(0.0, lag))
-        self._lag_probe_at = now + _LAG_PROBE_EVERY
-        self._lag_probe = loop.call_at(self._lag_probe_at, self._probe_lag)
-
-    def _watch_replacing(self) -> None:
-        """Tell the session how many slots are being replaced; look again while any are."""
-        pool, session, loop = self._pool, self._session, self._loop
-        if pool is None or session is None or loop is None or session.done:
-            return
-        replacing = pool.replacing
-        if replacing != self._replacing_seen:
-            self._replacing_seen = replacing
-            actions = session.set_replacing(replacing, loop.time())
-            if actions:
-                self._apply(actions)
-                return
-        if replacing and self._replacing_poll is None:
-            self._replacing_poll = loop.call_later(_REPLACING_POLL, self._replacing_tick)
-
     def _on_child_ready(self) -> None:
-        """A replacement child is ready: offer its slot now rather than at the next look.
-        Deferred to its own callback, so the pool finishes its bookkeeping first."""
-        if self._loop is not None and self._session is not None and not self._session.done:
-            self._loop.call_soon(self._replacing_ready)
-
-    def _replacing_ready(self) -> None:
-        try:
-            self._watch_replacing()
-            self._rearm()
-        except Exception as exc:
-            self._internal_error("the pool watch", exc)
-
-    def _replacing_tick(self) -> None:
-        self._replacing_poll = None
-        self._replacing_ready()
-
-    def _cancel_timers(self) -> None:
-        for handle in (self._timer, self._replacing_poll, self._lag_probe):
-            if handle is not None:
-                handle.cancel()
-        self._timer = self._replacing_poll = self._lag_probe = None
-        self._timer_at = None
+        """A replacement child is ready (the pool's callback): offer its slot now."""
+        if self._timers is not None:
+            self._timers.child_ready()
 
     # ------------------------------------------------------------------ tasks
 
@@ -541,76 +410,9 @@ class Supervisor:
 
     def _on_frame(self, frame: ServerFrame) -> None:
         assert self._session is not None and self._loop is not None
-        self._timers_first()
+        assert self._timers is not None
+        self._timers.due_first()
         self._apply(self._session.frame_received(frame, self._loop.time()))
-
-    async def _execute(self, res: Reservation) -> None:
-        try:
-            await self._execute_and_report(res)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._internal_error(f"the execution of attempt {res.attempt_id}", exc)
-
-    async def _execute_and_report(self, res: Reservation) -> None:
-        pool, session, loop = self._pool, self._session, self._loop
-        assert pool is not None and session is not None and loop is not None
-        request = ExecutionRequest(
-            attempt_id=res.attempt_id, task_id=res.task_id, epoch=res.epoch,
-            attempt_number=res.attempt_number, capability=res.capability, payload=res.payload,
-            deadline_at_ms=res.deadline_at_ms, idempotency=str(res.idempotency),
-        )
-        outcome: ChildOutcome
-        # Per task: DEBUG, so that at the default level a success costs two level checks.
-        self._log_attempt(logging.DEBUG, res, "attempt_started", "attempt %s of task %s "
-                          "started (%s)", res.attempt_id, res.task_id, res.capability)
-        started_at = loop.time()
-        try:
-            outcome = await pool.execute(request)
-        except asyncio.CancelledError:
-            reason = self._killed_waiting.pop(res.attempt_id, None)
-            if reason is None:
-                raise
-            outcome = _not_run(reason)
-        except PoolClosed:
-            outcome = _not_run("SHUTDOWN")
-        except Exception:  # never let one execution take the run down
-            self._log_attempt(logging.ERROR, res, "attempt_execute_failed",
-                              "attempt %s could not be executed", res.attempt_id,
-                              exc_info=True)
-            outcome = ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_CRASHED.value, False,
-                                   None, None, Report())
-        finally:
-            self._executions.pop(res.attempt_id, None)
-            self._task_of.pop(res.attempt_id, None)
-            killed_from = self._killed_from.pop(res.attempt_id, None)
-            if killed_from is not None:
-                self._kill_latency.observe(max(0.0, loop.time() - killed_from))
-        self._log_attempt(logging.DEBUG if outcome.outcome is Outcome.SUCCEEDED
-                          else logging.INFO, res, "attempt_ended", "attempt %s ended %s%s",
-                          res.attempt_id, outcome.outcome.value,
-                          f"/{outcome.code}" if outcome.code else "",
-                          outcome=outcome.outcome.value, code=outcome.code,
-                          kill_reason=outcome.report.kill_reason,
-                          duration_ms=round((loop.time() - started_at) * 1000, 1))
-        self._timers_first()
-        self._apply(session.execution_finished(res.attempt_id, outcome, loop.time()))
-
-
-    def _log_attempt(self, level: int, res: Reservation, event: str, message: str,
-                     *args: object, exc_info: bool = False, **values: object) -> None:
-        """One record about an attempt, with its IDs; nothing is built below the level
-        (these run for every task)."""
-        if self._log.isEnabledFor(level):
-            self._log.log(level, message, *args, exc_info=exc_info, extra=fields(
-                event, attempt_id=res.attempt_id, task_id=res.task_id,
-                capability=str(res.capability), attempt_number=res.attempt_number, **values))
-
-
-def _not_run(reason: str) -> ChildOutcome:
-    """Outcome of an execution stopped before any child received it."""
-    return ChildOutcome(Outcome.UNKNOWN, UnknownCode.LEASE_LOST.value, False, None, None,
-                        Report(kill_reason=reason))
 
 
 def _agent() -> str:

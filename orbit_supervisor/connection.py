@@ -20,6 +20,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from orbit_host.logs import fields
+from orbit_host.task_owner import TaskOwner
 from orbit_host.tls import certificate_failure
 from orbit_wire.errors import ProtocolError
 from orbit_wire.frames import ClientFrame, ErrorFrame, ServerFrame, decode_server_frame, encode
@@ -98,7 +99,8 @@ class Connection:
         A frame that breaks the wire contract is passed on as a fatal ErrorFrame (the
         server broke the protocol; the session ends the run).
         """
-        writer = asyncio.create_task(self._write_loop())
+        writer = TaskOwner()
+        writer.start(self._write_loop())
         try:
             async for message in self._ws:
                 try:
@@ -114,9 +116,7 @@ class Connection:
             return "NETWORK_ERROR"
         finally:
             self._outbox.put_nowait(None)
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
+            await writer.stop()
             self.abort()
 
     async def close(self) -> None:

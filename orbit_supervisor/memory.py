@@ -16,6 +16,7 @@ from collections.abc import Callable
 import psutil
 
 from orbit_host import procutil
+from orbit_host.task_owner import TaskOwner, current_task
 
 __all__ = ["ChildMemory"]
 
@@ -41,19 +42,18 @@ class ChildMemory:
             with contextlib.suppress(psutil.Error):
                 proc.kill()  # psutil refuses if the pid was reused
 
-    def watch(self, loop: asyncio.AbstractEventLoop, pid: int | None, limit: int,
-              interval: float, *, running: Callable[[], bool],
-              kill: Callable[[int], None]) -> None:
-        """Sample every ``interval`` seconds while ``running()``; over ``limit`` call
-        ``kill(rss)`` once and stop. The child was under the limit when its task started
-        (checked between tasks), so the first look is one interval in."""
+    def watch(self, tasks: TaskOwner, pid: int | None, limit: int, interval: float, *,
+              running: Callable[[], bool], kill: Callable[[int], None]) -> None:
+        """Sample every ``interval`` seconds while ``running()``, in a task of ``tasks``;
+        over ``limit`` call ``kill(rss)`` once and stop. The child was under the limit when
+        its task started (checked between tasks), so the first look is one interval in."""
         self.stop()
-        self._watcher = loop.create_task(self._watch(pid, limit, interval, running, kill))
+        self._watcher = tasks.start(self._watch(pid, limit, interval, running, kill))
 
     def stop(self) -> None:
         """Stop the sampling task, unless it is the caller (a kill from within it)."""
         watcher, self._watcher = self._watcher, None
-        if watcher is not None and watcher is not _current_task():
+        if watcher is not None and watcher is not current_task():
             watcher.cancel()
 
     def forget(self) -> None:
@@ -92,9 +92,3 @@ class ChildMemory:
         self._tracked = tracked
         return total
 
-
-def _current_task() -> asyncio.Task[object] | None:
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no running loop: called from outside any task
-        return None

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from orbit_host import procutil
 from orbit_host.logs import fields
+from orbit_host.task_owner import TaskOwner
 
 # After a template loss, sweep at these delays (seconds): the children die by their death
 # signal within milliseconds, and what they started is re-parented as they die. Then again
@@ -39,7 +40,7 @@ class OrphanReaper:
         self._own = own
         self._log = logger
         self._enabled = False
-        self._sweeping: asyncio.Task[None] | None = None
+        self._sweeping = TaskOwner()  # at most one sweep for a while at a time
 
     def enable(self) -> None:
         """Become the child subreaper above the templates (Linux; from now on)."""
@@ -68,9 +69,9 @@ class OrphanReaper:
 
     def after_template_loss(self) -> None:
         """Sweep now and over the next second, and on while something is still found."""
-        if not self._enabled or (self._sweeping is not None and not self._sweeping.done()):
+        if not self._enabled or self._sweeping:
             return
-        self._sweeping = asyncio.get_running_loop().create_task(self._sweep_for_a_while())
+        self._sweeping.start(self._sweep_for_a_while())
 
     async def _sweep_for_a_while(self) -> None:
         elapsed = 0.0
@@ -86,8 +87,5 @@ class OrphanReaper:
             found = self.sweep()
 
     async def close(self) -> None:
-        if self._sweeping is not None:
-            self._sweeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeping
+        await self._sweeping.stop()
         self.sweep()

@@ -18,7 +18,7 @@ from orbit_wire.jsonvalue import check_text
 from orbit_wire.model import Outcome, UnknownCode
 from orbit_wire.names import EXCEPTION_TYPE_MAX, EXCEPTION_TYPE_RE, is_code
 
-__all__ = ["ChildOutcome", "outcome_from_done", "uncertain"]
+__all__ = ["ChildOutcome", "not_run", "outcome_from_done", "uncertain"]
 
 _UNKNOWN_FROM_CHILD = frozenset({UnknownCode.HANDLER_ERROR.value,
                                  UnknownCode.INVALID_HANDLER_RESULT.value})
@@ -36,6 +36,11 @@ class ChildOutcome:
 
 def uncertain(code: str, report: Report) -> ChildOutcome:
     return ChildOutcome(Outcome.UNKNOWN, code, False, None, None, report)
+
+
+def not_run(reason: str) -> ChildOutcome:
+    """The outcome of an execution stopped before any child received it, for ``reason``."""
+    return uncertain(UnknownCode.LEASE_LOST.value, Report(kill_reason=reason))
 
 
 def outcome_from_done(done: TaskDone, report: Report, *,

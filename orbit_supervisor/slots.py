@@ -1,29 +1,28 @@
-"""The lifecycle of one place in the child pool, as a transition table (pure).
+"""The lifecycle of one place in the child pool, as a (state, event) table (pure).
 
-Everything that affects a slot's state lives here: the states, the legal moves between
-them (``TRANSITIONS``) and the per-state counts the pool reports. A move outside the
-table is a bug: it raises and leaves the state unchanged.
+Everything that moves a slot lives here: its states, ``SLOTS`` (which event moves which
+state where, read by machine.next_state: an event a state has no row for raises and leaves
+the state unchanged) and the per-state counts the pool reports.
 
-    from       may move to
-    CLOSED     SPAWNING, CLOSED
-    SPAWNING   IDLE, BUSY, KILLING, SPAWNING, CLOSED
-    IDLE       BUSY, KILLING, SPAWNING, CLOSED
-    BUSY       IDLE, BUSY, EXITING, KILLING, SPAWNING, CLOSED
-    KILLING    KILLING, SPAWNING, CLOSED
-    EXITING    KILLING, SPAWNING, CLOSED
+    state      FORK      PARK   HAND_OUT  RECYCLE   KILL     CLOSE
+    CLOSED     SPAWNING                                      CLOSED
+    SPAWNING   SPAWNING  IDLE   BUSY                KILLING  CLOSED
+    IDLE       SPAWNING         BUSY                KILLING  CLOSED
+    BUSY       SPAWNING  IDLE   BUSY      EXITING   KILLING  CLOSED
+    KILLING    SPAWNING                             KILLING  CLOSED
+    EXITING    SPAWNING                             KILLING  CLOSED
 
-- SPAWNING: a fork was requested (or is due after a backoff, or waits for a template
-  restart); the pool waits for the child's pid and its ready frame.
-- IDLE: ready and parked; BUSY: handed to an ``execute()`` call (running, or about to).
-  BUSY → BUSY is a finished child handed straight to the next waiter.
-- KILLING: signalled; the pool waits for the template's reap report. A killed child that
-  was ever ready is replaced at once instead (→ SPAWNING), while it dies.
-- EXITING: asked to leave after its last task (recycling); waits for the reap report.
-- CLOSED: before ``start()`` and after ``close()``.
-
-Every state may go to SPAWNING (the template was lost, or the child's death was seen) and
-to CLOSED (the pool closes). SPAWNING → SPAWNING is a respawn after an early death, and
-KILLING → KILLING a second reason to kill a child already signalled.
+- FORK: a new child is requested (or due after a backoff, or waits for a template restart).
+  Any slot may get one: the template was lost, the old child's death was seen, or a killed
+  child that was ever ready is replaced at once while it dies. SPAWNING -> SPAWNING is a
+  respawn after an early death.
+- PARK: a ready child, fresh or done with its task, that no execution waits for: IDLE.
+- HAND_OUT: a ready child given to an ``execute()`` call: BUSY (BUSY -> BUSY is a finished
+  child handed straight to the next waiting execution).
+- RECYCLE: asked to leave after its last task (max tasks, memory): EXITING until its reap.
+- KILL: signalled; the pool waits for the template's reap report. KILLING -> KILLING is a
+  second reason to kill a child already signalled.
+- CLOSE: the pool closes (CLOSED is also the state before ``start()``).
 """
 
 from __future__ import annotations
@@ -32,8 +31,11 @@ import enum
 from collections import Counter
 from collections.abc import Mapping
 
+from .machine import next_state
+
 __all__ = [
-    "REPLACING", "TRANSITIONS", "SlotCounts", "SlotLifecycle", "SlotState", "replacing",
+    "BEING_REPLACED", "SLOTS", "SlotCounts", "SlotEvent", "SlotLifecycle", "SlotState",
+    "count_being_replaced",
 ]
 
 
@@ -46,27 +48,37 @@ class SlotState(enum.Enum):
     CLOSED = "closed"
 
 
-_ANY_TO = frozenset({SlotState.SPAWNING, SlotState.CLOSED})
+class SlotEvent(enum.Enum):
+    FORK = "fork"
+    PARK = "park"
+    HAND_OUT = "hand_out"
+    RECYCLE = "recycle"
+    KILL = "kill"
+    CLOSE = "close"
 
-TRANSITIONS: Mapping[SlotState, frozenset[SlotState]] = {
-    SlotState.CLOSED: _ANY_TO,
-    SlotState.SPAWNING: _ANY_TO | {SlotState.IDLE, SlotState.BUSY, SlotState.KILLING},
-    SlotState.IDLE: _ANY_TO | {SlotState.BUSY, SlotState.KILLING},
-    SlotState.BUSY: _ANY_TO | {SlotState.BUSY, SlotState.IDLE, SlotState.EXITING,
-                               SlotState.KILLING},
-    SlotState.KILLING: _ANY_TO | {SlotState.KILLING},
-    SlotState.EXITING: _ANY_TO | {SlotState.KILLING},
+
+_S, _E = SlotState, SlotEvent
+_ANY = {_E.FORK: _S.SPAWNING, _E.CLOSE: _S.CLOSED}
+
+SLOTS: Mapping[SlotState, Mapping[SlotEvent, SlotState]] = {
+    _S.CLOSED: _ANY,
+    _S.SPAWNING: {**_ANY, _E.PARK: _S.IDLE, _E.HAND_OUT: _S.BUSY, _E.KILL: _S.KILLING},
+    _S.IDLE: {**_ANY, _E.HAND_OUT: _S.BUSY, _E.KILL: _S.KILLING},
+    _S.BUSY: {**_ANY, _E.PARK: _S.IDLE, _E.HAND_OUT: _S.BUSY, _E.RECYCLE: _S.EXITING,
+              _E.KILL: _S.KILLING},
+    _S.KILLING: {**_ANY, _E.KILL: _S.KILLING},
+    _S.EXITING: {**_ANY, _E.KILL: _S.KILLING},
 }
 
 # Slots without a usable child while a new one comes: the session offers them no credit.
-REPLACING = frozenset({SlotState.SPAWNING, SlotState.KILLING, SlotState.EXITING})
+BEING_REPLACED = frozenset({SlotState.SPAWNING, SlotState.KILLING, SlotState.EXITING})
 
 SlotCounts = Counter[SlotState]
 """A pool's slots per state, shared by its slots' lifecycles and kept by their moves."""
 
 
 class SlotLifecycle:
-    """The state of one slot; ``move`` is the only change and keeps the shared counts."""
+    """The state of one slot; ``fire`` is the only change and keeps the shared counts."""
 
     __slots__ = ("_counts", "_index", "_state")
 
@@ -80,17 +92,16 @@ class SlotLifecycle:
     def state(self) -> SlotState:
         return self._state
 
-    def move(self, to: SlotState) -> None:
-        """Move to ``to``; raises AssertionError (state unchanged) when the move is not in
-        ``TRANSITIONS``."""
+    def fire(self, event: SlotEvent) -> SlotState:
+        """Move by ``event`` (SLOTS); returns the new state."""
         before = self._state
-        if to not in TRANSITIONS[before]:
-            raise AssertionError(f"slot {self._index}: illegal {before.name} -> {to.name}")
+        after = next_state(SLOTS, before, event, f"slot {self._index}")
         self._counts[before] -= 1
-        self._counts[to] += 1
-        self._state = to
+        self._counts[after] += 1
+        self._state = after
+        return after
 
 
-def replacing(counts: SlotCounts) -> int:
-    """How many slots of a pool are being replaced (``REPLACING``)."""
-    return sum(counts[state] for state in REPLACING)
+def count_being_replaced(counts: SlotCounts) -> int:
+    """How many slots of a pool are being replaced (``BEING_REPLACED``)."""
+    return sum(counts[state] for state in BEING_REPLACED)

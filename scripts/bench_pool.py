@@ -26,8 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "fixtures_handlers"))  # for the template only
 
-from orbit_supervisor.pool import ChildPool, ExecutionRequest  # noqa: E402
-from orbit_wire.model import Capability  # noqa: E402
+from orbit_supervisor.attempts import Attempt  # noqa: E402
+from orbit_supervisor.lease import Lease  # noqa: E402
+from orbit_supervisor.pool import ChildPool  # noqa: E402
+from orbit_wire.frames import Reservation  # noqa: E402
+from orbit_wire.model import Capability, Idempotency  # noqa: E402
 
 SPEC = "pool_bench:handlers"
 SECTION = "## Child pool"
@@ -38,9 +41,10 @@ _ids = iter(range(1, 1 << 40))
 T = TypeVar("T")
 
 
-def _request(handler: str) -> ExecutionRequest:
-    return ExecutionRequest(f"{next(_ids):032x}", "0" * 32, 1, 1, Capability(handler, "1", "1"),
-                            {"n": 1}, 0, "IDEMPOTENT")
+def _request(handler: str) -> Attempt:
+    res = Reservation(f"{next(_ids):032x}", "0" * 32, 1, 1, Capability(handler, "1", "1"),
+                      {"n": 1}, Idempotency.IDEMPOTENT, 30_000, 60_000, 0)
+    return Attempt(res, Lease(res.lease_ttl_ms))
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -73,7 +77,7 @@ async def bench(iterations: int, round_trips: int, capture: bool = False) -> dic
             task = asyncio.create_task(pool.execute(req))
             await asyncio.sleep(0.005)  # the child is inside the handler by now
             t = time.perf_counter()
-            if not pool.kill(req.attempt_id, "LEASE_LOST"):
+            if not pool.kill(req, "LEASE_LOST"):
                 raise RuntimeError("the attempt was not running")
             # The replacement is forked while the old child dies: time both from the kill.
             (outcome, reaped), ready = await asyncio.wait_for(asyncio.gather(

@@ -79,8 +79,11 @@ from orbit_host.credentials import Credentials  # noqa: E402
 from orbit_supervisor import pool as pool_module  # noqa: E402
 from orbit_supervisor import session as session_module  # noqa: E402
 from orbit_supervisor.app import Supervisor  # noqa: E402
-from orbit_supervisor.pool import ChildPool, ExecutionRequest  # noqa: E402
-from orbit_wire.model import Capability  # noqa: E402
+from orbit_supervisor.attempts import Attempt  # noqa: E402
+from orbit_supervisor.lease import Lease  # noqa: E402
+from orbit_supervisor.pool import ChildPool  # noqa: E402
+from orbit_wire.frames import Reservation  # noqa: E402
+from orbit_wire.model import Capability, Idempotency  # noqa: E402
 
 BEGIN = "<!-- supervisor-bench:begin -->"
 END = "<!-- supervisor-bench:end -->"
@@ -388,9 +391,10 @@ async def bench_round_trip(round_trips: int) -> dict[str, float]:
     await pool.start()
     ids = iter(range(1, 1 << 40))
 
-    def request() -> ExecutionRequest:
-        return ExecutionRequest(f"{next(ids):032x}", "0" * 32, 1, 1,
-                                Capability("noop", "1", "1"), {"n": 1}, 0, "IDEMPOTENT")
+    def request() -> Attempt:
+        res = Reservation(f"{next(ids):032x}", "0" * 32, 1, 1, Capability("noop", "1", "1"),
+                          {"n": 1}, Idempotency.IDEMPOTENT, 30_000, 60_000, 0)
+        return Attempt(res, Lease(res.lease_ttl_ms))
 
     try:
         for _ in range(50):

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from orbit_host.backoff import delays
 from orbit_host.logs import fields
 from orbit_wire.errors import ErrorCode, OrbitError
 
@@ -45,7 +46,9 @@ MAX_TRIES = 5
 DEADLOCK = 1213
 LOCK_WAIT_TIMEOUT = 1205
 _CONFLICTS = frozenset({DEADLOCK, LOCK_WAIT_TIMEOUT})
-_PAUSE_S = (0.002, 0.02)
+# The pause before try n + 1 is drawn in [0.002, 0.02] x n seconds.
+_PAUSE_S = 0.02
+_PAUSE_JITTER = 0.9
 
 C = TypeVar("C", bound=type)
 
@@ -128,6 +131,7 @@ def _retrying(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def _with_retries(method: Callable[..., Any], args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> Any:
+    pauses: Iterator[float] | None = None  # made at the first retry (most calls have none)
     for attempt in range(1, MAX_TRIES + 1):
         try:
             return method(*args, **kwargs)
@@ -141,7 +145,10 @@ def _with_retries(method: Callable[..., Any], args: tuple[Any, ...],
                 raise
             log.debug("%s: retrying after %s", method.__name__, type(exc).__name__,
                       extra=fields("store_retry", method=method.__name__))
-            time.sleep(random.uniform(*_PAUSE_S) * attempt)
+            if pauses is None:
+                pauses = delays(_PAUSE_S, _PAUSE_S * MAX_TRIES, growth="linear",
+                                jitter=_PAUSE_JITTER, draw=random.random)
+            time.sleep(next(pauses))
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -22,6 +22,9 @@
     migrations are in it)     func, ...; sqlalchemy.sql, .schema,          named for what it reads
                               .dialects), a Table of store/tables.py, or   or writes; services
                               build SQL text (SQL_TEXT, exec_driver_sql)   call those functions
+    every module but          start a task (create_task, ensure_future)    every background task
+    orbit_host/task_owner.py  except on a TaskGroup it opened              has an owner that keeps,
+                              (``async with asyncio.TaskGroup() as tg``)   cancels and awaits it
 
 Every module of every package is parsed (relative imports resolved against the module's own
 package), and a failure names the file, the line and the import (or the SQL built).
@@ -59,6 +62,7 @@ PURE = (
     "orbit_host/messages.py",
     "orbit_host/tally.py",
     "orbit_host/output.py",
+    "orbit_host/backoff.py",
     "orbit_server/domain/*.py",
     "orbit_server/auth.py",
     "orbit_server/ratelimit.py",
@@ -71,8 +75,14 @@ PURE = (
     "orbit_supervisor/errors.py",
     "orbit_supervisor/defaults.py",
     "orbit_supervisor/attempts.py",
+    "orbit_supervisor/machine.py",
+    "orbit_supervisor/link.py",
+    "orbit_supervisor/core.py",
+    "orbit_supervisor/session_types.py",
+    "orbit_supervisor/answers.py",
+    "orbit_supervisor/credit.py",
+    "orbit_supervisor/kill_reports.py",
     "orbit_supervisor/outbox.py",
-    "orbit_supervisor/backoff.py",
     "orbit_supervisor/slots.py",
     "orbit_supervisor/outcomes.py",
     "orbit_client/calls.py",
@@ -304,3 +314,62 @@ def test_bootstrap_admin_loads_no_http_stack() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ owned tasks
+
+TASK_OWNER = ROOT / "orbit_host" / "task_owner.py"
+TASK_STARTERS = frozenset({"create_task", "ensure_future"})
+
+
+def _task_groups(tree: ast.Module) -> set[str]:
+    """The source texts that name a TaskGroup in a module: ``NAME`` for each ``async with
+    asyncio.TaskGroup() as NAME``, and ``self.X`` for each ``self.X = NAME``."""
+    groups: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AsyncWith):
+            for item in node.items:
+                if (ast.unparse(item.context_expr) == "asyncio.TaskGroup()"
+                        and isinstance(item.optional_vars, ast.Name)):
+                    groups.add(item.optional_vars.id)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                and node.value.id in groups):
+            groups.update(ast.unparse(target) for target in node.targets)
+    return groups
+
+
+def unowned_tasks(path: Path, root: Path = ROOT) -> list[str]:
+    """``file:line call`` for every task started outside an owner in ``path``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    groups = _task_groups(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name not in TASK_STARTERS:
+            continue
+        if isinstance(func, ast.Attribute) and ast.unparse(func.value) in groups:
+            continue
+        found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(func)}")
+    return found
+
+
+def test_no_task_is_started_outside_an_owner() -> None:
+    found = [line for path in modules() if path != TASK_OWNER for line in unowned_tasks(path)]
+    assert found == []
+    assert unowned_tasks(TASK_OWNER)  # the check sees a start where there is one
+
+
+def test_the_task_check_finds_a_bare_task(tmp_path: Path) -> None:
+    bare = tmp_path / "orbit_x" / "bare.py"
+    bare.parent.mkdir()
+    bare.write_text("import asyncio\n\nasync def f(loop):\n"
+                    "    asyncio.create_task(g())\n    loop.create_task(g())\n"
+                    "    asyncio.ensure_future(g())\n"
+                    "    async with asyncio.TaskGroup() as tg:\n        tg.create_task(g())\n")
+    assert unowned_tasks(bare, tmp_path) == [
+        "orbit_x/bare.py:4 asyncio.create_task", "orbit_x/bare.py:5 loop.create_task",
+        "orbit_x/bare.py:6 asyncio.ensure_future"]

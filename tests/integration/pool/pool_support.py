@@ -14,8 +14,11 @@ from typing import Any
 import psutil
 from support.waiting import UNIT, wait_until, wait_until_async
 
-from orbit_supervisor.pool import ChildPool, ExecutionRequest
-from orbit_wire.model import Capability
+from orbit_supervisor.attempts import Attempt
+from orbit_supervisor.lease import Lease
+from orbit_supervisor.pool import ChildPool
+from orbit_wire.frames import Reservation
+from orbit_wire.model import Capability, Idempotency
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures_handlers"
 SPEC = "pool_handlers:handlers"
@@ -28,13 +31,15 @@ def new_attempt_id() -> str:
 
 
 def request(handler: str, payload: Any = None, *, attempt_id: str | None = None,
-            epoch: int = 3, attempt_number: int = 2) -> ExecutionRequest:
-    return ExecutionRequest(
+            epoch: int = 3, attempt_number: int = 2) -> Attempt:
+    """A new attempt of ``handler`` to execute (as the session would hand it over)."""
+    res = Reservation(
         attempt_id=attempt_id or new_attempt_id(), task_id="c" * 32, epoch=epoch,
         attempt_number=attempt_number, capability=Capability(handler, "1", "1"),
-        payload={} if payload is None else payload, deadline_at_ms=1_900_000_000_000,
-        idempotency="IDEMPOTENT",
+        payload={} if payload is None else payload, idempotency=Idempotency.IDEMPOTENT,
+        lease_ttl_ms=30_000, attempt_timeout_ms=60_000, deadline_at_ms=1_900_000_000_000,
     )
+    return Attempt(res, Lease(res.lease_ttl_ms))
 
 
 @asynccontextmanager

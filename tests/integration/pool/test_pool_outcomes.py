@@ -161,7 +161,7 @@ def test_cooperative_cancel_reaches_the_handler() -> None:
             req = request("cooperative")
             task = asyncio.create_task(pool.execute(req))
             await wait_busy(pool)
-            assert pool.cancel(req.attempt_id)
+            assert pool.cancel(req)
             return await task
     out = run(scenario())
     assert (out.outcome, out.code, out.retryable) == (Outcome.FAILED, "STOPPED_EARLY", True)
@@ -177,8 +177,8 @@ def test_a_cancel_before_the_child_is_passed_on_with_the_run() -> None:
             await wait_busy(pool)
             waiting = asyncio.create_task(pool.execute(second))
             await asyncio.sleep(0)
-            assert not pool.cancel(second.attempt_id)  # no child runs it yet
-            assert pool.cancel(first.attempt_id)
+            assert not pool.cancel(second)  # no child runs it yet
+            assert pool.cancel(first)
             await busy
             return await waiting
     out = run(scenario())

@@ -28,9 +28,9 @@ def test_ready_callback_follows_start_kill_crash_and_recycle() -> None:
             req = request("sleep", {"seconds": 30})
             task = asyncio.create_task(pool.execute(req))
             await wait_busy(pool)
-            assert pool.kill(req.attempt_id, "LEASE_LOST")
+            assert pool.kill(req, "LEASE_LOST")
             await asyncio.wait_for(seen.wait(), 10 * UNIT)  # the replacement is ready
-            assert pool.replacing == 0 and pool.stats().idle == 1
+            assert pool.being_replaced == 0 and pool.stats().idle == 1
             assert (await task).outcome is Outcome.UNKNOWN
             seen.clear()
             crashed = await pool.execute(request("crash", {"kind": "exit3"}))

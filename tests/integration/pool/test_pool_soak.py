@@ -29,7 +29,7 @@ async def _one(pool: ChildPool, kind: str) -> tuple[str, ChildOutcome]:
     req = request("sleep", {"seconds": 30})
     task = asyncio.create_task(pool.execute(req))
     # Wait until a child runs it, then kill it.
-    await wait_until_async(lambda: pool.kill(req.attempt_id, "LEASE_LOST"), timeout=30,
+    await wait_until_async(lambda: pool.kill(req, "LEASE_LOST"), timeout=30,
                            interval=0.01, what=f"a child to run {req.attempt_id}, to kill it")
     return kind, await task
 
@@ -40,7 +40,7 @@ def _assert_counts_match_slots(pool: ChildPool) -> None:
     stats = pool.stats()
     assert stats.idle == states.count("idle"), states
     assert stats.busy == states.count("busy"), states
-    assert stats.replacing == pool.replacing == sum(
+    assert stats.replacing == pool.being_replaced == sum(
         states.count(s) for s in ("spawning", "killing", "exiting")), states
 
 

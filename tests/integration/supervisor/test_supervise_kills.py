@@ -11,9 +11,9 @@ from typing import Any
 import psutil
 import pytest
 from supervisor_support import SupEnv, alive, attempts, read_pids, submit, wait_pids, wait_task
-from support.waiting import wait_until
+from support.waiting import UNIT, wait_until
 
-KILL_BOUND_S = 2.0  # generous: lease lost -> every process of the attempt gone
+KILL_BOUND_S = 2.0 * UNIT  # generous: lease lost -> every process of the attempt gone
 
 
 def _lost_attempt(sup_env: SupEnv, task_id: str) -> dict[str, Any]:

@@ -5,7 +5,6 @@ PENDING. A prefetch above --workers is refused before anything starts (exit 2)."
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from supervisor_support import SupEnv, attempts, submit, wait_task
@@ -25,9 +24,11 @@ def test_a_prefetched_task_starts_while_the_child_is_busy_and_runs_once(
                    {"path": str(journal), "seconds": 3 * UNIT})
     wait_until(lambda: runs(journal) == [first], timeout=20, what="the first task to run")
     second = submit(sup_env.producer, sup_env.queue_id, "append", {"path": str(journal)})
-    view = wait_task(sup_env.producer, second, until=lambda t: t["state"] == "RUNNING")
+    view = wait_task(sup_env.producer, second, until=lambda t: t["state"] != "PENDING")
+    # Started on the server while the first still holds the only child (it runs for 3 units
+    # more), yet not run.
     assert view["state"] == "RUNNING"
-    # Started on the server, yet not run: the only child still runs the first task.
+    assert wait_task(sup_env.producer, first, until=lambda t: True)["state"] == "RUNNING"
     assert runs(journal) == [first]
     for task_id in (first, second):
         assert wait_task(sup_env.producer, task_id, timeout_s=30)["state"] == "SUCCEEDED"
@@ -42,16 +43,13 @@ def test_without_prefetch_a_second_task_waits_for_the_child(sup_env: SupEnv) -> 
                    {"path": str(journal), "seconds": 2 * UNIT})
     wait_until(lambda: runs(journal) == [first], timeout=20, what="the first task to run")
     second = submit(sup_env.producer, sup_env.queue_id, "append", {"path": str(journal)})
-    # While the first runs, the second is neither reserved nor started for this worker.
-    seen = []
-    for _ in range(10):
-        state = wait_task(sup_env.producer, second, until=lambda t: True)["state"]
-        if runs(journal) != [first]:
-            break  # the first ended meanwhile: what was read may be after that
-        seen.append(state)
-        time.sleep(0.05)
-    assert seen and set(seen) == {"PENDING"}
     assert wait_task(sup_env.producer, second, timeout_s=30)["state"] == "SUCCEEDED"
+    # While the first ran, the second was neither reserved nor started for this worker: the
+    # server started its attempt only once the first's had ended (both on its clock).
+    (before,) = attempts(sup_env.producer, first)["attempts"]
+    (after,) = attempts(sup_env.producer, second)["attempts"]
+    assert after["reserved_at_ms"] >= before["finished_at_ms"]
+    assert runs(journal) == [first, second]
 
 
 def test_a_prefetch_above_the_workers_is_refused(sup_env: SupEnv) -> None:
@@ -82,6 +80,9 @@ def test_a_cancel_ends_a_waiting_prefetched_task_without_running_it(sup_env: Sup
     assert runs(journal) == [first]  # decided while the first still held the child
     assert att["kill_reason"] == "TASK_CANCELLED"
     assert wait_task(sup_env.producer, first, timeout_s=30)["state"] == "SUCCEEDED"
-    time.sleep(0.2)  # a start given the freed child would have written by now
-    assert runs(journal) == [first]
+    # The freed child runs what comes next: had the cancelled one been handed to it, it
+    # would have run before this one.
+    third = submit(sup_env.producer, sup_env.queue_id, "append", {"path": str(journal)})
+    assert wait_task(sup_env.producer, third, timeout_s=30)["state"] == "SUCCEEDED"
+    assert runs(journal) == [first, third]
     assert wait_task(sup_env.producer, second, until=lambda t: True)["state"] == "CANCELLED"

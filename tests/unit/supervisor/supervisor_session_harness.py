@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from orbit_supervisor.actions import Action, Emit, Execute, Finish, Kill, SendFrame
+from orbit_supervisor.actions import Action, Emit, EndRun, Execute, Kill, SendFrame
 from orbit_supervisor.session import Session, SessionConfig
 from orbit_wire.frames import (
     Credit,
@@ -73,8 +73,8 @@ def kills(actions: list[Action]) -> list[Kill]:
     return [a for a in actions if isinstance(a, Kill)]
 
 
-def finishes(actions: list[Action]) -> list[Finish]:
-    return [a for a in actions if isinstance(a, Finish)]
+def run_ends(actions: list[Action]) -> list[EndRun]:
+    return [a for a in actions if isinstance(a, EndRun)]
 
 
 def events(actions: list[Action]) -> list[tuple[str, str | None]]:

@@ -28,7 +28,7 @@ def test_renewal_is_due_after_a_third_of_the_remaining_lease() -> None:
 def test_renewals_are_at_least_the_minimum_gap_apart() -> None:
     lease = Lease(requested_ms=30)
     lease.renew_sent(1.0)
-    lease.renewing = True
+    lease.renewal_queued()
     assert lease.renewal_confirmed(sent_at=1.0, lease_ms=30, now=1.0)
     assert lease.renew_at is not None and lease.renew_at >= 1.0 + RENEW_MIN_GAP
     assert lease.renewals == 1
@@ -63,7 +63,7 @@ def test_a_grant_that_is_already_over_loses_the_lease() -> None:
 def test_transient_renewal_failure_retries_after_the_gap() -> None:
     lease = Lease(requested_ms=3000)
     lease.grant(0.0, 3000, 0.0)
-    lease.renewing = True
+    lease.renewal_queued()
     assert not lease.renewal_due(2.0)  # one in flight: never two
     lease.renewal_failed(1.2)
     assert lease.renew_at == pytest.approx(1.2 + RENEW_MIN_GAP)

@@ -9,7 +9,6 @@ from supervisor_session_harness import (
     credits,
     events,
     executes,
-    finishes,
     frames,
     kills,
     kinds,
@@ -18,6 +17,7 @@ from supervisor_session_harness import (
     ready,
     requests,
     reservation,
+    run_ends,
     run_one,
     welcome,
 )
@@ -277,14 +277,14 @@ def test_credit_is_free_slots_minus_outstanding_credit() -> None:
     res = run_one(s, 0.0)  # one reservation spent one credit
     assert s.outstanding_credit == 2
     # Replacing a child takes the slot: not offered, not even in the finish's request.
-    assert credits(s.set_replacing(1, 0.45)) == 0
+    assert credits(s.slots_being_replaced(1, 0.45)) == 0
     # Result unconfirmed: the slot is not offered while its report is unconfirmed.
     acts = s.execution_finished(res.attempt_id, FakeOutcome(), 0.5)
     assert credits(acts) == 0
     (req,) = requests(acts)
     assert kinds(req) == ["finish"]  # nothing to claim: the slot is being replaced
     assert credits(s.frame_received(ok_for(req), 0.6)) == 0
-    acts = s.set_replacing(0, 0.7)
+    acts = s.slots_being_replaced(0, 0.7)
     assert credits(acts) == 1
     assert s.outstanding_credit == 3
 
@@ -409,15 +409,15 @@ def test_fatal_codes_end_run_and_others_reconnect(code: ErrorCode) -> None:
     s, _ = ready()
     acts = s.frame_received(ErrorFrame(code, "no", retryable=False, fatal=True), 0.5)
     if code in FATAL_CODES:
-        (fin,) = finishes(acts)
+        (fin,) = run_ends(acts)
         assert isinstance(fin.error, FatalSessionError) and fin.error.code == code
     else:
-        assert finishes(acts) == [] and acts == [CloseConnection(str(code))]
+        assert run_ends(acts) == [] and acts == [CloseConnection(str(code))]
 
 
 def test_out_of_order_response_is_a_protocol_error() -> None:
     s, _ = ready()
-    (fin,) = finishes(s.frame_received(Response(99, ()), 0.1))
+    (fin,) = run_ends(s.frame_received(Response(99, ()), 0.1))
     assert isinstance(fin.error, FatalSessionError) and fin.error.code == "OUT_OF_ORDER"
 
 
@@ -447,9 +447,9 @@ def test_drain_runs_what_was_reserved_before_the_drain_answer() -> None:
     acts = s.frame_received(Reserve((late,)), 0.9)
     assert ("reservation_dropped", "AFTER_DRAIN") in events(acts)
     (req3,) = requests(s.execution_finished(r1.attempt_id, FakeOutcome(), 1.0))
-    assert finishes(s.frame_received(ok_for(req3), 1.1)) == []
+    assert run_ends(s.frame_received(ok_for(req3), 1.1)) == []
     (req4,) = requests(s.execution_finished(r2.attempt_id, FakeOutcome(), 1.2))
-    (fin,) = finishes(s.frame_received(ok_for(req4), 1.3))
+    (fin,) = run_ends(s.frame_received(ok_for(req4), 1.3))
     assert fin.error is None
 
 
@@ -461,7 +461,7 @@ def test_shutdown_timeout_kills_and_reports_counts() -> None:
     s.request_stop(1.0)
     acts = s.handle_timer(3.0)
     assert [(k.attempt_id, k.reason) for k in kills(acts)] == [(r1.attempt_id, "SHUTDOWN")]
-    (fin,) = finishes(acts)
+    (fin,) = run_ends(acts)
     assert isinstance(fin.error, ShutdownTimeoutError)
     assert (fin.error.running, fin.error.unconfirmed) == (1, 2)
     assert s.next_timer() is None
@@ -471,7 +471,7 @@ def test_forced_stop_takes_the_timeout_path_at_once() -> None:
     s, _ = ready()
     run_one(s, 0.0)
     s.request_stop(0.1)
-    (fin,) = finishes(s.request_stop(0.2, force=True))
+    (fin,) = run_ends(s.request_stop(0.2, force=True))
     assert isinstance(fin.error, ShutdownTimeoutError) and fin.error.running == 1
 
 
@@ -479,7 +479,7 @@ def test_stop_while_disconnected_with_nothing_known_ends_at_once() -> None:
     s = make_session()
     s.start(0.0)
     s.connect_failed(0.0, "REFUSED")
-    (fin,) = finishes(s.request_stop(0.1))
+    (fin,) = run_ends(s.request_stop(0.1))
     assert fin.error is None
 
 
@@ -495,7 +495,7 @@ def test_connection_lost_during_drain_completes_the_drain() -> None:
     assert credits(acts) == 0
     (req,) = requests(s.execution_finished(res.attempt_id, FakeOutcome(), 0.7))
     assert [op.op for op in req.ops] == ["finish"]
-    (fin,) = finishes(s.frame_received(ok_for(req), 0.8))
+    (fin,) = run_ends(s.frame_received(ok_for(req), 0.8))
     assert fin.error is None
 
 

@@ -96,17 +96,18 @@ def test_renewals_are_never_held() -> None:
 
 
 def test_a_hold_never_outlives_its_connection() -> None:
-    s, a, _b, now = _two_running(took=0.0002)
+    s, a, b, now = _two_running(took=0.0002)
     s.execution_finished(a, FakeOutcome(), now + 0.0001)
     hold = s.next_timer()
     assert hold is not None and hold <= now + 0.0001 + BATCH_HOLD_MIN
     s.connection_lost(now + 0.00015, "CONNECTION_LOST")
     # Not READY any more: the hold's instant must not keep firing the timer (no busy loop).
-    later = s.next_timer()
-    assert later is None or later > hold
+    # What is left to time is b's lease, due well after the hold.
+    lease = s.attempts[b].lease.deadline()
+    assert lease is not None and lease > hold + 0.01
+    assert s.next_timer() == lease
     s.handle_timer(hold + 0.01)
-    later = s.next_timer()
-    assert later is None or later > hold + 0.01
+    assert s.next_timer() == lease
 
 
 def test_after_slow_round_trips_a_longer_handler_is_waited_for_up_to_one_round_trip() -> None:

@@ -67,7 +67,7 @@ def test_cancel_tells_the_child_then_kills_after_the_grace() -> None:
     acts = _advance(s, 1.5)
     (kill,) = kills(acts)
     assert kill.reason == "TASK_CANCELLED"
-    acts = s.kill_sent(res.attempt_id, Report(child_pid=4242, signal=9), 1.5)
+    acts = s.child_killed(res.attempt_id, Report(child_pid=4242, signal=9), 1.5)
     (finish,) = _finishes(acts)
     assert finish.outcome is Outcome.UNKNOWN and finish.code == "LEASE_LOST"
     assert finish.report.kill_reason == "TASK_CANCELLED"
@@ -99,7 +99,7 @@ def test_the_grace_never_outlasts_the_local_lease() -> None:
     assert not [op for r in requests(later) for op in r.ops if isinstance(op, RenewOp)]
     (kill,) = kills(_advance(s, 3.0))
     assert kill.reason == "LEASE_LOST"
-    (finish,) = _finishes(s.kill_sent(res.attempt_id, Report(child_pid=4242, signal=9), 3.0))
+    (finish,) = _finishes(s.child_killed(res.attempt_id, Report(child_pid=4242, signal=9), 3.0))
     assert finish.report.kill_reason == "LEASE_LOST" and finish.report.ended_by == "KILLED"
 
 
@@ -110,7 +110,7 @@ def test_a_zero_grace_kills_at_once() -> None:
     assert _told(acts) == []
     (kill,) = kills(acts)
     assert kill.reason == "TASK_CANCELLED"
-    (finish,) = _finishes(s.kill_sent(res.attempt_id, Report(child_pid=4242, signal=9), 1.0))
+    (finish,) = _finishes(s.child_killed(res.attempt_id, Report(child_pid=4242, signal=9), 1.0))
     assert finish.report.ended_by == "KILLED"
 
 

@@ -11,12 +11,12 @@ from supervisor_session_harness import (
     credits,
     events,
     executes,
-    finishes,
     kinds,
     ok_for,
     ready,
     requests,
     reservation,
+    run_ends,
     run_one,
     welcome,
 )
@@ -134,7 +134,7 @@ def test_no_claims_while_stopping() -> None:
         sent += new
     assert all("claim" not in kinds(r) for r in sent)
     assert sorted(k for r in sent for k in kinds(r)) == ["drain", "finish"]
-    assert finishes(acts) and s.done
+    assert run_ends(acts) and s.done
 
 
 def test_a_claim_answered_unavailable_is_resent_with_its_msg_id() -> None:

@@ -33,7 +33,7 @@ def test_the_kill_report_goes_out_with_the_kill_and_says_how_long_ago() -> None:
     acts = s.handle_timer(0.3)
     (kill,) = kills(acts)
     assert kill.reason == "ATTEMPT_TIMEOUT"
-    acts = s.kill_sent(res.attempt_id, SAMPLED, 0.301)
+    acts = s.child_killed(res.attempt_id, SAMPLED, 0.301)
     (req,) = requests(acts)
     (finish,) = _finishes(req)
     assert (finish.outcome, finish.code) == (Outcome.UNKNOWN, "LEASE_LOST")
@@ -57,7 +57,7 @@ def test_a_kill_report_is_never_held_for_a_batch() -> None:
     victim = running[2]
     acts = s.frame_received(Cancel(victim.attempt_id, victim.epoch, "TASK_CANCELLED"), 0.215)
     assert [k.reason for k in kills(acts)] == ["TASK_CANCELLED"]
-    (req,) = requests(s.kill_sent(victim.attempt_id, SAMPLED, 0.215))
+    (req,) = requests(s.child_killed(victim.attempt_id, SAMPLED, 0.215))
     assert [op.attempt_id for op in _finishes(req)] == [
         running[0].attempt_id, running[1].attempt_id, victim.attempt_id]
     assert _finishes(req)[2].report.kill_reason == "TASK_CANCELLED"
@@ -68,7 +68,7 @@ def test_a_reap_before_the_send_joins_the_kill_report() -> None:
     victim = run_one(s, 0.0, lease_ms=3000)
     (renew_req,) = requests(s.handle_timer(1.0))  # a request in flight: the report waits
     s.handle_timer(3.0)
-    assert requests(s.kill_sent(victim.attempt_id, SAMPLED, 3.0)) == []
+    assert requests(s.child_killed(victim.attempt_id, SAMPLED, 3.0)) == []
     (queued,) = [op for op in s.queued_ops() if isinstance(op, FinishOp)]
     assert queued.report.reap_ms is None
     s.execution_finished(victim.attempt_id, KILLED, 3.04)
@@ -89,7 +89,7 @@ def test_a_reap_after_the_send_follows_in_a_second_finish() -> None:
     s, _ = ready()
     res = run_one(s, 0.0, lease_ms=3000)
     s.handle_timer(3.0)
-    (req,) = requests(s.kill_sent(res.attempt_id, SAMPLED, 3.0))
+    (req,) = requests(s.child_killed(res.attempt_id, SAMPLED, 3.0))
     acts = s.frame_received(ok_for(req), 3.01)  # confirmed before the reap
     assert requests(acts) == []
     assert s.attempts[res.attempt_id].phase is Phase.KILLING and s.executing == 1
@@ -127,7 +127,7 @@ def test_the_margin_grows_with_what_is_measured_and_applies_to_new_grants() -> N
     assert kills(acts) == []
     acts += s.handle_timer(2.95)
     assert kills(acts)
-    acts += s.kill_sent(res.attempt_id, SAMPLED, 2.95)
+    acts += s.child_killed(res.attempt_id, SAMPLED, 2.95)
     acts += s.execution_finished(res.attempt_id, KILLED, 2.99)  # reaped 40 ms after the kill
     for _ in range(4):  # answer what is in flight (the renewal, the finishes)
         sent = requests(acts)

@@ -31,8 +31,8 @@ from orbit_supervisor.actions import (
     CancelChild,
     CloseConnection,
     Connect,
+    EndRun,
     Execute,
-    Finish,
     Kill,
     SendFrame,
 )
@@ -123,13 +123,13 @@ class SessionMachine(RuleBasedStateMachine):
                 case Kill(attempt_id=attempt_id):
                     self.killed.add(attempt_id)
                     if attempt_id in self.alive:  # a child was signalled: report it now
-                        self.apply(self.s.kill_sent(attempt_id, Report(child_pid=4242, signal=9),
+                        self.apply(self.s.child_killed(attempt_id, Report(child_pid=4242, signal=9),
                                                     self.now))
                 case Connect(delay=delay):
                     self.pending_connect = self.now + delay
                 case CloseConnection():
                     self.drop()
-                case Finish():
+                case EndRun():
                     self.finished = True
 
     def drop(self) -> None:
@@ -348,7 +348,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     @rule(replacing=st.integers(0, CAPACITY))
     def replacing(self, replacing: int) -> None:
-        self.apply(self.s.set_replacing(replacing, self.now))
+        self.apply(self.s.slots_being_replaced(replacing, self.now))
 
     # ------------------------------------------------------------ invariants
 
