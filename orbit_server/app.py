@@ -105,7 +105,7 @@ class OrbitServer:
                                  self.services.tx.pinned, timed=config.metrics, wal=self.wal,
                                  commits=None if self.wal is None else self.services.tx.commits)
         self.waiters = TaskWaiters()
-        self.dispatcher = Dispatcher(self.store, self.services.workers)
+        self.dispatcher = Dispatcher(self.store, self.services.workers, self.act_on)
         self._reaper_wake = asyncio.Event()
         self._next_due_ms: int | None = None
         # Wall-clock ms of the reaper's next planned pass; "never" while a pass runs, so

@@ -77,6 +77,9 @@ class ServerTally:
         self.expired = Counts()  # (queue,)
         self.reviews = Counts()  # (queue, action)
         self.timed_out = Counts()  # (queue, code)
+        self.grants = Counts()  # (queue,)
+        self.grants_given_back = Counts()  # (queue, rule)
+        self.grants_expired_unconfirmed = Counts()  # (queue,)
         self.requests = Counts()  # (method, route, status)
         self.request_time = LabeledHistograms(LONG_BOUNDS)  # (method, route)
         self._code = Bounded(MAX_CODES)
@@ -101,6 +104,12 @@ class ServerTally:
             self.reviews.add((queue, action))
         for queue, code in counted.timed_out:
             self.timed_out.add((queue, code))
+        for queue in counted.grants:
+            self.grants.add((queue,))
+        for queue, rule in counted.grants_given_back:
+            self.grants_given_back.add((queue, rule))
+        for queue in counted.grants_expired_unconfirmed:
+            self.grants_expired_unconfirmed.add((queue,))
 
 
 class RequestMetrics:
@@ -243,6 +252,16 @@ class ServerCollector(Collector):
         yield counter("orbit_tasks_timed_out_total",
                        "Waiting tasks failed at their deadline or schedule_to_start_ms.",
                        ("queue", "code"), t.timed_out)
+        yield counter("orbit_grants_total", "Leases granted with the dispatch (attempts "
+                       "started in the reserving transaction).", ("queue",), t.grants)
+        yield counter("orbit_grants_given_back_total",
+                       "Granted attempts released unspent: declined by the worker, or not "
+                       "listed by its resume on a newer connection.", ("queue", "rule"),
+                       t.grants_given_back)
+        yield counter("orbit_grants_expired_unconfirmed_total",
+                       "Granted attempts whose lease the reaper ended before the worker "
+                       "confirmed the grant (its process may have died with it unread).",
+                       ("queue",), t.grants_expired_unconfirmed)
         yield counter("orbit_http_requests_total", "HTTP requests by route and status.",
                        ("method", "route", "status"), t.requests)
         yield histogram("orbit_http_request_duration_seconds",

@@ -242,9 +242,11 @@ class WorkerConnection:
             if message["type"] == "websocket.disconnect":
                 return
             now = self._loop.time()
+            actions = protocol.receive(message.get("text"), now)
             if self.session is not None:
                 self.session.last_frame_at = now
-            for action in protocol.receive(message.get("text"), now):
+                self.session.frames_read = protocol.frames_read
+            for action in actions:
                 if isinstance(action, Greet):
                     await self._greet(action.hello)
                 else:
@@ -311,6 +313,7 @@ class WorkerConnection:
         session = WorkerSession(session_id, binding, self.protocol.credit, self.send,
                                 self.close, self.fatal)
         session.last_frame_at = self.protocol.last_seen
+        session.frames_read = self.protocol.frames_read
         self.session = session
         dispatcher.attach(session)
         log.info("worker %s connected to queue %s (%s, %d slots, %s)", binding.instance_id,

@@ -101,6 +101,7 @@ class SessionCore:
         self.reports_confirmed = 0
         self.evidence_confirmed = 0
         self.dropped_reservations = 0
+        self.declined_grants = 0
         self.ended: dict[str, int] = {}
 
     # ------------------------------------------------------------------ queries
@@ -172,8 +173,9 @@ class SessionCore:
 
     # ------------------------------------------------------------------ attempts
 
-    def _new_attempt(self, res: Reservation, arrival: Event) -> Attempt:
-        att = Attempt(res, Lease(res.lease_ttl_ms, margin=self._margin.value()))
+    def _new_attempt(self, res: Reservation, arrival: Event,
+                     lease: Lease | None = None) -> Attempt:
+        att = Attempt(res, lease or Lease(res.lease_ttl_ms, margin=self._margin.value()))
         self._attempts.add(att, arrival)
         return att
 
@@ -183,10 +185,7 @@ class SessionCore:
         already ran out locally or the task was cancelled meanwhile."""
         if (att.lease.grant(sent_at, lease_ms, now, margin=self._margin.value())
                 and not att.cancelled):
-            att.start_running(now)
-            self.started += 1
-            actions.append(event("started", att))
-            actions.append(Execute(att))
+            self._run(att, now, actions)
             return
         # Confirmed too late (the local lease already ran out) or cancelled meanwhile: the
         # handler never runs, and the server hears so at once instead of at lease expiry.
@@ -199,6 +198,13 @@ class SessionCore:
                           report=Report(kill_reason=reason, renewals=0))
         self._outbox.queue(finish)
         actions.append(event("not_run", att, reason))
+
+    def _run(self, att: Attempt, now: float, actions: list[Action]) -> None:
+        """A STARTING attempt whose lease holds runs: its handler is handed to the pool."""
+        att.start_running(now)
+        self.started += 1
+        actions.append(event("started", att))
+        actions.append(Execute(att))
 
     def _on_cancel(self, frame: Cancel, now: float, actions: list[Action]) -> None:
         """A cancel push (or a resume's answer that the task was cancelled)."""

@@ -72,6 +72,10 @@ class SessionConfig:
     # handler without waiting for a round trip, at the price of a lease (and of the attempt
     # timeout) ticking while it waits behind a running handler (docs/supervisor.md).
     prefetch: int = 0
+    # Ask for leases granted with the dispatch (protocol feature "grant"): a reservation
+    # arrives started, with its lease counted from a frame this side sent, and no separate
+    # start round trip precedes its handler (docs/protocol.md, "Grants").
+    grants: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,10 @@ class Reaper:
                 record_close(uow, self._wakeups, SERVER, task, attempt, before, _LEASE_EXPIRED,
                              result, effects)
                 effects.counted().expired.append(task.queue_id)
+                if attempt.grant_connection is not None:
+                    # Granted with the dispatch and never confirmed: the worker may never
+                    # have received it (its process died with the frame unread).
+                    effects.counted().grants_expired_unconfirmed.append(task.queue_id)
                 lines.append((attempt.id, task.id, attempt.instance_id, task.state.value,
                               task.queue_id))
             release_all(uow, stale, domain.Rule.RESERVATION_EXPIRED, SERVER, effects)

@@ -105,6 +105,7 @@ class TaskService:
         now = self._tx.clock()
         new_rows: list[dict[str, Any]] = []
         reservations = Reservations()
+        effects = Effects()
         try:
             with self._tx.write() as conn:
                 self._require_queue(conn, queue_id)
@@ -112,7 +113,7 @@ class TaskService:
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
-                    reservations = reserve_for(uow, binding, count)
+                    reservations = reserve_for(uow, binding, count, effects)
                     uow.flush()
                 if binding is None:  # else a live worker serves them: nothing to say
                     offers = self._offers.offers(conn, queue_id, now)
@@ -124,7 +125,6 @@ class TaskService:
             # Another replica inserted the same operation key first; a retry finds it.
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
                              retryable=True) from None
-        effects = Effects()
         if new_rows:
             effects.counted().submitted.append((queue_id, len(new_rows)))
         claimed = {r.task_id for r in reservations}
