@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 from supervisor_session_harness import (
-    CAP,
     FakeOutcome,
     events,
     executes,
@@ -212,4 +211,3 @@ def test_heartbeats_are_numbered_frames_too() -> None:
     res = granted(lease_ms=2000)
     s.frame_received(Reserve((res,), basis=3), 1.2)
     assert s.attempts[res.attempt_id].lease.expires_at == 3.0
-    assert CAP == res.capability
