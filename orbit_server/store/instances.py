@@ -12,7 +12,7 @@ from sqlalchemy import Connection, RowMapping, and_, bindparam, select
 
 from orbit_wire.model import AttemptState
 
-from .tables import attempts, instances
+from .tables import attempts, instances, open_attempt
 
 __all__ = ["holds_connection", "insert_instance", "instance_row", "mark_disconnected",
            "record_presence", "reserved_attempts_of", "unconfirmed_grants_of",
@@ -43,7 +43,7 @@ UNCONFIRMED_GRANTS_OF = (
 RESERVED_OF_INSTANCE = (
     select(attempts)
     .where(attempts.c.instance_id == bindparam("instance_id"),
-           attempts.c.state == AttemptState.RESERVED.value)
+           open_attempt(AttemptState.RESERVED))
     .with_for_update()
 )
 

@@ -25,12 +25,13 @@ from sqlalchemy import (
     union_all,
 )
 
-from orbit_wire.model import AttemptState, TaskState
+from orbit_wire.model import AttemptState
 
 from ..domain.listing import TaskFilter
 from .rows import IN_CHUNK
-from .tables import attempts, instances, tasks
+from .tables import PENDING, attempts, instances, open_attempt, state_is, tasks
 
+_PENDING = state_is(tasks.c.state, PENDING)
 _INDEX_HINT = "FORCE INDEX (ix_tasks_queue_state_created)"
 # What a page row shows: everything but the payload and the result (each up to 256 KiB).
 LIST_COLUMNS = [c for c in tasks.c if c.name not in ("payload", "result")]
@@ -38,14 +39,15 @@ _SCAN_EXTRA = (tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version
                tasks.c.finished_at_ms)
 
 
-def _one_state(i: int, newest_first: bool, scanned_filters: bool, after: bool,
+def _one_state(state: str, newest_first: bool, scanned_filters: bool, after: bool,
                created_after: bool, created_before: bool) -> Select[Any]:
-    """State ``state_i``'s rows of a queue in list order past the cursor: id and
-    created_at_ms only (the index holds both) unless filters need the capability and finish
-    time."""
+    """The state's rows of a queue in list order past the cursor: id and created_at_ms only
+    (the index holds both) unless filters need the capability and finish time. The state is
+    a constant of the statement: a bound one would be compared with the partial indexes'
+    states by re-preparing the statement on every execution (tables.state_is)."""
     created, ident = tasks.c.created_at_ms, tasks.c.id
     cols = [ident, created, *(_SCAN_EXTRA if scanned_filters else ())]
-    where = [tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == bindparam(f"state_{i}")]
+    where = [tasks.c.queue_id == bindparam("queue_id"), state_is(tasks.c.state, state)]
     if created_after:
         where.append(created >= bindparam("created_after"))
     if created_before:
@@ -67,27 +69,25 @@ def _one_state(i: int, newest_first: bool, scanned_filters: bool, after: bool,
 
 
 @functools.cache
-def _states_range(count: int, *flags: bool) -> Select[Any]:
-    """``count`` state ranges in ONE statement (one round trip): a UNION ALL of limited
+def _states_range(states: tuple[str, ...], *flags: bool) -> Select[Any]:
+    """The ranges of ``states`` in ONE statement (one round trip): a UNION ALL of limited
     subqueries, each its own index range; the page is cut from their rows in Python."""
-    if count == 1:
-        return _one_state(0, *flags)
-    parts = [_one_state(i, *flags).subquery() for i in range(count)]
+    if len(states) == 1:
+        return _one_state(states[0], *flags)
+    parts = [_one_state(state, *flags).subquery() for state in states]
     merged = union_all(*(select(sub).select_from(sub) for sub in parts)).subquery()
     return select(merged)
 
 
 def state_range(filt: TaskFilter) -> Select[Any]:
     """The statement reading every wanted state's range (bind with ``state_params``)."""
-    return _states_range(len(filt.wanted_states()), filt.newest_first, filt.scanned_filters,
-                         filt.after is not None, filt.created_after is not None,
-                         filt.created_before is not None)
+    return _states_range(tuple(state.value for state in filt.wanted_states()),
+                         filt.newest_first, filt.scanned_filters, filt.after is not None,
+                         filt.created_after is not None, filt.created_before is not None)
 
 
 def state_params(filt: TaskFilter, queue_id: str) -> dict[str, Any]:
     params: dict[str, Any] = {"queue_id": queue_id, "n": filt.scan_size}
-    for i, state in enumerate(filt.wanted_states()):
-        params[f"state_{i}"] = state.value
     if filt.created_after is not None:
         params["created_after"] = filt.created_after
     if filt.created_before is not None:
@@ -121,20 +121,20 @@ RUNNING_OF_INSTANCES = (
     select(attempts.c.instance_id, attempts.c.task_id, attempts.c.id, attempts.c.child_pid,
            attempts.c.started_at_ms)
     .where(attempts.c.instance_id.in_(bindparam("ids", expanding=True)),
-           attempts.c.state == AttemptState.RUNNING.value)
+           open_attempt(AttemptState.RUNNING))
     .order_by(attempts.c.started_at_ms)
 )
 PENDING_BY_CAPABILITY = (
     select(tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version,
            func.count(), func.min(tasks.c.created_at_ms))
     .where(tasks.c.queue_id == bindparam("queue_id"),
-           tasks.c.state == TaskState.PENDING.value)
+           _PENDING)
     .group_by(tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version)
 )
 PENDING_BY_QUEUE_CAPABILITY = (
     select(tasks.c.queue_id, tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version,
            func.count(), func.min(tasks.c.created_at_ms))
-    .where(tasks.c.state == TaskState.PENDING.value)
+    .where(_PENDING)
     .group_by(tasks.c.queue_id, tasks.c.handler, tasks.c.handler_version,
               tasks.c.payload_version)
 )
@@ -161,15 +161,15 @@ STATE_COUNTS_OF_QUEUE = (select(tasks.c.state, func.count())
                          .where(tasks.c.queue_id == bindparam("queue_id"))
                          .group_by(tasks.c.state))
 RUNNING_OF_QUEUE = select(func.count()).select_from(attempts).where(
-    attempts.c.state == AttemptState.RUNNING.value,
+    open_attempt(AttemptState.RUNNING),
     attempts.c.queue_id == bindparam("queue_id"),
 )
 OLDEST_PENDING_OF_QUEUE = select(func.min(tasks.c.created_at_ms)).where(
-    tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == TaskState.PENDING.value)
+    tasks.c.queue_id == bindparam("queue_id"), _PENDING)
 _LATER = tasks.c.available_at_ms > bindparam("now")
 PENDING_BY_RANK = (
     select(tasks.c.dispatch_rank, _LATER, func.count())
-    .where(tasks.c.queue_id == bindparam("queue_id"), tasks.c.state == TaskState.PENDING.value)
+    .where(tasks.c.queue_id == bindparam("queue_id"), _PENDING)
     .group_by(tasks.c.dispatch_rank, _LATER)
 )
 

@@ -7,11 +7,31 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Integer, Select, bindparam, delete, func, literal_column, select, union_all
+from sqlalchemy import (
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
 
-from orbit_wire.model import AttemptState, TaskState
+from orbit_wire.model import AttemptState
 
-from .tables import DISPATCH_RANKS, attempts, credentials, queues, receipts, tasks
+from .tables import (
+    DISPATCH_RANKS,
+    PENDING,
+    attempts,
+    credentials,
+    open_attempt,
+    queues,
+    receipts,
+    state_is,
+    tasks,
+)
 
 # What a state change needs of a task: everything but the capability, the payload and the
 # big JSON outputs (a payload or result may be 256 KiB; finishing 100 tasks must not read them).
@@ -47,6 +67,13 @@ CLAIMED_ATTEMPTS = (
     .join_from(attempts, tasks, tasks.c.id == attempts.c.task_id)
     .where(attempts.c.id.in_(bindparam("ids", expanding=True)))
 )
+# The rows the partial indexes of tables.py hold, as their queries must state them. A
+# RESERVED attempt has no lease until it starts: its entry in ix_attempts_state_lease_reserved
+# is (RESERVED, NULL, reserved_at_ms).
+_PENDING = state_is(tasks.c.state, PENDING)
+_RUNNING = open_attempt(AttemptState.RUNNING)
+_RESERVED = and_(open_attempt(AttemptState.RESERVED), attempts.c.lease_expires_at_ms.is_(None))
+
 RECEIPTS_BY_MSG = select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).where(
     receipts.c.instance_id == bindparam("instance_id"),
     receipts.c.msg_id.in_(bindparam("msg_ids", expanding=True)),
@@ -68,7 +95,7 @@ def _dispatch_range(*columns: Any, live_only: bool = True) -> Select[Any]:
     """The dispatch range of one capability, in dispatch order, without a locking clause."""
     where = [
         tasks.c.queue_id == bindparam("queue_id"),
-        tasks.c.state == TaskState.PENDING.value,
+        _PENDING,
         tasks.c.handler == bindparam("handler"),
         tasks.c.handler_version == bindparam("handler_version"),
         tasks.c.payload_version == bindparam("payload_version"),
@@ -110,7 +137,7 @@ def dispatch_many(count: int) -> Select[Any]:
             select(*DISPATCH_COLUMNS)
             .where(
                 tasks.c.queue_id == bindparam("queue_id"),
-                tasks.c.state == TaskState.PENDING.value,
+                _PENDING,
                 tasks.c.handler == bindparam(f"handler_{i}"),
                 tasks.c.handler_version == bindparam(f"handler_version_{i}"),
                 tasks.c.payload_version == bindparam(f"payload_version_{i}"),
@@ -130,24 +157,21 @@ def dispatch_many(count: int) -> Select[Any]:
 
 EXPIRED_LEASES = (
     select(attempts)
-    .where(attempts.c.state == AttemptState.RUNNING.value,
-           attempts.c.lease_expires_at_ms <= bindparam("now"))
+    .where(_RUNNING, attempts.c.lease_expires_at_ms <= bindparam("now"))
     .order_by(attempts.c.lease_expires_at_ms)
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
 STALE_RESERVATIONS = (
     select(attempts)
-    .where(attempts.c.state == AttemptState.RESERVED.value,
-           attempts.c.reserved_at_ms <= bindparam("before"))
+    .where(_RESERVED, attempts.c.reserved_at_ms <= bindparam("before"))
     .order_by(attempts.c.reserved_at_ms)
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
 )
 OVERDUE_PENDING = (
     select(tasks)
-    .where(tasks.c.state == TaskState.PENDING.value,
-           tasks.c.deadline_at_ms <= bindparam("now"))
+    .where(_PENDING, tasks.c.deadline_at_ms <= bindparam("now"))
     .order_by(tasks.c.deadline_at_ms)
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
@@ -164,17 +188,19 @@ START_BY_PASSED = (
 # IS NOT NULL: the term SQLite's partial ix_tasks_start_by needs to answer min() from it.
 NEXT_START_BY = select(func.min(tasks.c.start_by_at_ms)).where(
     tasks.c.start_by_at_ms.is_not(None))
-# Receipt pruning, oldest first, a bounded batch per transaction (ix_receipts_created): the
-# creation instant of the (skip + 1)-th oldest receipt before ``before``, then a range delete
-# up to it. Both are range scans of that index on every store.
-NTH_OLD_RECEIPT = (
-    select(receipts.c.created_at_ms)
-    .where(receipts.c.created_at_ms < bindparam("before"))
-    .order_by(receipts.c.created_at_ms)
-    .limit(1)
-    .offset(bindparam("skip", type_=Integer))
+# Receipt pruning, oldest first, a bounded batch per transaction, along the primary key
+# (insertion order): the next receipts after ``after``, then a range delete up to the last
+# old one. Both are ranges of the primary key on every store.
+RECEIPTS_AFTER = (
+    select(receipts.c.seq, receipts.c.created_at_ms)
+    .where(receipts.c.seq > bindparam("after"))
+    .order_by(receipts.c.seq)
+    .limit(bindparam("n", type_=Integer))
 )
-DELETE_RECEIPTS_UP_TO = delete(receipts).where(receipts.c.created_at_ms <= bindparam("upto"))
+# The creation instant again: a receipt inserted meanwhile is never in the range (MySQL
+# hands out keys before commit, so one may land below ``upto`` and become visible later).
+DELETE_RECEIPTS_UP_TO = delete(receipts).where(receipts.c.seq <= bindparam("upto"),
+                                               receipts.c.created_at_ms < bindparam("before"))
 QUEUE_EXISTS = select(queues.c.id).where(queues.c.id == bindparam("id"))
 CREDENTIAL_BY_ID = select(credentials).where(credentials.c.id == bindparam("id"))
 TASK_BY_ID = select(tasks).where(tasks.c.id == bindparam("id"))
@@ -186,14 +212,11 @@ LAST_ATTEMPT_OF_TASK = (
     .order_by(attempts.c.epoch.desc()).limit(1)
 )
 # The reaper's "when is something next due" look-ups (MIN over an indexed state range).
-NEXT_LEASE_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(
-    attempts.c.state == AttemptState.RUNNING.value)
-OLDEST_RESERVATION = select(func.min(attempts.c.reserved_at_ms)).where(
-    attempts.c.state == AttemptState.RESERVED.value)
-NEXT_PENDING_DEADLINE = select(func.min(tasks.c.deadline_at_ms)).where(
-    tasks.c.state == TaskState.PENDING.value)
+NEXT_LEASE_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(_RUNNING)
+OLDEST_RESERVATION = select(func.min(attempts.c.reserved_at_ms)).where(_RESERVED)
+NEXT_PENDING_DEADLINE = select(func.min(tasks.c.deadline_at_ms)).where(_PENDING)
 # When each queue's waiting tasks become dispatchable: the reaper's wake-ups after a start.
 FIRST_AVAILABLE_BY_QUEUE = (
     select(tasks.c.queue_id, func.min(tasks.c.available_at_ms))
-    .where(tasks.c.state == TaskState.PENDING.value).group_by(tasks.c.queue_id)
+    .where(_PENDING).group_by(tasks.c.queue_id)
 )

@@ -8,7 +8,7 @@ past the retention.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -85,10 +85,35 @@ def answer_result(msg_id: str, answer: Mapping[Any, Any]) -> OpResult:
 
 
 def prune_receipts(conn: Connection, before: int, batch: int) -> int:
-    """Delete the oldest receipts created before ``before``, about ``batch`` of them: the
-    creation instant of the ``batch``-th oldest, then a range delete up to it (rows of its
-    millisecond go too; ``ix_receipts_created``). Returns how many were deleted."""
-    nth = conn.scalar(queries.NTH_OLD_RECEIPT, {"before": before, "skip": batch - 1})
-    upto = before - 1 if nth is None else nth
-    deleted: int = conn.execute(queries.DELETE_RECEIPTS_UP_TO, {"upto": upto}).rowcount
+    """Delete the oldest receipts created before ``before``, about ``batch`` of them, in
+    insertion order (the primary key ``seq``): the first ``batch`` receipts and those right
+    after them that share the last one's millisecond, stopping at the first created at or
+    after ``before`` (after a clock was set back, older ones behind it wait for a later
+    pass). Returns how many were deleted."""
+    upto, last_at, full = _leading(conn, 0, batch, lambda created: created < before)
+    while full and upto is not None:  # the batch may end inside a millisecond: finish it
+        upto, _, full = _leading(conn, upto, _SAME_MS_STEP,
+                                 lambda created: created == last_at, upto)
+    if upto is None:
+        return 0
+    deleted: int = conn.execute(queries.DELETE_RECEIPTS_UP_TO,
+                                {"upto": upto, "before": before}).rowcount
     return deleted
+
+
+# Receipts read at a time past a batch's end while they share its last millisecond.
+_SAME_MS_STEP = 64
+
+
+def _leading(conn: Connection, after: int, n: int, keep: Callable[[int], bool],
+             upto: int | None = None) -> tuple[int | None, int | None, bool]:
+    """Of the ``n`` receipts after ``after`` in insertion order, the leading ones whose
+    creation instant ``keep`` accepts: (the last one's seq, else ``upto``; its instant;
+    whether all ``n`` were accepted)."""
+    rows = conn.execute(queries.RECEIPTS_AFTER, {"after": after, "n": n}).all()
+    last_at: int | None = None
+    for seq, created in rows:
+        if not keep(created):
+            return upto, last_at, False
+        upto, last_at = seq, created
+    return upto, last_at, len(rows) == n

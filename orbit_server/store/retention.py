@@ -10,9 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Integer, bindparam, delete, select
 
-from orbit_wire.model import AttemptState
-
-from .tables import attempts, audit, evidence, instances, tasks
+from .tables import attempts, audit, evidence, instances, open_attempt, tasks
 
 OLD_FINISHED_TASKS = (
     select(tasks.c.id)
@@ -38,7 +36,7 @@ OLD_INSTANCES = (
 )
 OPEN_ATTEMPT_INSTANCES = select(attempts.c.instance_id).where(
     attempts.c.instance_id.in_(_IDS),
-    attempts.c.state.in_([AttemptState.RESERVED.value, AttemptState.RUNNING.value]),
+    open_attempt(),
 )
 # Unseen since ``before`` still: a hello in between (any replica) keeps the row.
 DELETE_INSTANCES = delete(instances).where(instances.c.id.in_(_IDS),

@@ -71,7 +71,7 @@ INSERT_ATTEMPT = SparseInsert(attempts, ATTEMPT_COLUMNS,
                               [c for c in ATTEMPT_MUTABLE if attempts.c[c].nullable])
 INSERT_AUDIT = Prepared(audit.insert(), AUDIT_KEYS)
 INSERT_EVIDENCE = Prepared(evidence.insert(), [c.name for c in evidence.c])
-INSERT_RECEIPT = Prepared(receipts.insert(), [c.name for c in receipts.c])
+INSERT_RECEIPT = Prepared(receipts.insert(), [c.name for c in receipts.c if c.name != "seq"])
 INSERT_TASK = SparseInsert(tasks, TASK_COLUMN_NAMES, [
     "operation_key", "result", "failure_code", "failure_details", "current_attempt_id",
     "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest"])

@@ -13,6 +13,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    ColumnElement,
     Float,
     Index,
     Integer,
@@ -21,12 +22,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
+    and_,
+    literal_column,
     text,
 )
 from sqlalchemy.dialects import mysql
 
 from orbit_wire.limits import MAX_PRIORITY, MIN_PRIORITY
+from orbit_wire.model import AttemptState, TaskState
 
 ID = 32  # orbit_wire.ids: 32 lowercase hex characters
 NAME = 128  # orbit_wire.limits.MAX_NAME_LEN
@@ -58,6 +61,25 @@ def rank_of(priority: int) -> int:
 
 def priority_of(rank: int) -> int:
     return MAX_PRIORITY - rank
+
+
+def state_is(column: Column[Any], *states: str) -> ColumnElement[bool]:
+    """``column = 'S'``, or ``column IN ('S1', 'S2')``, with the states as constants in the SQL.
+
+    SQLite keeps only some rows in a partial index (its ``WHERE``, built here too) and uses
+    it for a query only when the query's WHERE repeats that condition with the same
+    constants: against a bound parameter it re-prepares the statement on every execution
+    to compare the value. Every query on such an index states its rows this way."""
+    values: list[ColumnElement[str]] = [literal_column(f"'{state}'") for state in states]
+    return column == values[0] if len(values) == 1 else column.in_(values)
+
+
+# The rows of tasks and attempts the partial indexes below hold (SQLite; MySQL and MariaDB
+# have no partial indexes and keep every row): what dispatch, the deadline sweep and the
+# reaper search, so a task or attempt leaves these indexes once it no longer can be found
+# there instead of moving to a state nothing searches.
+PENDING = TaskState.PENDING.value
+OPEN_ATTEMPT = (AttemptState.RESERVED.value, AttemptState.RUNNING.value)
 
 
 metadata = MetaData()
@@ -169,14 +191,6 @@ tasks = Table(
     Column("spec_digest", String(64), nullable=True),
     Column("dispatch_rank", SmallInteger, nullable=False),  # rank_of(priority)
     Column("cancel_grace_ms", Integer, nullable=False),  # migration 0008
-    # Several NULL operation keys are allowed by the unique index on every supported engine.
-    UniqueConstraint("queue_id", "operation_key", name="uq_tasks_queue_operation_key"),
-    Index(
-        "ix_tasks_dispatch",
-        "queue_id", "state", "handler", "handler_version", "payload_version", "dispatch_rank",
-        "available_at_ms",
-    ),
-    Index("ix_tasks_state_deadline", "state", "deadline_at_ms"),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.
@@ -186,6 +200,16 @@ tasks = Table(
           sqlite_where=text("start_by_at_ms IS NOT NULL")),
     **MYSQL_OPTIONS,
 )
+# Several NULL operation keys are allowed by a unique index on every supported engine; on
+# SQLite the index holds only the tasks that have a key (migration 0010).
+Index("uq_tasks_queue_operation_key", tasks.c.queue_id, tasks.c.operation_key, unique=True,
+      sqlite_where=tasks.c.operation_key.is_not(None))
+# Partial on SQLite (migration 0010): dispatch and the deadline sweep read PENDING tasks only.
+Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
+      tasks.c.handler_version, tasks.c.payload_version, tasks.c.dispatch_rank,
+      tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
+Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
+      sqlite_where=state_is(tasks.c.state, PENDING))
 
 attempts = Table(
     "attempts",
@@ -222,11 +246,23 @@ attempts = Table(
     # An unconfirmed lease granted with the dispatch: its connection (migration 0011).
     Column("grant_connection", BigInteger, nullable=True),
     Index("ix_attempts_task", "task_id"),
-    Index("ix_attempts_state_lease", "state", "lease_expires_at_ms"),
-    Index("ix_attempts_state_reserved", "state", "reserved_at_ms"),
-    Index("ix_attempts_instance_state", "instance_id", "state"),
     **MYSQL_OPTIONS,
 )
+# The reaper's two searches share one index (migration 0010): RUNNING attempts by lease
+# expiry, RESERVED ones (whose lease is NULL until they start) by reservation instant, so a
+# start moves an entry within one tree. Partial on SQLite, as is the instance's: both are
+# searched for open attempts only.
+Index("ix_attempts_state_lease_reserved", attempts.c.state, attempts.c.lease_expires_at_ms,
+      attempts.c.reserved_at_ms, sqlite_where=state_is(attempts.c.state, *OPEN_ATTEMPT))
+Index("ix_attempts_instance_state", attempts.c.instance_id, attempts.c.state,
+      sqlite_where=state_is(attempts.c.state, *OPEN_ATTEMPT))
+
+
+def open_attempt(state: AttemptState | None = None) -> ColumnElement[bool]:
+    """The open (RESERVED or RUNNING) attempts, or those in ``state`` among them, as a
+    query of the partial indexes of attempts states them (``state_is``)."""
+    is_open = state_is(attempts.c.state, *OPEN_ATTEMPT)
+    return is_open if state is None else and_(is_open, state_is(attempts.c.state, state.value))
 
 evidence = Table(
     "evidence",
@@ -249,13 +285,16 @@ evidence = Table(
 receipts = Table(
     "receipts",
     metadata,
-    Column("instance_id", String(ID), primary_key=True),
-    Column("msg_id", String(MSG_ID), primary_key=True),
+    # Insertion order (migration 0010): receipts older than the retention are pruned oldest
+    # first along this key (services.reaper.Reaper.prune_receipts), which every insert
+    # appends to (on SQLite the rowid), instead of along an index of the creation instant.
+    Column("seq", AutoId, primary_key=True, autoincrement=True),
+    Column("instance_id", String(ID), nullable=False),
+    Column("msg_id", String(MSG_ID), nullable=False),
     Column("op", String(STATE), nullable=False),
     Column("answer", Text, nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
-    # Receipts older than the retention are pruned by age (services.reaper.Reaper.prune_receipts).
-    Index("ix_receipts_created", "created_at_ms"),
+    Index("uq_receipts_instance_msg", "instance_id", "msg_id", unique=True),
     **MYSQL_OPTIONS,
 )
 

@@ -12,9 +12,17 @@ import pytest
 from sqlalchemy import Engine, func, select
 from support.bulk_rows import NOW, Q, attempt_row, task_row
 
-from orbit_server.store import create_engine_for, listing, migrate, queries
+from orbit_server.store import (
+    create_engine_for,
+    instances,
+    listing,
+    migrate,
+    queries,
+    retention,
+    task_rows,
+)
 from orbit_server.store.rows import INSERT_ATTEMPT, INSERT_AUDIT, INSERT_TASK
-from orbit_server.store.tables import attempts, audit, evidence, tasks
+from orbit_server.store.tables import audit, evidence, tasks
 
 FINISHED = 200_000
 # One xdist worker runs the module, so the module-scoped big database is built once.
@@ -48,11 +56,25 @@ def big_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
 
 
 def plan(engine: Engine, stmt: Any, **params: Any) -> str:
-    bound = stmt.params(**params) if params else stmt
-    sql = str(bound.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+    """The plan of ``stmt`` as the server runs it: its SQL with bound parameters (IN lists
+    expanded).
+
+    The plan must not depend on the values: SQLite uses a partial index for a bound value
+    only by re-preparing the statement on every execution to compare it with the index's
+    WHERE, so a query states the rows of a partial index with constants
+    (tables.state_is). The same SQL with every parameter NULL must be planned alike."""
+    compiled: Any = stmt.compile(dialect=engine.dialect)
+    expanded = compiled.construct_expanded_state(params)
+    convert = expanded.processors
+    values = [convert[name](expanded.parameters[name]) if name in convert
+              else expanded.parameters[name] for name in expanded.positiontup]
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql).all()
-    return "\n".join(str(r[-1]) for r in rows)
+        found, blind = (
+            "\n".join(str(r[-1]) for r in conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + expanded.statement, tuple(bound)).all())
+            for bound in (values, [None] * len(values)))
+    assert found == blind, f"the plan depends on a bound value:\n{found}\nwith NULLs:\n{blind}"
+    return found
 
 
 def assert_indexed(text: str, index: str) -> None:
@@ -82,17 +104,44 @@ def test_dispatch_over_several_capabilities_uses_the_dispatch_index(big_db: Engi
     assert text.count("dispatch_rank=? AND available_at_ms<?") == 3, text
 
 
+def test_what_is_left_to_dispatch_reads_the_dispatch_index(big_db: Engine) -> None:
+    text = plan(big_db, queries.DISPATCH_LEFT, queue_id=Q, handler="h", handler_version="v1",
+                payload_version="v1", now=NOW, n=2)
+    assert_indexed(text, "ix_tasks_dispatch")
+    assert "dispatch_rank=? AND available_at_ms<?" in text, text
+    # When each queue's waiting tasks become dispatchable: an index of PENDING rows only.
+    text = plan(big_db, queries.FIRST_AVAILABLE_BY_QUEUE)
+    assert_indexed(text, "ix_tasks_")
+    assert "ix_tasks_dispatch" in text or "ix_tasks_state_deadline" in text, text
+
+
 def test_reaper_queries_use_their_indexes(big_db: Engine) -> None:
-    assert_indexed(plan(big_db, queries.EXPIRED_LEASES, now=NOW, n=1000),
-                   "ix_attempts_state_lease")
-    assert_indexed(plan(big_db, queries.STALE_RESERVATIONS, before=NOW, n=1000),
-                   "ix_attempts_state_reserved")
+    # Lapsed leases and stale reservations: each a range of one index, in its order.
+    for stmt, params, search in (
+            (queries.EXPIRED_LEASES, {"now": NOW, "n": 1000},
+             "(state=? AND lease_expires_at_ms<?)"),
+            (queries.STALE_RESERVATIONS, {"before": NOW, "n": 1000},
+             "(state=? AND lease_expires_at_ms=? AND reserved_at_ms<?)")):
+        text = plan(big_db, stmt, **params)
+        assert_indexed(text, f"ix_attempts_state_lease_reserved {search}")
+        assert "TEMP B-TREE" not in text, text
     assert_indexed(plan(big_db, queries.OVERDUE_PENDING, now=NOW, n=1000),
                    "ix_tasks_state_deadline")
-    assert_indexed(plan(big_db, select(func.min(attempts.c.lease_expires_at_ms))
-                        .where(attempts.c.state == "RUNNING")), "ix_attempts_state_lease")
-    assert_indexed(plan(big_db, select(func.min(tasks.c.deadline_at_ms))
-                        .where(tasks.c.state == "PENDING")), "ix_tasks_state_deadline")
+    assert_indexed(plan(big_db, queries.NEXT_LEASE_EXPIRY), "ix_attempts_state_lease_reserved")
+    assert_indexed(plan(big_db, queries.OLDEST_RESERVATION), "ix_attempts_state_lease_reserved")
+    assert_indexed(plan(big_db, queries.NEXT_PENDING_DEADLINE), "ix_tasks_state_deadline")
+
+
+def test_an_instances_open_attempts_are_an_index_search(big_db: Engine) -> None:
+    ids = ["b" * 32, "c" * 32]
+    for stmt, params in ((instances.RESERVED_OF_INSTANCE, {"instance_id": ids[0]}),
+                         (listing.RUNNING_OF_INSTANCES, {"ids": ids}),
+                         (retention.OPEN_ATTEMPT_INSTANCES, {"ids": ids})):
+        text = plan(big_db, stmt, **params)
+        assert_indexed(text, "ix_attempts_instance_state (instance_id=?")
+    # A queue's running attempts: the RUNNING range of the reaper's index, every queue's.
+    assert_indexed(plan(big_db, listing.RUNNING_OF_QUEUE, queue_id=Q),
+                   "ix_attempts_state_lease_reserved (state=?)")
 
 
 def test_lookups_use_keys_and_indexes(big_db: Engine) -> None:
@@ -103,33 +152,26 @@ def test_lookups_use_keys_and_indexes(big_db: Engine) -> None:
     assert_indexed(joined, "sqlite_autoindex_attempts_1")
     assert_indexed(joined, "sqlite_autoindex_tasks_1")
     assert_indexed(plan(big_db, queries.RECEIPTS_BY_MSG, instance_id="b" * 32,
-                        msg_ids=["m1", "m2"]), "sqlite_autoindex_receipts_1")
+                        msg_ids=["m1", "m2"]), "uq_receipts_instance_msg")
     assert_indexed(plan(big_db, queries.ATTEMPTS_OF_TASK, task_id=ids[0]), "ix_attempts_task")
     assert_indexed(plan(big_db, select(audit).where(audit.c.task_id == ids[0])
                         .order_by(audit.c.at_ms, audit.c.id)), "ix_audit_task_at")
     assert_indexed(plan(big_db, select(evidence).where(evidence.c.task_id == ids[0])),
                    "ix_evidence_task")
-    assert_indexed(plan(big_db, select(tasks).where(tasks.c.queue_id == Q,
-                                                    tasks.c.operation_key.in_(["k1", "k2"]))),
-                   "(queue_id=? AND operation_key=?)")  # the unique constraint's index
-    assert_indexed(plan(big_db, select(attempts).where(attempts.c.instance_id == "b" * 32,
-                                                       attempts.c.state == "RESERVED")),
-                   "ix_attempts_instance_state")
+    assert_indexed(plan(big_db, task_rows.TASKS_BY_OPERATION_KEY, queue_id=Q,
+                        keys=["k1", "k2"]),
+                   "uq_tasks_queue_operation_key (queue_id=? AND operation_key=?)")
 
 
-def test_receipt_pruning_ranges_over_the_creation_index(big_db: Engine) -> None:
-    assert_indexed(plan(big_db, queries.NTH_OLD_RECEIPT, before=NOW, skip=999),
-                   "ix_receipts_created")
-    # A DELETE takes no .params(): its SQL with the driver's own parameter.
-    sql = str(queries.DELETE_RECEIPTS_UP_TO.compile(dialect=big_db.dialect))
-    with big_db.connect() as conn:
-        rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, (NOW,)).all()
-    assert_indexed("\n".join(str(r[-1]) for r in rows), "ix_receipts_created")
+def test_receipt_pruning_ranges_over_the_insertion_order(big_db: Engine) -> None:
+    assert_indexed(plan(big_db, queries.RECEIPTS_AFTER, after=0, n=1000),
+                   "INTEGER PRIMARY KEY (rowid>?)")
+    assert_indexed(plan(big_db, queries.DELETE_RECEIPTS_UP_TO, upto=1000, before=NOW),
+                   "INTEGER PRIMARY KEY (rowid<?)")
 
 
 def test_task_list_pages_range_over_the_listing_index(big_db: Engine) -> None:
     from orbit_server.domain.listing import Position, TaskFilter
-    from orbit_server.store import listing
     from orbit_wire.model import TaskState
 
     for newest in (True, False):
@@ -150,8 +192,6 @@ def test_task_list_pages_range_over_the_listing_index(big_db: Engine) -> None:
 
 
 def test_retention_and_start_by_range_over_their_indexes(big_db: Engine) -> None:
-    from orbit_server.store import retention
-
     assert_indexed(plan(big_db, retention.OLD_FINISHED_TASKS, before=NOW, n=500),
                    "ix_tasks_finished")
     assert_indexed(plan(big_db, retention.OLD_INSTANCES, before=NOW, n=500),

@@ -6,8 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.schema import CreateIndex
+from support.bulk_rows import attempt_row, task_row
 
 from orbit_server.store import create_engine_for, current_revision, migrate, migrations
 from orbit_server.store.db import WAL_AUTOCHECKPOINT_PAGES, head_revision, shipped_head
@@ -72,20 +77,134 @@ def test_a_database_at_head_is_checked_without_loading_alembic(tmp_path: Path) -
     assert out.stdout.strip() == "[]"
 
 
-def test_a_database_behind_head_is_upgraded(tmp_path: Path) -> None:
+def _upgraded_to(engine: Engine, url: str, revision: str, *, down: bool = False) -> None:
+    """Bring the database at ``url`` to ``revision`` with Alembic (``down``: a downgrade)."""
     from alembic import command
 
     from orbit_server.store.db import alembic_config
 
+    with engine.begin() as conn:
+        cfg = alembic_config(url)
+        cfg.attributes["connection"] = conn
+        (command.downgrade if down else command.upgrade)(cfg, revision)
+
+
+def test_a_database_behind_head_is_upgraded(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'orbit.db'}"
     engine = create_engine_for(url)
     try:
-        with engine.begin() as conn:
-            cfg = alembic_config(url)
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0004")
+        _upgraded_to(engine, url, "0004")
         assert current_revision(engine) == "0004"
         migrate(url)  # the version read sees 0004, so Alembic runs the rest of the chain
+        assert current_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
+
+
+def _schema_sql(engine: Engine) -> dict[str, str]:
+    """Each index's and table's SQL as SQLite stores it, whitespace folded."""
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL "
+                                    "AND name NOT LIKE 'alembic%'").all()
+    return {name: " ".join(sql.replace("\"", "").split()) for name, sql in rows}
+
+
+def test_the_partial_indexes_hold_the_rows_tables_py_says(tmp_path: Path) -> None:
+    # compare_metadata does not read a partial index's WHERE: the migrated database's DDL
+    # of every index is tables.py's, WHERE included.
+    url = f"sqlite:///{tmp_path / 'orbit.db'}"
+    migrate(url)
+    engine = create_engine_for(url)
+    try:
+        found = _schema_sql(engine)
+        for table in metadata.tables.values():
+            for index in table.indexes:
+                wanted = " ".join(str(CreateIndex(index).compile(dialect=engine.dialect)).split())
+                assert found[index.name] == wanted
+    finally:
+        engine.dispose()
+
+
+def test_an_upgrade_to_partial_indexes_keeps_every_row(tmp_path: Path) -> None:
+    from orbit_server.store.rows import INSERT_ATTEMPT, INSERT_RECEIPT, INSERT_TASK
+
+    url = f"sqlite:///{tmp_path / 'orbit.db'}"
+    engine = create_engine_for(url)
+    try:
+        _upgraded_to(engine, url, "0009")
+        with engine.begin() as conn:
+            keyed = [task_row(i, state) for i, state in enumerate(("PENDING", "RUNNING",
+                                                                  "SUCCEEDED"))]
+            unkeyed = [{**task_row(10 + i, "PENDING"), "operation_key": None} for i in range(2)]
+            INSERT_TASK.run(conn, [*keyed, *unkeyed])
+            INSERT_ATTEMPT.run(conn, [attempt_row(i, state) for i, state in enumerate(
+                ("RESERVED", "RUNNING", "FINISHED"))])
+            # Receipts inserted out of creation order (keyed by instance and message then).
+            INSERT_RECEIPT.run(conn, [
+                {"instance_id": "e" * 32, "msg_id": f"m{i}", "op": "renew", "answer": "{}",
+                 "created_at_ms": at} for i, at in enumerate((30, 10, 20))])
+        before = _rows(engine)
+        migrate(url)
+        assert current_revision(engine) == head_revision()
+        assert _rows(engine) == before
+        with engine.connect() as conn:  # now in creation order, the order they are pruned in
+            assert conn.exec_driver_sql("SELECT seq, msg_id FROM receipts ORDER BY seq"
+                                        ).all() == [(1, "m1"), (2, "m2"), (3, "m0")]
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+            # Each index holds the rows it is searched for (entries counted by dbstat).
+            entries = dict(conn.exec_driver_sql(
+                "SELECT name, sum(ncell) FROM dbstat WHERE pagetype = 'leaf' GROUP BY name"
+            ).all())
+        assert entries["tasks"] == 5
+        assert entries["ix_tasks_dispatch"] == entries["ix_tasks_state_deadline"] == 3
+        assert entries["uq_tasks_queue_operation_key"] == 3  # the keyed tasks
+        assert entries["attempts"] == 3
+        assert entries["ix_attempts_instance_state"] == 2  # RESERVED and RUNNING
+        assert entries["ix_attempts_state_lease_reserved"] == 2
+        assert entries["receipts"] == entries["uq_receipts_instance_msg"] == 3
+        # The unique key still refuses a second task with a queue's key.
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            INSERT_TASK.run(conn, [{**task_row(20, "PENDING"), "operation_key": "k1"}])
+    finally:
+        engine.dispose()
+
+
+def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of tasks and attempts, and the receipts' columns that 0009 had."""
+    queries = {table: f"SELECT * FROM {table} ORDER BY id" for table in ("tasks", "attempts")}
+    queries["receipts"] = ("SELECT instance_id, msg_id, op, answer, created_at_ms FROM "
+                           "receipts ORDER BY instance_id, msg_id")
+    with engine.connect() as conn:
+        return {table: [tuple(r) for r in conn.exec_driver_sql(sql).all()]
+                for table, sql in queries.items()}
+
+
+def test_receipts_move_to_insertion_order_and_back_with_their_rows(db_url: str) -> None:
+    # On both stores: 0010 copies receipts into a table keyed by insertion order, oldest
+    # first, and its downgrade copies them back.
+    migrate(db_url)
+    engine = create_engine_for(db_url)
+    wanted = [("e" * 32, f"m{i}", "renew", "{}", at) for i, at in enumerate((30, 10, 20))]
+    try:
+        _upgraded_to(engine, db_url, "0009", down=True)
+        with engine.begin() as conn:
+            for row in wanted:
+                conn.execute(text("INSERT INTO receipts (instance_id, msg_id, op, answer, "
+                                  "created_at_ms) VALUES (:i, :m, :o, :a, :c)"),
+                             dict(zip("imoac", row, strict=True)))
+        migrate(db_url)
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+            got = conn.exec_driver_sql("SELECT instance_id, msg_id, op, answer, created_at_ms "
+                                       "FROM receipts ORDER BY seq").all()
+        assert [tuple(r) for r in got] == sorted(wanted, key=lambda r: r[4])
+        _upgraded_to(engine, db_url, "0009", down=True)
+        with engine.connect() as conn:
+            back = conn.exec_driver_sql("SELECT instance_id, msg_id, op, answer, created_at_ms "
+                                        "FROM receipts ORDER BY msg_id").all()
+        assert [tuple(r) for r in back] == wanted
+        migrate(db_url)
         assert current_revision(engine) == head_revision()
     finally:
         engine.dispose()
