@@ -36,8 +36,7 @@ CONNECTION_HOLDS = (select(instances.c.id).where(_THIS_CONNECTION).with_for_upda
 UNCONFIRMED_GRANTS_OF = (
     select(attempts)
     .where(attempts.c.instance_id == bindparam("instance_id"),
-           attempts.c.state == AttemptState.RUNNING.value,
-           attempts.c.grant_connection.is_not(None))
+           open_attempt(AttemptState.RUNNING), attempts.c.grant_connection.is_not(None))
     .with_for_update()
 )
 RESERVED_OF_INSTANCE = (
