@@ -59,7 +59,8 @@ def test_tasks_and_queues_through_the_client(orbit: OrbitEnv) -> None:
     producer = orbit.producer(queue_id)
     listed = expect(producer.get("/v1/queues"), 200)["queues"]
     assert [q["queue_id"] for q in listed] == [queue_id]
-    expect_error(producer.get(f"/v1/queues/{other}/tasks"), 403, "PERMISSION_DENIED")
+    # Another queue answers exactly as one that does not exist (docs/security.md).
+    expect_error(producer.get(f"/v1/queues/{other}/tasks"), 404, "NOT_FOUND")
 
 
 def _worker_ids(url: str, bearer: str) -> dict[str, dict[str, Any]]:
