@@ -343,7 +343,7 @@ _CODE_OF = {Refusal.VALUE: ErrorCode.BAD_FRAME, Refusal.UNKNOWN_TAG: ErrorCode.U
 
 def decode_client_frame(data: bytes | str) -> ClientFrame:
     """Decode bytes a worker sent. Raises ProtocolError (stable code) on any violation."""
-    frame = _decode(_CLIENT, ClientFrame, data)
+    frame = decode_checked(_CLIENT, ClientFrame, data)
     if type(frame) is Request:
         for index, op in enumerate(frame.ops):
             if type(op) is FinishOp:
@@ -353,23 +353,26 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
 
 def decode_server_frame(data: bytes | str) -> ServerFrame:
     """Decode bytes the server sent. Raises ProtocolError on any violation."""
-    return _decode(_SERVER, ServerFrame, data)
+    return decode_checked(_SERVER, ServerFrame, data)
 
 
-def _decode(decoder: msgspec.json.Decoder[T], kind: Any, data: bytes | str) -> T:
+def decode_checked(decoder: msgspec.json.Decoder[T], kind: Any, data: bytes | str,
+                   what: str = "frame") -> T:
+    """``decoder.decode(data)`` for a message of the tagged union ``kind``, within the frame
+    size; ProtocolError with a stable code and a message naming the field otherwise."""
     if len(data) > MAX_FRAME_BYTES:
         raise ProtocolError(
-            ErrorCode.FRAME_TOO_LARGE, f"frame is {len(data)} bytes; at most {MAX_FRAME_BYTES}"
+            ErrorCode.FRAME_TOO_LARGE, f"{what} is {len(data)} bytes; at most {MAX_FRAME_BYTES}"
         )
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
-        refused = explain(exc, kind, _parsed(data), "frame")
+        refused = explain(exc, kind, _parsed(data), what)
         raise ProtocolError(_CODE_OF[refused.refusal], refused.message) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # older msgspec: the latter
-        raise _bad(f"frame is not valid JSON: {exc}") from None
+        raise _bad(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
-        raise _bad("frame is nested too deeply") from None
+        raise _bad(f"{what} is nested too deeply") from None
 
 
 def _parsed(data: bytes | str) -> Any:
