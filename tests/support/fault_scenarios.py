@@ -279,7 +279,9 @@ def _lost_op(kind: str, lose: str) -> Body:
         assert server.proxy is not None and server.tap is not None
         tap = server.tap
         drain = kind == "drain"
-        sup = stage.supervisor(2, url=server.proxy.url)
+        # A start exists only without grants (with them a reservation arrives started).
+        sup = stage.supervisor(2, url=server.proxy.url,
+                               extra=("--no-grants",) if kind == "start" else ())
         seconds = {"renew": 1.2, "drain": 1.0}.get(kind, 0.3)
         stage.submit(1, seconds, "IDEMPOTENT", lease_ttl_ms=900)
         stage.submit(1, seconds, "NON_IDEMPOTENT", lease_ttl_ms=900)
@@ -316,11 +318,13 @@ def _lost_op(kind: str, lose: str) -> Body:
 
 
 _LOST_DOC = {
-    ("start", "request"): "The first request holding a start never reaches the server and "
+    ("start", "request"): "(A supervisor without grants.) The first request holding a "
+    "start never reaches the server and "
     "the connection is cut. The server releases the reservation with the session; the "
     "supervisor resends the start with its msg_id after the resume, is refused, and the task "
     "is dispatched again: its handler runs once, after a confirmed start.",
-    ("start", "answer"): "The server applies a start, its answer is lost and the connection "
+    ("start", "answer"): "(A supervisor without grants.) The server applies a start, its "
+    "answer is lost and the connection "
     "cut. After the resume the supervisor resends the start with its original msg_id; the "
     "receipt answers it, and the handler runs once.",
     ("renew", "request"): "The first renew never reaches the server and the connection is "
