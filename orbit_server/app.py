@@ -45,6 +45,7 @@ from .services.retention import TASK_BATCH
 from .store.db import create_engine_for, is_sqlite, migrate, sqlite_file
 from .store.retry import faults_logged
 from .store_thread import StoreThread
+from .traffic import Traffic
 from .waiters import TaskWaiters
 from .wal_sync import Durability, WalSync
 from .ws_endpoint import ws_routes
@@ -106,6 +107,7 @@ class OrbitServer:
                                  self.services.tx.pinned, timed=config.metrics, wal=self.wal,
                                  commits=None if self.wal is None else self.services.tx.commits)
         self.waiters = TaskWaiters()
+        self.traffic = Traffic()
         self.dispatcher = Dispatcher(self.store, self.services.workers, self.act_on)
         self._reaper_wake = asyncio.Event()
         self._next_due_ms: int | None = None
@@ -119,18 +121,19 @@ class OrbitServer:
                             logins=FailedLogins(config.auth_failures_per_s,
                                                 config.auth_failures_burst),
                             submits=TokenBuckets(config.submits_per_s, config.submits_burst),
-                            act_on=self.act_on)
+                            act_on=self.act_on, traffic=self.traffic)
         self.producers = ProducerChannels()  # what a revocation closes, besides workers
         routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
                   *producer_routes(parts, self.producers), *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
         self.metrics: ServerMetrics | None = None
         if config.metrics:  # prometheus_client is loaded only then
-            from .metrics import RequestMetrics, ServerMetrics, route_templates
+            from .metrics import RequestMetrics, ServerIO, ServerMetrics, route_templates
 
             self.metrics = ServerMetrics(self.engine, self.store, self.dispatcher, self.replica,
                                          _version(), config.metrics_refresh_ms,
-                                         config.metrics_token)
+                                         config.metrics_token, ServerIO(
+                                             self.services.tx.commits, self.wal, self.traffic))
             routes += self.metrics.routes()
             observers.append(RequestMetrics(self.metrics.tally, route_templates(routes)))
         self.app = Starlette(routes=routes,

@@ -11,6 +11,7 @@ from .dispatcher import Dispatcher
 from .ratelimit import FailedLogins, TokenBuckets
 from .services import Effects, Services
 from .store_thread import StoreThread
+from .traffic import Traffic
 from .waiters import TaskWaiters
 
 
@@ -31,3 +32,4 @@ class ServerParts:
     # Acts on what a transaction changed: wakes long polls, hints the dispatcher, pushes
     # cancels and closes, counts it, re-arms the reaper (OrbitServer.act_on).
     act_on: Callable[[Effects], None]
+    traffic: Traffic  # messages over the WebSocket channels (metrics)

@@ -166,6 +166,7 @@ class ProducerChannel:
                 self._closing = True
                 self._out.put_nowait(None)
                 return
+            self.parts.traffic.producer_in += 1
             text = message.get("text")
             try:
                 if text is None:
@@ -290,6 +291,7 @@ class ProducerChannel:
         if self._out.qsize() >= MAX_QUEUED:
             self.fail(OrbitError(ErrorCode.UNAVAILABLE, "the producer is not reading"))
             return
+        self.parts.traffic.producer_out += 1
         self._out.put_nowait(encode_message(message))
 
     async def _send_now(self, message: ServerMessage) -> None:

@@ -210,6 +210,7 @@ class WorkerConnection:
                         extra=self._ids("worker_not_reading"))
             self.close(close_code(ErrorCode.UNAVAILABLE), "peer is not reading")
             return
+        self.parts.traffic.worker_out += 1
         self._out.put_nowait(encode(frame).decode())
 
     # -------------------------------------------------------------- tasks
@@ -242,6 +243,7 @@ class WorkerConnection:
             if message["type"] == "websocket.disconnect":
                 return
             now = self._loop.time()
+            self.parts.traffic.worker_in += 1
             actions = protocol.receive(message.get("text"), now)
             if self.session is not None:
                 self.session.last_frame_at = now
