@@ -102,6 +102,8 @@ class SessionCore:
         self.evidence_confirmed = 0
         self.dropped_reservations = 0
         self.declined_grants = 0
+        self.frames_sent = 0
+        self.frames_received = 0
         self.ended: dict[str, int] = {}
 
     # ------------------------------------------------------------------ queries
@@ -116,6 +118,8 @@ class SessionCore:
             loop_lag_ms=self._margin.recent_loop_lag() * 1000,
             reap_ms=self._margin.recent_reap() * 1000,
             loop_lag_max_ms=self._loop_lag_max * 1000, ended=dict(self.ended),
+            frames_sent=self.frames_sent, frames_received=self.frames_received,
+            grants_declined=self.declined_grants,
         )
 
     @property
@@ -346,6 +350,7 @@ class SessionCore:
 
     def _send(self, frame: ClientFrame, now: float) -> SendFrame:
         self._link.sent(now)
+        self.frames_sent += 1
         return SendFrame(frame)
 
     # ------------------------------------------------------------------ the end

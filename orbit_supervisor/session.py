@@ -175,6 +175,7 @@ class Session(SessionAnswers):
         if not self._link.open:
             return []
         self._link.received(now)
+        self.frames_received += 1
         actions: list[Action] = []
         match frame:
             case Welcome():

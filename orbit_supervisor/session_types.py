@@ -93,3 +93,6 @@ class SessionStats:
     loop_lag_max_ms: float = 0.0  # the largest lateness of the driver's loop since start
     # Executions ended, by outcome (a copy): the handler's answer, or UNKNOWN for a kill.
     ended: Mapping[str, int] = field(default_factory=dict)
+    frames_sent: int = 0  # protocol frames sent to the server, every connection
+    frames_received: int = 0
+    grants_declined: int = 0  # grants given back unstarted (docs/protocol.md, Grants)
