@@ -354,6 +354,7 @@ class Dispatcher:
         closing = [s for s in self._by_instance.values()
                    if s.binding.credential_id == credential_id and not s.closed]
         for session in closing:
+            self.stop_dispatching(session)  # no claim for it from now on
             session.fatal(ErrorCode.UNAUTHENTICATED, message)
         return len(closing)
 
@@ -403,6 +404,5 @@ class Dispatcher:
         after this reserve (the store thread is FIFO)."""
         if not room.count:
             return None, Claimed()
-        reserved, effects = await self._store.call_worker(self._workers.reserve, binding,
-                                                          room.count)
-        return None, Claimed(reserved, room.count, effects=effects)
+        reserved = await self._store.call_worker(self._workers.reserve, binding, room.count)
+        return None, Claimed(reserved, room.count, effects=reserved.effects)

@@ -139,6 +139,13 @@ def confirm_grant(attempt: AttemptRec) -> None:
     attempt.grant_connection = None
 
 
+def _confirm_if_running(attempt: AttemptRec) -> None:
+    """A grant the worker spoke of is confirmed; a grant released as never received keeps
+    that record."""
+    if attempt.state is AttemptState.RUNNING:
+        attempt.grant_connection = None
+
+
 def decline(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
             now_ms: int) -> bool:
     """The worker gives an unconfirmed grant back before its handler started: RUNNING →
@@ -191,6 +198,7 @@ def renew(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str, now_
     """
     _check_owner(attempt, instance_id, task.queue_id)
     _check_epoch(attempt, epoch)
+    _confirm_if_running(attempt)  # the worker has it, whatever the answer
     if not lease_holds(attempt, now_ms):
         raise OrbitError(ErrorCode.LEASE_EXPIRED, "attempt lease is no longer held")
     if task.state is TaskState.CANCELLED:
@@ -202,7 +210,6 @@ def renew(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str, now_
         raise OrbitError(ErrorCode.LEASE_EXPIRED, "attempt timeout or task deadline reached")
     attempt.lease_expires_at_ms = now_ms + granted
     attempt.renewals += 1
-    attempt.grant_connection = None  # a renewal confirms a grant
     return granted
 
 
@@ -234,6 +241,7 @@ def finish(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
     _check_owner(attempt, instance_id, task.queue_id)
     if epoch != attempt.epoch:
         return FinishResult(evidence=EvidenceReason.STALE_EPOCH)
+    _confirm_if_running(attempt)  # the worker has it (a late report: its handler ran)
     if attempt.state is AttemptState.FINISHED:
         return FinishResult(evidence=EvidenceReason.ATTEMPT_FINISHED)
     if attempt.state is AttemptState.RELEASED:
@@ -242,7 +250,6 @@ def finish(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
         return FinishResult(evidence=EvidenceReason.NOT_STARTED)
     if not lease_holds(attempt, now_ms):
         return FinishResult(evidence=EvidenceReason.LEASE_EXPIRED)
-    attempt.grant_connection = None  # a finish confirms a grant
     return _close(task, attempt, report, now_ms, draw, not_before_ms=0)
 
 

@@ -52,8 +52,13 @@ class Reaper:
         with self._tx.write() as conn:
             uow = UnitOfWork(conn, now)
             self._wakeups.load_once(conn)
-            expired = [uow.adopt_attempt_row(r)
-                       for r in reaping.expired_leases(conn, now, limit)]
+            # An unconfirmed grant's lapse waits one session TTL more for the worker's word:
+            # a decline, or a resume without it, releases it unspent (it never ran); a
+            # word that it has it confirms it. Its handler, if it ran, is dead already
+            # (the worker's expiry precedes the server's), and no retry starts before
+            # the lease's end plus the kill grace either way.
+            expired = [uow.adopt_attempt_row(r) for r in reaping.expired_leases(
+                conn, now, limit, cfg.session_ttl_ms)]
             stale_before = now - cfg.reservation_ttl_ms
             stale = [uow.adopt_attempt_row(r)
                      for r in reaping.stale_reservations(conn, stale_before, limit)]
@@ -88,6 +93,8 @@ class Reaper:
             effects.due(now if full else None)
             due = reaping.next_due(conn)
             effects.due(due.lease_expiry)
+            if due.grant_expiry is not None:
+                effects.due(due.grant_expiry + cfg.session_ttl_ms)
             if due.oldest_reservation is not None:
                 effects.due(due.oldest_reservation + cfg.reservation_ttl_ms)
             effects.due(due.pending_deadline)

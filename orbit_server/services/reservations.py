@@ -20,7 +20,9 @@ from orbit_wire.limits import MAX_PAYLOAD_BYTES_PER_FRAME
 from orbit_wire.model import IDEMPOTENCY_OF, AttemptState, Capability, TaskState
 
 from .. import domain
+from ..auth import secret_opens
 from ..store import claims
+from ..store.credentials import credential_row
 from ..store.instances import holds_connection
 from ..store.rows import UnitOfWork
 from .binding import WorkerBinding, worker_actor
@@ -38,6 +40,7 @@ class Reservations(list[Reservation]):
 
     more: bool = False
     drained: bool = False
+    effects: Effects | None = None  # what the reserving transaction did besides (a pass's)
 
 
 def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
@@ -48,8 +51,10 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
     the same instance elsewhere takes it over, and a grant must not go to the replaced
     connection; on MySQL the row lock orders the two). The caller flushes ``uow`` in the
     same transaction."""
-    if binding.grants and not holds_connection(uow.conn, binding.instance_id,
-                                               binding.connected_at_ms, binding.replica):
+    if binding.grants and not (
+            holds_connection(uow.conn, binding.instance_id, binding.connected_at_ms,
+                             binding.replica)
+            and credential_holds(uow.conn, binding, uow.now_ms)):
         return Reservations()
     # On SQLite (one writer) one more row tells whether the queue is drained; on a shared
     # database that row would be locked, and skipped by another replica's claim, so a claim
@@ -112,6 +117,13 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
                   TaskState.PENDING.value, task.state.value, None)
         out.append((task, attempt, row))
     return out, more, size, drained and not more
+
+
+def credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
+    """Whether the secret the session's hello presented still opens its credential (not
+    revoked, expired or rotated out): nothing is granted to a session that lost it."""
+    row = credential_row(conn, binding.credential_id)
+    return secret_opens(row, binding.secret_hash, now)[0]
 
 
 def start_granted(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,

@@ -42,7 +42,7 @@ from orbit_wire.limits import (
 from orbit_wire.model import AttemptState, Disposition, Role, TaskState
 
 from .. import domain
-from ..auth import hash_secret, principal_from_row, require_queue, secret_matches, secret_opens
+from ..auth import hash_secret, principal_from_row, require_queue, secret_matches
 from ..store import instances
 from ..store.credentials import credential_row, touch_credential
 from ..store.receipts import Receipt, answer_result, load_receipts, receipt_row, replay
@@ -60,6 +60,7 @@ from .reservations import (
     Reservations,
     audit_started,
     count_start,
+    credential_holds,
     reservation,
     reservation_of,
     reserve_for,
@@ -176,24 +177,25 @@ class WorkerService:
             uow.flush()
         return effects
 
-    def reserve(self, binding: WorkerBinding, count: int) -> tuple[Reservations, Effects]:
+    def reserve(self, binding: WorkerBinding, count: int) -> Reservations:
         """Claim up to ``count`` dispatchable tasks of the binding's queue and capabilities
         (started too, for a binding with grants): one SELECT, then one executemany each for
         tasks, attempts and audit rows. The caller sends the reservations, spends the
-        session's credit on them and acts on the effects (a grant's lease falls due)."""
+        session's credit on them and acts on their ``effects`` (a grant's lease falls
+        due)."""
         count = max(0, min(count, MAX_RESERVATIONS_PER_FRAME))
-        effects = Effects()
         if count == 0 or not binding.capabilities:
-            return Reservations(), effects
+            return Reservations()
         with self._tx.write() as conn:
             now = self._tx.clock()
-            if not _credential_holds(conn, binding, now):
-                # The session is closed by the revocation's push.
-                return Reservations(), effects
+            if not credential_holds(conn, binding, now):
+                return Reservations()  # the session is closed by the revocation's push
             uow = UnitOfWork(conn, now)
+            effects = Effects()
             reservations = reserve_for(uow, binding, count, effects)
+            reservations.effects = effects
             uow.flush()
-        return reservations, effects
+        return reservations
 
     def apply_ops(self, binding: WorkerBinding, ops: Sequence[Op], room: ClaimRoom = NO_CLAIMS,
                   watched: Callable[[str], bool] | None = None
@@ -213,7 +215,7 @@ class WorkerService:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
-            if not _credential_holds(conn, binding, now):
+            if not credential_holds(conn, binding, now):
                 # Fenced: nothing a revoked or expired credential's session sends is applied
                 # (its running attempts end by their leases, as for a vanished worker).
                 raise AuthError(ErrorCode.UNAUTHENTICATED,
@@ -350,12 +352,6 @@ class WorkerService:
         _count_kill(effects.counted(), task, attempt, known_kill)
         return {"ok": True, "disposition": Disposition.ACCEPTED.value,
                 "task_state": task.state.value}
-
-
-def _credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
-    """Whether the secret the session's hello presented still opens its credential."""
-    row = credential_row(conn, binding.credential_id)
-    return secret_opens(row, binding.secret_hash, now)[0]
 
 
 def _start(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, RowMapping, and_, bindparam, select
 
 from orbit_wire.model import AttemptState
 
+from .prepared import first_row
 from .tables import attempts, instances, open_attempt
 
 __all__ = ["holds_connection", "insert_instance", "instance_row", "mark_disconnected",
@@ -85,8 +86,8 @@ def holds_connection(conn: Connection, instance_id: str, connected_at_ms: int,
                      replica: str) -> bool:
     """Whether the instance's row still names this connection (replica, connect instant);
     the row stays locked until the transaction ends."""
-    return conn.execute(CONNECTION_HOLDS, {"_id": instance_id, "_connected": connected_at_ms,
-                                           "_replica": replica}).first() is not None
+    return first_row(conn, CONNECTION_HOLDS, {"_id": instance_id, "_connected": connected_at_ms,
+                                             "_replica": replica}) is not None
 
 
 def unconfirmed_grants_of(conn: Connection, instance_id: str) -> list[RowMapping]:

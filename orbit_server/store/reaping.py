@@ -14,9 +14,15 @@ __all__ = ["NextDue", "expired_leases", "next_due", "overdue_pending", "stale_re
            "start_by_passed"]
 
 
-def expired_leases(conn: Connection, now: int, n: int) -> list[RowMapping]:
-    """Up to ``n`` RUNNING attempts whose lease ended by ``now``, earliest first."""
-    return list(conn.execute(queries.EXPIRED_LEASES, {"now": now, "n": n}).mappings())
+def expired_leases(conn: Connection, now: int, n: int, grant_grace_ms: int
+                   ) -> list[RowMapping]:
+    """Up to ``n`` RUNNING attempts whose lease ended by ``now``, earliest first; an
+    unconfirmed grant's only once its lease ended ``grant_grace_ms`` before ``now``."""
+    rows = list(conn.execute(queries.EXPIRED_LEASES, {"now": now, "n": n}).mappings())
+    rows += conn.execute(queries.EXPIRED_GRANTS,
+                         {"before": now - grant_grace_ms, "n": n}).mappings()
+    rows.sort(key=lambda row: row["lease_expires_at_ms"])
+    return rows[:n]
 
 
 def stale_reservations(conn: Connection, before: int, n: int) -> list[RowMapping]:
@@ -37,7 +43,8 @@ def start_by_passed(conn: Connection, now: int, n: int) -> list[RowMapping]:
 class NextDue(NamedTuple):
     """When something is next due, each None when nothing is (MIN over an indexed range)."""
 
-    lease_expiry: int | None  # the earliest lease end of a RUNNING attempt
+    lease_expiry: int | None  # the earliest lease end of a confirmed RUNNING attempt
+    grant_expiry: int | None  # the earliest lease end of an unconfirmed grant
     oldest_reservation: int | None  # when the oldest RESERVED attempt was reserved
     pending_deadline: int | None  # the earliest deadline of a PENDING task
     start_by: int | None  # the earliest start-by instant
@@ -45,5 +52,5 @@ class NextDue(NamedTuple):
 
 def next_due(conn: Connection) -> NextDue:
     return NextDue(*(conn.scalar(stmt) for stmt in (
-        queries.NEXT_LEASE_EXPIRY, queries.OLDEST_RESERVATION, queries.NEXT_PENDING_DEADLINE,
-        queries.NEXT_START_BY)))
+        queries.NEXT_LEASE_EXPIRY, queries.NEXT_GRANT_EXPIRY, queries.OLDEST_RESERVATION,
+        queries.NEXT_PENDING_DEADLINE, queries.NEXT_START_BY)))

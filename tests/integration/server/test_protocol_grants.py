@@ -129,3 +129,17 @@ async def test_a_worker_that_does_not_ask_keeps_the_start_round_trip(lane: Lane)
         [res] = await wc.reservations(1)
         assert res.lease_ms is None and wc.reserve_frames[0].basis is None
         assert (await wc.start(res)).ok
+
+
+async def test_a_grant_read_after_its_lease_ran_out_is_declined_unspent(lane: Lane) -> None:
+    # The reaper decides an unconfirmed grant's lapse one session TTL after its lease: the
+    # worker's decline within it (a reserve frame delayed past its lease) gives it back.
+    async with await lane.connect(capacity=1, credit=1, features=GRANT) as wc:
+        task = await asyncio.to_thread(lane.submit, lease_ttl_ms=300, idempotency="NON_IDEMPOTENT")
+        [res] = await wc.reservations(1)
+        await asyncio.sleep(0.6)  # past the lease; the server's reaper runs every 50 ms
+        view = await lane.task_async(task["id"])
+        assert view["state"] == "RUNNING"  # not decided yet: the worker may still speak
+        assert (await wc.decline(res, "EXPIRED")).ok
+    view = lane.task(task["id"])
+    assert view["state"] == "PENDING" and view["attempts"] == 0

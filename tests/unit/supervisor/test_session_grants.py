@@ -211,3 +211,16 @@ def test_heartbeats_are_numbered_frames_too() -> None:
     res = granted(lease_ms=2000)
     s.frame_received(Reserve((res,), basis=3), 1.2)
     assert s.attempts[res.attempt_id].lease.expires_at == 3.0
+
+
+def test_a_decline_in_flight_at_a_cut_goes_again_with_its_msg_id_after_the_resume() -> None:
+    s, _ = granting()
+    (req,) = requests(s.frame_received(Reserve((granted(lease_ms=100),), basis=2), 1.0))
+    (decline,) = req.ops
+    assert isinstance(decline, DeclineOp)
+    s.connection_lost(1.1, "cut")
+    s.connected(1.2)
+    (resume,) = requests(s.frame_received(granting_welcome(), 1.3))
+    assert kinds(resume) == ["resume"]
+    (again,) = requests(s.frame_received(ok_for(resume), 1.4))
+    assert again.ops == (decline,)  # the same msg_id: the server's receipt answers it once
