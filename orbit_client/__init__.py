@@ -18,7 +18,8 @@ from orbit_host.credentials import (
 )
 from orbit_wire.tasktype import TaskType
 
-from .client import AsyncOrbitClient, OrbitClient, is_settled
+from .async_client import AsyncOrbitClient
+from .client import OrbitClient, is_settled
 from .errors import CertificateError, OrbitApiError, ServerUnreachable
 from .tasks import (
     Task,
