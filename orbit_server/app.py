@@ -37,7 +37,8 @@ from .http_api import http_routes
 from .http_plumbing import http_exception_handlers
 from .http_schedules import schedule_routes
 from .parts import ServerParts
-from .ratelimit import FailedLogins
+from .producer_ws import ProducerChannels, producer_routes
+from .ratelimit import FailedLogins, TokenBuckets
 from .services import Effects, Services
 from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
 from .services.retention import TASK_BATCH
@@ -117,9 +118,11 @@ class OrbitServer:
                             waiters=self.waiters,
                             logins=FailedLogins(config.auth_failures_per_s,
                                                 config.auth_failures_burst),
+                            submits=TokenBuckets(config.submits_per_s, config.submits_burst),
                             act_on=self.act_on)
+        self.producers = ProducerChannels()  # what a revocation closes, besides workers
         routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
-                  *dashboard_routes()]
+                  *producer_routes(parts, self.producers), *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
         self.metrics: ServerMetrics | None = None
         if config.metrics:  # prometheus_client is loaded only then
@@ -150,6 +153,7 @@ class OrbitServer:
             self.dispatcher.push_cancel(instance_id, attempt_id, epoch)
         for credential_id in effects.revoked_credentials:
             self.dispatcher.close_credential(credential_id, REVOKED_MESSAGE)
+            self.producers.close_credential(credential_id, REVOKED_MESSAGE)
         due = effects.next_due_ms
         if due is not None and due < self._reaper_at_ms:
             # Only an instant earlier than the reaper's next planned pass is worth a wake-up.
@@ -243,6 +247,7 @@ class OrbitServer:
             await self.store.call(self.services.admin.forget, push.credential_id)
             if push.kind is PushKind.REVOKE:
                 self.dispatcher.close_credential(push.credential_id, REVOKED_MESSAGE)
+                self.producers.close_credential(push.credential_id, REVOKED_MESSAGE)
 
     async def _schedule_loop(self) -> None:
         """Fire due schedules (services.schedules.fire_due: one transaction, exactly once per
