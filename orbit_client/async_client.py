@@ -151,7 +151,8 @@ class AsyncOrbitClient(ClientBase):
 
             specs, texts = self._channel_texts(specs, batch)
             try:
-                return await channel.submit(calls.queue_ref(queue_id), texts)
+                if self._fits_channel(texts):
+                    return await channel.submit(calls.queue_ref(queue_id), texts)
             except ChannelRefused as refusal:
                 self._refused(refusal)  # the keyed specs go over HTTP: still applied once
         if batch:

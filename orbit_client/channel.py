@@ -12,6 +12,7 @@ every watch still needed. Openings are serialized by ``_connecting``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import queue
 import ssl
@@ -36,6 +37,10 @@ from .errors import ServerUnreachable, unreachable
 __all__ = ["BlockingChannel"]
 
 log = logging.getLogger("orbit.client.channel")
+# websockets 17.1 deprecates a connection opened outside a ``with`` block unless asked for
+# with ``legacy=True`` (a flag older versions do not know): this one outlives any block.
+_DIRECT: dict[str, Any] = (
+    {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {})
 _JOIN_S = 2 * CLOSE_TIMEOUT_S
 
 
@@ -145,7 +150,7 @@ class BlockingChannel(ChannelBase):
                 if pause and self._closed.wait(pause):
                     continue
                 try:
-                    ws = connect(self.url, **self._options)
+                    ws = connect(self.url, **{**self._options, **_DIRECT})
                 except Exception as exc:
                     failure = opening_failure(self.url, exc)
                     with self._lock:

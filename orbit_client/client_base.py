@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from orbit_host.credentials import Credentials, load_credentials, write_credentials
 from orbit_host.tls import ca_file_from, client_ssl_context
+from orbit_wire.limits import MAX_FRAME_BYTES
 from orbit_wire.model import TaskState
 from orbit_wire.tasktype import TaskType
 
@@ -41,6 +42,8 @@ WAIT_SLACK_S = 10.0
 MAX_WAIT_ROUNDS = 100_000  # hard bound on long-poll rounds whatever the clock does
 DEFAULT_MAX_CONNECTIONS = 32
 MAX_PAGES = 100_000  # hard bound on the pages iter_tasks follows
+# The bytes of a submit frame around its specs (type, id, queue ID, watch), and then some.
+_SUBMIT_FRAME_BYTES = 200
 
 CredentialsArg = Credentials | str | os.PathLike[str] | None
 
@@ -99,6 +102,12 @@ class ClientBase:
 
         keyed = keyed_specs(specs)
         return keyed, (calls.batch_json(keyed) if batch else [calls.spec_json(keyed[0])])
+
+    @staticmethod
+    def _fits_channel(texts: Sequence[bytes]) -> bool:
+        """Whether a submit of these specs fits in one frame the server reads; a larger batch
+        goes over HTTP, whose bound on a batch's body is higher."""
+        return sum(map(len, texts)) + len(texts) + _SUBMIT_FRAME_BYTES <= MAX_FRAME_BYTES
 
     @staticmethod
     def _task_ids(tasks: OneTask | Iterable[OneTask]) -> tuple[list[str], bool]:
