@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -64,7 +64,7 @@ class AsyncChannel(ChannelBase):
         return list(answer)
 
     async def settled(self, task_ids: Iterable[str], timeout: float
-                      ) -> AsyncIterator[tuple[str, dict[str, Any] | None]]:
+                      ) -> AsyncGenerator[tuple[str, dict[str, Any] | None], None]:
         """As BlockingChannel.settled."""
         deadline = asyncio.get_running_loop().time() + timeout
         wanted = list(dict.fromkeys(task_ids))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, overload
 
 from orbit_host.credentials import Credentials
@@ -160,17 +161,20 @@ class AsyncOrbitClient(ClientBase):
         return [await self._send(calls.submit(queue_id, specs[0]))]
 
     async def _pushed(self, task_ids: list[str], deadline: float
-                      ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+                      ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         """As OrbitClient._pushed."""
         channel = self._open_channel()
         if channel is None or deadline <= time.monotonic():
             return
         from .channel_link import ChannelRefused
 
+        # Closed at once when the caller stops early: its wait ends with it.
+        settled = channel.settled(task_ids, deadline - time.monotonic())
         try:
-            async for task_id, view in channel.settled(task_ids, deadline - time.monotonic()):
-                if view is not None:  # else unknown there: HTTP says why
-                    yield task_id, view
+            async with aclosing(settled):
+                async for task_id, view in settled:
+                    if view is not None:  # else unknown there: HTTP says why
+                        yield task_id, view
         except ChannelRefused as refusal:
             self._refused(refusal)
 
@@ -264,8 +268,9 @@ class AsyncOrbitClient(ClientBase):
         if not wait_ms:
             return await self._send(call)
         deadline = time.monotonic() + wait_ms / 1000
-        async for _, view in self._pushed([task_id], deadline):
-            return view
+        async with aclosing(self._pushed([task_id], deadline)) as pushed:
+            async for _, view in pushed:
+                return view
         left_ms = int((deadline - time.monotonic()) * 1000)
         return await self._send(calls.get_task(task_id, left_ms if left_ms > 0 else None))
 
@@ -294,9 +299,10 @@ class AsyncOrbitClient(ClientBase):
         ids, _ = self._task_ids(tasks)
         left = dict.fromkeys(ids)
         deadline = time.monotonic() + timeout
-        async for task_id, view in self._pushed(list(left), deadline):
-            del left[task_id]
-            yield view
+        async with aclosing(self._pushed(list(left), deadline)) as pushed:
+            async for task_id, view in pushed:
+                del left[task_id]
+                yield view
         order = list(left)
         for index, task_id in enumerate(order):
             view = await self._poll(task_id, deadline)

@@ -59,9 +59,10 @@ MAX_SETTLED_VIEWS = 4096
 MAX_SETTLED_BYTES = 64 * 1024 * 1024
 # Connection tries in a row that bring nothing (a refused connect, or a connection that ends
 # before the server said anything) before every pending call fails.
-MAX_STRIKES = 4
-FIRST_PAUSE_S = 0.05
-MAX_PAUSE_S = 1.0
+# Six tries span about 3 s: enough to ride out a server's restart.
+MAX_STRIKES = 6
+FIRST_PAUSE_S = 0.1
+MAX_PAUSE_S = 2.0
 
 SubmitBox = Callable[[list[dict[str, Any]] | BaseException], None]
 WaitBox = Callable[[tuple[str, dict[str, Any] | None] | BaseException], None]

@@ -13,18 +13,22 @@ import collections
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from support.lanes import Lane
 from support.orbit_http import OrbitEnv, task_spec
 from support.protocol_client import ECHO, ProtocolClient, Reservation
 from support.proxy import TcpProxy
+from support.server import https_server
 from support.waiting import UNIT, wait_until
 from support.ws_tap import Direction, Frame, FrameSplitter, Verdict
 
 from orbit_client import (
     AsyncOrbitClient,
+    CertificateError,
     Credentials,
     OrbitApiError,
     OrbitClient,
@@ -33,6 +37,7 @@ from orbit_client import (
     TaskType,
 )
 from orbit_wire.errors import ErrorCode
+from orbit_wire.limits import MAX_FRAME_BYTES
 
 ECHO_TYPE: TaskType[dict[str, Any], dict[str, Any]] = TaskType(
     ECHO.handler, ECHO.handler_version, ECHO.payload_version)
@@ -312,6 +317,24 @@ def test_a_result_pushed_while_cut_off_arrives_after_the_reconnect(
     assert proxy.connections_total == 3  # every connection a channel: no HTTP
 
 
+def test_batches_past_a_frame_go_over_http_and_large_answers_are_read(
+        lane: Lane, proxy: TcpProxy, tap: ProducerTap) -> None:
+    def batch(blob: int) -> list[dict[str, Any]]:
+        return [task_spec(payload={"n": n, "blob": "x" * blob}) for n in range(1000)]
+
+    with client_via(proxy, lane) as orbit:
+        # Its specs fit in one frame (2 MiB); the answer, a view per task, does not.
+        fits = orbit.submit_batch(lane.queue, batch(1900))
+        assert len(tap.submits()) == 1
+        # Too large for a frame: HTTP takes it (its bound on a batch is higher).
+        larger = orbit.submit_batch(lane.queue, batch(2500))
+        assert len(tap.submits()) == 1
+    assert [t["payload"]["n"] for t in fits] == list(range(1000))
+    assert len({t["id"] for t in fits + larger}) == 2000
+    assert len(fits[0]["payload"]["blob"]) == 1900
+    assert len(orjson.dumps(fits)) > MAX_FRAME_BYTES
+
+
 def test_a_revoked_credential_fails_channel_calls_with_its_error(lane: Lane,
                                                                  orbit: OrbitEnv) -> None:
     made = orbit.credential("producer", [lane.queue])
@@ -341,6 +364,24 @@ def test_a_refused_upgrade_falls_back_to_http_for_good(lane: Lane, worker: Worke
         assert producer.result(task, TIMEOUT) == {"n": 1.1}
         assert producer.get_task(again.id, wait_ms=50)["state"] == "RUNNING"
         assert proxy.renamed == 1
+
+
+def test_the_channel_over_tls_trusts_what_http_trusts(tmp_path: Path) -> None:
+    server, cert = https_server(tmp_path)
+    server.start()
+    try:
+        admin = server.admin()
+        with OrbitClient(credentials=admin, ca_file=str(cert), timeout=TIMEOUT) as trusted:
+            queue = trusted.create_queue()["id"]
+            task = trusted.submit(queue, task_spec())
+            assert task["operation_key"].startswith("orbit-")  # made for the channel
+            assert trusted.wait([task["id"]], 0.2 * UNIT)[0]["state"] == "PENDING"
+        with OrbitClient(credentials=admin, timeout=TIMEOUT) as plain, \
+                pytest.raises(CertificateError) as info:
+            plain.submit(queue, task_spec())
+        assert "certificate" in info.value.message
+    finally:
+        server.stop()
 
 
 def test_channel_false_is_plain_http(lane: Lane, proxy: TcpProxy, tap: ProducerTap) -> None:

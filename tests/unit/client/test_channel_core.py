@@ -12,6 +12,7 @@ import pytest
 from orbit_client.channel_core import ChannelCore, Post
 from orbit_client.errors import OrbitApiError
 from orbit_wire.errors import ErrorCode
+from orbit_wire.limits import MAX_FRAME_BYTES
 from orbit_wire.producer_frames import (
     MAX_WATCH,
     Ended,
@@ -290,3 +291,17 @@ def test_a_settled_view_in_a_submit_answer_is_delivered_to_its_waiters(state: st
     c.wait([tid(1)], boxes.box("w"))
     run(c.receive(encode_message(Submitted(request, (view(1, state),)))).posts)
     assert boxes.got["w"][0][1]["state"] == state and not c.busy
+
+
+def test_an_answer_larger_than_a_frame_is_read_whole() -> None:
+    # A batch's answer holds every view, payloads included: past the bound producers keep to.
+    c, boxes = core(), Boxes()
+    c.connected()
+    request, _ = c.submit(QUEUE, [spec("a")], boxes.box("s"))
+    views = tuple(view(n, payload={"blob": "x" * 4000}) for n in range(600))
+    frame = encode_message(Submitted(request, views))
+    assert len(frame) > MAX_FRAME_BYTES
+    run(c.receive(frame).posts)
+    assert [v["id"] for v in boxes.got["s"][0]] == [tid(n) for n in range(600)]
+    broken = c.receive(b'{"type":"ended","task":' + b" " * MAX_FRAME_BYTES + b"}")
+    assert broken.drop
