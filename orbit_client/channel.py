@@ -65,8 +65,8 @@ class BlockingChannel(ChannelBase):
         with self._lock:
             request, frames = self._core.submit(queue_id, specs, box.put)
             ws = self._ws
-        self._send_or_open(ws, frames)
         try:
+            self._send_or_open(ws, frames)
             answer = box.get(timeout=self._timeout)
         except queue.Empty:
             raise unreachable(self.url, "ReadTimeout") from None

@@ -51,12 +51,16 @@ from orbit_wire.producer_frames import (
 from .calls import with_result_json
 from .errors import OrbitApiError, status_for_code
 
-__all__ = ["MAX_SETTLED_BYTES", "MAX_SETTLED_VIEWS", "ChannelCore", "Post", "Reaction",
+__all__ = ["MAX_PUSHED", "MAX_SETTLED_BYTES", "MAX_SETTLED_VIEWS", "ChannelCore", "Post", "Reaction",
            "SubmitBox", "WaitBox", "error_of", "run_posts"]
 
 # Terminal views kept for waits that come after the push, oldest dropped first.
 MAX_SETTLED_VIEWS = 4096
 MAX_SETTLED_BYTES = 64 * 1024 * 1024
+# Tasks the server pushes for on a connection, not settled yet: past this many a submit does
+# not ask for pushes (a wait asks then), so a producer with a backlog never has the server
+# re-read thousands of watched tasks for it.
+MAX_PUSHED = 1000
 # Connection tries in a row that bring nothing (a refused connect, or a connection that ends
 # before the server said anything) before every pending call fails.
 # Six tries span about 3 s: enough to ride out a server's restart.
@@ -169,9 +173,12 @@ class ChannelCore:
     # ------------------------------------------------------------------ calls
 
     def submit(self, queue_id: str, specs: Sequence[bytes], box: SubmitBox, *,
-               watch: bool = True) -> tuple[int, list[bytes]]:
+               watch: bool | None = None) -> tuple[int, list[bytes]]:
         """Register a submit of ``specs`` (TaskSpec JSON texts, each with its operation key);
-        its request id, and the frames to send now."""
+        its request id, and the frames to send now. ``watch`` None: push the tasks' ends
+        unless MAX_PUSHED tasks are watched already."""
+        if watch is None:
+            watch = len(self._pushed) < MAX_PUSHED
         request = self._new_id()
         frame = encode_message(Submit(request, queue_id, tuple(msgspec.Raw(s) for s in specs),
                                       watch))

@@ -384,12 +384,20 @@ def test_the_channel_over_tls_trusts_what_http_trusts(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_channel_false_is_plain_http(lane: Lane, proxy: TcpProxy, tap: ProducerTap) -> None:
+def test_channel_false_is_plain_http(lane: Lane, worker: Worker, proxy: TcpProxy,
+                                    tap: ProducerTap) -> None:
     with client_via(proxy, lane, channel=False) as producer:
-        task = producer.submit(lane.queue, task_spec())
-        assert "operation_key" not in task or task["operation_key"] is None
-        assert producer.wait(task["id"], 0.2 * UNIT)["state"] == "PENDING"
-    assert tap.submits() == []
+        first, second = (producer.submit(ECHO_TYPE, {"n": n}) for n in range(2))
+        assert first.operation_key is None
+        assert producer.wait(first.id, 0.2 * UNIT)["state"] == "PENDING"
+        worker.take(2)
+        worker.finish(second.id)
+        worker.finish(first.id)
+        # Long polls, one task at a time: in the order given.
+        assert [v["id"] for v in producer.as_completed([first, second], TIMEOUT)] == [
+            first.id, second.id]
+        assert producer.result(second, TIMEOUT) == {"n": 1.1}
+    assert tap.submits() == [] and "watch" not in tap.kinds("to_server")
 
 
 # ------------------------------------------------------------------ the asyncio client

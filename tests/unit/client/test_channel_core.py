@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from orbit_client.channel_core import ChannelCore, Post
+from orbit_client.channel_core import MAX_PUSHED, ChannelCore, Post
 from orbit_client.errors import OrbitApiError
 from orbit_wire.errors import ErrorCode
 from orbit_wire.limits import MAX_FRAME_BYTES
@@ -305,3 +305,22 @@ def test_an_answer_larger_than_a_frame_is_read_whole() -> None:
     assert [v["id"] for v in boxes.got["s"][0]] == [tid(n) for n in range(600)]
     broken = c.receive(b'{"type":"ended","task":' + b" " * MAX_FRAME_BYTES + b"}")
     assert broken.drop
+
+
+def test_submits_stop_asking_for_pushes_past_a_backlog_and_waits_ask_then() -> None:
+    c, boxes = core(), Boxes()
+    c.connected()
+    request, frames = c.submit(QUEUE, [spec("a")], boxes.box("s"))
+    assert sent(frames)[0].watch
+    views = tuple(view(n) for n in range(MAX_PUSHED))
+    run(c.receive(encode_message(Submitted(request, views))).posts)
+    later, frames = c.submit(QUEUE, [spec("b")], boxes.box("later"))
+    assert not sent(frames)[0].watch
+    run(c.receive(encode_message(Submitted(later, (view(MAX_PUSHED),)))).posts)
+    _, _, frames = c.wait([tid(0), tid(MAX_PUSHED)], boxes.box("w"))
+    assert [m.task_ids for m in sent(frames)] == [(tid(MAX_PUSHED),)]
+    # The watched tasks count, whoever asked: two settle, one place is free.
+    for n in (0, 1):
+        run(c.receive(encode_message(Ended(view(n, "SUCCEEDED")))).posts)
+    _, frames = c.submit(QUEUE, [spec("c")], boxes.box("again"))
+    assert sent(frames)[0].watch
