@@ -51,8 +51,8 @@ from orbit_wire.producer_frames import (
 from .calls import with_result_json
 from .errors import OrbitApiError, status_for_code
 
-__all__ = ["MAX_PUSHED", "MAX_SETTLED_BYTES", "MAX_SETTLED_VIEWS", "ChannelCore", "Post", "Reaction",
-           "SubmitBox", "WaitBox", "error_of", "run_posts"]
+__all__ = ["MAX_PUSHED", "MAX_SETTLED_BYTES", "MAX_SETTLED_VIEWS", "ChannelCore", "Post",
+           "Reaction", "SubmitBox", "WaitBox", "error_of", "run_posts"]
 
 # Terminal views kept for waits that come after the push, oldest dropped first.
 MAX_SETTLED_VIEWS = 4096
@@ -273,8 +273,9 @@ class ChannelCore:
                 ErrorCode.INTERNAL, f"the server sent a bad producer frame: {exc.message}",
                 status=500, retryable=False))
         self._heard = True
-        self._strikes = 0
-        self._pauses = self._new_pauses()
+        if self._strikes:
+            self._strikes = 0
+            self._pauses = self._new_pauses()
         match message:
             case Submitted(id=request, tasks=tasks):
                 submit = self._submits.pop(request, None)
