@@ -9,6 +9,10 @@
 With ``tap=`` (tests/support/ws_tap.py: OpTap) it reads the worker protocol frame by frame
 and drops a chosen request or answer, cutting that connection, when the tap says so.
 
+With ``rename=(old, new)`` a connection whose first request asks for the path ``old`` asks
+the server for ``new`` instead (``renamed`` counts them): a path the server has no route at
+refuses what the client meant for ``old``, e.g. a WebSocket upgrade.
+
 It runs its own asyncio loop on a daemon thread so synchronous tests can drive it.
 """
 
@@ -31,9 +35,11 @@ _THREAD_JOIN_S = 5.0 * UNIT
 
 class TcpProxy:
     def __init__(self, target_port: int, *, port: int = 0, host: str = "127.0.0.1",
-                 tap: OpTap | None = None) -> None:
+                 tap: OpTap | None = None, rename: tuple[bytes, bytes] | None = None) -> None:
         self.target = (host, target_port)
         self.tap = tap
+        self.rename = rename
+        self.renamed = 0
         self.host = host
         self.port = port
         self.connections_total = 0
@@ -117,6 +123,8 @@ class TcpProxy:
         pair = (client_w, server_w)
         self._pairs.add(pair)
         try:
+            if self.rename is not None:
+                await self._renamed_first(client_r, server_w)
             if self.tap is None:
                 await asyncio.gather(self._pump(client_r, server_w),
                                      self._pump(server_r, client_w))
@@ -127,6 +135,20 @@ class TcpProxy:
             self._pairs.discard(pair)
             client_w.transport.abort()
             server_w.transport.abort()
+
+    async def _renamed_first(self, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+        """Forward the first request's head, its path renamed if it is ``rename``'s old one
+        (the request line arrives whole in the first read, from any client)."""
+        assert self.rename is not None
+        old, new = self.rename
+        data = await reader.read(_CHUNK)
+        method, _, rest = data.partition(b" ")
+        if rest.startswith(old + b" ") or rest.startswith(old + b"?"):
+            data = method + b" " + new + rest[len(old):]
+            self.renamed += 1
+        writer.write(data)
+        await writer.drain()
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
