@@ -32,6 +32,7 @@ import orjson
 
 Direction = Literal["to_server", "to_client"]
 Verdict = Literal["forward", "drop_and_cut"]
+Lose = Literal["request", "answer"]
 
 _OP_TEXT = 0x1
 _HEADER_END = b"\r\n\r\n"
@@ -110,7 +111,7 @@ class OpTap:
     """Loses the first ``times`` requests (or answers) that hold an op of ``kind``."""
 
     kind: str
-    lose: Literal["request", "answer"]
+    lose: Lose
     times: int = 1
     lost: list[list[dict[str, Any]]] = field(default_factory=list)  # the ops of each loss
     lost_at: list[float] = field(default_factory=list)  # wall-clock seconds of each loss
