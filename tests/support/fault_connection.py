@@ -46,7 +46,7 @@ def lost_op(kind: str, lose: Lose) -> Body:
         facts = stage.facts()
         if drain:
             stage.row.expect("exit 0 after the drain: every attempt it ran was reported",
-                             _unreported(facts, ran_before_exit))
+                             unreported(facts, ran_before_exit))
         back = _reconnected_after(sup, tap.lost_at[0])
         stage.row.expect("the supervisor saw the connection end and reconnected",
                          [] if back is not None else ["no reconnection logged after the cut"])
@@ -54,9 +54,9 @@ def lost_op(kind: str, lose: Lose) -> Body:
             stage.row.measure("cut -> reconnected", [back])
         if not drain:
             stage.row.expect("the lost op was resent with its original msg_id",
-                             _resent(tap, lose))
+                             resent(tap, lose))
         stage.row.expect("every answer to one msg_id is the same (applied once)",
-                         _same_answers(tap))
+                         same_answers(tap))
         stage.row.expect("the server applied each start, renew and finish once",
                          _applied_once(stage, facts, tap))
         stage.row.merge_facts(facts, stage.journal())
@@ -104,7 +104,7 @@ def _reconnected_after(sup: SupervisorProcess, cut_at: float) -> float | None:
     return None
 
 
-def _unreported(facts: list[TaskFacts], attempts: set[str]) -> list[str]:
+def unreported(facts: list[TaskFacts], attempts: set[str]) -> list[str]:
     """The attempts among ``attempts`` the server closed by expiry without any report."""
     bad = []
     for t in facts:
@@ -116,7 +116,7 @@ def _unreported(facts: list[TaskFacts], attempts: set[str]) -> list[str]:
     return bad
 
 
-def _resent(tap: OpTap, lose: str) -> list[str]:
+def resent(tap: OpTap, lose: str) -> list[str]:
     bad = []
     for op in tap.lost_ops():
         times = len(tap.received.get(str(op["msg_id"]), []))
@@ -136,7 +136,7 @@ def _answer_facts(answer: dict[str, Any]) -> str:
     return json.dumps(kept, sort_keys=True)
 
 
-def _same_answers(tap: OpTap) -> list[str]:
+def same_answers(tap: OpTap) -> list[str]:
     bad = []
     for msg_id, answers in tap.answers.items():
         kept = {_answer_facts(a) for a in answers}

@@ -11,10 +11,11 @@ and the latencies it measured from outside.
     assert row.ok, row.explain()
 
 The scenarios live by kind: the run's machinery in fault_stage.py, connection faults in
-fault_connection.py, kills in fault_kills.py. tests/e2e/test_fault_scenarios.py runs every
-scenario once (the SIGKILL ones on MariaDB too); scripts/fault_report.py runs them
-``--runs`` times on each store and writes docs/reports/fault-regression.md. Every process is
-stopped by its PID; every wait is bounded.
+fault_connection.py, kills in fault_kills.py, grants in fault_grants.py,
+fault_grant_kills.py and fault_grant_races.py.
+tests/e2e/test_fault_scenarios.py runs every scenario once (the SIGKILL ones on MariaDB too);
+scripts/fault_report.py runs them ``--runs`` times on each store and writes
+docs/reports/fault-regression.md. Every process is stopped by its PID; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -23,23 +24,31 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from . import fault_connection, fault_kills
+from . import (
+    fault_connection,
+    fault_grant_kills,
+    fault_grant_races,
+    fault_grants,
+    fault_kills,
+)
 from .fault_stage import SUPERVISOR_ARGS_ENV, Ctx, Row, Scenario, Server, Stage, wait_gone
 from .orbit_http import OrbitEnv, http_client
 from .proxy import TcpProxy
 from .server import ServerProcess
 from .supervisor_helpers import alive
 
-SCENARIOS = {s.name: s for s in [*fault_connection.scenarios(), *fault_kills.scenarios()]}
+SCENARIOS = {s.name: s for s in [*fault_connection.scenarios(), *fault_kills.scenarios(),
+                                  *fault_grants.scenarios(), *fault_grant_kills.scenarios(),
+                                  *fault_grant_races.scenarios()]}
 # Scenarios whose product behaviour has not landed: their rows say so (name -> title, why).
 PENDING: dict[str, tuple[str, str]] = {}
 
 
 @contextmanager
-def scenario_server(ctx: Ctx) -> Iterator[Server]:
+def scenario_server(ctx: Ctx, session_ttl_ms: int = 3000) -> Iterator[Server]:
     """A server for scenarios (several may share one: each run has its own queue)."""
-    process = ServerProcess(ctx.workdir / "server", db_url=ctx.db_url, session_ttl_ms=3000,
-                            kill_grace_ms=200)
+    process = ServerProcess(ctx.workdir / "server", db_url=ctx.db_url,
+                            session_ttl_ms=session_ttl_ms, kill_grace_ms=200)
     process.start()
     try:
         admin = process.bootstrap_admin()
@@ -69,11 +78,13 @@ def _network(scenario: Scenario, server: Server) -> Iterator[None]:
 
 
 def run_scenario(name: str, ctx: Ctx, server: Server | None = None) -> Row:
-    """Run one scenario ``ctx.runs`` times (on ``server``, else on one of its own); its row."""
-    if server is None:
-        with scenario_server(ctx) as own:
-            return run_scenario(name, ctx, own)
+    """Run one scenario ``ctx.runs`` times (on ``server``, else on one of its own: also when
+    the scenario needs a session TTL of its own); its row."""
     scenario = SCENARIOS[name]
+    ttl = scenario.session_ttl_ms
+    if server is None or (ttl is not None and server.process.session_ttl_ms != ttl):
+        with scenario_server(ctx, ttl or 3000) as own:
+            return run_scenario(name, ctx, own)
     row = Row(name, scenario.title, ctx.store)
     t0 = time.monotonic()
     left_behind: list[int] = []

@@ -85,6 +85,7 @@ class Row:
             self.scenario_checks.append(name)
         self.scenario_bad += violations
 
+
 # ------------------------------------------------------------------------- one run
 
 
@@ -121,21 +122,38 @@ class Stage:
 
     def submit(self, count: int, seconds: float, idempotency: str = "IDEMPOTENT",
                **policy: Any) -> list[str]:
-        policy.setdefault("max_attempts", 5)
-        policy.setdefault("backoff", FAST_BACKOFF)
-        extra = policy.pop("payload_extra", {})
+        """``count`` tasks of the journal handler, one request each."""
         ids = []
         for _ in range(count):
-            n = len(self.task_ids)
-            payload = {"journal": str(self.journal_path), "stamps": str(self.dir / "stamps"),
-                       "seconds": seconds, "n": n, **extra}
             body = expect(self.producer.post(f"/v1/queues/{self.queue_id}/tasks",
-                                             json=spec("journal", payload,
-                                                       idempotency=idempotency, **policy)), 201)
-            self.task_ids.append(body["id"])
-            self.idempotency[body["id"]] = idempotency
-            ids.append(body["id"])
+                                             json=self._spec(seconds, idempotency, policy)),
+                          201)
+            ids.append(self._made(body, idempotency))
         return ids
+
+    def submit_batch(self, idempotencies: list[str], seconds: float, **policy: Any
+                     ) -> list[str]:
+        """One task per entry of ``idempotencies`` in one request (one transaction: a
+        worker's dispatch then finds them together)."""
+        specs = [self._spec(seconds, idempotency, policy, i)
+                 for i, idempotency in enumerate(idempotencies)]
+        body = expect(self.producer.post(f"/v1/queues/{self.queue_id}/tasks/batch",
+                                         json={"tasks": specs}), 201)
+        return [self._made(made, idempotency)
+                for made, idempotency in zip(body["tasks"], idempotencies, strict=True)]
+
+    def _spec(self, seconds: float, idempotency: str, policy: dict[str, Any], later: int = 0
+              ) -> dict[str, Any]:
+        policy = {"max_attempts": 5, "backoff": FAST_BACKOFF, **policy}
+        extra = policy.pop("payload_extra", {})
+        payload = {"journal": str(self.journal_path), "stamps": str(self.dir / "stamps"),
+                   "seconds": seconds, "n": len(self.task_ids) + later, **extra}
+        return dict(spec("journal", payload, idempotency=idempotency, **policy))
+
+    def _made(self, view: dict[str, Any], idempotency: str) -> str:
+        self.task_ids.append(view["id"])
+        self.idempotency[view["id"]] = idempotency
+        return str(view["id"])
 
     def journal(self) -> Journal:
         return Journal.load(self.journal_path, self.dir / "stamps")
@@ -180,7 +198,8 @@ class Stage:
                                  None if view is None else view["state"], history["attempts"],
                                  None if view is None else view["result"],
                                  None if view is None else view["epoch"], history["evidence"],
-                                 self.expected.get(task_id)))
+                                 self.expected.get(task_id),
+                                 None if view is None else view["attempts"]))
         return out
 
     def close(self) -> list[int]:
@@ -249,6 +268,7 @@ class Scenario:
     tap: Callable[[], OpTap] | None = None  # each run's frame tap (in a proxy)
     proxy: bool = False  # each run gets a proxy (without a tap)
     stores: tuple[str, ...] = ("sqlite", "mariadb")  # the stores it can run on
+    session_ttl_ms: int | None = None  # a server of its own with this session TTL
 
 
 @dataclass

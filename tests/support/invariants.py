@@ -56,6 +56,7 @@ class TaskFacts:
     epoch: int | None = None
     evidence: list[dict[str, Any]] = field(default_factory=list)
     expect: tuple[str, ...] | None = None  # the ends a scenario expects, else by policy
+    spent: int | None = None  # attempts the task's view counts as spent (None: unknown)
 
 
 @dataclass(frozen=True)
