@@ -160,6 +160,14 @@ def _faults_cell(row: Row) -> str:
     return ", ".join(f"{kind} x{n}" for kind, n in row.faults.items()) or "none"
 
 
+def _accounting(soak: dict[str, Any]) -> str:
+    a = soak.get("attempts")
+    if not a:
+        return "—"
+    return (f"{a['started']}, {a['expired_unconfirmed']} ({a['expired_unconfirmed_run']}), "
+            f"{a['claimed_never_ran']}" + ("" if a["checked"] else " (not checked: prefetch)"))
+
+
 def render(rows: list[Row], soaks: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     held = all(r.ok for r in rows if r.unavailable is None) and not any(
         s.get("violations") for s in soaks)
@@ -217,14 +225,15 @@ def render(rows: list[Row], soaks: list[dict[str, Any]], meta: dict[str, Any]) -
         lines.append(f"Not run in this generation ({meta['soak']}).")
     else:
         lines += ["| store | seconds | seed | tasks | end states | faults | resent batches | "
-                  "executions | violations |", "| --- | ---: | ---: | ---: | --- | --- | ---: "
-                  "| ---: | --- |"]
+                  "executions | attempts spent, grants expired unconfirmed (of them run), "
+                  "claims never run | violations |",
+                  "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- |"]
         for s in soaks:
             bad = s.get("violations", [])
             lines.append(f"| {s['store']} | {s.get('seconds', '?')} | {s.get('seed', '?')} | "
                          f"{s.get('tasks', '?')} | {s.get('states', {})} | "
                          f"{s.get('faults', {})} | {s.get('resent_batches', '?')} | "
-                         f"{s.get('executions', '?')} | "
+                         f"{s.get('executions', '?')} | {_accounting(s)} | "
                          f"{'none' if not bad else f'**{len(bad)}**'} |")
     lines += ["", "## What each scenario does and checks", ""]
     seen: set[str] = set()
