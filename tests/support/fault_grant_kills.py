@@ -6,7 +6,6 @@ replaced connection and grants."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
 from .fault_grants import (
@@ -16,7 +15,7 @@ from .fault_grants import (
     resumed_running,
     wait_ready,
 )
-from .fault_stage import Scenario, Server, Stage, wait_gone
+from .fault_stage import Scenario, Server, Stage, streaming, wait_gone
 from .metrics import scrape, value
 from .server import ServerProcess
 from .supervisor_helpers import alive
@@ -139,21 +138,7 @@ def replica_hello(stage: Stage, server: Server) -> None:
     try:
         stage.supervisor(2, url=server.proxy.url)
         wait_ready(tap)
-        answered: list[float] = []
-        stop = threading.Event()
-
-        def produce() -> None:
-            n = 0
-            while not stop.is_set():
-                stage.submit(1, 0.05, "NON_IDEMPOTENT" if n % 2 else "IDEMPOTENT",
-                             lease_ttl_ms=3000)
-                answered.append(time.time())
-                n += 1
-                stop.wait(0.02)
-
-        producer = threading.Thread(target=produce, name="replica-hello-producer")
-        producer.start()
-        try:
+        with streaming(stage, 0.02, lease_ttl_ms=3000) as stream:
             time.sleep(0.5)
             server.proxy.retarget(replica.port)
             last_heard = tap.last_at["to_server"]
@@ -163,11 +148,8 @@ def replica_hello(stage: Stage, server: Server) -> None:
             # A keeps the replaced session at least its TTL past the last frame it heard.
             time.sleep(max(0.0, last_heard + server.process.session_ttl_ms / 1000
                            - time.time()) + 0.5)
-        finally:
-            stop.set()
-            producer.join()
         welcomed_b = tap.seen("welcome")[1].at
-        window = [at for at in answered
+        window = [at for at in stream.answered
                   if welcomed_b <= at < last_heard + server.process.session_ttl_ms / 1000]
         stage.row.faults["hello on replica B while A holds the replaced session"] += 1
         stage.row.notes.append(f"{len(window)} submits answered by A after B's welcome, "

@@ -113,17 +113,25 @@ def expect_given_back(stage: Stage, facts: list[TaskFacts], journal: Journal,
 # ------------------------------------------------------------------ the scenarios
 
 
-def unread_cut(stage: Stage, server: Server) -> None:
-    """The server grants two tasks (a submit's transaction starts each attempt) and the
-    ``reserve`` frame is dropped before the worker reads it, the connection cut. The
-    worker's resume on its next connection does not list them: the server releases them
-    unspent (rule grant_unreceived), and each task runs once later, as attempt 1."""
+def grant_pair(stage: Stage, server: Server, lease_ttl_ms: int) -> tuple[OpTap, FrameRule]:
+    """A supervisor through the run's tap, idle with credit, and two tasks (IDEMPOTENT,
+    NON_IDEMPOTENT) submitted in one request, so one dispatch grants both; the tap and its
+    one rule (what the scenario does to the grants' reserve frame)."""
     assert server.proxy is not None and server.tap is not None
     tap = server.tap
     (rule,) = tap.rules
     stage.supervisor(2, url=server.proxy.url)
     wait_ready(tap)
-    stage.submit_batch(["IDEMPOTENT", "NON_IDEMPOTENT"], 0.3, lease_ttl_ms=5000)
+    stage.submit_batch(["IDEMPOTENT", "NON_IDEMPOTENT"], 0.3, lease_ttl_ms=lease_ttl_ms)
+    return tap, rule
+
+
+def unread_cut(stage: Stage, server: Server) -> None:
+    """The server grants two tasks and the ``reserve`` frame is dropped before the worker
+    reads it, the connection cut. The worker's resume on its next connection does not list
+    them: the server releases them unspent (rule grant_unreceived), and each task runs once
+    later, as attempt 1."""
+    tap, rule = grant_pair(stage, server, lease_ttl_ms=5000)
     wait_until(lambda: rule.hits, timeout=20, what="a reserve frame to drop")
     stage.row.faults["reserve frame dropped unread, connection cut"] += 1
     dropped = reserved_ids(rule.hits)

@@ -11,8 +11,10 @@ import collections
 import json
 import os
 import shlex
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,6 +212,40 @@ class Stage:
             sup.stop()
             seen += sorted(sup.descendants_seen)
         return seen
+
+
+@dataclass
+class Stream:
+    """What ``streaming`` submitted: when each submit was answered (wall-clock seconds);
+    hold ``lock`` to submit beside it (the stage's lists take one writer at a time)."""
+
+    answered: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@contextmanager
+def streaming(stage: Stage, every_s: float, lease_ttl_ms: int) -> Iterator[Stream]:
+    """Submit a short task (50 ms; IDEMPOTENT and NON_IDEMPOTENT in turn) every
+    ``every_s`` on a thread of its own while the block runs."""
+    stream, stop = Stream(), threading.Event()
+
+    def produce() -> None:
+        n = 0
+        while not stop.is_set():
+            with stream.lock:
+                stage.submit(1, 0.05, "NON_IDEMPOTENT" if n % 2 else "IDEMPOTENT",
+                             lease_ttl_ms=lease_ttl_ms)
+            stream.answered.append(time.time())
+            n += 1
+            stop.wait(every_s)
+
+    producer = threading.Thread(target=produce, name="fault-stream")
+    producer.start()
+    try:
+        yield stream
+    finally:
+        stop.set()
+        producer.join()
 
 
 def log_records(sup: SupervisorProcess) -> list[dict[str, Any]]:
