@@ -273,7 +273,8 @@ def violations(tasks: list[TaskFacts], runs: list[str], key_conflicts: list[str]
     bad = [f"operation key answered two tasks: {c}" for c in key_conflicts]
     if unsent:
         bad.append(f"{unsent} batches were never accepted")
-    journal = Journal([Run(*line.split()[:2]) for line in runs if line])
+    journal = Journal([Run(task_id, attempt_id) for task_id, attempt_id, *_rest in
+                       (line.split() for line in runs if line)])
     bad += flatten(check(tasks, journal))
     if expired_unconfirmed is not None:
         bad += attempt_accounting(AttemptLedger(
