@@ -4,16 +4,19 @@ attempt for the idle worker, and the reserve frame follows its commit)."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
 import time
+from typing import Any
 
 from .fault_connection import unreported
 from .fault_grants import once_as_first
-from .fault_stage import Scenario, Server, Stage, log_records
+from .fault_stage import Scenario, Server, Stage, log_records, streaming, wait_gone
+from .invariants import TaskFacts
 from .orbit_http import expect
-from .supervisor_helpers import SupervisorProcess
+from .supervisor_helpers import SupervisorProcess, alive, worker_credentials_file
 from .waiting import wait_until
 
 ROUNDS = 6
@@ -118,8 +121,62 @@ def drain_races_grant(stage: Stage, server: Server) -> None:
     stage.row.merge_facts(facts, journal)
 
 
+def revocation_races_grant(stage: Stage, server: Server) -> None:
+    """Short tasks are submitted every 100 ms to an idle supervisor, each granted in its
+    submit's own transaction, and the worker's credential is revoked meanwhile: the server
+    closes the session, the supervisor ends (fatal UNAUTHENTICATED) and its children die.
+    No grant goes to the revoked worker after the revocation (the server's recorded instant
+    of it), nothing it reports afterwards is taken, and a worker with a fresh credential
+    runs what is left: every IDEMPOTENT task succeeds."""
+    sup = stage.supervisor(2)
+    revoked = _instance(sup)
+    time.sleep(0.2)
+    with streaming(stage, 0.1, lease_ttl_ms=1000) as stream:
+        time.sleep(0.5)
+        tree = sup.descendants()
+        credential_id = json.loads(stage.creds.read_text())["credential_id"]
+        expect(server.env.admin_http.delete(f"/v1/credentials/{credential_id}"), 200)
+        with stream.lock:  # and at once a few more, while the revoked session closes
+            stage.submit(3, 0.05, "NON_IDEMPOTENT", lease_ttl_ms=1000)
+        (committed_ms,) = [c["revoked_at_ms"] for c in expect(
+            server.env.admin_http.get("/v1/credentials"), 200)["credentials"]
+            if c["credential_id"] == credential_id]
+        stage.row.faults["credential revoked while grants stream to its worker"] += 1
+        try:
+            code: int | None = sup.wait(timeout_s=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        time.sleep(0.3)  # grants keep racing the closed session
+    gone = wait_gone(tree)
+    stage.row.expect("orbit-supervise ended on the revocation and its children died",
+                     [] if code not in (None, 0) and gone else
+                     [f"exit code {code}; alive: {alive(tree)}"])
+    stage.creds = worker_credentials_file(server.env, stage.queue_id, stage.dir / "worker2.json")
+    stage.supervisor(2)
+    facts = stage.facts()
+    stage.row.expect("no grant went to the revoked worker after the revocation committed",
+                     [_late(t, a, committed_ms) for t in facts for a in t.attempts
+                      if a["instance_id"] == revoked and a["started_at_ms"] is not None
+                      and a["started_at_ms"] > committed_ms])
+    stage.row.expect("no result of the revoked worker was taken after the revocation",
+                     [f"attempt {a['id']} ended {a['outcome']} at {a['finished_at_ms']}, after "
+                      f"{committed_ms}" for t in facts for a in t.attempts
+                      if a["instance_id"] == revoked and a["outcome"] == "SUCCEEDED"
+                      and a["finished_at_ms"] > committed_ms])
+    stage.row.notes.append(f"{len(stage.task_ids)} tasks submitted around the revocation")
+    stage.row.merge_facts(facts, stage.journal())
+
+
+def _late(t: TaskFacts, a: dict[str, Any], committed_ms: int) -> str:
+    return (f"attempt {a['id']} of {t.idempotency} task {t.task_id} started at "
+            f"{a['started_at_ms']}, {a['started_at_ms'] - committed_ms} ms after the "
+            f"revocation committed; it ended {a['outcome']}/{a['code']}, the task {t.state}")
+
+
 def scenarios() -> list[Scenario]:
     return [
         Scenario("cancel_races_grant", "a cancel racing a grant", cancel_races_grant),
         Scenario("drain_races_grant", "a drain racing a grant", drain_races_grant),
+        Scenario("revocation_races_grant", "a revocation racing grants",
+                 revocation_races_grant),
     ]

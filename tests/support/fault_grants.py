@@ -8,13 +8,15 @@ task then ran once, as its attempt 1 of 1 spent.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
-from .fault_stage import Scenario, Server, Stage
+from .fault_connection import resent, same_answers
+from .fault_stage import Body, Scenario, Server, Stage
 from .invariants import Journal, TaskFacts
 from .waiting import wait_until
-from .ws_tap import FrameRule, OpTap, Seen
+from .ws_tap import FrameRule, Hold, OpTap, Seen
 
 UNSPENT = ("grant_declined", "grant_unreceived")  # rules of a grant given back unspent
 # The session TTL of the scenarios that time a grant against the worker's frames: the idle
@@ -198,6 +200,66 @@ def finishes_accepted(tap: OpTap, attempt_ids: set[str]) -> list[str]:
             if first.get(a) != "ACCEPTED"]
 
 
+def held_past_lease(then: Literal["deliver", "cut"]) -> Body:
+    def body(stage: Stage, server: Server) -> None:
+        tap, rule = grant_pair(stage, server, lease_ttl_ms=1000)
+        wait_until(lambda: tap.held, timeout=20, what="the held reserve frame's end")
+        stage.row.faults[f"reserve frame held 2.5 s past a 1 s lease, then {then}"] += 1
+        held = reserved_ids(rule.hits)
+        facts = stage.facts()
+        journal = stage.journal()
+        if then == "deliver":
+            declined = {str(op["attempt_id"]): op.get("reason")
+                        for op in tap.ops_of("decline").values()}
+            stage.row.expect("the worker declined each late grant EXPIRED",
+                             [f"attempt {a}: declined {declined.get(a)}" for a in held
+                              if declined.get(a) != "EXPIRED"])
+        expect_given_back(stage, facts, journal, held,
+                          ("grant_declined",) if then == "deliver" else ("grant_unreceived",))
+        stage.row.merge_facts(facts, journal)
+
+    body.__doc__ = (
+        "A grant's reserve frame (two tasks, a 1 s lease) is held 2.5 s, past the lease, "
+        + ("then delivered: the worker finds its lease over and declines it (EXPIRED)."
+           if then == "deliver" else "then the connection is cut: the worker never reads "
+           "it, and its resume on the next connection does not list it.")
+        + " The handler never runs; the grant goes back unspent and the task runs once "
+        "later, as attempt 1 (docs/protocol.md, \"Grants\").")
+    return body
+
+
+def lost_decline_answer(stage: Stage, server: Server) -> None:
+    """A grant reaches the worker after its lease ran out on the worker's clock (its basis
+    frame 2.5 s old, the frame held 1.5 s of a 3 s lease) but not on the server's: the
+    worker declines it EXPIRED, the server releases it, and the answer is lost with the
+    connection. After the resume the decline goes again with its msg_id and the receipt
+    answers it: released once, unspent; the task runs once later, as attempt 1."""
+    assert server.proxy is not None and server.tap is not None
+    tap = server.tap
+    stage.supervisor(2, url=server.proxy.url)
+    wait_ready(tap)
+    # The idle worker's last frame (its credit) is the grant's basis: 2.5 s old at the
+    # grant, 2.5 s before its next heartbeat.
+    wait_until(lambda: time.time() >= tap.last_at["to_server"] + 2.5, timeout=10,
+               what="the worker's last frame 2.5 s old")
+    rule = tap.arm(FrameRule("reserve", Hold(1.5)))
+    stage.submit_batch(["IDEMPOTENT", "NON_IDEMPOTENT"], 0.3, lease_ttl_ms=3000)
+    wait_until(lambda: tap.lost, timeout=20, what="the decline's answer to lose")
+    stage.row.faults["decline answer lost, connection cut"] += 1
+    held = reserved_ids(rule.hits)
+    facts = stage.facts()
+    journal = stage.journal()
+    declined = {str(op["attempt_id"]): op.get("reason") for op in tap.lost_ops()}
+    stage.row.expect("the worker declined each late grant EXPIRED",
+                     [f"attempt {a}: declined {declined.get(a)}" for a in held
+                      if declined.get(a) != "EXPIRED"])
+    stage.row.expect("the lost decline was resent with its original msg_id",
+                     resent(tap, "answer"))
+    stage.row.expect("every answer to one msg_id is the same (applied once)", same_answers(tap))
+    expect_given_back(stage, facts, journal, held, ("grant_declined",))
+    stage.row.merge_facts(facts, journal)
+
+
 def lost_resume_answer(stage: Stage, server: Server) -> None:
     """A granted handler runs when a second grant's reserve frame is dropped and the
     connection cut; the resume on the next connection lists the first (confirming it) and
@@ -234,6 +296,14 @@ def scenarios() -> list[Scenario]:
                  tap=lambda: OpTap(rules=[FrameRule("reserve", "drop_and_cut")])),
         Scenario("grant_cut_running", "cut while granted handlers run", cut_running,
                  tap=OpTap),
+        Scenario("grant_late_delivered", "grant held past its lease, then delivered",
+                 held_past_lease("deliver"), session_ttl_ms=LONG_TTL_MS,
+                 tap=lambda: OpTap(rules=[FrameRule("reserve", Hold(2.5))])),
+        Scenario("grant_late_cut", "grant held past its lease, then cut",
+                 held_past_lease("cut"), session_ttl_ms=LONG_TTL_MS,
+                 tap=lambda: OpTap(rules=[FrameRule("reserve", Hold(2.5, "cut"))])),
+        Scenario("lost_answer_decline", "answer to decline lost", lost_decline_answer,
+                 session_ttl_ms=LONG_TTL_MS, tap=lambda: OpTap("decline", "answer")),
         Scenario("lost_answer_resume", "answer to resume lost (grants)", lost_resume_answer,
                  tap=lambda: OpTap("resume", "answer")),
     ]
