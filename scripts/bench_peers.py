@@ -973,8 +973,9 @@ def host_text(result: dict[str, Any]) -> str:
 
 METHOD = """\
 How each row is measured. The producer is this script, one Python process using each
-system's own client: `OrbitClient.submit` / `submit_batch` and one long poll
-(`get_task(wait_ms=...)`) per result; Celery `task.delay()` and `AsyncResult.get()`;
+system's own client: `OrbitClient.submit` / `submit_batch` and `get_task(wait_ms=...)`
+per result (with its defaults: over the producer channel, a WebSocket whose `ended`
+pushes answer the waits; a long poll per result over HTTP); Celery `task.delay()` and `AsyncResult.get()`;
 Dramatiq `actor.send()` and `message.get_result(block=True)`. Throughput rows count from
 the first submit to the last result received, every result awaited in submission order;
 the CPU rows submit one per call too (the work is the same function in every system,
@@ -984,7 +985,7 @@ open its connections with one task, then releases them together. The time-limit 
 the spinner writes its PID and start instant (CLOCK_MONOTONIC, one clock for all
 processes) to a file; the script opens a pidfd on that PID and polls it until the kernel
 reports the process exited, measured from the handler's start + 1 s (Orbit counts its
-`attempt_timeout_ms` from the server's start confirmation, which precedes the handler's
+`attempt_timeout_ms` from the start its grant records, which precedes the handler's
 first line, so it can end before that instant); "never" means still running 5 s after.
 Memory: psutil's RSS and PSS summed over the worker command's process and all its
 descendants (Orbit: supervisor, template and children; Celery: main and pool processes;
@@ -993,22 +994,24 @@ Dramatiq: main and worker processes), after the warm-up and the first no-op row.
 What differs besides speed, and may bias the figures:
 - **Durability.** redis-server runs without persistence (`--save "" --appendonly no`):
   queued tasks and results live only in its memory, and a crash loses them. `orbit-server`
-  runs on SQLite with its defaults (WAL, `synchronous=FULL`): every submit, start and
-  finish is on disk, with an fsync, before it is answered, and tasks, attempts and audit
-  rows are kept. That is Orbit's guarantee and it is paid in every row here.
-- **Start confirmation.** Orbit runs a handler only after the server confirmed its start
-  (one more round trip per task, and a core can idle during it at concurrency 2); Celery
-  (`acks_late`, prefetch multiplier 1) acknowledges after the run; Dramatiq prefetches two
-  messages per worker thread (its default). Both hold the next message while a handler
-  runs; Orbit does so only when asked, as in its `--prefetch 2` rows (one started attempt
-  waiting per child).
+  runs on SQLite with its defaults (WAL, `--durability full`): every submit (with the
+  grant it makes) and finish is on disk, its fsync done by the WAL sync thread, before it
+  is answered, and tasks, attempts and audit rows are kept. That is Orbit's guarantee and
+  it is paid in every row here.
+- **Start confirmation.** Orbit runs a handler only under a lease the server granted and
+  committed: with grants (`orbit-supervise`'s default) the reservation arrives started,
+  its grant made in the submit's or the dispatch's transaction, with no round trip of its
+  own; Celery (`acks_late`, prefetch multiplier 1) acknowledges after the run; Dramatiq
+  prefetches two messages per worker thread (its default). Both hold the next message
+  while a handler runs; Orbit does so only when asked, as in its `--prefetch 2` rows (one
+  started attempt waiting per child).
 - **Time limits.** Celery's hard limit sends SIGTERM, waits 0.1 s, then SIGKILLs the pool
   process; Dramatiq's raises an exception in the worker thread (checked once a second) and
   never ends the process; Orbit SIGKILLs the child's process group.
 - **Clients.** Each system is driven through its own Python client, whose CPU counts (on
-  the same cores): Orbit's speaks HTTP/1.1 through the standard library's http.client
-  (about 0.2 ms of client CPU per request, by bench_client.py), the peers' speak Redis's
-  protocol; the CPU table shows each producer's share.
+  the same cores): Orbit's speaks its producer channel (a WebSocket; HTTP/1.1 for
+  batches), the peers' speak Redis's protocol; the CPU table shows each producer's
+  share.
 - **State.** One `orbit-server` and its database serve the whole run (a fresh queue per
   session, the earlier rounds' tasks kept), while Redis is emptied between sessions.
 - **One machine.** The producer, `orbit-server`, redis-server and the workers share the
