@@ -32,14 +32,12 @@ import msgspec
 
 from orbit_host.backoff import delays
 from orbit_wire.errors import ErrorCode, ProtocolError
-from orbit_wire.limits import MAX_FRAME_BYTES
 from orbit_wire.model import TaskState
 from orbit_wire.producer_frames import (
     MAX_WATCH,
     Ended,
     Failure,
     ProducerError,
-    ServerMessage,
     Submit,
     Submitted,
     Watch,
@@ -92,20 +90,6 @@ class _RawViews(msgspec.Struct):
 
 
 _RAW_VIEWS = msgspec.json.Decoder(_RawViews)
-# The answer to a batch holds a view per task, payloads included, and may pass the frame
-# bound the server holds producers to: the client reads its server's frames of any size.
-_LARGE: msgspec.json.Decoder[ServerMessage] = msgspec.json.Decoder(ServerMessage)
-
-
-def _decoded(data: bytes | str) -> ServerMessage:
-    if len(data) <= MAX_FRAME_BYTES:
-        return decode_server_message(data)
-    try:
-        return _LARGE.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:  # ValidationError among them
-        raise ProtocolError(ErrorCode.BAD_FRAME, f"message is not valid: {exc}") from None
-
-
 def run_posts(posts: Iterable[Post]) -> None:
     """Deliver each item to its box (drivers call it outside their lock)."""
     for post in posts:
@@ -267,7 +251,7 @@ class ChannelCore:
     def receive(self, data: bytes | str) -> Reaction:
         """One text frame from the server."""
         try:
-            message = _decoded(data)
+            message = decode_server_message(data)
         except ProtocolError as exc:
             return self._broken(OrbitApiError(
                 ErrorCode.INTERNAL, f"the server sent a bad producer frame: {exc.message}",

@@ -357,12 +357,13 @@ def decode_server_frame(data: bytes | str) -> ServerFrame:
 
 
 def decode_checked(decoder: msgspec.json.Decoder[T], kind: Any, data: bytes | str,
-                   what: str = "frame") -> T:
-    """``decoder.decode(data)`` for a message of the tagged union ``kind``, within the frame
-    size; ProtocolError with a stable code and a message naming the field otherwise."""
-    if len(data) > MAX_FRAME_BYTES:
+                   what: str = "frame", limit: int | None = MAX_FRAME_BYTES) -> T:
+    """``decoder.decode(data)`` for a message of the tagged union ``kind``, within ``limit``
+    bytes (None: any size); ProtocolError with a stable code and a message naming the field
+    otherwise."""
+    if limit is not None and len(data) > limit:
         raise ProtocolError(
-            ErrorCode.FRAME_TOO_LARGE, f"{what} is {len(data)} bytes; at most {MAX_FRAME_BYTES}"
+            ErrorCode.FRAME_TOO_LARGE, f"{what} is {len(data)} bytes; at most {limit}"
         )
     try:
         return decoder.decode(data)

@@ -119,4 +119,6 @@ def decode_client_message(data: bytes | str) -> ClientMessage:
 
 
 def decode_server_message(data: bytes | str) -> ServerMessage:
-    return decode_checked(_SERVER, ServerMessage, data, "message")
+    """A server's message, of any size (the answer to a batch of 1000 tasks with their
+    payloads may be larger than what a producer may send)."""
+    return decode_checked(_SERVER, ServerMessage, data, "message", limit=None)
