@@ -46,6 +46,7 @@ from orbit_wire.producer_frames import (
 from .auth import Principal, require_role
 from .http_auth import Authenticator
 from .parts import ServerParts
+from .store.db import is_sqlite
 from .submitting import Submitter
 from .worker_protocol import close_code
 
@@ -55,8 +56,11 @@ log = logging.getLogger("orbit.producer")
 MAX_IN_FLIGHT = 256
 # Tasks one channel may watch at once (LIMIT_EXCEEDED for a watch past it).
 MAX_WATCHED = 100_000
-# Watched tasks not settled are read again this often (a task another replica ended).
+# Watched tasks not settled are read again this often: on a shared database a task another
+# replica ended wakes nobody here; on a SQLite file every end is this server's own, and
+# the re-read is only a safety net.
 RECHECK_S = 2.0
+RECHECK_SQLITE_S = 30.0
 MAX_QUEUED = 10_000  # frames queued for a peer that does not read: past it, closed
 _PRODUCERS = (Role.PRODUCER, Role.ADMIN)
 
@@ -278,8 +282,9 @@ class ProducerChannel:
             self._settled(view)
 
     async def _recheck_loop(self) -> None:
+        period = RECHECK_SQLITE_S if is_sqlite(self.parts.config.db_url) else RECHECK_S
         while True:
-            await asyncio.sleep(RECHECK_S)
+            await asyncio.sleep(period)
             pending = [t for t in self._watched if t not in self._rereading]
             if pending:
                 self._rereading.update(pending)
