@@ -975,9 +975,10 @@ METHOD = """\
 How each row is measured. The producer is this script, one Python process using each
 system's own client: `OrbitClient.submit` / `submit_batch` and `get_task(wait_ms=...)`
 per result (with its defaults: over the producer channel, a WebSocket whose `ended`
-pushes answer the waits; a long poll per result over HTTP); Celery `task.delay()` and `AsyncResult.get()`;
-Dramatiq `actor.send()` and `message.get_result(block=True)`. Throughput rows count from
-the first submit to the last result received, every result awaited in submission order;
+pushes answer the waits; a long poll per result over HTTP); Celery `task.delay()` and
+`AsyncResult.get()`; Dramatiq `actor.send()` and `message.get_result(block=True)`.
+Throughput rows count from the first submit to the last result received, every result
+awaited in submission order;
 the CPU rows submit one per call too (the work is the same function in every system,
 `scripts/peers/peers_work.py`, burning the stated CPU time of its thread). The ceiling is
 min(cores, concurrency) / task time. The many-producers row spawns its processes, lets each

@@ -92,9 +92,11 @@ class Reaper:
                     or late >= limit)
             effects.due(now if full else None)
             due = reaping.next_due(conn)
-            effects.due(due.lease_expiry)
-            if due.grant_expiry is not None:
-                effects.due(due.grant_expiry + cfg.session_ttl_ms)
+            lease_expiry = due.lease_expiry
+            if lease_expiry is not None and lease_expiry <= now:
+                # Not reaped in this pass: an unconfirmed grant's lapse waits (above).
+                lease_expiry = reaping.next_lease_decision(conn, now, cfg.session_ttl_ms)
+            effects.due(lease_expiry)
             if due.oldest_reservation is not None:
                 effects.due(due.oldest_reservation + cfg.reservation_ttl_ms)
             effects.due(due.pending_deadline)

@@ -223,8 +223,13 @@ LAST_ATTEMPT_OF_TASK = (
     .order_by(attempts.c.epoch.desc()).limit(1)
 )
 # The reaper's "when is something next due" look-ups (MIN over an indexed state range).
-NEXT_LEASE_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(_RUNNING, _CONFIRMED)
-NEXT_GRANT_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(_RUNNING, _UNCONFIRMED)
+NEXT_LEASE_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(_RUNNING)
+# Read only when the earliest lease end has passed (an unconfirmed grant waiting for the
+# worker's word): the earliest of each kind, scanning the running attempts.
+NEXT_CONFIRMED_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(
+    _RUNNING, _CONFIRMED)
+NEXT_GRANT_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(
+    _RUNNING, _UNCONFIRMED)
 OLDEST_RESERVATION = select(func.min(attempts.c.reserved_at_ms)).where(_RESERVED)
 NEXT_PENDING_DEADLINE = select(func.min(tasks.c.deadline_at_ms)).where(_PENDING)
 # When each queue's waiting tasks become dispatchable: the reaper's wake-ups after a start.

@@ -10,8 +10,8 @@ from sqlalchemy import Connection, RowMapping
 
 from . import queries
 
-__all__ = ["NextDue", "expired_leases", "next_due", "overdue_pending", "stale_reservations",
-           "start_by_passed"]
+__all__ = ["NextDue", "expired_leases", "next_due", "next_lease_decision", "overdue_pending",
+           "stale_reservations", "start_by_passed"]
 
 
 def expired_leases(conn: Connection, now: int, n: int, grant_grace_ms: int
@@ -43,8 +43,7 @@ def start_by_passed(conn: Connection, now: int, n: int) -> list[RowMapping]:
 class NextDue(NamedTuple):
     """When something is next due, each None when nothing is (MIN over an indexed range)."""
 
-    lease_expiry: int | None  # the earliest lease end of a confirmed RUNNING attempt
-    grant_expiry: int | None  # the earliest lease end of an unconfirmed grant
+    lease_expiry: int | None  # the earliest lease end of a RUNNING attempt
     oldest_reservation: int | None  # when the oldest RESERVED attempt was reserved
     pending_deadline: int | None  # the earliest deadline of a PENDING task
     start_by: int | None  # the earliest start-by instant
@@ -52,5 +51,15 @@ class NextDue(NamedTuple):
 
 def next_due(conn: Connection) -> NextDue:
     return NextDue(*(conn.scalar(stmt) for stmt in (
-        queries.NEXT_LEASE_EXPIRY, queries.NEXT_GRANT_EXPIRY, queries.OLDEST_RESERVATION,
-        queries.NEXT_PENDING_DEADLINE, queries.NEXT_START_BY)))
+        queries.NEXT_LEASE_EXPIRY, queries.OLDEST_RESERVATION, queries.NEXT_PENDING_DEADLINE,
+        queries.NEXT_START_BY)))
+
+
+def next_lease_decision(conn: Connection, now: int, grant_grace_ms: int) -> int | None:
+    """When the reaper next decides a lapsed lease, given that the earliest lease end has
+    passed (``now``: an unconfirmed grant waits ``grant_grace_ms`` more for the worker's
+    word): the earliest confirmed lease end, or an unconfirmed grant's end plus the grace."""
+    confirmed = conn.scalar(queries.NEXT_CONFIRMED_EXPIRY)
+    granted = conn.scalar(queries.NEXT_GRANT_EXPIRY)
+    ends = [confirmed, None if granted is None else granted + grant_grace_ms]
+    return min((end for end in ends if end is not None), default=None)

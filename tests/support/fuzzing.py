@@ -4,7 +4,7 @@
 Every check schemathesis has, over every phase (examples, coverage, fuzzing, stateful),
 with the hooks of support/schemathesis_hooks.py. ``/v1/worker`` and ``/v1/producer`` are
 left out: a WebSocket is beyond OpenAPI (the WebSocket fuzzer of scripts/fuzz.py covers the
-worker's; tests/integration/server/test_producer_channel.py the producer's). One worker thread:
+worker's; tests/integration/server/test_producer_ws.py the producer's). One worker thread:
 CPython 3.11's ``ast.parse`` (which Hypothesis calls to describe a filter) is not safe
 across threads.
 """

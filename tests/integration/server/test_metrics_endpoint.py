@@ -105,8 +105,12 @@ async def test_commits_syncs_and_frames_are_counted(lane: Lane) -> None:
     def grew(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert grew("orbit_store_commits_total") == 2
-    assert grew("orbit_store_wal_syncs_total") >= 1  # commits close together share one
+    if lane.env.server.db_url.startswith("sqlite"):
+        assert grew("orbit_store_commits_total") == 2
+        assert grew("orbit_store_wal_syncs_total") >= 1  # commits close together share one
+    else:  # on MySQL every write transaction counts, the reaper's passes included
+        assert grew("orbit_store_commits_total") >= 2
+        assert "orbit_store_wal_syncs_total" not in after  # the database syncs its own log
     assert grew("orbit_frames_total", channel="worker", direction="out") == 2
     assert grew("orbit_frames_total", channel="worker", direction="in") == 1
     assert grew("orbit_grants_total", queue=lane.queue) == 1

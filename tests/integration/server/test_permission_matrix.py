@@ -88,7 +88,7 @@ CASES: dict[tuple[str, str], list[Case]] = {
     ("WEBSOCKET", "/v1/worker"): [],
     ("GET", "/v1/producer"): [Case(PUBLIC, allowed=frozenset({426}))],
     # The producer channel with every principal: tests/integration/server/
-    # test_producer_channel.py::test_only_producers_and_admins_open_a_channel.
+    # test_producer_ws.py::test_only_producers_and_admins_open_a_channel.
     ("WEBSOCKET", "/v1/producer"): [],
     ("POST", "/v1/queues"): [Case(ADMIN, body={})],
     ("GET", "/v1/queues"): [Case(READERS)],
