@@ -8,6 +8,8 @@
         print(orbit.result(task, timeout=30))          # or TaskFailed, TaskTimeout, ...
 
 The dict API stays: ``orbit.submit(queue_id, spec_dict)``, ``orbit.wait(task_id, timeout)``.
+``orbit.wait(tasks, timeout)`` and ``orbit.as_completed(tasks, timeout)`` wait for several.
+Submits and waits ride the producer channel (one WebSocket) when the server offers it.
 """
 
 from orbit_host.credentials import (
@@ -18,7 +20,8 @@ from orbit_host.credentials import (
 )
 from orbit_wire.tasktype import TaskType
 
-from .client import AsyncOrbitClient, OrbitClient, is_settled
+from .async_client import AsyncOrbitClient
+from .client import OrbitClient, is_settled
 from .errors import CertificateError, OrbitApiError, ServerUnreachable
 from .tasks import (
     Task,

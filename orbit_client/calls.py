@@ -91,10 +91,10 @@ def revoke_credential(credential_id: str) -> Call:
 
 
 def submit(queue_id: str, spec: Mapping[str, Any]) -> Call:
-    body = _dumps(_checked_spec(spec))
+    body = spec_json(spec)
     return Call(
         "POST",
-        f"/v1/queues/{_id(queue_id, 'queue')}/tasks",
+        f"/v1/queues/{queue_ref(queue_id)}/tasks",
         body=body,
         expected=(200, 201),
         task_answer=True,
@@ -102,20 +102,42 @@ def submit(queue_id: str, spec: Mapping[str, Any]) -> Call:
 
 
 def submit_batch(queue_id: str, specs: Sequence[Mapping[str, Any]]) -> Call:
-    if not 1 <= len(specs) <= MAX_SUBMIT_BATCH:
-        raise _local(f"a batch holds 1 to {MAX_SUBMIT_BATCH} task specs, not {len(specs)}")
-    tasks = []
-    for index, spec in enumerate(specs):
-        try:
-            tasks.append(_checked_spec(spec))
-        except OrbitApiError as exc:
-            raise OrbitApiError(exc.code, f"tasks[{index}]: {exc.message}") from None
+    body = b'{"tasks":[' + b",".join(batch_json(specs)) + b"]}"
     return Call(
         "POST",
-        f"/v1/queues/{_id(queue_id, 'queue')}/tasks/batch",
-        body=_dumps({"tasks": tasks}),
+        f"/v1/queues/{queue_ref(queue_id)}/tasks/batch",
+        body=body,
         expected=(200, 201),
     )
+
+
+def spec_json(spec: Mapping[str, Any]) -> bytes:
+    """One TaskSpec as the JSON text a submit sends, its values checked first."""
+    return _dumps(_checked_spec(spec))
+
+
+def batch_json(specs: Sequence[Mapping[str, Any]]) -> list[bytes]:
+    """The JSON text of each TaskSpec of a batch (1 to MAX_SUBMIT_BATCH), checked first; a
+    refusal names the spec's index."""
+    if not 1 <= len(specs) <= MAX_SUBMIT_BATCH:
+        raise _local(f"a batch holds 1 to {MAX_SUBMIT_BATCH} task specs, not {len(specs)}")
+    texts = []
+    for index, spec in enumerate(specs):
+        try:
+            texts.append(spec_json(spec))
+        except OrbitApiError as exc:
+            raise OrbitApiError(exc.code, f"tasks[{index}]: {exc.message}") from None
+    return texts
+
+
+def queue_ref(queue_id: str) -> str:
+    """``queue_id`` if it is a well-formed queue ID, else BAD_REQUEST (nothing is sent)."""
+    return _id(queue_id, "queue")
+
+
+def task_ref(task_id: str) -> str:
+    """``task_id`` if it is a well-formed task ID, else BAD_REQUEST (nothing is sent)."""
+    return _id(task_id, "task")
 
 
 def get_task(task_id: str, wait_ms: int | None = None) -> Call:
@@ -260,8 +282,7 @@ def decode(call: Call, status: int, body: bytes) -> dict[str, Any]:
             status=status, retryable=False,
         )
     if call.task_answer:
-        # Reading the result's own text is only needed when there is one.
-        value["result_json"] = None if value.get("result") is None else _result_text(body)
+        with_result_json(value, body)
     return value
 
 
@@ -274,7 +295,15 @@ class _ResultText(msgspec.Struct):
 _RESULT_TEXT = msgspec.json.Decoder(_ResultText)
 
 
-def _result_text(body: bytes) -> str | None:
+def with_result_json(view: dict[str, Any], text: bytes | str) -> dict[str, Any]:
+    """``view`` (a task, decoded from ``text``) with ``result_json``: its result's exact
+    text, or None without a result."""
+    # Reading the result's own text is only needed when there is one.
+    view["result_json"] = None if view.get("result") is None else _result_text(text)
+    return view
+
+
+def _result_text(body: bytes | str) -> str | None:
     try:
         raw = bytes(_RESULT_TEXT.decode(body).result)
     except msgspec.DecodeError:

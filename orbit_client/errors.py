@@ -59,6 +59,31 @@ class CertificateError(OrbitApiError):
         super().__init__(ErrorCode.UNAVAILABLE, message, status=None, retryable=False)
 
 
+# The status an error of each code is answered with over HTTP: the inverse of the table above,
+# with the server's choices where it lists several statuses or none.
+_STATUS_BY_CODE: dict[ErrorCode, int] = {
+    **{code: status for status, code in reversed(_CODE_BY_STATUS.items())},
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
+}
+
+
+def status_for_code(code: ErrorCode) -> int:
+    """The HTTP status the server answers an error of ``code`` with (400 for the codes of
+    refused input), so an error that came over the producer channel reads like one that
+    came over HTTP."""
+    return _STATUS_BY_CODE.get(code, 400)
+
+
+def unreachable(url: str, kind: str) -> ServerUnreachable:
+    """No answer from ``url``; ``kind`` says what went wrong (an exception class name)."""
+    return ServerUnreachable(f"no answer from {url}: {kind}")
+
+
+def certificate_refused(url: str, reason: str) -> CertificateError:
+    return CertificateError(f"the TLS certificate of {url} was refused: {reason}")
+
+
 def code_for_status(status: int) -> ErrorCode:
     """The error code an answer with ``status`` and no usable error body stands for."""
     if status in _CODE_BY_STATUS:

@@ -110,12 +110,19 @@ class TaskCancelled(TaskError):
 
 class TaskTimeout(TaskError, TimeoutError):
     """The wait ended before the task settled; the task goes on (``task.state``, also the
-    code), so waiting again may see it settle (``retryable``)."""
+    code), so waiting again may see it settle (``retryable``). ``pending``: the IDs of every
+    task the wait still waited for, ``task`` the first of them (``as_completed`` waits for
+    several)."""
 
-    def __init__(self, task: Task[Any], timeout: float) -> None:
-        super().__init__(task, f"task {task.id} is still {task.state.value} after {timeout} s",
-                         retryable=True)
+    def __init__(self, task: Task[Any], timeout: float,
+                 pending: tuple[str, ...] | None = None) -> None:
+        pending = (task.id,) if pending is None else pending
+        others = len(pending) - 1
+        also = f" (and {others} more task(s) not settled)" if others > 0 else ""
+        super().__init__(task, f"task {task.id} is still {task.state.value} after "
+                               f"{timeout} s{also}", retryable=True)
         self.timeout = timeout
+        self.pending = pending
 
 
 def outcome(task: Task[R], timeout: float) -> R:

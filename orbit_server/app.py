@@ -37,13 +37,15 @@ from .http_api import http_routes
 from .http_plumbing import http_exception_handlers
 from .http_schedules import schedule_routes
 from .parts import ServerParts
-from .ratelimit import FailedLogins
+from .producer_ws import ProducerChannels, producer_routes
+from .ratelimit import FailedLogins, TokenBuckets
 from .services import Effects, Services
 from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
 from .services.retention import TASK_BATCH
 from .store.db import create_engine_for, is_sqlite, migrate, sqlite_file
 from .store.retry import faults_logged
 from .store_thread import StoreThread
+from .traffic import Traffic
 from .waiters import TaskWaiters
 from .wal_sync import Durability, WalSync
 from .ws_endpoint import ws_routes
@@ -105,7 +107,8 @@ class OrbitServer:
                                  self.services.tx.pinned, timed=config.metrics, wal=self.wal,
                                  commits=None if self.wal is None else self.services.tx.commits)
         self.waiters = TaskWaiters()
-        self.dispatcher = Dispatcher(self.store, self.services.workers)
+        self.traffic = Traffic()
+        self.dispatcher = Dispatcher(self.store, self.services.workers, self.act_on)
         self._reaper_wake = asyncio.Event()
         self._next_due_ms: int | None = None
         # Wall-clock ms of the reaper's next planned pass; "never" while a pass runs, so
@@ -117,17 +120,20 @@ class OrbitServer:
                             waiters=self.waiters,
                             logins=FailedLogins(config.auth_failures_per_s,
                                                 config.auth_failures_burst),
-                            act_on=self.act_on)
+                            submits=TokenBuckets(config.submits_per_s, config.submits_burst),
+                            act_on=self.act_on, traffic=self.traffic)
+        self.producers = ProducerChannels()  # what a revocation closes, besides workers
         routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
-                  *dashboard_routes()]
+                  *producer_routes(parts, self.producers), *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
         self.metrics: ServerMetrics | None = None
         if config.metrics:  # prometheus_client is loaded only then
-            from .metrics import RequestMetrics, ServerMetrics, route_templates
+            from .metrics import RequestMetrics, ServerIO, ServerMetrics, route_templates
 
             self.metrics = ServerMetrics(self.engine, self.store, self.dispatcher, self.replica,
                                          _version(), config.metrics_refresh_ms,
-                                         config.metrics_token)
+                                         config.metrics_token, ServerIO(
+                                             self.services.tx.commits, self.wal, self.traffic))
             routes += self.metrics.routes()
             observers.append(RequestMetrics(self.metrics.tally, route_templates(routes)))
         self.app = Starlette(routes=routes,
@@ -150,6 +156,7 @@ class OrbitServer:
             self.dispatcher.push_cancel(instance_id, attempt_id, epoch)
         for credential_id in effects.revoked_credentials:
             self.dispatcher.close_credential(credential_id, REVOKED_MESSAGE)
+            self.producers.close_credential(credential_id, REVOKED_MESSAGE)
         due = effects.next_due_ms
         if due is not None and due < self._reaper_at_ms:
             # Only an instant earlier than the reaper's next planned pass is worth a wake-up.
@@ -243,6 +250,7 @@ class OrbitServer:
             await self.store.call(self.services.admin.forget, push.credential_id)
             if push.kind is PushKind.REVOKE:
                 self.dispatcher.close_credential(push.credential_id, REVOKED_MESSAGE)
+                self.producers.close_credential(push.credential_id, REVOKED_MESSAGE)
 
     async def _schedule_loop(self) -> None:
         """Fire due schedules (services.schedules.fire_due: one transaction, exactly once per

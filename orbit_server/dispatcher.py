@@ -34,7 +34,14 @@ from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFram
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
-from .services import NO_CLAIMS, ClaimRoom, Reservations, WorkerBinding, WorkerService
+from .services import (
+    NO_CLAIMS,
+    ClaimRoom,
+    Effects,
+    Reservations,
+    WorkerBinding,
+    WorkerService,
+)
 from .services.binding import Presence
 from .store.retry import faults_logged
 from .store_thread import StoreThread
@@ -76,6 +83,9 @@ class WorkerSession:
         # table (another replica's poll overlap) is not sent twice.
         self.cancels_sent: set[tuple[str, int]] = set()
         self.last_frame_at = 0.0  # event-loop time of the last frame received (presence)
+        # The worker's frames read on this connection so far, kept by its driver: a grant's
+        # basis (docs/protocol.md, "Grants").
+        self.frames_read = 0
 
     @property
     def instance_id(self) -> str:
@@ -111,6 +121,7 @@ class Claimed:
     asked: int | None = None
     started: int = 0
     credited: int = 0
+    effects: Effects | None = None  # a pass's transaction's, acted on once it is booked
 
 
 def claimed_by(ops: Sequence[Op], results: Sequence[OpResult]) -> Claimed:
@@ -131,9 +142,11 @@ ClaimTransaction = Callable[[ClaimRoom], Awaitable[tuple[T, Claimed]]]
 class Dispatcher:
     """Sessions by instance and queue, and the single task that runs dispatch passes."""
 
-    def __init__(self, store: StoreThread, workers: WorkerService) -> None:
+    def __init__(self, store: StoreThread, workers: WorkerService,
+                 act_on: Callable[[Effects], None]) -> None:
         self._store = store
         self._workers = workers
+        self._act_on = act_on
         self._by_instance: dict[str, WorkerSession] = {}
         self._by_queue: dict[str, dict[str, WorkerSession]] = {}
         self._dirty: dict[str, WorkerSession] = {}  # insertion-ordered set, by session_id
@@ -230,10 +243,15 @@ class Dispatcher:
         now, run ``transaction`` on it, book what it took and queue its ``reserve`` frame.
         Returns the transaction's own value."""
         async with session.lock:
-            value, claimed = await transaction(self._room(session))
+            room = self._room(session)
+            value, claimed = await transaction(room)
             self._book(session, claimed)
             if claimed.reserved:
-                session.send(Reserve(tuple(claimed.reserved)))
+                # Granted reservations name the worker frame their lease is counted from.
+                session.send(Reserve(tuple(claimed.reserved),
+                                     basis=room.basis if session.binding.grants else None))
+            if claimed.effects is not None:
+                self._act_on(claimed.effects)
             return value
 
     async def with_claim(self, queue_id: str, capability: Capability | None,
@@ -274,7 +292,8 @@ class Dispatcher:
         if session.draining or session.closed:
             return NO_CLAIMS
         return ClaimRoom(True, session.credit.room,
-                         min(session.credits, MAX_RESERVATIONS_PER_FRAME))
+                         min(session.credits, MAX_RESERVATIONS_PER_FRAME),
+                         basis=session.frames_read)
 
     def _book(self, session: WorkerSession, claimed: Claimed) -> None:
         """Spend credit on what a claim reserved, add what its claim ops left, and decide
@@ -335,6 +354,7 @@ class Dispatcher:
         closing = [s for s in self._by_instance.values()
                    if s.binding.credential_id == credential_id and not s.closed]
         for session in closing:
+            self.stop_dispatching(session)  # no claim for it from now on
             session.fatal(ErrorCode.UNAUTHENTICATED, message)
         return len(closing)
 
@@ -385,4 +405,4 @@ class Dispatcher:
         if not room.count:
             return None, Claimed()
         reserved = await self._store.call_worker(self._workers.reserve, binding, room.count)
-        return None, Claimed(reserved, room.count)
+        return None, Claimed(reserved, room.count, effects=reserved.effects)

@@ -6,20 +6,15 @@ schedule routes are ``http_schedules``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from typing import Any
-
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.model import Capability, Role, TaskState
+from orbit_wire.model import Role
 
-from .auth import Principal, require_role
+from .auth import require_role
 from .domain import bodies
 from .domain.listing import LIST_QUERY, task_filter
 from .domain.query import Id, Int
@@ -28,7 +23,6 @@ from .http_plumbing import (
     MAX_BATCH_BODY_BYTES,
     JSONResponse,
     Params,
-    RateLimited,
     endpoint,
     error_response,
     json_body,
@@ -38,8 +32,7 @@ from .http_plumbing import (
 )
 from .openapi import openapi_document
 from .parts import ServerParts
-from .ratelimit import TokenBuckets
-from .services import Effects, Reservations, Submitted, WorkerBinding
+from .submitting import Submitter
 
 MAX_WAIT_MS = 60_000
 MAX_THROUGHPUT_WINDOWS = 120
@@ -48,9 +41,6 @@ WAIT_QUERY = (Int("wait_ms", 0, MAX_WAIT_MS, 0),)
 WORKERS_QUERY = (Id("queue_id"),)
 THROUGHPUT_QUERY = (Int("window_ms", 1_000, 86_400_000, 60_000),
                     Int("windows", 1, MAX_THROUGHPUT_WINDOWS, 30))
-# A long poll re-reads the task at least this often even without a local wake-up, so a task
-# finished through another replica sharing the database is still seen.
-WAIT_SLICE_S = 1.0
 
 
 class HttpApi:
@@ -59,31 +49,22 @@ class HttpApi:
     def __init__(self, parts: ServerParts, auth: Authenticator) -> None:
         self.parts = parts
         self.auth = auth
-        cfg = parts.config
-        self._submits = TokenBuckets(cfg.submits_per_s, cfg.submits_burst)
+        self.submitter = Submitter(parts)
         self.store = parts.store
         self.admin = parts.services.admin
         self.tasks = parts.services.tasks
         self.listing = parts.services.listing
         self._openapi = orjson.dumps(openapi_document())
 
-    def _check_submit_rate(self, principal: Principal, count: int) -> None:
-        wait = self._submits.take(principal.credential_id, time.monotonic(), count)
-        if wait > 0:
-            raise RateLimited(f"credential submits more than {self._submits.rate:g} tasks/s",
-                              wait)
-
     # -------------------------------------------------------------- public
 
     async def worker_without_upgrade(self, request: Request, q: Params) -> Response:
-        """``/v1/worker`` asked without a WebSocket upgrade: 426 saying what to do."""
-        response = error_response(OrbitError(
-            ErrorCode.BAD_REQUEST, "/v1/worker speaks the worker protocol over a WebSocket "
-            "(docs/protocol.md): send an Upgrade: websocket request"))
-        response.status_code = 426
-        response.headers["Upgrade"] = "websocket"
-        response.headers["Connection"] = "Upgrade"
-        return response
+        return _upgrade_required("/v1/worker speaks the worker protocol over a WebSocket "
+                                 "(docs/protocol.md)")
+
+    async def producer_without_upgrade(self, request: Request, q: Params) -> Response:
+        return _upgrade_required("/v1/producer is the producer channel, a WebSocket "
+                                 "(docs/producers.md)")
 
     async def healthz(self, request: Request, q: Params) -> Response:
         return JSONResponse({"status": "ok"})
@@ -163,23 +144,14 @@ class HttpApi:
     # -------------------------------------------------------------- producer
 
     async def submit(self, request: Request, q: Params) -> Response:
+        """One task; with ``wait_ms``, answered once it settled or the wait ended."""
         queue_id = path_id(request, "queue_id")
         principal = await self.auth.principal(request)
-        self._check_submit_rate(principal, 1)
+        self.submitter.check_rate(principal, 1)
         spec = await object_body(request, "TaskSpec")
-        submit = self.tasks.submit_and_reserve
-
-        def submitting(binding: WorkerBinding | None, count: int
-                       ) -> tuple[tuple[Submitted, Effects], Reservations]:
-            made, effects, reserved = submit(principal, queue_id, [spec], binding, count)
-            return (made, effects), reserved
-
-        # A worker of the queue waiting with credit for the task's capability gets it in
-        # the submit's own transaction: one store hop and one commit less to its dispatch.
-        made, effects = await self.parts.dispatcher.with_claim(queue_id, _capability(spec),
-                                                               submitting)
-        self.parts.act_on(effects)
-        task, created = made[0]
+        [(task, created)] = await self.submitter.submit(principal, queue_id, [spec])
+        if q["wait_ms"]:
+            task = await self.submitter.settle(principal, task["id"], q["wait_ms"], task)
         return JSONResponse(task, status_code=201 if created else 200)
 
     async def submit_batch(self, request: Request, q: Params) -> Response:
@@ -187,9 +159,8 @@ class HttpApi:
         principal = await self.auth.principal(request)
         body = await shaped_body(request, bodies.BATCH_SHAPE, MAX_BATCH_BODY_BYTES)
         specs = body["tasks"]
-        self._check_submit_rate(principal, len(specs))
-        made, effects = await self.store.call(self.tasks.submit, principal, queue_id, specs)
-        self.parts.act_on(effects)
+        self.submitter.check_rate(principal, len(specs))
+        made = await self.submitter.submit(principal, queue_id, specs)
         return JSONResponse({"tasks": [task for task, _created in made]}, status_code=201)
 
     async def get_task(self, request: Request, q: Params) -> Response:
@@ -197,35 +168,8 @@ class HttpApi:
         wait_ms = q["wait_ms"]
         if wait_ms == 0:
             return JSONResponse(await self.auth.run_as(request, self.tasks.get_task, task_id))
-        return JSONResponse(await self._wait_for_task(request, task_id, wait_ms))
-
-    async def _wait_for_task(self, request: Request, task_id: str,
-                             wait_ms: int) -> dict[str, Any]:
-        """Read the task until it is terminal or NEEDS_REVIEW, or ``wait_ms`` has passed."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_ms / 1000
-        waiters = self.parts.waiters
-        event = waiters.register(task_id)  # before the read, so no wake-up is missed
-        try:
-            principal = await self.auth.principal(request)
-            task = await self.store.call(self.tasks.get_task, principal, task_id)
-            while not TaskState(task["state"]).settled:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(remaining, WAIT_SLICE_S))
-                view, event.view = event.view, None
-                event.clear()
-                if view is not None and TaskState(view["state"]).settled:
-                    # Read in the transaction that ended the task, for a task this caller
-                    # was already allowed to read: no second read needed.
-                    task = view
-                    break
-                task = await self.store.call(self.tasks.get_task, principal, task_id)
-            return task
-        finally:
-            waiters.unregister(task_id, event)
+        principal = await self.auth.principal(request)
+        return JSONResponse(await self.submitter.settle(principal, task_id, wait_ms))
 
     async def cancel_task(self, request: Request, q: Params) -> Response:
         task_id = path_id(request, "task_id")
@@ -255,14 +199,14 @@ class HttpApi:
         return JSONResponse(task)
 
 
-def _capability(spec: dict[str, Any]) -> Capability | None:
-    """The capability a task spec names, if it names one (the use case checks the spec)."""
-    handler, version, payload_version = (spec.get("handler"), spec.get("handler_version"),
-                                         spec.get("payload_version"))
-    if (isinstance(handler, str) and isinstance(version, str)
-            and isinstance(payload_version, str)):
-        return Capability(handler, version, payload_version)
-    return None
+def _upgrade_required(what: str) -> Response:
+    """A WebSocket endpoint asked without an upgrade: 426 saying what to do."""
+    response = error_response(OrbitError(
+        ErrorCode.BAD_REQUEST, f"{what}: send an Upgrade: websocket request"))
+    response.status_code = 426
+    response.headers["Upgrade"] = "websocket"
+    response.headers["Connection"] = "Upgrade"
+    return response
 
 
 def http_routes(parts: ServerParts) -> list[Route]:
@@ -271,12 +215,13 @@ def http_routes(parts: ServerParts) -> list[Route]:
     e = endpoint
     return [
         # The router tries routes in order: a producer's submit and long poll come first.
-        Route("/v1/queues/{queue_id}/tasks", e(api.submit), methods=["POST"]),
+        Route("/v1/queues/{queue_id}/tasks", e(api.submit, WAIT_QUERY), methods=["POST"]),
         Route("/v1/tasks/{task_id}", e(api.get_task, WAIT_QUERY), methods=["GET"]),
         Route("/healthz", e(api.healthz), methods=["GET"]),
         Route("/openapi.json", e(api.openapi), methods=["GET"]),
         # HTTP requests only; the WebSocket route of the same path (app.py) takes upgrades.
         Route("/v1/worker", e(api.worker_without_upgrade), methods=["GET"]),
+        Route("/v1/producer", e(api.producer_without_upgrade), methods=["GET"]),
         Route("/v1/queues", e(api.create_queue), methods=["POST"]),
         Route("/v1/queues", e(api.list_queues), methods=["GET"]),
         Route("/v1/queues/{queue_id}/tasks", e(api.list_tasks, LIST_QUERY), methods=["GET"]),

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 
 from orbit_wire.errors import AuthError, ErrorCode
 
@@ -25,7 +25,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def bearer_token(request: Request) -> str:
+def bearer_token(request: HTTPConnection) -> str:
     """The token of ``Authorization: Bearer <token>``; UNAUTHENTICATED without one."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -42,7 +42,7 @@ class Authenticator:
         self._admin = parts.services.admin
         self._logins = parts.logins
 
-    async def principal(self, request: Request) -> Principal:
+    async def principal(self, request: HTTPConnection) -> Principal:
         """Authenticate the request from its headers alone (before any body is read)."""
         bearer = bearer_token(request)
         principal = self._admin.cached_principal(bearer)
@@ -50,7 +50,7 @@ class Authenticator:
             principal = await self._verify(request, bearer)
         return principal
 
-    async def _verify(self, request: Request, bearer: str) -> Principal:
+    async def _verify(self, request: HTTPConnection, bearer: str) -> Principal:
         """Verify on the store thread, unless this credential ID or peer failed too often
         lately (429 with Retry-After); a failure spends from both budgets."""
         peer = request.client.host if request.client is not None else "?"
@@ -65,7 +65,7 @@ class Authenticator:
             self._logins.failed(keys, now)
             raise
 
-    async def run_as(self, request: Request, fn: Callable[Concatenate[Principal, P], T], /,
+    async def run_as(self, request: HTTPConnection, fn: Callable[Concatenate[Principal, P], T], /,
                      *args: P.args, **kwargs: P.kwargs) -> T:
         """Authenticate, then run ``fn(principal, *args)`` on the store thread: one hop while
         the token is cached, two when it must be verified (through the failure budget)."""

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -52,6 +53,8 @@ from .store.queues import queue_names
 if TYPE_CHECKING:
     from .dispatcher import Dispatcher
     from .store_thread import StoreThread
+    from .traffic import Traffic
+    from .wal_sync import CommitCounter, WalSync
 
 log = logging.getLogger("orbit.metrics")
 
@@ -77,6 +80,9 @@ class ServerTally:
         self.expired = Counts()  # (queue,)
         self.reviews = Counts()  # (queue, action)
         self.timed_out = Counts()  # (queue, code)
+        self.grants = Counts()  # (queue,)
+        self.grants_given_back = Counts()  # (queue, rule)
+        self.grants_expired_unconfirmed = Counts()  # (queue,)
         self.requests = Counts()  # (method, route, status)
         self.request_time = LabeledHistograms(LONG_BOUNDS)  # (method, route)
         self._code = Bounded(MAX_CODES)
@@ -101,6 +107,12 @@ class ServerTally:
             self.reviews.add((queue, action))
         for queue, code in counted.timed_out:
             self.timed_out.add((queue, code))
+        for queue in counted.grants:
+            self.grants.add((queue,))
+        for queue, rule in counted.grants_given_back:
+            self.grants_given_back.add((queue, rule))
+        for queue in counted.grants_expired_unconfirmed:
+            self.grants_expired_unconfirmed.add((queue,))
 
 
 class RequestMetrics:
@@ -184,13 +196,14 @@ class ServerCollector(Collector):
     """Everything above as metric families, read at scrape time."""
 
     def __init__(self, tally: ServerTally, counts: TaskCounts, store: StoreThread,
-                 dispatcher: Dispatcher, replica: str, version: str) -> None:
+                 dispatcher: Dispatcher, replica: str, version: str, io: ServerIO) -> None:
         self._tally = tally
         self._counts = counts
         self._store = store
         self._dispatcher = dispatcher
         self._replica = replica
         self._version = version
+        self._io = io
 
     def collect(self) -> Iterator[Metric]:
         t = self._tally
@@ -243,6 +256,16 @@ class ServerCollector(Collector):
         yield counter("orbit_tasks_timed_out_total",
                        "Waiting tasks failed at their deadline or schedule_to_start_ms.",
                        ("queue", "code"), t.timed_out)
+        yield counter("orbit_grants_total", "Leases granted with the dispatch (attempts "
+                       "started in the reserving transaction).", ("queue",), t.grants)
+        yield counter("orbit_grants_given_back_total",
+                       "Granted attempts released unspent: declined by the worker, or not "
+                       "listed by its resume on a newer connection.", ("queue", "rule"),
+                       t.grants_given_back)
+        yield counter("orbit_grants_expired_unconfirmed_total",
+                       "Granted attempts whose lease the reaper ended before the worker "
+                       "confirmed the grant (its process may have died with it unread).",
+                       ("queue",), t.grants_expired_unconfirmed)
         yield counter("orbit_http_requests_total", "HTTP requests by route and status.",
                        ("method", "route", "status"), t.requests)
         yield histogram("orbit_http_request_duration_seconds",
@@ -265,6 +288,24 @@ class ServerCollector(Collector):
         for lane, n in self._store.queued().items():
             queued.add_metric((lane,), n)
         yield queued
+        io = self._io
+        yield CounterMetricFamily("orbit_store_commits_total",
+                                  "Write transactions committed (a group commit once).",
+                                  value=io.commits.count)
+        if io.wal is not None:
+            yield CounterMetricFamily(
+                "orbit_store_wal_syncs_total", "fdatasync calls of the WAL sync thread "
+                "(SQLite, docs/deployment.md Durability).", value=io.wal.syncs)
+        frames = CounterMetricFamily("orbit_frames_total", "WebSocket messages by channel "
+                                     "(worker, producer) and direction (in, out).",
+                                     labels=("channel", "direction"))
+        traffic = io.traffic
+        for labels, n in ((("worker", "in"), traffic.worker_in),
+                          (("worker", "out"), traffic.worker_out),
+                          (("producer", "in"), traffic.producer_in),
+                          (("producer", "out"), traffic.producer_out)):
+            frames.add_metric(labels, n)
+        yield frames
 
     def _worker_families(self) -> Iterator[Metric]:
         sessions: dict[str, list[int]] = {}
@@ -324,17 +365,27 @@ def _error_json(error: OrbitError) -> bytes:
     return orjson.dumps({"error": error.to_dict()})
 
 
+@dataclass(frozen=True, slots=True)
+class ServerIO:
+    """What the server's commits, WAL syncs and sockets counted (read at scrape time)."""
+
+    commits: CommitCounter
+    wal: WalSync | None
+    traffic: Traffic
+
+
 class ServerMetrics:
     """What ``OrbitServer`` composes when metrics are on: the tally it counts into, the
     route and the collector (the app adds ``RequestMetrics`` over its routes)."""
 
     def __init__(self, engine: Engine, store: StoreThread, dispatcher: Dispatcher,
-                 replica: str, version: str, refresh_ms: int, token: str | None) -> None:
+                 replica: str, version: str, refresh_ms: int, token: str | None,
+                 io: ServerIO) -> None:
         self.tally = ServerTally()
         self.counts = TaskCounts(engine, refresh_ms / 1000)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ServerCollector(self.tally, self.counts, store, dispatcher,
-                                               replica, version))
+                                               replica, version, io))
         self.registry.register(ProcessCollector(registry=None))
         self.endpoint = MetricsEndpoint(self.registry, self.counts, token)
 
@@ -345,4 +396,5 @@ class ServerMetrics:
         self.counts.close()
 
 
-__all__ = ["MetricsEndpoint", "RequestMetrics", "ServerMetrics", "ServerTally", "TaskCounts"]
+__all__ = ["MetricsEndpoint", "RequestMetrics", "ServerIO", "ServerMetrics", "ServerTally",
+           "TaskCounts"]

@@ -335,8 +335,12 @@ def openapi_document() -> dict[str, Any]:
                                                           "revoked", "Revoked",
                                                           params=["credential_id"])},
         "/v1/queues/{queue_id}/tasks": {"post": _op(
-            "Submit a task (producer); 200 with the existing task when operation_key matched",
+            "Submit a task (producer); 200 with the existing task when operation_key "
+            "matched. With wait_ms: answered once the task is terminal or NEEDS_REVIEW, or "
+            "when the wait ends (then with its state at that moment)",
             "created", "Task", body="TaskSpec", params=["queue_id"], status="201",
+            query=[{**wait, "description": "submit, then wait until the task is terminal "
+                    "or NEEDS_REVIEW, at most this long"}],
             extra={"200": _json(_ref("Task"), "existing task with this operation_key")}),
             "get": _op("A page of the queue's tasks, filtered, newest or oldest first",
                        "a page", "TaskPage", params=["queue_id"], query=_LIST_QUERY)},
@@ -376,6 +380,18 @@ def openapi_document() -> dict[str, Any]:
             "summary": "Worker WebSocket endpoint (docs/protocol.md)",
             "description": "With Upgrade: websocket, 101 and the worker protocol; a plain "
                            "GET is answered 426 with an Error saying so.",
+            "security": [],
+            "responses": {
+                "101": {"description": "switching protocols (a WebSocket upgrade)"},
+                "426": _json(_ref("Error"), "not a WebSocket upgrade")}}},
+        "/v1/producer": {"get": {
+            "summary": "Producer channel WebSocket (docs/producers.md): pipelined submits, "
+                       "each answered once committed, and the views of watched tasks pushed "
+                       "when they settle (orbit_wire/producer_frames.py)",
+            "description": "With Upgrade: websocket, 101 and the producer channel, which "
+                           "authenticates the upgrade's bearer as HTTP does (a refusal is "
+                           "the channel's first message, then close 4006); a plain GET is "
+                           "answered 426 with an Error, whoever asks.",
             "security": [],
             "responses": {
                 "101": {"description": "switching protocols (a WebSocket upgrade)"},

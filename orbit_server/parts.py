@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from .config import ServerConfig
 from .dispatcher import Dispatcher
-from .ratelimit import FailedLogins
+from .ratelimit import FailedLogins, TokenBuckets
 from .services import Effects, Services
 from .store_thread import StoreThread
+from .traffic import Traffic
 from .waiters import TaskWaiters
 
 
@@ -26,6 +27,9 @@ class ServerParts:
     dispatcher: Dispatcher
     waiters: TaskWaiters
     logins: FailedLogins  # the one failed-login budget of every route and the worker hello
+    # The one submit budget per credential, over HTTP and the producer channel alike.
+    submits: TokenBuckets
     # Acts on what a transaction changed: wakes long polls, hints the dispatcher, pushes
     # cancels and closes, counts it, re-arms the reaper (OrbitServer.act_on).
     act_on: Callable[[Effects], None]
+    traffic: Traffic  # messages over the WebSocket channels (metrics)

@@ -1,4 +1,5 @@
-"""In-memory long-poll waiters: ``GET /v1/tasks/{id}?wait_ms=`` sleeps here until woken.
+"""In-memory waiters on tasks: a long poll (``GET /v1/tasks/{id}?wait_ms=``) sleeps here
+until woken, and a producer channel's watch is called back here (``Watcher``).
 
 Waking is a hint, unless it carries the task's view read in the very transaction that made
 the task terminal (``wake(ids, views)``); otherwise a woken waiter re-reads the task. Several
@@ -11,7 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
+
+
+class Watcher(Protocol):
+    def wake(self, view: dict[str, Any] | None) -> None:
+        """The task may have settled: ``view`` is its view read in the transaction that
+        ended it, or None (read it again). Called on the event loop; must not block."""
 
 
 class TaskWaiter(asyncio.Event):
@@ -21,13 +28,17 @@ class TaskWaiter(asyncio.Event):
         super().__init__()
         self.view: dict[str, Any] | None = None
 
+    def wake(self, view: dict[str, Any] | None) -> None:
+        self.view = view
+        self.set()
+
 
 class TaskWaiters:
     """Events per task that somebody is waiting on. Event-loop thread only, except
     ``watching`` (a plain dict lookup, safe from the store thread)."""
 
     def __init__(self) -> None:
-        self._events: dict[str, set[TaskWaiter]] = {}
+        self._events: dict[str, set[Watcher]] = {}
 
     def watching(self, task_id: str) -> bool:
         """Whether somebody waits on ``task_id`` right now (a hint; may be stale)."""
@@ -39,10 +50,14 @@ class TaskWaiters:
         Pair every ``register`` with one ``unregister(task_id, event)`` (in a ``finally``).
         """
         event = TaskWaiter()
-        self._events.setdefault(task_id, set()).add(event)
+        self.watch(task_id, event)
         return event
 
-    def unregister(self, task_id: str, event: TaskWaiter) -> None:
+    def watch(self, task_id: str, watcher: Watcher) -> None:
+        """Call ``watcher.wake`` whenever ``task_id`` may have settled, until ``unregister``."""
+        self._events.setdefault(task_id, set()).add(watcher)
+
+    def unregister(self, task_id: str, event: Watcher) -> None:
         events = self._events.get(task_id)
         if events is not None:
             events.discard(event)
@@ -55,9 +70,8 @@ class TaskWaiters:
         view in ``views`` hands it to its waiters, the others re-read."""
         for task_id in task_ids:
             view = views.get(task_id) if views else None
-            for event in self._events.get(task_id, ()):
-                event.view = view
-                event.set()
+            for watcher in tuple(self._events.get(task_id, ())):  # a wake may unregister
+                watcher.wake(view)
 
     def __len__(self) -> int:
         return len(self._events)

@@ -39,7 +39,7 @@ from orbit_wire.frames import (
     Welcome,
     decode_client_frame,
 )
-from orbit_wire.limits import MAX_BATCH_OPS, PROTOCOL_VERSION
+from orbit_wire.limits import FEATURE_GRANT, MAX_BATCH_OPS, PROTOCOL_VERSION
 
 # The close code after a fatal ``error`` frame of each code (docs/protocol.md).
 CLOSE_CODES: dict[ErrorCode, int] = {
@@ -58,9 +58,16 @@ CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.RATE_LIMITED: 4012,
 }
 CLOSE_OTHER = 4000  # a fatal code without its own close code
+# The protocol features this server serves (docs/protocol.md, "Features").
+SERVED_FEATURES = (FEATURE_GRANT,)
 # Closes without an ``error`` frame.
 CLOSE_SESSION_EXPIRED = 4008  # silent for session_ttl_ms, or no hello within hello_timeout_ms
 CLOSE_REPLACED = 4009  # a newer hello of the same instance took over
+
+
+def granted_features(hello: Hello) -> tuple[str, ...]:
+    """The features of ``hello`` this server grants (unknown ones are left out)."""
+    return tuple(f for f in SERVED_FEATURES if f in hello.features)
 
 
 def close_code(code: ErrorCode) -> int:
@@ -219,6 +226,8 @@ class WorkerProtocol:
         self._valid_until: float | None = None  # when the hello's credential stops holding
         self._in_flight: int | None = None  # the id of the request being applied
         self._last_request_id: int | None = None
+        # Messages read from the peer, counted from 1 (the hello): a grant's ``basis``.
+        self.frames_read = 0
 
     @property
     def closing(self) -> bool:
@@ -244,6 +253,7 @@ class WorkerProtocol:
         if self.phase is Phase.GREETING:
             raise RuntimeError("a frame received while a hello is under way")
         self._last_seen = now
+        self.frames_read += 1
         if text is None:
             return self.fatal(ErrorCode.BAD_FRAME, "binary frames are not accepted; send text")
         try:
@@ -311,6 +321,7 @@ class WorkerProtocol:
             kill_grace_ms=settings.kill_grace_ms,
             server_time_ms=now_ms,
             max_batch_ops=MAX_BATCH_OPS,
+            features=granted_features(self.hello),
         ))]
 
     def refused(self, code: ErrorCode, message: str, *, retryable: bool) -> list[Action]:

@@ -210,6 +210,7 @@ class WorkerConnection:
                         extra=self._ids("worker_not_reading"))
             self.close(close_code(ErrorCode.UNAVAILABLE), "peer is not reading")
             return
+        self.parts.traffic.worker_out += 1
         self._out.put_nowait(encode(frame).decode())
 
     # -------------------------------------------------------------- tasks
@@ -242,9 +243,12 @@ class WorkerConnection:
             if message["type"] == "websocket.disconnect":
                 return
             now = self._loop.time()
+            self.parts.traffic.worker_in += 1
+            actions = protocol.receive(message.get("text"), now)
             if self.session is not None:
                 self.session.last_frame_at = now
-            for action in protocol.receive(message.get("text"), now):
+                self.session.frames_read = protocol.frames_read
+            for action in actions:
                 if isinstance(action, Greet):
                     await self._greet(action.hello)
                 else:
@@ -311,6 +315,7 @@ class WorkerConnection:
         session = WorkerSession(session_id, binding, self.protocol.credit, self.send,
                                 self.close, self.fatal)
         session.last_frame_at = self.protocol.last_seen
+        session.frames_read = self.protocol.frames_read
         self.session = session
         dispatcher.attach(session)
         log.info("worker %s connected to queue %s (%s, %d slots, %s)", binding.instance_id,

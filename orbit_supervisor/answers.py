@@ -5,7 +5,8 @@ grant runs the attempt (or reports it never ran), a renewal's grant moves its le
 kills), a finish's confirmation forgets the attempt (a kill report's keeps it until the
 reap), a claim's answer brings started attempts and credit, the resume's answer grants or
 kills what ran across the reconnect, the drain's acknowledges it. A retryable error queues
-the operation again with its msg_id, so the server's receipt answers it once.
+the operation again with its msg_id, so the server's receipt answers it once. A decline's
+answer ends it either way: the grant is released, now or already.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from orbit_wire.errors import RETRYABLE_CODES, ErrorCode
 from orbit_wire.frames import (
     Cancel,
     ClaimOp,
+    DeclineOp,
     DrainOp,
     FinishOp,
     OpResult,
@@ -64,6 +66,11 @@ class SessionAnswers(SessionCore):
                 case DrainOp():
                     self.drain_acked = True
                     actions.append(event("drain_acknowledged"))
+                case DeclineOp() as op:
+                    if not result.ok and result.error_code in RETRYABLE_CODES:
+                        self._outbox.queue(op, sent_at)  # same msg_id: applied once
+                    # Otherwise done: released, or the server had released it already
+                    # (a resume on a newer connection, the lease's end).
             if self.done:
                 return
         if self.conn is Conn.RESUMING:

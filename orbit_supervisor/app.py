@@ -116,12 +116,13 @@ class Supervisor:
         child_nice: int = defaults.CHILD_NICE,
         capture_child_output: bool = False,
         prefetch: int = 0,
+        grants: bool = True,
     ) -> None:
         self.options = SupervisorOptions(
             queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
             reconnect_min_delay=reconnect_min_delay, reconnect_max_delay=reconnect_max_delay,
             max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
-            child_nice=child_nice, prefetch=prefetch,
+            child_nice=child_nice, prefetch=prefetch, grants=grants,
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
@@ -241,7 +242,7 @@ class Supervisor:
                 reconnect_min_delay=opts.reconnect_min_delay,
                 reconnect_max_delay=opts.reconnect_max_delay,
                 report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
-                agent=_agent(), prefetch=opts.prefetch,
+                agent=_agent(), prefetch=opts.prefetch, grants=opts.grants,
             ), random.random)
             self._timers = timers = SessionTimers(
                 loop, self._session, pool, perform=self._apply, on_error=self._internal_error,

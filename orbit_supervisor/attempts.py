@@ -9,7 +9,7 @@ leaves the attempt as it was. A new phase or event is one row in one table.
 ``PHASES``, where the attempt is in the protocol (the session moves it)::
 
     NEW ─RESERVED─► RESERVED ─START_QUEUED─► STARTING ─STARTED─► RUNNING ─KILLED─► KILLING
-     └─CLAIMED─────────────────────────────────►┘  │NOT_RUN         │ENDED           │ENDED
+     └─CLAIMED, GRANTED────────────────────────►┘  │NOT_RUN         │ENDED           │ENDED
                                                    └──────────────► REPORTING ◄────┘
                                                                         │CONFIRMED
     RESERVED ─RELEASED, CANCELLED─► FORGOTTEN ◄─RELEASED, REJECTED─ STARTING   FORGOTTEN
@@ -62,6 +62,7 @@ class Phase(StrEnum):
 class Event(StrEnum):
     RESERVED = "RESERVED"  # a reserve frame brought it
     CLAIMED = "CLAIMED"  # a claim's answer brought it, started by the server
+    GRANTED = "GRANTED"  # a reserve frame brought it started, with its lease (a grant)
     START_QUEUED = "START_QUEUED"  # a slot is free: its start is queued
     STARTED = "STARTED"  # the start (or claim) was confirmed with a live lease: it runs
     NOT_RUN = "NOT_RUN"  # confirmed too late or cancelled meanwhile: it never runs
@@ -74,7 +75,8 @@ class Event(StrEnum):
 
 
 PHASES: Mapping[Phase, Mapping[Event, Phase]] = {
-    Phase.NEW: {Event.RESERVED: Phase.RESERVED, Event.CLAIMED: Phase.STARTING},
+    Phase.NEW: {Event.RESERVED: Phase.RESERVED, Event.CLAIMED: Phase.STARTING,
+                Event.GRANTED: Phase.STARTING},
     Phase.RESERVED: {Event.START_QUEUED: Phase.STARTING, Event.RELEASED: Phase.FORGOTTEN,
                      Event.CANCELLED: Phase.FORGOTTEN},
     Phase.STARTING: {Event.STARTED: Phase.RUNNING, Event.NOT_RUN: Phase.REPORTING,
@@ -353,7 +355,7 @@ class AttemptTable:
         return {phase: len(known) for phase, known in self._by_phase.items()}
 
     def add(self, att: Attempt, arrival: Event) -> None:
-        """Make ``att`` (NEW) known by its ``arrival`` event (RESERVED or CLAIMED)."""
+        """Make ``att`` (NEW) known by its ``arrival`` event (RESERVED, CLAIMED, GRANTED)."""
         if att.phase is not Phase.NEW or att._index is not None:
             raise AssertionError(f"attempt {att.attempt_id} is known already")
         att._index = self

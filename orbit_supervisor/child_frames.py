@@ -45,13 +45,17 @@ class ChildFrames(Children):
                          capture_output=capture_output)
         self._max_tasks = max_tasks_per_child
         self._max_memory = max_memory_bytes
+        self.messages_sent = 0  # to children, and below from them (stats())
+        self.messages_received = 0
 
     def _send_child(self, slot: Slot, data: bytes) -> None:
         """Queue bytes for the child (channel.py); a broken socket is handled like an EOF."""
         if slot.child is not None and slot.child.channel is not None:
+            self.messages_sent += 1
             slot.child.channel.send(data)
 
     def _on_child_frame(self, slot: Slot, frame: dict[str, Any]) -> None:
+        self.messages_received += 1
         child = slot.child
         if child is None:
             return

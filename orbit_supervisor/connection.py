@@ -83,6 +83,8 @@ class Connection:
             raise ValueError(str(exc)) from None
         except InvalidHandshake as exc:
             raise ConnectFailed("HANDSHAKE_REJECTED", str(exc)) from None
+        except ConnectionClosed as exc:  # the peer (a proxy, a dying server) hung up
+            raise ConnectFailed("CLOSED_IN_HANDSHAKE", str(exc)) from None
         except ssl.SSLCertVerificationError as exc:
             raise ConnectFailed("TLS_CERTIFICATE", certificate_failure(exc) or str(exc)) from None
         except OSError as exc:

@@ -101,6 +101,9 @@ class SessionCore:
         self.reports_confirmed = 0
         self.evidence_confirmed = 0
         self.dropped_reservations = 0
+        self.declined_grants = 0
+        self.frames_sent = 0
+        self.frames_received = 0
         self.ended: dict[str, int] = {}
 
     # ------------------------------------------------------------------ queries
@@ -115,6 +118,8 @@ class SessionCore:
             loop_lag_ms=self._margin.recent_loop_lag() * 1000,
             reap_ms=self._margin.recent_reap() * 1000,
             loop_lag_max_ms=self._loop_lag_max * 1000, ended=dict(self.ended),
+            frames_sent=self.frames_sent, frames_received=self.frames_received,
+            grants_declined=self.declined_grants,
         )
 
     @property
@@ -172,8 +177,9 @@ class SessionCore:
 
     # ------------------------------------------------------------------ attempts
 
-    def _new_attempt(self, res: Reservation, arrival: Event) -> Attempt:
-        att = Attempt(res, Lease(res.lease_ttl_ms, margin=self._margin.value()))
+    def _new_attempt(self, res: Reservation, arrival: Event,
+                     lease: Lease | None = None) -> Attempt:
+        att = Attempt(res, lease or Lease(res.lease_ttl_ms, margin=self._margin.value()))
         self._attempts.add(att, arrival)
         return att
 
@@ -183,10 +189,7 @@ class SessionCore:
         already ran out locally or the task was cancelled meanwhile."""
         if (att.lease.grant(sent_at, lease_ms, now, margin=self._margin.value())
                 and not att.cancelled):
-            att.start_running(now)
-            self.started += 1
-            actions.append(event("started", att))
-            actions.append(Execute(att))
+            self._run(att, now, actions)
             return
         # Confirmed too late (the local lease already ran out) or cancelled meanwhile: the
         # handler never runs, and the server hears so at once instead of at lease expiry.
@@ -199,6 +202,13 @@ class SessionCore:
                           report=Report(kill_reason=reason, renewals=0))
         self._outbox.queue(finish)
         actions.append(event("not_run", att, reason))
+
+    def _run(self, att: Attempt, now: float, actions: list[Action]) -> None:
+        """A STARTING attempt whose lease holds runs: its handler is handed to the pool."""
+        att.start_running(now)
+        self.started += 1
+        actions.append(event("started", att))
+        actions.append(Execute(att))
 
     def _on_cancel(self, frame: Cancel, now: float, actions: list[Action]) -> None:
         """A cancel push (or a resume's answer that the task was cancelled)."""
@@ -340,6 +350,7 @@ class SessionCore:
 
     def _send(self, frame: ClientFrame, now: float) -> SendFrame:
         self._link.sent(now)
+        self.frames_sent += 1
         return SendFrame(frame)
 
     # ------------------------------------------------------------------ the end

@@ -15,23 +15,28 @@ answers when each connection timer is due.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
 
 from orbit_host.backoff import delays
 from orbit_wire.frames import Welcome
-from orbit_wire.limits import MAX_BATCH_OPS
+from orbit_wire.limits import FEATURE_GRANT, MAX_BATCH_OPS
 
 from .machine import next_state
 
 __all__ = [
-    "CONNS", "DEFAULT_SESSION_TTL", "HELLO_TIMEOUT", "MAX_HEARTBEAT_MS", "Conn", "ConnEvent",
-    "Link",
+    "CONNS", "DEFAULT_SESSION_TTL", "HELLO_TIMEOUT", "MAX_HEARTBEAT_MS", "SENT_FRAMES_KEPT",
+    "Conn", "ConnEvent", "Link",
 ]
 
 HELLO_TIMEOUT = 10.0  # seconds to wait for ``welcome`` before dropping the connection
 DEFAULT_SESSION_TTL = 15.0  # until the welcome tells us the server's
 MAX_HEARTBEAT_MS = 5000  # docs/protocol.md: heartbeat every TTL/3, at most 5 s
+# When each of the connection's last frames was sent, for a grant's basis. Frames the server
+# has not read yet are few (heartbeats, credit, one request); a basis further back than
+# this is answered as expired.
+SENT_FRAMES_KEPT = 1024
 _JITTER = 0.5  # a reconnect waits between half its backoff delay and all of it
 
 
@@ -73,8 +78,9 @@ class Link:
     """The connection's state (``fire``) and clocks; ``sent`` and ``received`` stamp each
     frame, ``welcomed`` adopts the server's settings."""
 
-    __slots__ = ("_backoff", "_draw", "_max_delay", "_min_delay", "heartbeat", "last_received",
-                 "last_sent", "max_batch", "reconnects", "session_ttl", "state", "welcomed_once")
+    __slots__ = ("_backoff", "_draw", "_max_delay", "_min_delay", "_sent_at", "frames_sent",
+                 "grants", "heartbeat", "last_received", "last_sent", "max_batch",
+                 "reconnects", "session_ttl", "state", "welcomed_once")
 
     def __init__(self, min_delay: float, max_delay: float, draw: Callable[[], float]) -> None:
         self.state = Conn.IDLE
@@ -87,9 +93,18 @@ class Link:
         self.last_received = 0.0
         self.welcomed_once = False
         self.reconnects = 0  # welcomes after the first
+        # This connection's frames, numbered from 1 (the hello), and when each was sent; and
+        # whether the server grants leases with the dispatch on it (its welcome says).
+        self.frames_sent = 0
+        self._sent_at: deque[float] = deque(maxlen=SENT_FRAMES_KEPT)
+        self.grants = False
 
     def fire(self, event: ConnEvent) -> Conn:
         self.state = next_state(CONNS, self.state, event, "connection")
+        if event is ConnEvent.OPENED:  # a new connection numbers its frames from 1
+            self.frames_sent = 0
+            self._sent_at.clear()
+            self.grants = False
         return self.state
 
     @property
@@ -106,7 +121,18 @@ class Link:
         return self.state is Conn.DONE
 
     def sent(self, now: float) -> None:
+        """A frame is queued to be sent at ``now`` (before the driver writes it)."""
         self.last_sent = now
+        self.frames_sent += 1
+        self._sent_at.append(now)
+
+    def sent_at(self, frame: int) -> float | None:
+        """When this connection's frame number ``frame`` was queued, or None when it is not
+        one of the frames sent (or too far back to be kept)."""
+        back = self.frames_sent - frame
+        if frame < 1 or back < 0 or back >= len(self._sent_at):
+            return None
+        return self._sent_at[-1 - back]
 
     def received(self, now: float) -> None:
         self.last_received = now
@@ -116,6 +142,7 @@ class Link:
         self.heartbeat = min(frame.heartbeat_ms, MAX_HEARTBEAT_MS) / 1000.0
         self.session_ttl = frame.session_ttl_ms / 1000.0
         self.max_batch = max(1, min(frame.max_batch_ops, MAX_BATCH_OPS))
+        self.grants = FEATURE_GRANT in frame.features
         self._backoff = self._new_backoff()
         if self.welcomed_once:
             self.reconnects += 1

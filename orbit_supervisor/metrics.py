@@ -168,8 +168,18 @@ class SupervisorCollector(Collector):
              children.recycled if children else 0),
             ("orbit_supervisor_children_crashed_total", "Children that died on their own.",
              children.crashed if children else 0),
+            ("orbit_supervisor_grants_declined_total",
+             "Granted reservations given back unstarted (docs/protocol.md, Grants).",
+             s.grants_declined),
         ):
             yield CounterMetricFamily(name, doc, value=value)
+        yield counter("orbit_supervisor_frames_total",
+                      "Protocol frames to and from the server (every connection).",
+                      ("direction",), _counts({"out": s.frames_sent, "in": s.frames_received}))
+        yield counter("orbit_supervisor_child_messages_total",
+                      "Messages over the children's sockets.", ("direction",),
+                      _counts({"out": children.messages_sent if children else 0,
+                               "in": children.messages_received if children else 0}))
         yield counter("orbit_supervisor_attempts_ended_total",
                       "Executions ended, by outcome (UNKNOWN for a kill).", ("outcome",),
                       _counts(dict(s.ended)))

@@ -39,6 +39,7 @@ class SupervisorOptions:
     max_memory_per_child: int | None = None
     child_nice: int = defaults.CHILD_NICE
     prefetch: int = 0  # attempts started ahead of a free child, 0 to workers
+    grants: bool = True  # ask for leases granted with the dispatch (docs/protocol.md)
 
     def __post_init__(self) -> None:
         if not is_id(self.queue_id):

@@ -23,14 +23,24 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 
-from orbit_wire.frames import ClaimOp, DrainOp, FinishOp, Op, RenewOp, Report, Request, StartOp
+from orbit_wire.frames import (
+    ClaimOp,
+    DeclineOp,
+    DrainOp,
+    FinishOp,
+    Op,
+    RenewOp,
+    Report,
+    Request,
+    StartOp,
+)
 from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import MAX_OUTPUT_BYTES_PER_REQUEST
 
 __all__ = ["InFlight", "Outbox", "Pending"]
 
 # What a lost connection sends again; the others (resume, drain) are per connection.
-_RESENT = StartOp | RenewOp | FinishOp | ClaimOp
+_RESENT = StartOp | RenewOp | FinishOp | ClaimOp | DeclineOp
 
 
 @dataclass(slots=True)

@@ -76,6 +76,8 @@ class PoolStats:
     replacing: int
     idle: int
     busy: int
+    messages_sent: int = 0  # messages written to children (run, cancel, ...)
+    messages_received: int = 0  # frames read from children (ready, done, ...)
 
 
 class ChildPool(ChildFrames):
@@ -227,6 +229,7 @@ class ChildPool(ChildFrames):
             spawned=self._spawned, killed=dict(self._killed), recycled=self._recycled,
             crashed=self._crashed, replacing=self.being_replaced,
             idle=counts[SlotState.IDLE], busy=counts[SlotState.BUSY],
+            messages_sent=self.messages_sent, messages_received=self.messages_received,
         )
 
     async def wait_idle(self, count: int = 1) -> None:

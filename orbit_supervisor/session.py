@@ -61,6 +61,7 @@ from orbit_wire.errors import FATAL_CODES, ErrorCode
 from orbit_wire.frames import (
     AttemptRef,
     Cancel,
+    DeclineOp,
     ErrorFrame,
     FinishOp,
     Heartbeat,
@@ -74,6 +75,7 @@ from orbit_wire.frames import (
     ServerFrame,
     Welcome,
 )
+from orbit_wire.limits import FEATURE_GRANT
 from orbit_wire.model import Outcome
 
 from .actions import Action, CloseConnection, Connect, EndRun
@@ -81,6 +83,7 @@ from .answers import SessionAnswers
 from .attempts import Event, Phase
 from .core import event
 from .kill_reports import ended_by
+from .lease import Lease
 from .link import Conn, ConnEvent
 from .outbox import Pending
 from .session_types import (
@@ -125,7 +128,7 @@ class Session(SessionAnswers):
             credential_id=cfg.credential_id, credential_secret=cfg.credential_secret,
             instance_id=cfg.instance_id, instance_secret=cfg.instance_secret,
             queue_id=cfg.queue_id, capabilities=cfg.capabilities, capacity=cfg.capacity,
-            agent=cfg.agent,
+            agent=cfg.agent, features=(FEATURE_GRANT,) if cfg.grants else (),
         )
         return [self._send(hello, now)]
 
@@ -172,6 +175,7 @@ class Session(SessionAnswers):
         if not self._link.open:
             return []
         self._link.received(now)
+        self.frames_received += 1
         actions: list[Action] = []
         match frame:
             case Welcome():
@@ -341,7 +345,9 @@ class Session(SessionAnswers):
             for att in self._attempts
             if att.phase in (Phase.RUNNING, Phase.KILLING, Phase.REPORTING)
         )
-        if not refs:
+        # With grants a reconnect's resume goes out even empty: it tells the server which
+        # grants of earlier connections never arrived (they go back unspent).
+        if not refs and not (self._link.grants and self._link.reconnects > 0):
             self._link.fire(ConnEvent.WELCOMED)
             return
         self._link.fire(ConnEvent.RESUME_SENT)
@@ -349,6 +355,9 @@ class Session(SessionAnswers):
         self._send_request([resume], now, actions)
 
     def _on_reserve(self, frame: Reserve, now: float, actions: list[Action]) -> None:
+        if frame.basis is not None and self._link.grants:
+            self._on_grants(frame, frame.basis, now, actions)
+            return
         for res in frame.reservations:
             self._credit.reservation_received()
             reason = None
@@ -367,6 +376,39 @@ class Session(SessionAnswers):
                 continue
             self._new_attempt(res, Event.RESERVED)
             actions.append(event("reserved", None, None, res))
+
+    def _on_grants(self, frame: Reserve, basis: int, now: float,
+                   actions: list[Action]) -> None:
+        """Reservations that arrive started (docs/protocol.md, "Grants"): each lease counts
+        from when this side sent frame ``basis``, which the server had read before granting,
+        so the local expiry is never later than the server's. One that cannot run is
+        declined (released unspent), never dropped: its handler has not started."""
+        sent_at = self._link.sent_at(basis)
+        margin = self._margin.value()
+        for res in frame.reservations:
+            self._credit.reservation_received()
+            if res.attempt_id in self._attempts:
+                continue  # a duplicate only reconciles
+            lease = Lease(res.lease_ttl_ms, margin=margin)
+            reason = None
+            if self.stop_deadline is not None and self.drain_acked:
+                reason = "DRAINING"
+            elif len(self._attempts) >= 2 * self.config.capacity:
+                reason = "OVER_CAPACITY"
+            elif res.capability not in self.config.capabilities:
+                reason = "UNKNOWN_CAPABILITY"
+            elif (sent_at is None or res.lease_ms is None
+                  or not lease.grant(sent_at, res.lease_ms, now)):
+                reason = "EXPIRED"
+            if reason is not None:
+                self.declined_grants += 1
+                self._outbox.queue(DeclineOp(self._outbox.new_msg_id(), res.attempt_id,
+                                             res.epoch, reason))
+                actions.append(event("grant_declined", None, reason, res))
+                continue
+            att = self._new_attempt(res, Event.GRANTED, lease)
+            actions.append(event("reserved", att))
+            self._run(att, now, actions)
 
     def _on_error(self, frame: ErrorFrame, now: float, actions: list[Action]) -> None:
         if frame.code in FATAL_CODES:

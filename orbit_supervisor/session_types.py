@@ -72,6 +72,10 @@ class SessionConfig:
     # handler without waiting for a round trip, at the price of a lease (and of the attempt
     # timeout) ticking while it waits behind a running handler (docs/supervisor.md).
     prefetch: int = 0
+    # Ask for leases granted with the dispatch (protocol feature "grant"): a reservation
+    # arrives started, with its lease counted from a frame this side sent, and no separate
+    # start round trip precedes its handler (docs/protocol.md, "Grants").
+    grants: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +93,6 @@ class SessionStats:
     loop_lag_max_ms: float = 0.0  # the largest lateness of the driver's loop since start
     # Executions ended, by outcome (a copy): the handler's answer, or UNKNOWN for a kill.
     ended: Mapping[str, int] = field(default_factory=dict)
+    frames_sent: int = 0  # protocol frames sent to the server, every connection
+    frames_received: int = 0
+    grants_declined: int = 0  # grants given back unstarted (docs/protocol.md, Grants)

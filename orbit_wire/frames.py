@@ -31,6 +31,7 @@ from .limits import (
     MAX_CANCEL_GRACE_MS,
     MAX_CAPABILITIES,
     MAX_CAPACITY,
+    MAX_FEATURES,
     MAX_FRAME_BYTES,
     MAX_KILL_AGE_MS,
     MAX_RESERVATIONS_PER_FRAME,
@@ -60,6 +61,10 @@ Status = Annotated[str, Meta(max_length=16)]
 Message = Annotated[str, Meta(max_length=4096)]
 JsonText = Annotated[str, Meta(max_length=1 << 22)]  # JSON text, checked by the value rules
 EndedBy = Annotated[str, Meta(pattern=whole(f"{ENDED_COOPERATIVE}|{ENDED_KILLED}"))]
+# Protocol features (``hello`` asks, ``welcome`` grants); a name the server does not know is
+# not granted, never refused.
+Features = Annotated[tuple[Annotated[str, Meta(max_length=32)], ...],
+                     Meta(max_length=MAX_FEATURES)]
 
 
 def _written(value: Any) -> Any:
@@ -123,6 +128,7 @@ class Hello(_Frame, frozen=True, tag="hello"):
     protocol: Annotated[int, Meta(ge=1, le=1 << 16)] = _written(1)
     # The worker runtime's name and version (e.g. "orbit-supervise/0.1.0"), for operators.
     agent: Name | None = None
+    features: Features = ()
 
 
 class Credit(_Frame, frozen=True, tag="credit"):
@@ -180,7 +186,19 @@ class ClaimOp(_Op, frozen=True, tag="claim"):
     count: Slots
 
 
-Op = ResumeOp | StartOp | RenewOp | FinishOp | DrainOp | ClaimOp
+class DeclineOp(_Op, frozen=True, tag="decline"):
+    """Give back a granted attempt whose handler never started (feature ``grant``): the
+    grant arrived already expired, beyond the worker's bound, for a capability it does not
+    serve, or after it began to drain or stop. The attempt is released and no attempt is
+    spent; a grant that was confirmed (renewed, finished, resumed) cannot be declined."""
+
+    msg_id: MsgId
+    attempt_id: Id
+    epoch: Positive
+    reason: Reason
+
+
+Op = ResumeOp | StartOp | RenewOp | FinishOp | DrainOp | ClaimOp | DeclineOp
 
 
 class Request(_Frame, frozen=True, tag="request"):
@@ -203,6 +221,7 @@ class Welcome(_Frame, frozen=True, tag="welcome"):
     kill_grace_ms: Count
     server_time_ms: Count
     max_batch_ops: Positive = _written(MAX_BATCH_OPS)
+    features: Features = ()
 
 
 class Reservation(_Part, frozen=True):
@@ -225,7 +244,13 @@ class Reservation(_Part, frozen=True):
 
 
 class Reserve(_Frame, frozen=True, tag="reserve"):
+    """Reservations for the worker's credit. With the ``grant`` feature each is already
+    started and carries ``lease_ms``, and ``basis`` is how many of the worker's frames the
+    server had read before the granting transaction began: the worker counts the lease from
+    the instant it sent frame ``basis`` (docs/protocol.md, "Grants")."""
+
     reservations: Annotated[tuple[Reservation, ...], Meta(max_length=MAX_RESERVATIONS_PER_FRAME)]
+    basis: Count | None = None
 
 
 class ResumeEntry(_Part, frozen=True):
@@ -282,7 +307,7 @@ ServerFrame = Welcome | Reserve | Response | Cancel | HeartbeatAck | ErrorFrame
 for _kind in (Hello, Credit, Heartbeat, Request, Welcome, Reserve, Response, Cancel,
               HeartbeatAck, ErrorFrame):
     _kind.type = str(_kind.__struct_config__.tag)
-for _op in (ResumeOp, StartOp, RenewOp, FinishOp, DrainOp, ClaimOp):
+for _op in (ResumeOp, StartOp, RenewOp, FinishOp, DrainOp, ClaimOp, DeclineOp):
     _op.op = str(_op.__struct_config__.tag)
 
 
@@ -318,7 +343,7 @@ _CODE_OF = {Refusal.VALUE: ErrorCode.BAD_FRAME, Refusal.UNKNOWN_TAG: ErrorCode.U
 
 def decode_client_frame(data: bytes | str) -> ClientFrame:
     """Decode bytes a worker sent. Raises ProtocolError (stable code) on any violation."""
-    frame = _decode(_CLIENT, ClientFrame, data)
+    frame = decode_checked(_CLIENT, ClientFrame, data)
     if type(frame) is Request:
         for index, op in enumerate(frame.ops):
             if type(op) is FinishOp:
@@ -328,23 +353,27 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
 
 def decode_server_frame(data: bytes | str) -> ServerFrame:
     """Decode bytes the server sent. Raises ProtocolError on any violation."""
-    return _decode(_SERVER, ServerFrame, data)
+    return decode_checked(_SERVER, ServerFrame, data)
 
 
-def _decode(decoder: msgspec.json.Decoder[T], kind: Any, data: bytes | str) -> T:
-    if len(data) > MAX_FRAME_BYTES:
+def decode_checked(decoder: msgspec.json.Decoder[T], kind: Any, data: bytes | str,
+                   what: str = "frame", limit: int | None = MAX_FRAME_BYTES) -> T:
+    """``decoder.decode(data)`` for a message of the tagged union ``kind``, within ``limit``
+    bytes (None: any size); ProtocolError with a stable code and a message naming the field
+    otherwise."""
+    if limit is not None and len(data) > limit:
         raise ProtocolError(
-            ErrorCode.FRAME_TOO_LARGE, f"frame is {len(data)} bytes; at most {MAX_FRAME_BYTES}"
+            ErrorCode.FRAME_TOO_LARGE, f"{what} is {len(data)} bytes; at most {limit}"
         )
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
-        refused = explain(exc, kind, _parsed(data), "frame")
+        refused = explain(exc, kind, _parsed(data), what)
         raise ProtocolError(_CODE_OF[refused.refusal], refused.message) from None
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # older msgspec: the latter
-        raise _bad(f"frame is not valid JSON: {exc}") from None
+        raise _bad(f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
-        raise _bad("frame is nested too deeply") from None
+        raise _bad(f"{what} is nested too deeply") from None
 
 
 def _parsed(data: bytes | str) -> Any:

@@ -27,6 +27,9 @@ MAX_KILL_AGE_MS = 86_400_000
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 PROTOCOL_VERSION = 1
+# Protocol features a worker may ask for in ``hello`` (``welcome`` lists those granted).
+FEATURE_GRANT = "grant"  # reservations arrive started, with a lease (docs/protocol.md)
+MAX_FEATURES = 16
 # Task priorities (docs/http-api.md "TaskSpec"): higher is dispatched first within a queue.
 MIN_PRIORITY = 0
 MAX_PRIORITY = 9

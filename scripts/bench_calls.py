@@ -179,7 +179,7 @@ def one_run(src: Path, mode: str, n: int, db: str | None, spy: str | None,
             admin = server.admin_bearer()
             if spy:
                 recorder = subprocess.Popen(
-                    [str(ROOT / ".venv" / "bin" / "py-spy"), "record", "-r", "500", "-f", "raw",
+                    [str(ROOT / ".venv" / "bin" / "py-spy"), "record", "-r", "2000", "-f", "raw",
                      "--gil", "-o", f"{spy}-{label}-{mode}.txt", "-p", str(server.proc.pid)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)

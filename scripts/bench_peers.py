@@ -66,6 +66,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import orjson
 import psutil
 
@@ -356,6 +357,8 @@ class Context:
     workdir: Path
     stack: contextlib.ExitStack
     orbit_admin: Path | None = None  # admin credentials file
+    orbit_url: str = ""  # the orbit-server (its /metrics: what a task costs)
+    supervisor_metrics: str = ""  # the current orbit-supervise's /metrics
     redis_url: str = ""
     sessions: int = 0
     broker_pids: dict[str, int] = field(default_factory=dict)  # orbit-server, redis-server
@@ -374,10 +377,11 @@ def orbit_queue(ctx: Context) -> tuple[Path, ProducerConf]:
 
 
 def worker_command(system: str, concurrency: int, worker_creds: Path | None,
-                   queue: str, prefetch: int = 0) -> list[str]:
+                   queue: str, prefetch: int = 0, metrics_port: int = 0) -> list[str]:
     if system == "orbit":
         return [str(BIN / "orbit-supervise"), "--credentials-file", str(worker_creds),
                 "--queue", queue, "--workers", str(concurrency), "--log-level", "warning",
+                "--metrics-port", str(metrics_port),
                 *(["--prefetch", str(prefetch)] if prefetch else []), "peers_orbit:handlers"]
     if system == "celery":
         return [str(BIN / "celery"), "-A", "peers_celery", "worker", "-P", "prefork",
@@ -402,8 +406,10 @@ def session(ctx: Context, system: str, concurrency: int, warmup: int,
     env = dict(os.environ, PEERS_REDIS_URL=ctx.redis_url, PYTHONPATH=os.pathsep.join(
         [str(PEERS_DIR), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     log = ctx.workdir / f"{system}-{ctx.sessions}-c{concurrency}.log"
+    metrics_port = free_port()
+    ctx.supervisor_metrics = f"http://127.0.0.1:{metrics_port}/metrics"
     proc = Proc(system, worker_command(system, concurrency, worker_creds, conf.queue,
-                                       prefetch), log, env=env, cwd=PEERS_DIR)
+                                       prefetch, metrics_port), log, env=env, cwd=PEERS_DIR)
     producer: Producer | None = None
     try:
         producer = make_producer(conf)
@@ -604,13 +610,59 @@ def cpu_by_part(ctx: Context, system: str, proc: Proc) -> dict[str, float]:
 
 def accounted(ctx: Context, system: str, proc: Proc, fig: dict[str, Any], key: str,
               tasks: int, measure: Callable[[], Any]) -> Any:
-    """``measure()``, and the CPU each part spent on it per task (ms) in ``fig["cpu_ms"]``."""
+    """``measure()``, and the CPU each part spent on it per task (ms) in ``fig["cpu_ms"]``;
+    for Orbit also what each task cost in commits, syncs and messages (``fig["per_task"]``,
+    from the server's and the supervisor's metrics)."""
     before = cpu_by_part(ctx, system, proc)
+    costs_before = orbit_costs(ctx) if system == "orbit" else None
     value = measure()
     after = cpu_by_part(ctx, system, proc)
     fig.setdefault("cpu_ms", {})[key] = {
         part: (after[part] - before[part]) * 1000 / tasks for part in PARTS}
+    if costs_before is not None:
+        costs_after = orbit_costs(ctx)
+        fig.setdefault("per_task", {})[key] = {
+            name: (costs_after[name] - costs_before[name]) / tasks for name in COSTS}
     return value
+
+
+# What one Orbit task costs, read from the metrics (name: how to sum it).
+COSTS = ("transactions", "commits", "syncs", "http_requests", "producer_frames",
+         "worker_frames", "child_messages")
+
+
+def orbit_costs(ctx: Context) -> dict[str, float]:
+    """The server's and the current supervisor's counters (docs/observability.md)."""
+    server = parse_metrics(httpx.get(f"{ctx.orbit_url}/metrics", timeout=10).text)
+    sup = parse_metrics(httpx.get(ctx.supervisor_metrics, timeout=10).text)
+
+    def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str,
+              skip: Callable[[dict[str, str]], bool] = lambda _labels: False) -> float:
+        return sum(v for labels, v in samples.get(name, []) if not skip(labels))
+
+    return {
+        "transactions": total(server, "orbit_store_transaction_seconds_count"),
+        "commits": total(server, "orbit_store_commits_total"),
+        "syncs": total(server, "orbit_store_wal_syncs_total"),
+        "http_requests": total(server, "orbit_http_requests_total",
+                               lambda labels: labels.get("route") == "/metrics"),
+        "producer_frames": total(server, "orbit_frames_total",
+                                 lambda labels: labels.get("channel") != "producer"),
+        "worker_frames": total(server, "orbit_frames_total",
+                               lambda labels: labels.get("channel") != "worker"),
+        "child_messages": total(sup, "orbit_supervisor_child_messages_total"),
+    }
+
+
+def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition: samples by name, each with its labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
 
 
 def run_system(ctx: Context, system: str, counts: Counts, tag: str) -> dict[str, Any]:
@@ -873,6 +925,29 @@ def cpu_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+COST_COLUMNS = (("transactions", "store transactions"), ("commits", "commits"),
+                ("syncs", "WAL fsyncs"), ("http_requests", "HTTP requests"),
+                ("producer_frames", "producer channel messages"),
+                ("worker_frames", "worker frames"), ("child_messages", "child messages"))
+
+
+def cost_table(result: dict[str, Any]) -> str:
+    """What one Orbit task costs, per row (medians over the rounds)."""
+    runs = [r["figures"]["orbit"] for r in result["rounds"] if "orbit" in r["figures"]]
+    lines = ["| workload | " + " | ".join(name for _k, name in COST_COLUMNS) + " |",
+             "|" + " --- |" * (len(COST_COLUMNS) + 1)]
+    for key, name in CPU_ROWS:
+        known = [run["per_task"][key] for run in runs if key in run.get("per_task", {})]
+        if known:
+            cells = [statistics.median(k[c] for k in known) for c, _n in COST_COLUMNS]
+            lines.append(f"| {name} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def has_costs(result: dict[str, Any]) -> bool:
+    return any("per_task" in r["figures"].get("orbit", {}) for r in result["rounds"])
+
+
 def host_text(result: dict[str, Any]) -> str:
     h, rounds = result["host"], result["rounds"]
     per_round = "; ".join(
@@ -898,10 +973,12 @@ def host_text(result: dict[str, Any]) -> str:
 
 METHOD = """\
 How each row is measured. The producer is this script, one Python process using each
-system's own client: `OrbitClient.submit` / `submit_batch` and one long poll
-(`get_task(wait_ms=...)`) per result; Celery `task.delay()` and `AsyncResult.get()`;
-Dramatiq `actor.send()` and `message.get_result(block=True)`. Throughput rows count from
-the first submit to the last result received, every result awaited in submission order;
+system's own client: `OrbitClient.submit` / `submit_batch` and `get_task(wait_ms=...)`
+per result (with its defaults: over the producer channel, a WebSocket whose `ended`
+pushes answer the waits; a long poll per result over HTTP); Celery `task.delay()` and
+`AsyncResult.get()`; Dramatiq `actor.send()` and `message.get_result(block=True)`.
+Throughput rows count from the first submit to the last result received, every result
+awaited in submission order;
 the CPU rows submit one per call too (the work is the same function in every system,
 `scripts/peers/peers_work.py`, burning the stated CPU time of its thread). The ceiling is
 min(cores, concurrency) / task time. The many-producers row spawns its processes, lets each
@@ -909,7 +986,7 @@ open its connections with one task, then releases them together. The time-limit 
 the spinner writes its PID and start instant (CLOCK_MONOTONIC, one clock for all
 processes) to a file; the script opens a pidfd on that PID and polls it until the kernel
 reports the process exited, measured from the handler's start + 1 s (Orbit counts its
-`attempt_timeout_ms` from the server's start confirmation, which precedes the handler's
+`attempt_timeout_ms` from the start its grant records, which precedes the handler's
 first line, so it can end before that instant); "never" means still running 5 s after.
 Memory: psutil's RSS and PSS summed over the worker command's process and all its
 descendants (Orbit: supervisor, template and children; Celery: main and pool processes;
@@ -918,22 +995,24 @@ Dramatiq: main and worker processes), after the warm-up and the first no-op row.
 What differs besides speed, and may bias the figures:
 - **Durability.** redis-server runs without persistence (`--save "" --appendonly no`):
   queued tasks and results live only in its memory, and a crash loses them. `orbit-server`
-  runs on SQLite with its defaults (WAL, `synchronous=FULL`): every submit, start and
-  finish is on disk, with an fsync, before it is answered, and tasks, attempts and audit
-  rows are kept. That is Orbit's guarantee and it is paid in every row here.
-- **Start confirmation.** Orbit runs a handler only after the server confirmed its start
-  (one more round trip per task, and a core can idle during it at concurrency 2); Celery
-  (`acks_late`, prefetch multiplier 1) acknowledges after the run; Dramatiq prefetches two
-  messages per worker thread (its default). Both hold the next message while a handler
-  runs; Orbit does so only when asked, as in its `--prefetch 2` rows (one started attempt
-  waiting per child).
+  runs on SQLite with its defaults (WAL, `--durability full`): every submit (with the
+  grant it makes) and finish is on disk, its fsync done by the WAL sync thread, before it
+  is answered, and tasks, attempts and audit rows are kept. That is Orbit's guarantee and
+  it is paid in every row here.
+- **Start confirmation.** Orbit runs a handler only under a lease the server granted and
+  committed: with grants (`orbit-supervise`'s default) the reservation arrives started,
+  its grant made in the submit's or the dispatch's transaction, with no round trip of its
+  own; Celery (`acks_late`, prefetch multiplier 1) acknowledges after the run; Dramatiq
+  prefetches two messages per worker thread (its default). Both hold the next message
+  while a handler runs; Orbit does so only when asked, as in its `--prefetch 2` rows (one
+  started attempt waiting per child).
 - **Time limits.** Celery's hard limit sends SIGTERM, waits 0.1 s, then SIGKILLs the pool
   process; Dramatiq's raises an exception in the worker thread (checked once a second) and
   never ends the process; Orbit SIGKILLs the child's process group.
 - **Clients.** Each system is driven through its own Python client, whose CPU counts (on
-  the same cores): Orbit's speaks HTTP/1.1 through the standard library's http.client
-  (about 0.2 ms of client CPU per request, by bench_client.py), the peers' speak Redis's
-  protocol; the CPU table shows each producer's share.
+  the same cores): Orbit's speaks its producer channel (a WebSocket; HTTP/1.1 for
+  batches), the peers' speak Redis's protocol; the CPU table shows each producer's
+  share.
 - **State.** One `orbit-server` and its database serve the whole run (a fresh queue per
   session, the earlier rounds' tasks kept), while Redis is emptied between sessions.
 - **One machine.** The producer, `orbit-server`, redis-server and the workers share the
@@ -974,6 +1053,14 @@ def render(result: dict[str, Any]) -> str:
            "and children, Celery's prefork pool and Dramatiq's worker processes. With 2 "
            "cores, a throughput row's tasks/s is at most 2,000 / the all column.",
            "", cpu_table(result), ""] if has_cpu else []),
+        *(["What one Orbit task costs, per row (medians of the rounds), from the "
+           "counters of `orbit-server` and `orbit-supervise` before and after the row "
+           "(docs/observability.md): store transactions (reads included), commits that "
+           "wrote something, fsyncs of the WAL, HTTP requests (scrapes left out), producer "
+           "channel messages and worker protocol frames (both directions), and messages "
+           "over the children's sockets. Heartbeats and the metrics' own scrapes fall "
+           "into the rows they happen in.", "", cost_table(result), ""]
+          if has_costs(result) else []),
         METHOD,
         "",
         "Rerun: `.venv/bin/pip install -e '.[test,bench]'` (Celery and Dramatiq), a "
@@ -1048,6 +1135,7 @@ def measure(args: argparse.Namespace, counts: Counts, workdir: Path,
         server.start()
         assert server.proc is not None
         ctx.broker_pids["orbit"] = server.proc.pid
+        ctx.orbit_url = server.url
         server.admin_bearer()  # writes the admin credentials file read below
         ctx.orbit_admin = workdir / "admin.json"
     if any(s in PEERS for s in args.systems):

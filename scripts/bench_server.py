@@ -147,11 +147,14 @@ def spec(i: int) -> dict[str, Any]:
 
 
 class BenchWorker:
-    """A protocol worker that starts and finishes everything it gets, in batched requests."""
+    """A protocol worker that starts and finishes everything it gets, in batched requests.
+    With grants (the worker protocol's ``grant`` feature, unless BENCH_NO_GRANTS is set or
+    the server does not serve it) reservations arrive started and are only finished."""
 
-    def __init__(self, ws: Any, capacity: int) -> None:
+    def __init__(self, ws: Any, capacity: int, granting: bool) -> None:
         self.ws = ws
         self.capacity = capacity
+        self.granting = granting
         self.ids = itertools.count(1)
         self.msgs = itertools.count(1)
         self.responses: asyncio.Queue[Response] = asyncio.Queue()
@@ -165,11 +168,13 @@ class BenchWorker:
                       capacity: int) -> BenchWorker:
         ws = await websockets.connect(url.replace("http", "ws") + "/v1/worker",
                                       max_size=None, ping_interval=None)
-        await ws.send(encode(Hello(cred["credential_id"], cred["secret"], new_id(0),
-                                   new_secret(), queue_id, (CAP,), capacity)).decode())
+        ask = () if os.environ.get("BENCH_NO_GRANTS") else ("grant",)
+        hello = Hello(cred["credential_id"], cred["secret"], new_id(0), new_secret(),
+                      queue_id, (CAP,), capacity, features=ask)
+        await ws.send(encode(hello).decode())
         first = decode_server_frame(await ws.recv())
         assert first.type == "welcome", first
-        return cls(ws, capacity)
+        return cls(ws, capacity, "grant" in getattr(first, "features", ()))
 
     async def _read(self) -> None:
         async for data in self.ws:
@@ -200,6 +205,9 @@ class BenchWorker:
         the finishes of the attempts started by the previous request plus the starts of the
         reservations that arrived meanwhile (at most MAX_BATCH_OPS operations)."""
         await self.credit(2 * self.capacity)
+        if self.granting:
+            await self._finish_batches(total)
+            return
         started: list[Reservation] = []
         while self.completed < total:
             if not started and self.reserved.empty():
@@ -220,15 +228,27 @@ class BenchWorker:
                 await self.credit(len(started))
             started = fresh
 
+    async def _finish_batches(self, total: int) -> None:
+        """With grants: every request finishes what arrived (already started) meanwhile."""
+        while self.completed < total:
+            got = [(await self.reserved.get())[1]]
+            while len(got) < MAX_BATCH_OPS and not self.reserved.empty():
+                got.append(self.reserved.get_nowait()[1])
+            await self.request([self._finish(r) for r in got])
+            self.completed += len(got)
+            await self.credit(len(got))
+
+    def _finish(self, r: Reservation) -> FinishOp:
+        return FinishOp(f"f{next(self.msgs)}", r.attempt_id, r.epoch, Outcome.SUCCEEDED,
+                        result_json='{"ok":true}')
+
     async def complete_one(self) -> float:
-        """Wait for one reservation, start and finish it in ONE request; return arrival time.
-        ``last_answered`` is when the server's answer to that request arrived."""
+        """Wait for one reservation, start (unless granted) and finish it in ONE request;
+        return its arrival time. ``last_answered`` is when the answer arrived."""
         arrived, r = await self.reserved.get()
-        await self.request([
-            StartOp(f"s{next(self.msgs)}", r.attempt_id, r.epoch),
-            FinishOp(f"f{next(self.msgs)}", r.attempt_id, r.epoch, Outcome.SUCCEEDED,
-                     result_json='{"ok":true}'),
-        ])
+        start = [] if self.granting else [StartOp(f"s{next(self.msgs)}", r.attempt_id,
+                                                  r.epoch)]
+        await self.request([*start, self._finish(r)])
         self.last_answered = time.perf_counter()
         await self.credit(1)
         return arrived

@@ -10,15 +10,34 @@ at random (seeded): every worker connection is cut, the network is blackholed fo
 seconds (local leases run out and children are killed), a supervisor is SIGKILLed or
 drained and a new one started, the server is SIGKILLed and restarted on the same database.
 
-When the chaos stops, every task must end, and:
+The supervisors ask for leases granted with the dispatch (docs/protocol.md, "Grants"). When
+the chaos stops, every task must end, and:
 - an operation key names one task, however often its batch was resent;
 - no attempt ran twice, and every attempt that ran had a confirmed start;
 - an idempotent task ends SUCCEEDED, by an attempt that ran;
 - a non-idempotent task ran at most once; it ends SUCCEEDED by that run, or NEEDS_REVIEW;
-- nothing any supervisor started is still alive.
+- nothing any supervisor started is still alive;
+- every attempt spent is accounted for (tests/support/invariants.py, attempt_accounting):
+
+      attempts started - handler executions
+          = grants expired unconfirmed - those of them whose handler ran
+            + attempts a claim started that never ran
+
+  "attempts started" sums the tasks' views; "handler executions" are the journal's lines;
+  the grants whose lease ran out unconfirmed (attempts.grant_connection still set) and the
+  attempts each ``claim`` op started (its receipt) are read from the database after the
+  run. A grant the worker received and ran but never confirmed (killed, or cut off, before
+  its first renewal) is in both the journal and the expired unconfirmed grants; a claim
+  whose answer never reached a running handler (its supervisor killed first) is spent but
+  is no grant. The identity holds exactly when no attempt is started ahead of a free child:
+  with ``--prefetch`` in --supervisor-args a prefetched attempt may be renewed and then
+  killed before it ran, so the soak reports the figures and does not check them;
+- orbit_grants_expired_unconfirmed_total of the server as it runs at the end equals the
+  grants that expired unconfirmed since its last start (a SIGKILL takes the counts with it).
 
 Exits 0 when all hold, 1 with the violations otherwise; --json also writes the run's facts
-(seed, tasks, end states, faults by kind, resent batches, executions, violations) to PATH.
+(seed, tasks, end states, faults by kind, resent batches, executions, the accounting of
+attempts, violations) to PATH.
 Every process it starts is stopped by its PID; the run and every wait are bounded in time.
 """
 
@@ -39,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
+from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration" / "supervisor")]
@@ -50,10 +71,21 @@ from supervisor_support import (  # noqa: E402  (the test tree's real-process he
     wait_task,
     worker_credentials_file,
 )
-from support.invariants import Journal, Run, TaskFacts, check, flatten  # noqa: E402
+from support.invariants import (  # noqa: E402
+    AttemptLedger,
+    Journal,
+    Run,
+    TaskFacts,
+    attempt_accounting,
+    check,
+    flatten,
+)
+from support.metrics import scrape, value  # noqa: E402
 from support.orbit_http import OrbitEnv, http_client  # noqa: E402
 from support.proxy import TcpProxy  # noqa: E402
 from support.server import ServerProcess  # noqa: E402
+
+from orbit_server.store.db import create_engine_for  # noqa: E402
 
 SUPERVISORS = 3
 WORKERS = 3
@@ -82,6 +114,7 @@ class Soak:
     faults: collections.Counter[str] = field(default_factory=collections.Counter)
     resent: int = 0  # batches resent after an unanswered submit
     next_key: int = 0
+    server_started_ms: int = 0  # wall clock before the server's last start (after a kill)
 
     # ------------------------------------------------------------ processes
 
@@ -167,7 +200,9 @@ class Soak:
                 sup.send(signal.SIGTERM)
             self.start_supervisor()
         else:
-            self.env.server.restart(crash=True)
+            self.env.server.kill()
+            self.server_started_ms = time.time_ns() // 1_000_000
+            self.env.server.start()
 
     # ------------------------------------------------------------ checks
 
@@ -201,19 +236,51 @@ class Soak:
             out.append(TaskFacts(task_id, self.key_idempotency[key],
                                  None if view is None else view["state"], history,
                                  None if view is None else view["result"],
-                                 None if view is None else view["epoch"]))
+                                 None if view is None else view["epoch"],
+                                 spent=None if view is None else view["attempts"]))
         return out
+
+    def expired_unconfirmed_counted(self) -> float:
+        """The running server's orbit_grants_expired_unconfirmed_total for the queue."""
+        return float(value(scrape(f"{self.env.server.url}/metrics")[1],
+                           "orbit_grants_expired_unconfirmed_total", queue=self.queue_id))
+
+
+def grant_records(db_url: str, queue_id: str) -> tuple[dict[str, int], frozenset[str]]:
+    """From the database after the run: each grant whose lease ran out unconfirmed (attempt
+    id -> when it was closed), and the attempts the ``claim`` ops started (their receipts)."""
+    engine = create_engine_for(db_url)
+    try:
+        with engine.connect() as conn:
+            expired = {str(row[0]): int(row[1]) for row in conn.execute(text(
+                "SELECT id, finished_at_ms FROM attempts WHERE queue_id = :queue AND "
+                "grant_connection IS NOT NULL AND code = 'LEASE_EXPIRED'"),
+                {"queue": queue_id})}
+            claimed = frozenset(str(attempt_id) for (answer,) in conn.execute(text(
+                "SELECT answer FROM receipts WHERE op = 'claim'"))
+                for attempt_id in orjson.loads(answer).get("claimed", ()))
+    finally:
+        engine.dispose()
+    return expired, claimed
 
 
 def violations(tasks: list[TaskFacts], runs: list[str], key_conflicts: list[str],
-               unsent: int) -> list[str]:
+               unsent: int, expired_unconfirmed: frozenset[str] | None = None,
+               claimed: frozenset[str] = frozenset()) -> list[str]:
     """The broken promises (pure). ``runs`` holds one "task_id attempt_id" line per handler
-    execution; the checks are those of the fault report (tests/support/invariants.py)."""
+    execution; the checks are those of the fault report (tests/support/invariants.py), and
+    with ``expired_unconfirmed`` (None: not checked) the accounting of attempts."""
     bad = [f"operation key answered two tasks: {c}" for c in key_conflicts]
     if unsent:
         bad.append(f"{unsent} batches were never accepted")
-    journal = Journal([Run(*line.split()) for line in runs if line])
-    return bad + flatten(check(tasks, journal))
+    journal = Journal([Run(task_id, attempt_id) for task_id, attempt_id, *_rest in
+                       (line.split() for line in runs if line)])
+    bad += flatten(check(tasks, journal))
+    if expired_unconfirmed is not None:
+        bad += attempt_accounting(AttemptLedger(
+            sum(t.spent or 0 for t in tasks), [r.attempt_id for r in journal.runs],
+            expired_unconfirmed, claimed))
+    return bad
 
 
 def main() -> int:
@@ -263,14 +330,30 @@ def main() -> int:
                 time.sleep(TICK_S)
             views = soak.settle()
             runs = soak.runs.read_text().splitlines()
-            bad = violations(soak.facts(views), runs, soak.key_conflicts, len(soak.unsent))
+            expired, claimed = grant_records(server.db_url, queue_id)
+            counted = soak.expired_unconfirmed_counted()
+            since_start = sum(at >= soak.server_started_ms for at in expired.values())
+            tasks = soak.facts(views)
+            prefetch = "--prefetch" in args.supervisor_args
+            bad = violations(tasks, runs, soak.key_conflicts, len(soak.unsent),
+                             None if prefetch else frozenset(expired), claimed)
+            if counted != since_start:
+                bad.append(f"orbit_grants_expired_unconfirmed_total says {counted:g}; "
+                           f"{since_start} grants expired unconfirmed since the server's "
+                           "last start")
             states = collections.Counter(v["state"] for v in views.values())
+            ran = {line.split()[1] for line in runs if line}
             facts |= {"tasks": len(soak.key_to_id), "states": dict(states),
                       "faults": dict(soak.faults), "resent_batches": soak.resent,
-                      "executions": len(runs)}
+                      "executions": len(runs),
+                      "attempts": {"started": sum(t.spent or 0 for t in tasks),
+                                   "expired_unconfirmed": len(expired),
+                                   "expired_unconfirmed_run": len(set(expired) & ran),
+                                   "claimed_never_ran": len(claimed - ran),
+                                   "checked": not prefetch}}
             print(f"soak: {len(soak.key_to_id)} tasks {dict(states)}; faults "
-                  f"{dict(soak.faults)}; resent batches {soak.resent}; executions {len(runs)}",
-                  flush=True)
+                  f"{dict(soak.faults)}; resent batches {soak.resent}; executions {len(runs)}; "
+                  f"attempts {facts['attempts']}", flush=True)
         finally:
             if soak is not None:
                 for sup in list(soak.supervisors):

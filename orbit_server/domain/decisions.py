@@ -39,6 +39,8 @@ class Rule(StrEnum):
     SESSION_ENDED = "session_ended"
     RESERVATION_EXPIRED = "reservation_expired"
     DEADLINE_PASSED = "deadline_passed"
+    GRANT_DECLINED = "grant_declined"  # the worker gave an unconfirmed grant back
+    GRANT_UNRECEIVED = "grant_unreceived"  # its connection ended; the resume did not list it
 
 
 def lease_ms(now_ms: int, lease_ttl_ms: int, attempt_deadline_at_ms: int,

@@ -68,3 +68,7 @@ class AttemptRec:
     ended_by: str | None = None  # after a cancel: COOPERATIVE or KILLED
     decision: str | None = None
     decision_rule: str | None = None
+    # A lease granted with the dispatch that the worker has not confirmed yet (no renew,
+    # finish, decline or resume entry seen): the connected_at_ms of the connection it was
+    # granted to. None otherwise (docs/protocol.md, "Grants").
+    grant_connection: int | None = None

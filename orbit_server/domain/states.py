@@ -30,6 +30,7 @@ class AttemptEvent(StrEnum):
     START = "START"
     RELEASE = "RELEASE"
     FINISH = "FINISH"
+    DECLINE = "DECLINE"  # a lease granted with the dispatch, given back unconfirmed
 
 
 _T = TaskState
@@ -55,6 +56,7 @@ ATTEMPT_TRANSITIONS: Final[Mapping[tuple[AttemptState, AttemptEvent], AttemptSta
     (_A.RESERVED, AttemptEvent.START): _A.RUNNING,
     (_A.RESERVED, AttemptEvent.RELEASE): _A.RELEASED,
     (_A.RUNNING, AttemptEvent.FINISH): _A.FINISHED,
+    (_A.RUNNING, AttemptEvent.DECLINE): _A.RELEASED,
 }
 
 

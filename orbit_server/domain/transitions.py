@@ -123,6 +123,73 @@ def start(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
     return granted
 
 
+def grant(task: TaskRec, attempt: AttemptRec, instance_id: str, connection: int,
+          now_ms: int) -> int:
+    """A lease granted with the dispatch: the RESERVED attempt just made for ``instance_id``
+    starts at once (one attempt spent, as ``start``) and stays *unconfirmed* until the
+    worker renews, finishes, declines or resumes it; ``connection`` names the connection it
+    was granted to. Returns lease_ms; raises as ``start``."""
+    granted = start(task, attempt, attempt.epoch, instance_id, None, now_ms)
+    attempt.grant_connection = connection
+    return granted
+
+
+def confirm_grant(attempt: AttemptRec) -> None:
+    """The worker holding a granted attempt spoke of it: it received the grant."""
+    attempt.grant_connection = None
+
+
+def _confirm_if_running(attempt: AttemptRec) -> None:
+    """A grant the worker spoke of is confirmed; a grant released as never received keeps
+    that record."""
+    if attempt.state is AttemptState.RUNNING:
+        attempt.grant_connection = None
+
+
+def decline(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
+            now_ms: int) -> bool:
+    """The worker gives an unconfirmed grant back before its handler started: RUNNING →
+    RELEASED, the task back to PENDING (available now) unless it moved on, and the attempt
+    not spent. Raises NOT_FOUND, STALE_EPOCH, or CONFLICT for a grant already confirmed (a
+    handler that may have run is never undone) or an attempt no longer running. Returns
+    True when the task became PENDING."""
+    _check_owner(attempt, instance_id, task.queue_id)
+    _check_epoch(attempt, epoch)
+    if attempt.state is not AttemptState.RUNNING or attempt.grant_connection is None:
+        raise OrbitError(ErrorCode.CONFLICT,
+                         f"attempt {attempt.id} is not an unconfirmed grant; it cannot be declined")
+    back = _give_back(task, attempt, now_ms, Rule.GRANT_DECLINED)
+    attempt.grant_connection = None
+    return back
+
+
+def release_unreceived(task: TaskRec, attempt: AttemptRec, now_ms: int) -> bool:
+    """An unconfirmed grant whose connection ended and that the worker's resume on a newer
+    connection does not list: it never reached the worker. Released as ``decline`` does
+    (no attempt spent); ``grant_connection`` stays as the record that it was never
+    confirmed. Returns True when the task became PENDING."""
+    if attempt.state is not AttemptState.RUNNING or attempt.grant_connection is None:
+        raise IllegalTransition("attempt", attempt.state.value, "release_unreceived")
+    return _give_back(task, attempt, now_ms, Rule.GRANT_UNRECEIVED)
+
+
+def _give_back(task: TaskRec, attempt: AttemptRec, now_ms: int, rule: Rule) -> bool:
+    new_attempt = next_attempt_state(attempt.state, AttemptEvent.DECLINE)
+    back = task.state is TaskState.RUNNING and task.current_attempt_id == attempt.id
+    if back:
+        task.state = next_task_state(task.state, TaskEvent.RELEASE)
+        task.available_at_ms = min(task.available_at_ms, now_ms)
+        task.current_attempt_id = None
+    task.attempts_started -= 1
+    task.updated_at_ms = now_ms
+    attempt.state = new_attempt
+    attempt.finished_at_ms = now_ms
+    attempt.lease_expires_at_ms = None
+    attempt.decision = Decision.RELEASED
+    attempt.decision_rule = rule
+    return back
+
+
 def renew(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str, now_ms: int) -> int:
     """Extend a held lease; returns lease_ms, which may be shorter than the TTL.
 
@@ -131,6 +198,7 @@ def renew(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str, now_
     """
     _check_owner(attempt, instance_id, task.queue_id)
     _check_epoch(attempt, epoch)
+    _confirm_if_running(attempt)  # the worker has it, whatever the answer
     if not lease_holds(attempt, now_ms):
         raise OrbitError(ErrorCode.LEASE_EXPIRED, "attempt lease is no longer held")
     if task.state is TaskState.CANCELLED:
@@ -173,6 +241,7 @@ def finish(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
     _check_owner(attempt, instance_id, task.queue_id)
     if epoch != attempt.epoch:
         return FinishResult(evidence=EvidenceReason.STALE_EPOCH)
+    _confirm_if_running(attempt)  # the worker has it (a late report: its handler ran)
     if attempt.state is AttemptState.FINISHED:
         return FinishResult(evidence=EvidenceReason.ATTEMPT_FINISHED)
     if attempt.state is AttemptState.RELEASED:

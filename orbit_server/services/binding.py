@@ -21,6 +21,9 @@ class WorkerBinding:
     secret_hash: str = ""
     valid_until_ms: int | None = None  # expiry or grace end; the session closes there
     connected_at_ms: int = 0  # the hello's instant: names this connection in its row
+    replica: str = ""  # the server replica holding the connection (its row says so too)
+    # The hello asked for leases granted with the dispatch (protocol feature "grant").
+    grants: bool = False
 
     @property
     def actor(self) -> str:
@@ -40,6 +43,9 @@ class ClaimRoom:
     allowed: bool  # False while the session drains or closes: a claim answers nothing
     credit_room: int  # connection credit may still grow by this much (2 x capacity bound)
     count: int = 0  # reservations its credit pays for, at most one reserve frame's
+    # With grants: the worker frames the connection had read when the room was taken, before
+    # the claim's transaction began (the ``reserve`` frame's ``basis``).
+    basis: int = 0
 
 
 NO_CLAIMS = ClaimRoom(False, 0)

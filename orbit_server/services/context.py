@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,6 +34,12 @@ from ..wal_sync import CommitCounter
 
 # (True, value) or (False, exception), per call.
 CallOutcome = tuple[bool, Any]
+
+
+def _changes(conn: Connection) -> int | None:
+    """SQLite's count of rows changed so far on this connection; None elsewhere."""
+    raw = conn.connection.dbapi_connection
+    return raw.total_changes if isinstance(raw, sqlite3.Connection) else None
 
 
 def run_alone(call: Callable[[], Any]) -> CallOutcome:
@@ -74,14 +81,26 @@ class TxContext:
                 yield conn
             return
         pinned: Connection | None = getattr(self._group, "writer", None)
-        try:
-            if pinned is not None:
+        if pinned is not None:
+            before = _changes(pinned)
+            try:
                 with pinned.begin():
                     yield pinned
-                return
-            with self.engine.begin() as conn:
-                yield conn
-        finally:  # counted even when COMMIT failed: it may have happened
+            finally:  # counted even when COMMIT failed: it may have happened
+                self._committed(pinned, before)
+            return
+        with self.engine.connect() as conn:
+            before = _changes(conn)
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                self._committed(conn, before)
+
+    def _committed(self, conn: Connection, before: int | None) -> None:
+        """Count a commit that wrote something (SQLite: its changes counter moved; on MySQL
+        every write transaction): the WAL sync thread syncs only for those."""
+        if before is None or _changes(conn) != before:
             self.commits.bump()
 
     @contextmanager
@@ -131,6 +150,7 @@ class TxContext:
             conn = pinned if pinned is not None else self.engine.connect()
         except DBAPIError:
             return [run_alone(call) for call in calls]
+        before = _changes(conn)
         try:
             outcomes: list[CallOutcome] = []
             try:
@@ -159,7 +179,7 @@ class TxContext:
                 typed = translate(exc) or exc
                 return [(False, typed) for _ in calls]
             finally:
-                self.commits.bump()
+                self._committed(conn, before)
             return outcomes
         finally:
             if conn is not pinned:

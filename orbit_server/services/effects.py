@@ -22,6 +22,12 @@ class Counted:
     expired: list[str] = field(default_factory=list)  # queue of each lease the reaper ended
     reviews: list[tuple[str, str]] = field(default_factory=list)  # (queue, action)
     timed_out: list[tuple[str, str]] = field(default_factory=list)  # (queue, failure code)
+    # Leases granted with the dispatch (docs/protocol.md, "Grants"): the queue of each grant
+    # made; (queue, rule) of each given back unspent (declined, or never received); the
+    # queue of each whose lease the reaper ended before the worker confirmed it.
+    grants: list[str] = field(default_factory=list)
+    grants_given_back: list[tuple[str, str]] = field(default_factory=list)
+    grants_expired_unconfirmed: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -52,8 +52,13 @@ class Reaper:
         with self._tx.write() as conn:
             uow = UnitOfWork(conn, now)
             self._wakeups.load_once(conn)
-            expired = [uow.adopt_attempt_row(r)
-                       for r in reaping.expired_leases(conn, now, limit)]
+            # An unconfirmed grant's lapse waits one session TTL more for the worker's word:
+            # a decline, or a resume without it, releases it unspent (it never ran); a
+            # word that it has it confirms it. Its handler, if it ran, is dead already
+            # (the worker's expiry precedes the server's), and no retry starts before
+            # the lease's end plus the kill grace either way.
+            expired = [uow.adopt_attempt_row(r) for r in reaping.expired_leases(
+                conn, now, limit, cfg.session_ttl_ms)]
             stale_before = now - cfg.reservation_ttl_ms
             stale = [uow.adopt_attempt_row(r)
                      for r in reaping.stale_reservations(conn, stale_before, limit)]
@@ -66,6 +71,10 @@ class Reaper:
                 record_close(uow, self._wakeups, SERVER, task, attempt, before, _LEASE_EXPIRED,
                              result, effects)
                 effects.counted().expired.append(task.queue_id)
+                if attempt.grant_connection is not None:
+                    # Granted with the dispatch and never confirmed: the worker may never
+                    # have received it (its process died with the frame unread).
+                    effects.counted().grants_expired_unconfirmed.append(task.queue_id)
                 lines.append((attempt.id, task.id, attempt.instance_id, task.state.value,
                               task.queue_id))
             release_all(uow, stale, domain.Rule.RESERVATION_EXPIRED, SERVER, effects)
@@ -83,7 +92,11 @@ class Reaper:
                     or late >= limit)
             effects.due(now if full else None)
             due = reaping.next_due(conn)
-            effects.due(due.lease_expiry)
+            lease_expiry = due.lease_expiry
+            if lease_expiry is not None and lease_expiry <= now:
+                # Not reaped in this pass: an unconfirmed grant's lapse waits (above).
+                lease_expiry = reaping.next_lease_decision(conn, now, cfg.session_ttl_ms)
+            effects.due(lease_expiry)
             if due.oldest_reservation is not None:
                 effects.due(due.oldest_reservation + cfg.reservation_ttl_ms)
             effects.due(due.pending_deadline)

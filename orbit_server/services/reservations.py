@@ -17,12 +17,16 @@ from orbit_wire.frames import Reservation
 from orbit_wire.ids import new_id
 from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import MAX_PAYLOAD_BYTES_PER_FRAME
-from orbit_wire.model import IDEMPOTENCY_OF, Capability, TaskState
+from orbit_wire.model import IDEMPOTENCY_OF, AttemptState, Capability, TaskState
 
 from .. import domain
+from ..auth import secret_opens
 from ..store import claims
+from ..store.credentials import credential_row
+from ..store.instances import holds_connection
 from ..store.rows import UnitOfWork
-from .binding import WorkerBinding
+from .binding import WorkerBinding, worker_actor
+from .effects import Effects
 
 # A reserved task: its record, its new RESERVED attempt and the task row it was read from.
 Reserved = tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]
@@ -36,11 +40,22 @@ class Reservations(list[Reservation]):
 
     more: bool = False
     drained: bool = False
+    effects: Effects | None = None  # what the reserving transaction did besides (a pass's)
 
 
-def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int) -> Reservations:
-    """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives. The
-    caller flushes ``uow`` in the same transaction."""
+def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
+                effects: Effects) -> Reservations:
+    """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives; for
+    a binding with grants each is also started (``domain.grant``, its lease in the
+    reservation), once the instance's row shows the connection still holds it (a hello of
+    the same instance elsewhere takes it over, and a grant must not go to the replaced
+    connection; on MySQL the row lock orders the two). The caller flushes ``uow`` in the
+    same transaction."""
+    if binding.grants and not (
+            holds_connection(uow.conn, binding.instance_id, binding.connected_at_ms,
+                             binding.replica)
+            and credential_holds(uow.conn, binding, uow.now_ms)):
+        return Reservations()
     # On SQLite (one writer) one more row tells whether the queue is drained; on a shared
     # database that row would be locked, and skipped by another replica's claim, so a claim
     # that filled its count asks the index, without locks, whether anything is left.
@@ -51,7 +66,11 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int) -> Reservat
         drained = len(made) < count or not claims.any_left(
             uow.conn, binding.queue_id, binding.capabilities, uow.now_ms,
             set(uow.moved_from_pending()))
-    out = Reservations(reservation(*made_one) for made_one in made)
+    if binding.grants:
+        out = Reservations(reservation(task, attempt, row, start_granted(
+            uow, binding, task, attempt, effects, grant=True)) for task, attempt, row in made)
+    else:
+        out = Reservations(reservation(*made_one) for made_one in made)
     out.more = more
     out.drained = drained
     return out
@@ -98,6 +117,48 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
                   TaskState.PENDING.value, task.state.value, None)
         out.append((task, attempt, row))
     return out, more, size, drained and not more
+
+
+def credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
+    """Whether the secret the session's hello presented still opens its credential (not
+    revoked, expired or rotated out): nothing is granted to a session that lost it."""
+    row = credential_row(conn, binding.credential_id)
+    return secret_opens(row, binding.secret_hash, now)[0]
+
+
+def start_granted(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
+                  attempt: domain.AttemptRec, effects: Effects, *, grant: bool) -> int:
+    """Start an attempt this transaction reserved for ``binding``: a grant with the dispatch
+    (``grant``: unconfirmed until the worker speaks of it) or a request's claim (answered in
+    the request's response). Audits and counts the start and reports its lease's expiry;
+    returns lease_ms."""
+    now = uow.now_ms
+    if grant:
+        granted = domain.grant(task, attempt, binding.instance_id, binding.connected_at_ms, now)
+        effects.counted().grants.append(task.queue_id)
+    else:
+        granted = domain.start(task, attempt, attempt.epoch, binding.instance_id, None, now)
+    audit_started(uow, binding.instance_id, task, attempt, AttemptState.RESERVED, None, granted)
+    count_start(effects, task, attempt, now)
+    effects.due(attempt.lease_expires_at_ms)
+    return granted
+
+
+def audit_started(uow: UnitOfWork, instance_id: str, task: domain.TaskRec,
+                  attempt: domain.AttemptRec, before: AttemptState, child_pid: int | None,
+                  granted: int) -> None:
+    uow.audit(task.id, attempt.id, worker_actor(instance_id), "attempt_started",
+              task.state.value, task.state.value,
+              {"attempt_state": [before.value, attempt.state.value], "child_pid": child_pid,
+               "lease_ms": granted})
+
+
+def count_start(effects: Effects, task: domain.TaskRec, attempt: domain.AttemptRec,
+                now: int) -> None:
+    """A start for the metrics: how long the task waited since it became available (its
+    submit or requested start, or the end of a retry's backoff)."""
+    effects.counted().started.append((task.queue_id, attempt.attempt_number == 1,
+                                      max(0, now - task.available_at_ms)))
 
 
 def reservation(task: domain.TaskRec, attempt: domain.AttemptRec, row: Mapping[str, Any],

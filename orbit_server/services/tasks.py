@@ -8,7 +8,7 @@ carry any, then one executemany each for tasks and audit rows, never a statement
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -105,6 +105,7 @@ class TaskService:
         now = self._tx.clock()
         new_rows: list[dict[str, Any]] = []
         reservations = Reservations()
+        effects = Effects()
         try:
             with self._tx.write() as conn:
                 self._require_queue(conn, queue_id)
@@ -112,7 +113,7 @@ class TaskService:
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
-                    reservations = reserve_for(uow, binding, count)
+                    reservations = reserve_for(uow, binding, count, effects)
                     uow.flush()
                 if binding is None:  # else a live worker serves them: nothing to say
                     offers = self._offers.offers(conn, queue_id, now)
@@ -124,7 +125,6 @@ class TaskService:
             # Another replica inserted the same operation key first; a retry finds it.
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
                              retryable=True) from None
-        effects = Effects()
         if new_rows:
             effects.counted().submitted.append((queue_id, len(new_rows)))
         claimed = {r.task_id for r in reservations}
@@ -156,6 +156,16 @@ class TaskService:
                 with_waiting(view, self._offers.offers(conn, view["queue_id"],
                                                        self._tx.clock()))
             return view
+
+    def get_tasks(self, principal: Principal, task_ids: Sequence[str]
+                  ) -> dict[str, dict[str, Any]]:
+        """The views of those of ``task_ids`` the principal may read, by ID (one read for all;
+        a task of another queue is left out exactly as one that does not exist)."""
+        require_role(principal, _PRODUCERS)
+        wanted = [t for t in dict.fromkeys(task_ids) if is_id(t)]
+        with self._tx.read() as conn:
+            return {row["id"]: task_view(row) for row in task_rows.task_rows(conn, wanted)
+                    if principal.may_use_queue(row["queue_id"])}
 
     def list_attempts(self, principal: Principal, task_id: str) -> dict[str, Any]:
         """A task's attempts (by epoch) and the evidence stored for it."""

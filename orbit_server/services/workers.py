@@ -19,6 +19,7 @@ from typing import Any
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
     ClaimOp,
+    DeclineOp,
     DrainOp,
     FinishOp,
     Hello,
@@ -33,6 +34,7 @@ from orbit_wire.frames import (
 from orbit_wire.ids import new_id
 from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import (
+    FEATURE_GRANT,
     MAX_PAYLOAD_BYTES_PER_FRAME,
     MAX_RESERVATIONS_PER_FRAME,
     PROTOCOL_VERSION,
@@ -40,7 +42,7 @@ from orbit_wire.limits import (
 from orbit_wire.model import AttemptState, Disposition, Role, TaskState
 
 from .. import domain
-from ..auth import hash_secret, principal_from_row, require_queue, secret_matches, secret_opens
+from ..auth import hash_secret, principal_from_row, require_queue, secret_matches
 from ..store import instances
 from ..store.credentials import credential_row, touch_credential
 from ..store.receipts import Receipt, answer_result, load_receipts, receipt_row, replay
@@ -54,7 +56,17 @@ from .effects import Counted, Effects
 from .listing import capabilities_json
 from .offers import OfferCache
 from .recording import fail_at_deadline, record_close, release_all
-from .reservations import Reservations, reservation, reservation_of, reserve_for, reserve_in
+from .reservations import (
+    Reservations,
+    audit_started,
+    count_start,
+    credential_holds,
+    reservation,
+    reservation_of,
+    reserve_for,
+    reserve_in,
+    start_granted,
+)
 from .wakeups import Wakeups
 
 SESSIONS_FULL = "too many worker connections for this credential or server; retry later"
@@ -123,7 +135,9 @@ class WorkerService:
         return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
                              tuple(dict.fromkeys(hello.capabilities)),
                              secret_hash=principal.secret_hash,
-                             valid_until_ms=principal.valid_until_ms, connected_at_ms=now)
+                             valid_until_ms=principal.valid_until_ms, connected_at_ms=now,
+                             replica=self._replica,
+                             grants=FEATURE_GRANT in hello.features)
 
     def _forget_offers(self) -> None:
         if self._offers is not None:
@@ -164,18 +178,22 @@ class WorkerService:
         return effects
 
     def reserve(self, binding: WorkerBinding, count: int) -> Reservations:
-        """Claim up to ``count`` dispatchable tasks of the binding's queue and capabilities:
-        one SELECT, then one executemany each for tasks, attempts and audit rows. The caller
-        sends the reservations and spends the session's credit on them."""
+        """Claim up to ``count`` dispatchable tasks of the binding's queue and capabilities
+        (started too, for a binding with grants): one SELECT, then one executemany each for
+        tasks, attempts and audit rows. The caller sends the reservations, spends the
+        session's credit on them and acts on their ``effects`` (a grant's lease falls
+        due)."""
         count = max(0, min(count, MAX_RESERVATIONS_PER_FRAME))
         if count == 0 or not binding.capabilities:
             return Reservations()
         with self._tx.write() as conn:
             now = self._tx.clock()
-            if not _credential_holds(conn, binding, now):
+            if not credential_holds(conn, binding, now):
                 return Reservations()  # the session is closed by the revocation's push
             uow = UnitOfWork(conn, now)
-            reservations = reserve_for(uow, binding, count)
+            effects = Effects()
+            reservations = reserve_for(uow, binding, count, effects)
+            reservations.effects = effects
             uow.flush()
         return reservations
 
@@ -197,7 +215,7 @@ class WorkerService:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
-            if not _credential_holds(conn, binding, now):
+            if not credential_holds(conn, binding, now):
                 # Fenced: nothing a revoked or expired credential's session sends is applied
                 # (its running attempts end by their leases, as for a vanished worker).
                 raise AuthError(ErrorCode.UNAUTHENTICATED,
@@ -209,7 +227,8 @@ class WorkerService:
             for op in ops:
                 if isinstance(op, ResumeOp):
                     wanted.extend(ref.attempt_id for ref in op.attempts)
-                elif isinstance(op, (StartOp, RenewOp, FinishOp)) and op.msg_id not in stored:
+                elif (isinstance(op, (StartOp, RenewOp, FinishOp, DeclineOp))
+                      and op.msg_id not in stored):
                     wanted.append(op.attempt_id)
             uow.load_attempts_and_tasks(wanted)
             results: list[OpResult] = []
@@ -254,10 +273,7 @@ class WorkerService:
         if more:  # the answer's payload budget, not the queue, ended the claim
             effects.ready_queues.add(binding.queue_id)
         for task, attempt, row in made:
-            granted = domain.start(task, attempt, attempt.epoch, binding.instance_id, None, now)
-            _audit_started(uow, binding, task, attempt, AttemptState.RESERVED, None, granted)
-            _count_start(effects, task, attempt, now)
-            effects.due(attempt.lease_expires_at_ms)
+            granted = start_granted(uow, binding, task, attempt, effects, grant=False)
             claimed.append(reservation(task, attempt, row, granted))
         credited = min(op.count - len(claimed), room.credit_room) if room.allowed else 0
         answer = {"ok": True, "claimed": [r.attempt_id for r in claimed], "credited": credited}
@@ -268,7 +284,7 @@ class WorkerService:
     def _apply_op(self, uow: UnitOfWork, binding: WorkerBinding, op: Op,
                   stored: dict[str, Receipt], effects: Effects) -> OpResult:
         if isinstance(op, ResumeOp):
-            return _resume(uow, binding, op)
+            return _resume(uow, binding, op, effects)
         kind = op.op
         seen = stored.get(op.msg_id)
         if seen is not None:
@@ -286,13 +302,18 @@ class WorkerService:
                    effects: Effects) -> dict[str, Any]:
         if isinstance(op, DrainOp):
             return {"ok": True}
-        assert isinstance(op, (StartOp, RenewOp, FinishOp))
+        assert isinstance(op, (StartOp, RenewOp, FinishOp, DeclineOp))
         attempt = uow.attempts.get(op.attempt_id)
         task = uow.tasks.get(attempt.task_id) if attempt is not None else None
         if attempt is None or task is None:
             raise OrbitError(ErrorCode.NOT_FOUND, f"attempt {op.attempt_id} does not exist")
         if isinstance(op, StartOp):
             return _start(uow, binding, task, attempt, op, effects)
+        if isinstance(op, DeclineOp):
+            back = domain.decline(task, attempt, op.epoch, binding.instance_id, uow.now_ms)
+            _record_given_back(uow, binding.actor, task, attempt, "attempt_declined", back,
+                               effects, reason=op.reason)
+            return {"ok": True}
         if isinstance(op, RenewOp):
             granted = domain.renew(task, attempt, op.epoch, binding.instance_id, uow.now_ms)
             effects.due(attempt.lease_expires_at_ms)
@@ -333,12 +354,6 @@ class WorkerService:
                 "task_state": task.state.value}
 
 
-def _credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
-    """Whether the secret the session's hello presented still opens its credential."""
-    row = credential_row(conn, binding.credential_id)
-    return secret_opens(row, binding.secret_hash, now)[0]
-
-
 def _start(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
            attempt: domain.AttemptRec, op: StartOp, effects: Effects) -> dict[str, Any]:
     now = uow.now_ms
@@ -353,8 +368,8 @@ def _start(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
             _release_past_deadline(uow, binding, task, attempt, effects)
         raise
     if before is AttemptState.RESERVED:
-        _audit_started(uow, binding, task, attempt, before, op.child_pid, granted)
-        _count_start(effects, task, attempt, now)
+        audit_started(uow, binding.instance_id, task, attempt, before, op.child_pid, granted)
+        count_start(effects, task, attempt, now)
     effects.due(attempt.lease_expires_at_ms)
     return {"ok": True, "lease_ms": granted, "lease_expires_at_ms": now + granted}
 
@@ -391,31 +406,51 @@ def _replay_claim(uow: UnitOfWork, msg_id: str, seen: Receipt) -> tuple[OpResult
     return OpResult(msg_id, True, claimed=tuple(claimed), credited=0), used
 
 
-def _resume(uow: UnitOfWork, binding: WorkerBinding, op: ResumeOp) -> OpResult:
+def _resume(uow: UnitOfWork, binding: WorkerBinding, op: ResumeOp,
+            effects: Effects) -> OpResult:
+    """What the worker may keep of the attempts it lists (each one RUNNING confirms its
+    grant), then the unconfirmed grants of the instance's earlier connections that it does
+    not list: they never reached it, and go back unspent (docs/protocol.md, "Grants")."""
     entries = []
     for ref in op.attempts:
         attempt = uow.attempts.get(ref.attempt_id)
         task = uow.tasks.get(attempt.task_id) if attempt is not None else None
         status, lease, reason = domain.resume_status(task, attempt, ref.epoch,
                                                      binding.instance_id, uow.now_ms)
+        if status is domain.ResumeStatus.RUNNING and attempt is not None:
+            domain.confirm_grant(attempt)
         entries.append(ResumeEntry(ref.attempt_id, status.value, lease, reason))
+    listed = {ref.attempt_id for ref in op.attempts}
+    unreceived = [row for row in instances.unconfirmed_grants_of(uow.conn, binding.instance_id)
+                  if row["id"] not in listed
+                  and row["grant_connection"] != binding.connected_at_ms]
+    if unreceived:
+        uow.load_attempts_and_tasks([row["id"] for row in unreceived])
+        for row in unreceived:
+            attempt = uow.attempts[row["id"]]
+            task = uow.tasks[attempt.task_id]
+            back = domain.release_unreceived(task, attempt, uow.now_ms)
+            _record_given_back(uow, binding.actor, task, attempt, "attempt_released", back,
+                               effects)
     return OpResult(op.msg_id, True, attempts=tuple(entries))
 
 
-def _audit_started(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
-                   attempt: domain.AttemptRec, before: AttemptState, child_pid: int | None,
-                   granted: int) -> None:
-    uow.audit(task.id, attempt.id, binding.actor, "attempt_started", task.state.value,
-              task.state.value, {"attempt_state": [before.value, attempt.state.value],
-                                 "child_pid": child_pid, "lease_ms": granted})
-
-
-def _count_start(effects: Effects, task: domain.TaskRec, attempt: domain.AttemptRec,
-                 now: int) -> None:
-    """A start for the metrics: how long the task waited since it became available (its
-    submit or requested start, or the end of a retry's backoff)."""
-    effects.counted().started.append((task.queue_id, attempt.attempt_number == 1,
-                                      max(0, now - task.available_at_ms)))
+def _record_given_back(uow: UnitOfWork, actor: str, task: domain.TaskRec,
+                       attempt: domain.AttemptRec, kind: str, back: bool, effects: Effects,
+                       reason: str | None = None) -> None:
+    """Audit a grant given back unspent; its task is dispatchable again (or, past its
+    deadline, ends there)."""
+    detail: dict[str, Any] = {"rule": attempt.decision_rule}
+    if reason is not None:
+        detail["reason"] = reason
+    uow.audit(task.id, attempt.id, actor, kind, TaskState.RUNNING.value, task.state.value,
+              detail)
+    effects.counted().grants_given_back.append((task.queue_id, str(attempt.decision_rule)))
+    if back:
+        if task.deadline_at_ms <= uow.now_ms:
+            fail_at_deadline(uow, task, effects)
+        else:
+            effects.ready_queues.add(task.queue_id)
 
 
 def _count_kill(counted: Counted, task: domain.TaskRec, attempt: domain.AttemptRec,

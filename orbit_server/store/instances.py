@@ -12,10 +12,12 @@ from sqlalchemy import Connection, RowMapping, and_, bindparam, select
 
 from orbit_wire.model import AttemptState
 
+from .prepared import first_row
 from .tables import attempts, instances, open_attempt
 
-__all__ = ["insert_instance", "instance_row", "mark_disconnected", "record_presence",
-           "reserved_attempts_of", "update_instance"]
+__all__ = ["holds_connection", "insert_instance", "instance_row", "mark_disconnected",
+           "record_presence", "reserved_attempts_of", "unconfirmed_grants_of",
+           "update_instance"]
 
 INSERT_INSTANCE = instances.insert()
 INSTANCE_BY_ID = select(instances).where(instances.c.id == bindparam("_id"))
@@ -29,6 +31,15 @@ PRESENCE = instances.update().where(_THIS_CONNECTION).values(
 DISCONNECTED = instances.update().where(
     _THIS_CONNECTION, instances.c.disconnected_at_ms.is_(None)).values(
     disconnected_at_ms=bindparam("_seen"), last_seen_at_ms=bindparam("_seen"), credit=0)
+# Locked (MySQL): a hello of the same instance on another replica updates this row, so a
+# grant and the takeover are ordered.
+CONNECTION_HOLDS = (select(instances.c.id).where(_THIS_CONNECTION).with_for_update())
+UNCONFIRMED_GRANTS_OF = (
+    select(attempts)
+    .where(attempts.c.instance_id == bindparam("instance_id"),
+           open_attempt(AttemptState.RUNNING), attempts.c.grant_connection.is_not(None))
+    .with_for_update()
+)
 RESERVED_OF_INSTANCE = (
     select(attempts)
     .where(attempts.c.instance_id == bindparam("instance_id"),
@@ -69,6 +80,20 @@ def mark_disconnected(conn: Connection, instance_id: str, connected_at_ms: int, 
     unless a newer connection has taken the row over."""
     conn.execute(DISCONNECTED, {"_id": instance_id, "_connected": connected_at_ms,
                                 "_replica": replica, "_seen": now})
+
+
+def holds_connection(conn: Connection, instance_id: str, connected_at_ms: int,
+                     replica: str) -> bool:
+    """Whether the instance's row still names this connection (replica, connect instant);
+    the row stays locked until the transaction ends."""
+    return first_row(conn, CONNECTION_HOLDS, {"_id": instance_id, "_connected": connected_at_ms,
+                                             "_replica": replica}) is not None
+
+
+def unconfirmed_grants_of(conn: Connection, instance_id: str) -> list[RowMapping]:
+    """The instance's RUNNING attempts whose grant it has not confirmed, locked until the
+    transaction ends."""
+    return list(conn.execute(UNCONFIRMED_GRANTS_OF, {"instance_id": instance_id}).mappings())
 
 
 def reserved_attempts_of(conn: Connection, instance_id: str) -> list[RowMapping]:

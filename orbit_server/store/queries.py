@@ -73,6 +73,10 @@ CLAIMED_ATTEMPTS = (
 _PENDING = state_is(tasks.c.state, PENDING)
 _RUNNING = open_attempt(AttemptState.RUNNING)
 _RESERVED = and_(open_attempt(AttemptState.RESERVED), attempts.c.lease_expires_at_ms.is_(None))
+# A lease granted with the dispatch that the worker has not confirmed: its lapse is decided
+# later than a confirmed one's (services/reaper.py).
+_CONFIRMED = attempts.c.grant_connection.is_(None)
+_UNCONFIRMED = attempts.c.grant_connection.is_not(None)
 
 RECEIPTS_BY_MSG = select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).where(
     receipts.c.instance_id == bindparam("instance_id"),
@@ -157,10 +161,17 @@ def dispatch_many(count: int) -> Select[Any]:
 
 EXPIRED_LEASES = (
     select(attempts)
-    .where(_RUNNING, attempts.c.lease_expires_at_ms <= bindparam("now"))
+    .where(_RUNNING, _CONFIRMED, attempts.c.lease_expires_at_ms <= bindparam("now"))
     .order_by(attempts.c.lease_expires_at_ms)
     .limit(bindparam("n", type_=Integer))
     .with_for_update(skip_locked=True)  # another replica's reaper has these
+)
+EXPIRED_GRANTS = (
+    select(attempts)
+    .where(_RUNNING, _UNCONFIRMED, attempts.c.lease_expires_at_ms <= bindparam("before"))
+    .order_by(attempts.c.lease_expires_at_ms)
+    .limit(bindparam("n", type_=Integer))
+    .with_for_update(skip_locked=True)
 )
 STALE_RESERVATIONS = (
     select(attempts)
@@ -213,6 +224,12 @@ LAST_ATTEMPT_OF_TASK = (
 )
 # The reaper's "when is something next due" look-ups (MIN over an indexed state range).
 NEXT_LEASE_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(_RUNNING)
+# Read only when the earliest lease end has passed (an unconfirmed grant waiting for the
+# worker's word): the earliest of each kind, scanning the running attempts.
+NEXT_CONFIRMED_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(
+    _RUNNING, _CONFIRMED)
+NEXT_GRANT_EXPIRY = select(func.min(attempts.c.lease_expires_at_ms)).where(
+    _RUNNING, _UNCONFIRMED)
 OLDEST_RESERVATION = select(func.min(attempts.c.reserved_at_ms)).where(_RESERVED)
 NEXT_PENDING_DEADLINE = select(func.min(tasks.c.deadline_at_ms)).where(_PENDING)
 # When each queue's waiting tasks become dispatchable: the reaper's wake-ups after a start.

@@ -12,12 +12,18 @@ from sqlalchemy import Connection, RowMapping
 from . import queries
 
 __all__ = ["NextDue", "expired_leases", "first_available_by_queue", "next_due",
-           "overdue_pending", "stale_reservations", "start_by_passed"]
+           "next_lease_decision", "overdue_pending", "stale_reservations", "start_by_passed"]
 
 
-def expired_leases(conn: Connection, now: int, n: int) -> list[RowMapping]:
-    """Up to ``n`` RUNNING attempts whose lease ended by ``now``, earliest first."""
-    return list(conn.execute(queries.EXPIRED_LEASES, {"now": now, "n": n}).mappings())
+def expired_leases(conn: Connection, now: int, n: int, grant_grace_ms: int
+                   ) -> list[RowMapping]:
+    """Up to ``n`` RUNNING attempts whose lease ended by ``now``, earliest first; an
+    unconfirmed grant's only once its lease ended ``grant_grace_ms`` before ``now``."""
+    rows = list(conn.execute(queries.EXPIRED_LEASES, {"now": now, "n": n}).mappings())
+    rows += conn.execute(queries.EXPIRED_GRANTS,
+                         {"before": now - grant_grace_ms, "n": n}).mappings()
+    rows.sort(key=lambda row: row["lease_expires_at_ms"])
+    return rows[:n]
 
 
 def stale_reservations(conn: Connection, before: int, n: int) -> list[RowMapping]:
@@ -54,3 +60,13 @@ def first_available_by_queue(conn: Connection) -> list[tuple[str, int]]:
     """Each queue with PENDING tasks, and when the first of them becomes dispatchable."""
     return [(queue_id, first) for queue_id, first in
             conn.execute(queries.FIRST_AVAILABLE_BY_QUEUE)]
+
+
+def next_lease_decision(conn: Connection, now: int, grant_grace_ms: int) -> int | None:
+    """When the reaper next decides a lapsed lease, given that the earliest lease end has
+    passed (``now``: an unconfirmed grant waits ``grant_grace_ms`` more for the worker's
+    word): the earliest confirmed lease end, or an unconfirmed grant's end plus the grace."""
+    confirmed = conn.scalar(queries.NEXT_CONFIRMED_EXPIRY)
+    granted = conn.scalar(queries.NEXT_GRANT_EXPIRY)
+    ends = [confirmed, None if granted is None else granted + grant_grace_ms]
+    return min((end for end in ends if end is not None), default=None)

@@ -42,7 +42,7 @@ ATTEMPT_MUTABLE = (
     "state", "child_pid", "started_at_ms", "finished_at_ms", "lease_expires_at_ms",
     "attempt_deadline_at_ms", "renewals", "outcome", "code", "retryable", "details",
     "exit_code", "signal", "cpu_ms", "peak_rss_bytes", "kill_reason", "decision",
-    "decision_rule", "killed_at_ms", "reap_ms", "ended_by",
+    "decision_rule", "killed_at_ms", "reap_ms", "ended_by", "grant_connection",
 )
 ATTEMPT_COLUMNS = ("id", "task_id", "queue_id", "epoch", "attempt_number", "instance_id",
                    "reserved_at_ms", *ATTEMPT_MUTABLE)

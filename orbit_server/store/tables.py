@@ -243,6 +243,8 @@ attempts = Table(
     Column("reap_ms", Integer, nullable=True),
     # After a cancel reached the running attempt: COOPERATIVE or KILLED (migration 0008).
     Column("ended_by", String(16), nullable=True),
+    # An unconfirmed lease granted with the dispatch: its connection (migration 0011).
+    Column("grant_connection", BigInteger, nullable=True),
     Index("ix_attempts_task", "task_id"),
     **MYSQL_OPTIONS,
 )

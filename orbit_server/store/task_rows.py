@@ -15,12 +15,14 @@ from .rows import IN_CHUNK, INSERT_AUDIT, INSERT_TASK
 from .tables import audit, evidence, tasks
 
 __all__ = ["attempts_of_task", "audit_of_task", "claimed_attempts", "evidence_of_task",
-           "insert_new_tasks", "last_attempt_of_task", "task_row", "tasks_by_operation_key"]
+           "insert_new_tasks", "last_attempt_of_task", "task_row", "task_rows",
+           "tasks_by_operation_key"]
 
 EVIDENCE_OF_TASK = (select(evidence).where(evidence.c.task_id == bindparam("task_id"))
                     .order_by(evidence.c.received_at_ms, evidence.c.id))
 AUDIT_OF_TASK = (select(audit).where(audit.c.task_id == bindparam("task_id"))
                  .order_by(audit.c.at_ms, audit.c.id))
+TASKS_BY_IDS = select(tasks).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
 TASKS_BY_OPERATION_KEY = select(tasks).where(
     tasks.c.queue_id == bindparam("queue_id"),
     tasks.c.operation_key.in_(bindparam("keys", expanding=True)))
@@ -30,6 +32,15 @@ def task_row(conn: Connection, task_id: str) -> dict[str, Any] | None:
     """The task's row (every column), or None; a statement built once, on the driver's
     prepared path (every task read and long poll asks)."""
     return first_row(conn, queries.TASK_BY_ID, {"id": task_id})
+
+
+def task_rows(conn: Connection, task_ids: Sequence[str]) -> list[RowMapping]:
+    """The rows (every column) of those of ``task_ids`` that exist, in chunks."""
+    found: list[RowMapping] = []
+    for start in range(0, len(task_ids), IN_CHUNK):
+        chunk = list(task_ids[start:start + IN_CHUNK])
+        found.extend(conn.execute(TASKS_BY_IDS, {"ids": chunk}).mappings())
+    return found
 
 
 def attempts_of_task(conn: Connection, task_id: str) -> list[RowMapping]:

@@ -1,7 +1,8 @@
 """The short form of every fault regression scenario (tests/support/fault_scenarios.py, the
 code scripts/fault_report.py publishes docs/reports/fault-regression.md from): once each on
-SQLite, and the SIGKILL ones on MariaDB too. Then the checks themselves must be able to fail:
-the invariant checker and the frame tap are fed made-up facts."""
+SQLite, the SIGKILL ones on MariaDB too, and the MariaDB-only ones (two replicas on one
+database) there. Then the checks themselves must be able to fail: the invariant checker and
+the frame tap are fed made-up facts."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import pytest
 import websockets.frames
 from support.fault_scenarios import SCENARIOS, Ctx, Server, run_scenario, scenario_server
 from support.invariants import Journal, Run, TaskFacts, check
-from support.ws_tap import FrameSplitter, OpTap
+from support.ws_tap import FrameRule, FrameSplitter, Hold, OpTap
 
-PLAIN = sorted(name for name, s in SCENARIOS.items() if not s.sigkill)
+PLAIN = sorted(name for name, s in SCENARIOS.items() if not s.sigkill and "sqlite" in s.stores)
 SIGKILL = sorted(name for name, s in SCENARIOS.items() if s.sigkill)
+MARIADB_ONLY = sorted(name for name, s in SCENARIOS.items() if "sqlite" not in s.stores)
 # One xdist worker runs the module, so the module-scoped shared_server starts once.
 pytestmark = pytest.mark.xdist_group("fault_scenarios")
 
@@ -41,6 +43,15 @@ def test_sigkill_scenario(name: str, tmp_path: Path, db_url: str, orbit_store: s
     # On SQLite the shared server serves these too (a restarted one comes back on its file).
     shared = request.getfixturevalue("shared_server") if orbit_store == "sqlite" else None
     row = run_scenario(name, Ctx(tmp_path, db_url, orbit_store), shared)
+    assert row.ok, row.explain()
+
+
+@pytest.mark.parametrize("name", MARIADB_ONLY)
+def test_mariadb_only_scenario(name: str, tmp_path: Path, db_url: str, orbit_store: str
+                               ) -> None:
+    if orbit_store != "mariadb":
+        pytest.skip("two servers share one database: MariaDB only")
+    row = run_scenario(name, Ctx(tmp_path, db_url, orbit_store))
     assert row.ok, row.explain()
 
 
@@ -106,3 +117,35 @@ def test_the_tap_reads_masked_frames_and_loses_the_chosen_answer() -> None:
     assert tap.decide("to_client", answer) == "forward"
     assert [op["msg_id"] for op in tap.lost_ops()] == ["m1"]
     assert len(tap.received["m1"]) == 2 and len(tap.answers["m1"]) == 2
+
+
+def test_the_tap_drops_or_holds_the_frames_its_rules_name() -> None:
+    reserve = {"type": "reserve", "basis": 3, "reservations": [{"attempt_id": "a1"}]}
+    heartbeat = {"type": "heartbeat"}
+    hold = Hold(2.0, "cut")
+    tap = OpTap(rules=[FrameRule("reserve", "drop_and_cut")])
+    late = tap.arm(FrameRule("heartbeat", hold, direction="to_server", times=2))
+    assert tap.decide("to_client", reserve) == "drop_and_cut"
+    assert tap.decide("to_client", reserve) == "forward"  # its one time is spent
+    assert tap.decide("to_server", reserve) == "forward"  # another direction
+    assert tap.decide("to_server", heartbeat) == hold
+    assert tap.decide("to_server", heartbeat) == hold
+    assert tap.decide("to_server", heartbeat) == "forward"
+    assert late.hits == [heartbeat, heartbeat]
+    # Every frame but heartbeats is kept with what was done to it.
+    assert [(s.direction, s.verdict) for s in tap.seen("reserve")] == [
+        ("to_client", "drop_and_cut"), ("to_client", "forward")]
+    assert tap.seen("reserve", "to_server")[0].verdict == "forward"
+    assert tap.seen("heartbeat", "to_server") == []
+    with pytest.raises(AssertionError):
+        FrameRule("response", "drop_and_cut")  # an op's loss is the tap's kind and lose
+
+
+def test_the_tap_says_which_attempts_the_worker_spoke_of() -> None:
+    tap = OpTap()
+    request = {"type": "request", "id": 1, "ops": [
+        {"op": "renew", "msg_id": "m1", "attempt_id": "a1", "epoch": 1},
+        {"op": "resume", "msg_id": "m2", "attempts": [{"attempt_id": "a2", "epoch": 1}]},
+        {"op": "claim", "msg_id": "m3", "count": 1}]}
+    assert tap.decide("to_server", request) == "forward"
+    assert tap.spoken_of() == {"a1", "a2"}

@@ -63,6 +63,26 @@ def test_the_checker_reports_each_broken_promise() -> None:
     assert "never accepted" in found(good, ["t1 a1", "t2 a2"], unsent=2)
 
 
+def test_the_checker_accounts_for_every_attempt_spent() -> None:
+    soak = _soak_module()
+    # t1 spent two attempts and its handler ran once (a2): a1 needs an explanation.
+    t1 = soak.TaskFacts("t1", "IDEMPOTENT", "SUCCEEDED",
+                        [_attempt("a1", outcome="UNKNOWN"), _attempt("a2", outcome="SUCCEEDED")],
+                        spent=2)
+    runs = ["t1 a2"]
+    assert soak.violations([t1], runs, [], 0) == []  # not checked
+    assert soak.violations([t1], runs, [], 0, frozenset({"a1"})) == []  # a grant never read
+    assert soak.violations([t1], runs, [], 0, frozenset(), frozenset({"a1", "a2"})) == []
+    # A grant received and run, but never confirmed before its lease ran out: both sides.
+    assert soak.violations([t1], ["t1 a1", "t1 a2"], [], 0, frozenset({"a1"})) == []
+    (broken,) = soak.violations([t1], runs, [], 0, frozenset())
+    assert "attempts started 2 - handler executions 1 = 1" in broken
+    # The task's count of attempts spent must agree with what ran.
+    t1.spent = 1
+    (miscounted,) = soak.violations([t1], ["t1 a1", "t1 a2"], [], 0, frozenset())
+    assert "attempts started 1 - handler executions 2 = -1" in miscounted
+
+
 def test_a_short_soak_with_faults_holds_every_promise(tmp_path: Path) -> None:
     facts_file = tmp_path / "soak.json"
     done = subprocess.run(
@@ -73,6 +93,7 @@ def test_a_short_soak_with_faults_holds_every_promise(tmp_path: Path) -> None:
     assert done.returncode == 0, out + done.stderr[-4000:]
     facts = json.loads(facts_file.read_text())
     assert facts["violations"] == []  # every check held
-    # Work ran, and faults happened.
+    # Work ran, and faults happened; the grants' accounting was checked.
     assert facts["states"].get("SUCCEEDED", 0) > 0, facts
     assert sum(facts["faults"].values()) > 0, facts
+    assert facts["attempts"]["checked"] and facts["attempts"]["started"] > 0, facts

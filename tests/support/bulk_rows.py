@@ -34,6 +34,6 @@ def attempt_row(i: int, state: str) -> dict[str, Any]:
         "lease_expires_at_ms": NOW + i, "attempt_deadline_at_ms": NOW + i, "renewals": 0,
         "outcome": "SUCCEEDED", "code": None, "retryable": False, "details": None,
         "exit_code": 0, "signal": None, "cpu_ms": 1, "peak_rss_bytes": 1, "kill_reason": None,
-        "killed_at_ms": None, "reap_ms": None, "ended_by": None,
+        "killed_at_ms": None, "reap_ms": None, "ended_by": None, "grant_connection": None,
         "decision": "SUCCEEDED", "decision_rule": "handler_succeeded",
     }

@@ -2,8 +2,9 @@
 (tests/integration/server/test_schemathesis.py) and the long one (scripts/fuzz.py).
 
 Every check schemathesis has, over every phase (examples, coverage, fuzzing, stateful),
-with the hooks of support/schemathesis_hooks.py. ``/v1/worker`` is left out: a WebSocket is
-beyond OpenAPI, and the WebSocket fuzzer of scripts/fuzz.py covers it. One worker thread:
+with the hooks of support/schemathesis_hooks.py. ``/v1/worker`` and ``/v1/producer`` are
+left out: a WebSocket is beyond OpenAPI (the WebSocket fuzzer of scripts/fuzz.py covers the
+worker's; tests/integration/server/test_producer_ws.py the producer's). One worker thread:
 CPython 3.11's ``ast.parse`` (which Hypothesis calls to describe a filter) is not safe
 across threads.
 """
@@ -23,7 +24,8 @@ def schemathesis_command(url: str, bearer: str, *, max_examples: int, seed: int,
     exe = Path(sys.executable).with_name("schemathesis")
     return [str(exe), "run", f"{url}/openapi.json", "--checks", "all",
             "--max-examples", str(max_examples), "--seed", str(seed), "--workers", "1",
-            "--exclude-path", "/v1/worker", "--request-timeout", str(request_timeout_s),
+            "--exclude-path", "/v1/worker", "--exclude-path", "/v1/producer",
+            "--request-timeout", str(request_timeout_s),
             "--header", f"Authorization: Bearer {bearer}", "--no-color"]
 
 

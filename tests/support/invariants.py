@@ -56,6 +56,7 @@ class TaskFacts:
     epoch: int | None = None
     evidence: list[dict[str, Any]] = field(default_factory=list)
     expect: tuple[str, ...] | None = None  # the ends a scenario expects, else by policy
+    spent: int | None = None  # attempts the task's view counts as spent (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,47 @@ def _journal(tasks: list[TaskFacts], journal: Journal) -> list[str]:
             bad.append(f"{t.task_id} result {t.result!r} is not the journaled "
                        f"{journal.results[won[0]]!r}")
     return bad
+
+
+# ---------------------------------------------------------------- attempts and grants
+
+
+@dataclass(frozen=True)
+class AttemptLedger:
+    """What a run spent and ran, for ``attempt_accounting``: the attempts the tasks' views
+    count as spent, the attempt ID of each handler execution (the journal), the grants
+    whose lease ran out while unconfirmed (attempts.grant_connection still set), and the
+    attempts a ``claim`` op started (its receipts)."""
+
+    spent: int
+    executions: list[str]
+    expired_unconfirmed: frozenset[str]
+    claimed: frozenset[str]
+
+
+def attempt_accounting(ledger: AttemptLedger) -> list[str]:
+    """The issue's ``attempts started - handler executions = grants expired unconfirmed``,
+    made exact: a grant the worker received and ran but never confirmed before its lease
+    ran out (``ran_unconfirmed``: in the journal) counts on both sides, and an attempt a
+    claim started whose answer never reached a running handler (its process died first)
+    is spent without being a grant. So, with no attempts started ahead of a free child
+    (prefetch 0):
+
+        spent - executions = expired_unconfirmed - ran_unconfirmed + claimed_never_ran
+
+    It fails when a spent attempt never ran for any other reason (a grant confirmed but
+    never run, a handler lost), or when the counts disagree."""
+    ran = set(ledger.executions)
+    ran_unconfirmed = ledger.expired_unconfirmed & ran
+    claimed_never_ran = ledger.claimed - ran
+    left = ledger.spent - len(ledger.executions)
+    right = len(ledger.expired_unconfirmed) - len(ran_unconfirmed) + len(claimed_never_ran)
+    if left == right:
+        return []
+    return [f"attempts started {ledger.spent} - handler executions {len(ledger.executions)} "
+            f"= {left}, but grants expired unconfirmed {len(ledger.expired_unconfirmed)} - "
+            f"of them run {len(ran_unconfirmed)} + claimed never run "
+            f"{len(claimed_never_ran)} = {right}"]
 
 
 # ---------------------------------------------------------------- kill latencies

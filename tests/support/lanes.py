@@ -94,11 +94,14 @@ class Lane:
 
     async def connect(self, *, capacity: int = 4, credit: int = 0,
                       capabilities: tuple[Capability, ...] = (ECHO,),
-                      instance: tuple[str, str] | None = None) -> ProtocolClient:
-        """A connected worker that said hello (and granted ``credit``)."""
+                      instance: tuple[str, str] | None = None,
+                      features: tuple[str, ...] = ()) -> ProtocolClient:
+        """A connected worker that said hello (asking for ``features``) and granted
+        ``credit``."""
         iid, isecret = instance or (None, None)
         wc = await ProtocolClient.connect(self.ws_url, instance_id=iid, instance_secret=isecret)
-        await wc.hello_as(self.worker, capacity=capacity, capabilities=capabilities)
+        await wc.hello_as(self.worker, capacity=capacity, capabilities=capabilities,
+                          features=features)
         if credit:
             await wc.credit(credit)
         return wc

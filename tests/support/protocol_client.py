@@ -30,6 +30,7 @@ from orbit_wire.frames import (
     Cancel,
     ClientFrame,
     Credit,
+    DeclineOp,
     DrainOp,
     ErrorFrame,
     FinishOp,
@@ -80,6 +81,7 @@ class ProtocolClient:
         self.close_code: int | None = None
         self._ids = itertools.count(1)
         self._msgs = itertools.count(1)
+        self._frames_sent = 0
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
@@ -141,9 +143,11 @@ class ProtocolClient:
             self.closed.set()
 
     async def send(self, frame: ClientFrame) -> None:
+        self._frames_sent += 1
         await self.ws.send(encode(frame).decode())
 
     async def send_raw(self, data: str | bytes) -> None:
+        self._frames_sent += 1
         await self.ws.send(data)
 
     async def wait_closed(self, timeout: float = DEFAULT_TIMEOUT_S) -> int | None:
@@ -166,12 +170,12 @@ class ProtocolClient:
     async def hello(self, credential_id: str, secret: str, queue_id: str, *,
                     capabilities: tuple[Capability, ...] = (ECHO,), capacity: int = 4,
                     protocol: int = 1, timeout: float = DEFAULT_TIMEOUT_S,
-                    agent: str | None = None) -> Welcome:
+                    agent: str | None = None, features: tuple[str, ...] = ()) -> Welcome:
         await self.send(Hello(
             credential_id=credential_id, credential_secret=secret,
             instance_id=self.instance_id, instance_secret=self.instance_secret,
             queue_id=queue_id, capabilities=capabilities, capacity=capacity, protocol=protocol,
-            agent=agent,
+            agent=agent, features=features,
         ))
         self.welcome = await asyncio.wait_for(self.welcomes.get(), timeout * UNIT)
         return self.welcome
@@ -274,6 +278,15 @@ class ProtocolClient:
 
     async def drain(self, *, msg_id: str | None = None) -> OpResult:
         return await self.one(DrainOp(msg_id or self.msg_id()))
+
+    async def decline(self, r: Reservation, reason: str = "EXPIRED", *,
+                      msg_id: str | None = None) -> OpResult:
+        return await self.one(DeclineOp(msg_id or self.msg_id(), r.attempt_id, r.epoch, reason))
+
+    @property
+    def frames_sent(self) -> int:
+        """This connection's frames sent so far (a grant's ``basis`` names one of them)."""
+        return self._frames_sent
 
 
 def _tasks(reservations: list[Reservation]) -> list[str]:

@@ -17,6 +17,16 @@ Meanwhile it records every op the server received (``received``: msg_id -> the o
 per delivery) and every answer it saw (``answers``: msg_id -> each result object, delivered or
 dropped), so a check can prove a lost op was sent again with its original msg_id and that
 every answer to it was the same (applied once).
+
+Its ``rules`` act on other frames by type (``FrameRule``), e.g. the server's ``reserve``:
+
+    tap = OpTap(rules=[FrameRule("reserve", "drop_and_cut")])     # the grant never arrives
+    tap.arm(FrameRule("reserve", Hold(2.0, then="deliver")))     # arrives 2 s late
+    tap.arm(FrameRule("heartbeat", Hold(1.0), direction="to_server"))
+
+A ``Hold`` keeps the frame, and every later frame of its direction (a one-way blackhole),
+for its seconds or until ``release()``, then delivers it or cuts the connection. Every frame
+but heartbeats is kept in ``frames`` with what was done to it.
 """
 
 from __future__ import annotations
@@ -31,7 +41,22 @@ from typing import Any, Literal
 import orjson
 
 Direction = Literal["to_server", "to_client"]
-Verdict = Literal["forward", "drop_and_cut"]
+Lose = Literal["request", "answer"]
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Keep a frame back (and every later frame of its direction) for ``seconds``, or until
+    the tap's ``release()``; then deliver it, or cut the connection."""
+
+    seconds: float
+    then: Literal["deliver", "cut"] = "deliver"
+
+
+Verdict = Literal["forward", "drop_and_cut"] | Hold
+# Frames too frequent to keep, and those the op loss acts on (rules leave them alone).
+_UNKEPT = ("heartbeat", "heartbeat_ack")
+_OP_FRAMES = ("request", "response")
 
 _OP_TEXT = 0x1
 _HEADER_END = b"\r\n\r\n"
@@ -105,13 +130,45 @@ class FrameSplitter:
         return Frame(raw, message)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A frame the tap saw: when (wall-clock seconds), which way, and what it did with it."""
+
+    at: float
+    direction: Direction
+    message: dict[str, Any]
+    verdict: Literal["forward", "drop_and_cut", "hold"]
+
+
+@dataclass
+class FrameRule:
+    """The first ``times`` frames of ``frame_type`` going ``direction`` get ``action``
+    (never a request or a response: the op loss acts on those)."""
+
+    frame_type: str
+    action: Literal["drop_and_cut"] | Hold
+    direction: Direction = "to_client"
+    times: int = 1
+    hits: list[dict[str, Any]] = field(default_factory=list)  # the frames it acted on
+
+    def __post_init__(self) -> None:
+        assert self.frame_type not in _OP_FRAMES, "an op's loss is the tap's kind and lose"
+
+
 @dataclass
 class OpTap:
-    """Loses the first ``times`` requests (or answers) that hold an op of ``kind``."""
+    """Loses the first ``times`` requests (or answers) that hold an op of ``kind`` (None:
+    none), and acts on other frames as its ``rules`` say."""
 
-    kind: str
-    lose: Literal["request", "answer"]
+    kind: str | None = None
+    lose: Lose = "request"
     times: int = 1
+    rules: list[FrameRule] = field(default_factory=list)
+    frames: list[Seen] = field(default_factory=list)  # every frame but heartbeats
+    held: list[tuple[float, dict[str, Any], bool]] = field(default_factory=list)  # (ended
+    # at, frame, delivered) of each hold
+    releases: int = 0  # ``release()`` calls: a hold under way ends when this changes
+    last_at: dict[str, float] = field(default_factory=dict)  # direction -> its last frame
     lost: list[list[dict[str, Any]]] = field(default_factory=list)  # the ops of each loss
     lost_at: list[float] = field(default_factory=list)  # wall-clock seconds of each loss
     received: dict[str, list[dict[str, Any]]] = field(
@@ -126,9 +183,39 @@ class OpTap:
 
     def decide(self, direction: Direction, message: dict[str, Any]) -> Verdict:
         with self._lock:
-            if direction == "to_server":
-                return self._request(message)
-            return self._response(message)
+            self.last_at[direction] = time.time()
+            verdict = (self._request(message) if direction == "to_server"
+                       else self._response(message))
+            if verdict == "forward":
+                verdict = self._by_rule(direction, message)
+            if message.get("type") not in _UNKEPT:
+                self.frames.append(Seen(time.time(), direction, message,
+                                        "hold" if isinstance(verdict, Hold) else verdict))
+            return verdict
+
+    def _by_rule(self, direction: Direction, message: dict[str, Any]) -> Verdict:
+        for rule in self.rules:
+            if (rule.direction == direction and rule.frame_type == message.get("type")
+                    and len(rule.hits) < rule.times):
+                rule.hits.append(message)
+                return rule.action
+        return "forward"
+
+    def arm(self, rule: FrameRule) -> FrameRule:
+        """Add a rule now (e.g. once the worker is connected and idle)."""
+        with self._lock:
+            self.rules.append(rule)
+        return rule
+
+    def release(self) -> None:
+        """End every hold under way now (each then delivers or cuts, as it says)."""
+        with self._lock:
+            self.releases += 1
+
+    def hold_ended(self, message: dict[str, Any], delivered: bool) -> None:
+        """The proxy's word that a held frame was delivered, or its connection cut."""
+        with self._lock:
+            self.held.append((time.time(), message, delivered))
 
     def _request(self, message: dict[str, Any]) -> Verdict:
         if message.get("type") != "request":
@@ -159,21 +246,32 @@ class OpTap:
             return "drop_and_cut"
         return "forward"
 
-    def reset(self) -> None:
-        """Forget what was seen and lost: the next ``times`` losses are for a new run."""
-        with self._lock:
-            self.lost.clear()
-            self.lost_at.clear()
-            self.received.clear()
-            self.answers.clear()
-            self._armed = {}
-
     # ------------------------------------------------------------ facts for the checks
 
     def ops_of(self, kind: str) -> dict[str, dict[str, Any]]:
         """msg_id -> the op, for every op of ``kind`` the server received."""
         with self._lock:
             return {m: ops[0] for m, ops in self.received.items() if ops[0].get("op") == kind}
+
+    def seen(self, frame_type: str, direction: Direction = "to_client") -> list[Seen]:
+        """Every frame of ``frame_type`` that went (or was meant to go) ``direction``."""
+        with self._lock:
+            return [s for s in self.frames
+                    if s.direction == direction and s.message.get("type") == frame_type]
+
+    def spoken_of(self) -> set[str]:
+        """The attempts the server heard the worker speak of (a renew, finish or decline of
+        it, or an entry of a resume): what confirms a grant (docs/protocol.md, "Grants")."""
+        out: set[str] = set()
+        with self._lock:
+            for ops in self.received.values():
+                op = ops[0]
+                if op.get("op") == "resume":
+                    out.update(str(e.get("attempt_id")) for e in op.get("attempts", ())
+                               if isinstance(e, dict))
+                elif op.get("op") in ("renew", "finish", "decline"):
+                    out.add(str(op.get("attempt_id")))
+        return out
 
     def lost_ops(self) -> list[dict[str, Any]]:
         """The ops of ``kind`` in the lost messages (requests, or requests whose answer was

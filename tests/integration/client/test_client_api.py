@@ -354,8 +354,9 @@ async def test_a_burst_larger_than_the_pool_waits_its_turn(setup: Setup) -> None
     # reported as an unreachable server.
     task = setup.producer.submit(setup.queue, spec())  # stays PENDING: nobody serves it
     port, before = setup.env.server.port, _established(setup.env.server.port)
+    # HTTP alone: over the producer channel the long polls would hold no HTTP connection.
     async with AsyncOrbitClient(credentials=setup.producer_file, timeout=BURST_TIMEOUT_S,
-                                max_connections=2) as p:
+                                max_connections=2, channel=False) as p:
         polls = [asyncio.create_task(p.get_task(task["id"], wait_ms=HELD_MS))
                  for _ in range(2)]
         await wait_until_async(lambda: len(_established(port) - before) == 2, timeout=5,
@@ -374,7 +375,7 @@ def test_threads_can_share_one_client(setup: Setup) -> None:
     port, before = setup.env.server.port, _established(setup.env.server.port)
     with (
         OrbitClient(credentials=setup.producer_file, timeout=BURST_TIMEOUT_S,
-                    max_connections=2) as p,
+                    max_connections=2, channel=False) as p,  # HTTP's pool, as above
         ThreadPoolExecutor(16) as pool,
     ):
         polls = [pool.submit(p.get_task, task["id"], wait_ms=HELD_MS) for _ in range(2)]

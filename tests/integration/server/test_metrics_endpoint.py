@@ -8,9 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
+from support.lanes import Lane
 from support.metrics import parse, scrape, value
 from support.orbit_http import OrbitEnv, expect, expect_error, task_spec
 from support.server import ServerProcess, server_command
+
+from orbit_wire.frames import ClaimOp
 
 TOKEN = "metrics-token-0123456789abcdef"
 
@@ -75,3 +79,38 @@ def test_metrics_off_and_a_short_token(server_factory: Callable[..., ServerProce
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "at least 16 characters" in done.stderr
+
+
+@pytest.mark.asyncio
+async def test_commits_syncs_and_frames_are_counted(lane: Lane) -> None:
+    """What a lone granted task costs, as the metrics count it (scripts/bench_peers.py
+    reports these per task): one commit for the submit with its grant, one for the finish;
+    the reserve frame, the finish's request and its response."""
+    url = f"{lane.env.server.url}/metrics"
+    async with await lane.connect(capacity=1, credit=1, features=("grant",)) as wc:
+        # A first task: the producer's token is verified (and its last use written) once.
+        lane.submit()
+        [first] = await wc.reservations(1)
+        assert (await wc.renew(first)).ok
+        answer = await wc.request(wc.finish_op(first, "SUCCEEDED", result_json="1"),
+                                  ClaimOp(wc.msg_id(), 1))
+        assert answer.results[1].credited == 1  # the claim found nothing: credit again
+        _, before = scrape(url)
+        task = lane.submit()
+        [res] = await wc.reservations(1)
+        assert (await wc.finish(res, "SUCCEEDED", result_json="1")).ok
+        _, after = scrape(url)
+    assert res.task_id == task["id"]
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    if lane.env.server.db_url.startswith("sqlite"):
+        assert grew("orbit_store_commits_total") == 2
+        assert grew("orbit_store_wal_syncs_total") >= 1  # commits close together share one
+    else:  # on MySQL every write transaction counts, the reaper's passes included
+        assert grew("orbit_store_commits_total") >= 2
+        assert "orbit_store_wal_syncs_total" not in after  # the database syncs its own log
+    assert grew("orbit_frames_total", channel="worker", direction="out") == 2
+    assert grew("orbit_frames_total", channel="worker", direction="in") == 1
+    assert grew("orbit_grants_total", queue=lane.queue) == 1

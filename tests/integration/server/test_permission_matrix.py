@@ -86,6 +86,10 @@ CASES: dict[tuple[str, str], list[Case]] = {
     # The WebSocket speaks frames, not requests: every frame with every principal is
     # test_every_frame_type_with_every_principal below.
     ("WEBSOCKET", "/v1/worker"): [],
+    ("GET", "/v1/producer"): [Case(PUBLIC, allowed=frozenset({426}))],
+    # The producer channel with every principal: tests/integration/server/
+    # test_producer_ws.py::test_only_producers_and_admins_open_a_channel.
+    ("WEBSOCKET", "/v1/producer"): [],
     ("POST", "/v1/queues"): [Case(ADMIN, body={})],
     ("GET", "/v1/queues"): [Case(READERS)],
     ("GET", "/v1/queues/{queue_id}/stats"): [Case(QUEUE)],

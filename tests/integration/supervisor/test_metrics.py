@@ -100,6 +100,14 @@ def test_server_and_supervisor_metrics_after_tasks_and_a_kill(sup_env: SupEnv,
     assert 0 < value(m, "orbit_supervisor_child_rss_max_bytes") \
         <= value(m, "orbit_supervisor_children_rss_bytes")
     assert value(m, "orbit_supervisor_children_spawned_total") == 3  # 2 + the replacement
+    # Every frame counted on both sides: what the server had read when scraped first, the
+    # supervisor had sent (a heartbeat may have gone out since).
+    assert value(m, "orbit_supervisor_frames_total", direction="out") \
+        >= value(s, "orbit_frames_total", channel="worker", direction="in") > 0
+    # Each of the 5 executions: at least a run message out and its answer in.
+    assert value(m, "orbit_supervisor_child_messages_total", direction="out") >= 5
+    assert value(m, "orbit_supervisor_child_messages_total", direction="in") >= 5
+    assert value(m, "orbit_supervisor_grants_declined_total") == 0
     for family in ("orbit_supervisor_renewals_total", "orbit_supervisor_reconnects_total",
                    "orbit_supervisor_events_dropped_total", "process_resident_memory_bytes"):
         assert family in m, family

@@ -293,3 +293,31 @@ def test_any_sequence_keeps_the_rules(events: list[tuple[str, object]], refuse: 
         closes += sum(isinstance(a, Close) for a in actions)
         assert closes <= 1 and (closes == 1) == protocol.closing
         assert 0 <= protocol.credit.outstanding <= protocol.credit.bound
+
+
+# ------------------------------------------------------------------ grants
+
+
+def test_a_hello_asking_for_grants_is_welcomed_with_the_features_served() -> None:
+    protocol = WorkerProtocol(SETTINGS, 0.0)
+    asking = msgspec.structs.replace(HELLO, features=("grant", "teleport"))
+    protocol.receive(text(asking), 0.0)
+    [welcome] = protocol.greeted("w" * 32, now=0.0, now_ms=WALL_MS, valid_until_ms=None)
+    assert isinstance(welcome, Send) and isinstance(welcome.frame, Welcome)
+    assert welcome.frame.features == ("grant",)  # an unknown feature is not granted
+    plain = opened()
+    assert plain.hello is not None and plain.hello.features == ()
+
+
+def test_every_message_read_is_numbered_from_the_hello() -> None:
+    # A grant's basis is this count: the worker numbers the frames it sends the same way,
+    # so every message the server read counts, whatever it was.
+    protocol = opened()
+    assert protocol.frames_read == 1
+    protocol.receive(text(Heartbeat()), 1.0)
+    protocol.receive(text(Credit(1)), 1.0)
+    assert protocol.frames_read == 3
+    protocol.receive("{not json", 2.0)  # fatal, and still read
+    assert protocol.frames_read == 4
+    protocol.receive(text(Heartbeat()), 3.0)  # after the close: not read any more
+    assert protocol.frames_read == 4

@@ -18,7 +18,7 @@ from support.waiting import UNIT, hold, wait_until_async
 
 from orbit_server.config import ServerConfig
 from orbit_server.dispatcher import Dispatcher, WorkerSession
-from orbit_server.services import Services
+from orbit_server.services import Effects, Services
 from orbit_server.store.db import create_engine_for, migrate
 from orbit_server.store_thread import StoreThread
 from orbit_server.worker_protocol import SessionCredit
@@ -78,7 +78,8 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     worker = service.admin.create_credential(principal, "worker", [queue], None)
     store = StoreThread()
     store.start()
-    dispatcher = Dispatcher(store, service.workers)
+    acted_on: list[Effects] = []  # what the passes' transactions did (unused: no grants here)
+    dispatcher = Dispatcher(store, service.workers, acted_on.append)
     dispatcher.start()
     try:
         yield World(service, store, dispatcher, principal, queue, worker)
