@@ -26,6 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from websockets.exceptions import InvalidHandshake, InvalidMessage, InvalidStatus
 
+from orbit_wire.errors import ErrorCode
+
 from .channel_core import ChannelCore
 from .errors import OrbitApiError, certificate_refused, unreachable
 from .transport import refused_certificate
@@ -46,14 +48,15 @@ _WS_LOG = logging.getLogger("orbit.client.websocket")
 _WS_LOG.setLevel(logging.INFO)
 
 
-class ChannelRefused(Exception):
+class ChannelRefused(OrbitApiError):
     """The server refused the channel (``status``: its answer to the upgrade, None when it
     did not speak WebSocket); nothing was sent on it. ``for_good``: the client uses HTTP
-    from now on."""
+    from now on. The client handles it itself (the call goes over HTTP); it never reaches
+    the caller."""
 
     def __init__(self, status: int | None, for_good: bool) -> None:
-        super().__init__(f"the producer channel was refused (HTTP {status})")
-        self.status = status
+        super().__init__(ErrorCode.UNAVAILABLE, f"the producer channel was refused (HTTP "
+                         f"{status})", status=status, retryable=not for_good)
         self.for_good = for_good
 
 

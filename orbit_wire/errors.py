@@ -33,8 +33,9 @@ means is its docstring; the tree says where it is and which code it carries.
     ├── OrbitApiError                       orbit_client/errors.py          the answer's
     │   ├── ServerUnreachable               orbit_client/errors.py          UNAVAILABLE
     │   │   └── NoAnswer                    orbit_client/transport.py       UNAVAILABLE
-    │   └── CertificateError                orbit_client/errors.py          UNAVAILABLE
-    │       └── CertificateRefused          orbit_client/transport.py       UNAVAILABLE
+    │   ├── CertificateError                orbit_client/errors.py          UNAVAILABLE
+    │   │   └── CertificateRefused          orbit_client/transport.py       UNAVAILABLE
+    │   └── ChannelRefused                  orbit_client/channel_link.py    UNAVAILABLE
     └── OutcomeError                        orbit_wire/errors.py            the outcome's (text)
         ├── WorkerFailure                   orbit_child/api.py              the handler's own
         └── TaskError                       orbit_client/tasks.py           the task's state
