@@ -26,8 +26,9 @@
     orbit_host/task_owner.py  except on a TaskGroup it opened              has an owner that keeps,
                               (``async with asyncio.TaskGroup() as tg``)   cancels and awaits it
 
-Every module of every package is parsed (relative imports resolved against the module's own
-package), and a failure names the file, the line and the import (or the SQL built).
+No module is over 600 lines (MAX_MODULE_LINES). Every module of every package is parsed
+(relative imports resolved against the module's own package), and a failure names the file,
+the line and the import (or the SQL built).
 """
 
 from __future__ import annotations
@@ -234,6 +235,16 @@ def violations(path: Path, forbidden: frozenset[str]) -> list[str]:
 def test_package_imports_only_what_its_layer_allows(path: Path) -> None:
     package = path.relative_to(ROOT).parts[0]
     assert violations(path, FORBIDDEN[package]) == []
+
+
+# Small modules with one purpose: past this a module holds several jobs (split it along them).
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    long = [f"{path.relative_to(ROOT)}: {n} lines"
+            for path in modules() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert long == []
 
 
 @pytest.mark.parametrize("path", pure_modules(), ids=lambda p: str(p.relative_to(ROOT)))
