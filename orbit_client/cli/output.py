@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 import click
 import orjson
 from rich.console import Console, RenderableType
+from rich.measure import Measurement
 
 OUTPUT_MODES = ("auto", "human", "json")
+_UNBOUNDED = 10_000  # columns: wide enough to measure what a view needs at the least
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,9 +39,9 @@ def human_wanted(mode: str, as_json: bool) -> bool:
 class Output:
     """One command's printer. ``human`` says which form the command should produce."""
 
-    def __init__(self, human: bool):
+    def __init__(self, human: bool, console: Console | None = None):
         self.human = human
-        self._console: Console | None = None
+        self._console = console
 
     @property
     def console(self) -> Console:
@@ -49,7 +51,12 @@ class Output:
         return self._console
 
     def show(self, renderable: RenderableType) -> None:
-        self.console.print(renderable)
+        """Print for people; a table wider than the terminal is printed wider (the terminal
+        folds its lines) rather than cut: an ID is never shortened."""
+        console = self.console
+        needed = Measurement.get(console, console.options.update_width(_UNBOUNDED),
+                                 renderable).minimum
+        console.print(renderable, width=max(console.width, needed))
 
     def line(self, text: str) -> None:
         """A plain line (an ID, a word) in either form: exactly ``text`` and a newline."""
