@@ -326,9 +326,10 @@ class OrbitServer:
         tasks.start(self._unserved_loop(), "orbit-unserved")
         cfg = self.config
         scheme = "https" if cfg.tls_cert else "http"
-        log.info("orbit-server %s serving on %s://%s:%s (replica %s), database %s",
-                 _version(), scheme, cfg.host, cfg.port, self.replica,
-                 redacted_url(cfg.db_url), extra=fields(
+        log.info("orbit-server %s serving on %s://%s:%s (replica %s), database %s; "
+                 "dashboard at %s://%s:%s/ui/", _version(), scheme, cfg.host, cfg.port,
+                 self.replica, redacted_url(cfg.db_url), scheme, cfg.host, cfg.port,
+                 extra=fields(
                      "server_started", version=_version(),
                      url=f"{scheme}://{cfg.host}:{cfg.port}", replica=self.replica,
                      database=redacted_url(cfg.db_url)))
