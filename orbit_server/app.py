@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -409,8 +410,11 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
 
 
 def serve(config: ServerConfig, log_level: str = "info") -> None:
-    """Migrate the database to head, then serve until SIGTERM/SIGINT (graceful, exit 0)."""
+    """Bind the port, migrate the database to head, then serve until SIGTERM/SIGINT
+    (graceful, exit 0). A port that cannot be bound fails first, before any "serving on"."""
     import uvicorn
+
+    from .listen import listen_socket
 
     class GracefulServer(uvicorn.Server):
         # uvicorn re-raises the captured signal after a graceful shutdown, which makes the
@@ -428,8 +432,14 @@ def serve(config: ServerConfig, log_level: str = "info") -> None:
                 for sig, handler in original.items():
                     signal.signal(sig, handler)
 
-    migrate(config.db_url)
-    log.info("database %s is at the latest schema", redacted_url(config.db_url),
-             extra=fields("schema_ready", database=redacted_url(config.db_url)))
-    server = OrbitServer(config)
-    GracefulServer(uvicorn_config(server, log_level)).run()
+    sock = listen_socket(config.host, config.port)
+    try:
+        # --port 0: the start line and the replica's name say the port the kernel chose.
+        config = dataclasses.replace(config, port=sock.getsockname()[1])
+        migrate(config.db_url)
+        log.info("database %s is at the latest schema", redacted_url(config.db_url),
+                 extra=fields("schema_ready", database=redacted_url(config.db_url)))
+        server = OrbitServer(config)
+        GracefulServer(uvicorn_config(server, log_level)).run(sockets=[sock])
+    finally:
+        sock.close()
