@@ -56,7 +56,15 @@ class Output:
         console = self.console
         needed = Measurement.get(console, console.options.update_width(_UNBOUNDED),
                                  renderable).minimum
-        console.print(renderable, width=max(console.width, needed))
+        width = console.width
+        if needed <= width:
+            console.print(renderable)
+            return
+        console.width = needed  # print(width=) cannot go past the console's own width
+        try:
+            console.print(renderable)
+        finally:
+            console.width = width
 
     def line(self, text: str) -> None:
         """A plain line (an ID, a word) in either form: exactly ``text`` and a newline."""

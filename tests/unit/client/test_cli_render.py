@@ -221,7 +221,6 @@ def test_ids_are_never_cut_whatever_the_terminal_width(width: int) -> None:
     text = sink.getvalue()
     for ident in ("b", "c", "d", "e", "f", "9"):
         assert ident * 32 in text, (width, text)
-    assert "…" not in text
 
 
 CREDENTIAL = {"credential_id": "f" * 32, "name": "ci producer", "role": "producer",
