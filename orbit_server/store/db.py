@@ -190,7 +190,7 @@ def migrate(url: str, engine: Engine | None = None) -> None:
     cause (``sqlite_write_problem``), not SQLite's "attempt to write a readonly database"."""
     try:
         _migrate(url, engine)
-    except (OperationalError, OSError) as exc:
+    except (OperationalError, sqlite3.OperationalError, OSError) as exc:
         path = sqlite_file(url)
         problem = None if path is None else sqlite_write_problem(path)
         if problem is None:
