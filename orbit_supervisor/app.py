@@ -397,7 +397,8 @@ class Supervisor:
         self._connect_attempts += 1
         url = self.url
         try:
-            conn = await Connection.open(url, ssl_context=self._ssl)
+            conn = await Connection.open(
+                url, ssl_context=self._ssl if url.startswith("wss:") else None)
         except ConnectFailed as exc:
             self.urls.connect_failed()
             following = f"; next: {self.url}" if self.url != url else ""
