@@ -276,7 +276,8 @@ def progress_line(task: Mapping[str, Any], waited_ms: int, wait_ms: int) -> str:
 
 # Columns that hold IDs: never wrapped nor cut (the ID is copied into the next command);
 # cli/output.py widens a table past the terminal rather than cut them.
-ID_COLUMNS = frozenset({"id", "instance", "queue", "queues", "task", "attempt", "credential"})
+ID_COLUMNS = frozenset({"id", "instance", "worker", "queue", "queues", "task", "attempt",
+                        "credential"})
 
 
 def _table(*columns: str, title: str | None = None) -> Table:
