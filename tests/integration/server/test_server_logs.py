@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-
 from support.orbit_http import OrbitEnv, expect, task_spec
 from support.protocol_client import ProtocolClient
 from support.waiting import wait_until
