@@ -14,11 +14,13 @@ from typing import Any, TypeVar
 
 import click
 import orjson
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
+from rich.table import Table
 
 OUTPUT_MODES = ("auto", "human", "json")
 _UNBOUNDED = 10_000  # columns: wide enough to measure what a view needs at the least
+_PADDING = 3  # a table column's padding (two), and a column of room for rich's rounding
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,8 +56,7 @@ class Output:
         """Print for people; a table wider than the terminal is printed wider (the terminal
         folds its lines) rather than cut: an ID is never shortened."""
         console = self.console
-        needed = Measurement.get(console, console.options.update_width(_UNBOUNDED),
-                                 renderable).minimum
+        needed = _needed_width(console, renderable)
         width = console.width
         if needed <= width:
             console.print(renderable)
@@ -72,6 +73,22 @@ class Output:
 
     def json(self, value: Any) -> None:
         click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+def _needed_width(console: Console, renderable: RenderableType) -> int:
+    """The width a view needs so that no column that must not wrap (an ID) is cut: such a
+    column at its widest cell, every other at its longest word, plus padding."""
+    if isinstance(renderable, Group):
+        return max((_needed_width(console, r) for r in renderable.renderables), default=0)
+    if not isinstance(renderable, Table):
+        return 0
+    options = console.options.update_width(_UNBOUNDED)
+    total = 0
+    for column in renderable.columns:
+        sizes = [Measurement.get(console, options, cell) for cell in (column.header,
+                                                                     *column.cells)]
+        total += max(m.maximum if column.no_wrap else m.minimum for m in sizes) + _PADDING
+    return total
 
 
 def task_for_json(task: dict[str, Any]) -> dict[str, Any]:

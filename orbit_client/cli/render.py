@@ -274,10 +274,10 @@ def progress_line(task: Mapping[str, Any], waited_ms: int, wait_ms: int) -> str:
 # ------------------------------------------------------------------------------- tables
 
 
-# Columns that hold IDs: never wrapped nor cut (the ID is copied into the next command);
-# cli/output.py widens a table past the terminal rather than cut them.
+# Columns that hold IDs (and a replica's host:port): never wrapped nor cut (an ID is copied
+# into the next command); cli/output.py widens a table past the terminal rather than cut them.
 ID_COLUMNS = frozenset({"id", "instance", "worker", "queue", "queues", "task", "attempt",
-                        "credential"})
+                        "credential", "replica"})
 
 
 def _table(*columns: str, title: str | None = None) -> Table:
