@@ -5,7 +5,7 @@ Every shell block of those documents is marked (tests/support/doc_blocks.py says
 or skipped with its reason. A document's ``run`` blocks run in order in one bash, in a
 fresh folder holding a copy of examples/ (the README's "this folder"), with the venv's
 commands first on PATH and HOME in the folder (so the default SQLite file is there too);
-``8080`` becomes a free port. A block marked ``as=ROLE`` runs against the document's
+``8080`` becomes a free port, and ORBIT_URL names it (where `orbit` looks by default). A block marked ``as=ROLE`` runs against the document's
 "lane", started here before the script: a real orbit-server on that port (SQLite), an
 admin, a queue (``$Q``), producer and worker credentials files (``admin.json``,
 ``producer.json``, ``worker.json``) and a real orbit-supervise serving the examples'
@@ -82,7 +82,7 @@ def _environment(work: Path, port: int) -> dict[str, str]:
            if not k.startswith(("ORBIT_", "PYTEST_", "XDG_"))}
     env.pop("PYTHONPATH", None)
     env.update(PATH=f"{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}", HOME=str(work),
-               NO_COLOR="1")
+               NO_COLOR="1", ORBIT_URL=f"http://127.0.0.1:{port}")
     if os.environ.get("PYTEST_XDIST_WORKER"):  # free_port's blocks per worker
         env["PYTEST_XDIST_WORKER"] = os.environ["PYTEST_XDIST_WORKER"]
     return env
