@@ -5,12 +5,13 @@ Every shell block of those documents is marked (tests/support/doc_blocks.py says
 or skipped with its reason. A document's ``run`` blocks run in order in one bash, in a
 fresh folder holding a copy of examples/ (the README's "this folder"), with the venv's
 commands first on PATH and HOME in the folder (so the default SQLite file is there too);
-``8080`` becomes a free port, and ORBIT_URL names it (where `orbit` looks by default). A block marked ``as=ROLE`` runs against the document's
-"lane", started here before the script: a real orbit-server on that port (SQLite), an
-admin, a queue (``$Q``), producer and worker credentials files (``admin.json``,
-``producer.json``, ``worker.json``) and a real orbit-supervise serving the examples'
-handlers on ``$Q``. Every process is stopped by its PID at the end, the ones the script
-started in the background included.
+``8080`` becomes a free port, and ORBIT_URL names it (where `orbit` looks by default).
+A document with a block marked ``as=ROLE`` runs against the lane the documents share,
+started at the first that needs it: a real orbit-server on that port (SQLite), an admin, a
+queue (``$Q``), credentials files (``admin.json``, ``producer.json``, ``worker.json``,
+copied into each document's folder) and a real orbit-supervise serving the examples'
+handlers on ``$Q``. Every process is stopped by its PID, the ones a script started in the
+background included.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -61,18 +61,74 @@ def test_every_shell_block_is_marked_run_or_skip_with_a_reason() -> None:
     assert skipped_whole <= {"docs/deployment.md", "docs/supervisor.md"}, skipped_whole
 
 
-@dataclass
+LANE_FILES = ("admin.json", "producer.json", "worker.json")
+
+
 class Lane:
-    server: ServerProcess
-    worker: subprocess.Popen[bytes]
-    queue: str
+    """The documents' shared lane, started when a document first needs it: one server, its
+    admin, a queue, the three credentials files and a worker (examples' handlers) on it."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.port = 0
+        self.queue = ""
+        self._server: ServerProcess | None = None
+        self._worker: subprocess.Popen[bytes] | None = None
+
+    def join(self, work: Path) -> tuple[int, str]:
+        """The lane's port and queue, its credentials files copied into ``work``."""
+        if self._server is None:
+            self._start()
+        for name in LANE_FILES:
+            shutil.copy2(self.home / name, work / name)
+        return self.port, self.queue
+
+    def _start(self) -> None:
+        self.port = free_port()
+        self._server = server = ServerProcess(self.home / "server", port=self.port).start()
+        with OrbitClient(server.url, server.admin(), channel=False) as client:
+            self.queue = str(client.create_queue("docs")["id"])
+            for role, queues in (("admin", []), ("producer", [self.queue]),
+                                 ("worker", [self.queue])):
+                client.create_credential(role, queues, f"docs {role}",
+                                         path=self.home / f"{role}.json")
+        _copy_examples(self.home)
+        log_path = self.home / "worker.log"
+        with log_path.open("ab") as log:
+            self._worker = subprocess.Popen(
+                [str(VENV_BIN / "orbit-supervise"), "--credentials-file", "worker.json",
+                 "--queue", self.queue, "--workers", "2", "examples.worker.handlers:HANDLERS"],
+                cwd=self.home, env=_environment(self.home, self.port), stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_until(lambda: "connected to" in log_path.read_text(), timeout=30,
+                   what="the lane's worker to connect")
+
+    def stop(self) -> None:
+        if self._worker is not None:
+            _stop(self._worker.pid)
+            self._worker.wait(timeout=STOP_BOUND_S)  # reaped: it is this process's child
+        if self._server is not None:
+            self._server.stop()
+
+
+@pytest.fixture(scope="module")
+def lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
+    shared = Lane(tmp_path_factory.mktemp("lane"))
+    try:
+        yield shared
+    finally:
+        shared.stop()
+
+
+def _copy_examples(folder: Path) -> None:
+    shutil.copytree(ROOT / "examples", folder / "examples",
+                    ignore=shutil.ignore_patterns("__pycache__"))
 
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     work = tmp_path / "reader"
-    shutil.copytree(ROOT / "examples", work / "examples",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    _copy_examples(work)
     (tmp_path / "elsewhere").mkdir()
     return work
 
@@ -86,41 +142,6 @@ def _environment(work: Path, port: int) -> dict[str, str]:
     if os.environ.get("PYTEST_XDIST_WORKER"):  # free_port's blocks per worker
         env["PYTEST_XDIST_WORKER"] = os.environ["PYTEST_XDIST_WORKER"]
     return env
-
-
-@pytest.fixture
-def lanes(workdir: Path) -> Iterator[list[Lane]]:
-    made: list[Lane] = []
-    try:
-        yield made
-    finally:
-        for lane in made:
-            _stop(lane.worker.pid)
-            lane.worker.wait(timeout=STOP_BOUND_S)  # reaped: it is this process's child
-            lane.server.stop()
-
-
-def _start_lane(work: Path, port: int, env: dict[str, str], made: list[Lane]) -> str:
-    server = ServerProcess(work.parent / "lane-server", port=port).start()
-    admin = server.admin()
-    with OrbitClient(server.url, admin, channel=False) as client:
-        queue = str(client.create_queue("docs")["id"])
-        client.create_credential("admin", [], "docs admin", path=work / "admin.json")
-        client.create_credential("producer", [queue], "docs producer",
-                                 path=work / "producer.json")
-        client.create_credential("worker", [queue], "docs worker", path=work / "worker.json")
-    log = (work.parent / "lane-worker.log").open("ab")
-    try:
-        worker = subprocess.Popen(
-            [str(VENV_BIN / "orbit-supervise"), "--credentials-file", "worker.json", "--queue",
-             queue, "--workers", "2", "examples.worker.handlers:HANDLERS"],
-            cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    finally:
-        log.close()
-    made.append(Lane(server, worker, queue))
-    wait_until(lambda: "connected to" in (work.parent / "lane-worker.log").read_text(),
-               timeout=30, what="the lane's worker to connect")
-    return queue
 
 
 def _stop(pid: int) -> None:
@@ -148,12 +169,16 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.parametrize("doc", [d for d in DOCS if _runnable(d)],
                          ids=lambda d: d.relative_to(ROOT).as_posix())
-def test_documented_commands_run(doc: Path, workdir: Path, lanes: list[Lane]) -> None:
+def test_documented_commands_run(doc: Path, workdir: Path, lane: Lane) -> None:
     found = _blocks(doc)
-    port = free_port()
-    env = _environment(workdir, port)
+    queue = None
     if any(b.marker is not None and "as" in b.marker.options for b in found):
-        env["Q"] = _start_lane(workdir, port, env, lanes)
+        port, queue = lane.join(workdir)
+    else:
+        port = free_port()
+    env = _environment(workdir, port)
+    if queue is not None:
+        env["Q"] = queue
     pids = workdir.parent / "background.pids"
     text = script(found, port=port, pids_file=str(pids),
                   elsewhere=str(workdir.parent / "elsewhere"),
