@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import importlib
 import re
+import sysconfig
+import traceback
+from pathlib import Path
 from typing import Any
 
 from orbit_wire.errors import HandlerSpecError
@@ -39,8 +42,10 @@ def load_handlers(spec: str) -> tuple[Handler, ...]:
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
+        where = _where(exc)
         raise HandlerSpecError(
             f"cannot import module {module_name!r}: {type(exc).__name__}: {_one_line(exc)}"
+            + (f" (at {where})" if where else "")
         ) from None
     obj: Any = module
     for part in attr.split("."):
@@ -93,6 +98,48 @@ def validate_handlers(obj: Any, spec: str = "handlers") -> tuple[Handler, ...]:
             raise HandlerSpecError(f"{spec} registers {item.capability} twice")
         seen.add(triple)
     return tuple(items)
+
+
+def _where(exc: BaseException) -> str | None:
+    """``FILE:LINE`` of an import failure in the handlers' own code, or None.
+
+    The last frame of the traceback inside the module's top-level package (a lone module:
+    its own file), as ``os.environ[...]`` fails in os.py while the line to fix called it;
+    else the last frame outside Python's standard library; a syntax error's own place."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_library(f.filename)]
+    if not frames:
+        return None
+    first = Path(frames[0].filename).resolve()  # the module or its top-level package
+    package = first.name == "__init__.py"
+    home = first.parent if package else first
+
+    def inside(filename: str) -> bool:
+        path = Path(filename).resolve()
+        return path.is_relative_to(home) if package else path == home
+
+    frame = ([f for f in frames if inside(f.filename)] or frames)[-1]
+    return f"{frame.filename}:{frame.lineno}"
+
+
+def _is_library(filename: str) -> bool:
+    """Python's own code: frozen import machinery, this module, the standard library (site
+    packages excepted: a handler package may be installed there)."""
+    if filename.startswith("<") or filename == __file__:
+        return True
+    path = Path(filename).resolve()
+    stdlib, sites = _python_paths()
+    return (any(path.is_relative_to(p) for p in stdlib)
+            and not any(path.is_relative_to(p) for p in sites))
+
+
+def _python_paths() -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    paths = sysconfig.get_paths()
+
+    def of(*keys: str) -> tuple[Path, ...]:
+        return tuple(Path(paths[k]).resolve() for k in keys if k in paths)
+    return of("stdlib", "platstdlib"), of("purelib", "platlib")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -4,8 +4,10 @@
 ``level``, ``logger``, ``event`` (a stable snake_case name), ``message`` (for people), then
 the record's fields (``task_id``, ``attempt_id``, ``instance_id``, ``queue_id`` and others,
 passed with ``extra=fields(...)``) and ``exc`` (a traceback, as one string). ``text`` (the
-default) writes ``<time> <LEVEL> <logger>: <message>`` for people. A record without an
-event (a library's) gets its logger's name in snake case.
+default) writes ``<time> <LEVEL> <logger>: <message>`` for people, followed by the task and
+attempt IDs the record carries that its message does not show (``(task T, attempt A)``), so
+every line about an attempt names its task too. A record without an event (a library's) gets
+its logger's name in snake case.
 
 Plain stdlib logging with an orjson formatter: a record costs a dict and one ``dumps``, and
 nothing at all below the level (no processor chain runs for a dropped record).
@@ -61,11 +63,23 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+# The IDs a text line names when its record carries them: (field, word).
+_TEXT_IDS = (("task_id", "task"), ("attempt_id", "attempt"))
+
+
 class TextFormatter(logging.Formatter):
-    """``2026-01-02 03:04:05,678 INFO orbit.server: message`` (a traceback below it)."""
+    """``2026-01-02 03:04:05,678 INFO orbit.server: message (task T)`` (a traceback below
+    it); the record's task and attempt IDs follow the message unless it shows them."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = super().formatMessage(record)
+        shown = [f"{word} {value}" for key, word in _TEXT_IDS
+                 if isinstance(value := getattr(record, key, None), str) and value
+                 and value not in record.message]
+        return f"{text} ({', '.join(shown)})" if shown else text
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)

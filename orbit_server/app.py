@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -326,9 +327,10 @@ class OrbitServer:
         tasks.start(self._unserved_loop(), "orbit-unserved")
         cfg = self.config
         scheme = "https" if cfg.tls_cert else "http"
-        log.info("orbit-server %s serving on %s://%s:%s (replica %s), database %s",
-                 _version(), scheme, cfg.host, cfg.port, self.replica,
-                 redacted_url(cfg.db_url), extra=fields(
+        log.info("orbit-server %s serving on %s://%s:%s (replica %s), database %s; "
+                 "dashboard at %s://%s:%s/ui/", _version(), scheme, cfg.host, cfg.port,
+                 self.replica, redacted_url(cfg.db_url), scheme, cfg.host, cfg.port,
+                 extra=fields(
                      "server_started", version=_version(),
                      url=f"{scheme}://{cfg.host}:{cfg.port}", replica=self.replica,
                      database=redacted_url(cfg.db_url)))
@@ -408,8 +410,11 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
 
 
 def serve(config: ServerConfig, log_level: str = "info") -> None:
-    """Migrate the database to head, then serve until SIGTERM/SIGINT (graceful, exit 0)."""
+    """Bind the port, migrate the database to head, then serve until SIGTERM/SIGINT
+    (graceful, exit 0). A port that cannot be bound fails first, before any "serving on"."""
     import uvicorn
+
+    from .listen import listen_socket
 
     class GracefulServer(uvicorn.Server):
         # uvicorn re-raises the captured signal after a graceful shutdown, which makes the
@@ -427,8 +432,14 @@ def serve(config: ServerConfig, log_level: str = "info") -> None:
                 for sig, handler in original.items():
                     signal.signal(sig, handler)
 
-    migrate(config.db_url)
-    log.info("database %s is at the latest schema", redacted_url(config.db_url),
-             extra=fields("schema_ready", database=redacted_url(config.db_url)))
-    server = OrbitServer(config)
-    GracefulServer(uvicorn_config(server, log_level)).run()
+    sock = listen_socket(config.host, config.port)
+    try:
+        # --port 0: the start line and the replica's name say the port the kernel chose.
+        config = dataclasses.replace(config, port=sock.getsockname()[1])
+        migrate(config.db_url)
+        log.info("database %s is at the latest schema", redacted_url(config.db_url),
+                 extra=fields("schema_ready", database=redacted_url(config.db_url)))
+        server = OrbitServer(config)
+        GracefulServer(uvicorn_config(server, log_level)).run(sockets=[sock])
+    finally:
+        sock.close()

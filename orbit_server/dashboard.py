@@ -50,7 +50,7 @@ def load_assets() -> dict[str, tuple[bytes, str]]:
 
 
 def dashboard_routes() -> list[BaseRoute]:
-    """``/ui`` (redirect to ``/ui/``), ``/ui/`` (the page) and ``/ui/<asset>``."""
+    """``/`` and ``/ui`` (redirects to ``/ui/``), ``/ui/`` (the page) and ``/ui/<asset>``."""
     assets = load_assets()
 
     async def asset(request: Request) -> Response:
@@ -64,7 +64,13 @@ def dashboard_routes() -> list[BaseRoute]:
     async def bare(request: Request) -> Response:
         return RedirectResponse(f"{PREFIX}/", status_code=308)
 
+    async def root(request: Request) -> Response:
+        # Relative, so a proxy that serves the server under a path prefix keeps it; a
+        # found (302), not a permanent, redirect: the root may serve a page of its own.
+        return RedirectResponse(f"{PREFIX.lstrip('/')}/", status_code=302)
+
     return [
+        Route("/", root, methods=["GET"]),
         Route(PREFIX, bare, methods=["GET"]),
         Mount(PREFIX, routes=[Route("/", asset, methods=["GET"]),
                               Route("/{name:str}", asset, methods=["GET"])]),

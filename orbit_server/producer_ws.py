@@ -47,7 +47,7 @@ from .auth import Principal, require_role
 from .http_auth import Authenticator
 from .parts import ServerParts
 from .store.db import is_sqlite
-from .submitting import Submitter
+from .submitting import SHARED_RECHECK_S, Submitter
 from .worker_protocol import close_code
 
 log = logging.getLogger("orbit.producer")
@@ -57,10 +57,12 @@ MAX_IN_FLIGHT = 256
 # Tasks one channel may watch at once (LIMIT_EXCEEDED for a watch past it).
 MAX_WATCHED = 100_000
 # Watched tasks not settled are read again this often: on a shared database a task another
-# replica ended wakes nobody here; on a SQLite file every end is this server's own, and
-# the re-read is only a safety net.
-RECHECK_S = 2.0
+# replica ended wakes nobody here (the same period as an HTTP wait's re-read); on a SQLite
+# file every end is this server's own, and the re-read is only a safety net. A channel that
+# watches many tasks re-reads them at most RECHECK_TASKS_PER_S a second, more slowly.
+RECHECK_S = SHARED_RECHECK_S
 RECHECK_SQLITE_S = 30.0
+RECHECK_TASKS_PER_S = 4_000
 MAX_QUEUED = 10_000  # frames queued for a peer that does not read: past it, closed
 _PRODUCERS = (Role.PRODUCER, Role.ADMIN)
 
@@ -284,7 +286,7 @@ class ProducerChannel:
     async def _recheck_loop(self) -> None:
         period = RECHECK_SQLITE_S if is_sqlite(self.parts.config.db_url) else RECHECK_S
         while True:
-            await asyncio.sleep(period)
+            await asyncio.sleep(max(period, len(self._watched) / RECHECK_TASKS_PER_S))
             pending = [t for t in self._watched if t not in self._rereading]
             if pending:
                 self._rereading.update(pending)

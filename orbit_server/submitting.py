@@ -24,10 +24,15 @@ from .auth import Principal
 from .http_plumbing import RateLimited
 from .parts import ServerParts
 from .services import Effects, Reservations, Submitted, WorkerBinding
+from .store.db import is_sqlite
 
-# A wait re-reads the task at least this often without a wake-up, so a task finished
-# through another replica sharing the database is still seen.
-WAIT_SLICE_S = 1.0
+# A task settled through another replica of a shared database wakes nobody on this one: a
+# wait re-reads it this often, the period of the dispatch poll, so a producer and a worker
+# on different replicas see at most 0.5 s added each way (docs/deployment.md). On a SQLite
+# file every end is this server's own, and the re-read is only a safety net.
+SHARED_RECHECK_S = 0.5
+WAIT_SLICE_S = SHARED_RECHECK_S
+WAIT_SLICE_SQLITE_S = 1.0
 
 
 class Submitter:
@@ -36,6 +41,7 @@ class Submitter:
     def __init__(self, parts: ServerParts) -> None:
         self._parts = parts
         self._tasks = parts.services.tasks
+        self._slice_s = WAIT_SLICE_SQLITE_S if is_sqlite(parts.config.db_url) else WAIT_SLICE_S
 
     def check_rate(self, principal: Principal, count: int) -> None:
         """Spend ``count`` from the credential's submit budget; RateLimited past it."""
@@ -87,7 +93,7 @@ class Submitter:
                 if remaining <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(remaining, WAIT_SLICE_S))
+                    await asyncio.wait_for(event.wait(), min(remaining, self._slice_s))
                 view, event.view = event.view, None
                 event.clear()
                 if view is not None and TaskState(view["state"]).settled:

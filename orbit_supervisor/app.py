@@ -21,7 +21,7 @@ import os
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 
@@ -46,7 +46,7 @@ from .actions import (
     SendFrame,
     SupervisorEvent,
 )
-from .connection import ConnectFailed, Connection, worker_url
+from .connection import ConnectFailed, Connection, ServerUrls
 from .errors import SupervisorError, WorkerAlreadyRun
 from .events import EventStream
 from .executions import Executions
@@ -102,7 +102,7 @@ class Supervisor:
         handlers: str,
         queue_id: str,
         credentials: Credentials | str | os.PathLike[str],
-        url: str | None = None,
+        url: str | Sequence[str] | None = None,
         workers: int = defaults.WORKERS,
         shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT,
         reconnect_min_delay: float = defaults.RECONNECT_MIN_DELAY,
@@ -127,11 +127,13 @@ class Supervisor:
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
         self._credentials = credentials
-        self.url = worker_url(url or credentials.url)
+        # --url, repeated: the servers in failover order; else the credentials file's.
+        given = [url] if isinstance(url, str) else list(url or ())
+        self.urls = ServerUrls(given or [credentials.url])
         # --ca-file / ORBIT_CA_FILE: the trust for a wss:// server's certificate.
         ca = ca_file_from(ca_file)
-        self._ssl = client_ssl_context(ca) if ca is not None and self.url.startswith("wss:") \
-            else None
+        self._ssl = client_ssl_context(ca) if ca is not None and any(
+            u.startswith("wss:") for u in self.urls.all) else None
         self.handlers = handlers
         self.instance_id = new_id(int(time.time() * 1000))
         self._instance_secret = new_secret()
@@ -159,6 +161,12 @@ class Supervisor:
 
     def __repr__(self) -> str:
         return f"Supervisor(instance_id={self.instance_id!r}, url={self.url!r})"
+
+    @property
+    def url(self) -> str:
+        """The worker URL this supervisor connects to now (the next after a failed connect,
+        when several were given)."""
+        return self.urls.current
 
     # ------------------------------------------------------------------ public API
 
@@ -387,12 +395,16 @@ class Supervisor:
         if delay > 0:
             await asyncio.sleep(delay)
         self._connect_attempts += 1
+        url = self.url
         try:
-            conn = await Connection.open(self.url, ssl_context=self._ssl)
+            conn = await Connection.open(
+                url, ssl_context=self._ssl if url.startswith("wss:") else None)
         except ConnectFailed as exc:
-            self._log.warning("cannot reach %s (attempt %d): %s", self.url,
-                              self._connect_attempts, exc, extra=fields(
-                                  "connect_failed", url=self.url,
+            self.urls.connect_failed()
+            following = f"; next: {self.url}" if self.url != url else ""
+            self._log.warning("cannot reach %s (attempt %d): %s%s", url,
+                              self._connect_attempts, exc, following, extra=fields(
+                                  "connect_failed", url=url,
                                   attempt=self._connect_attempts, reason=exc.reason))
             self._apply(session.connect_failed(loop.time(), exc.reason))
             return

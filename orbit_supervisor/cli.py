@@ -108,7 +108,9 @@ def _fail(code: int, message: str) -> None:
 
 @click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("handlers", metavar="MODULE:ATTR")
-@click.option("--url", envvar="ORBIT_URL", help="Server URL; default: the credentials file's.")
+@click.option("--url", "urls", envvar="ORBIT_URL", multiple=True, metavar="URL",
+              help="Server URL; repeat it for failover, tried in order (ORBIT_URL: "
+                   "space-separated); default: the credentials file's.")
 @click.option("--credentials-file", envvar="ORBIT_CREDENTIALS_FILE", required=True,
               type=click.Path(dir_okay=False), help="Worker credentials file (0600).")
 @click.option("--queue", "queue_id", envvar="ORBIT_QUEUE_ID",
@@ -159,7 +161,7 @@ def _fail(code: int, message: str) -> None:
               type=click.Choice(LOG_FORMATS),
               help="text for people; json: one record per line (docs/observability.md).")
 @click.version_option(package_name=DISTRIBUTION, prog_name="orbit-supervise")
-def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | None,
+def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_id: str | None,
          workers: int, prefetch: int, grants: bool, shutdown_timeout: float,
          reconnect_min_delay: float,
          reconnect_max_delay: float, max_tasks_per_child: int | None,
@@ -185,7 +187,7 @@ def main(handlers: str, url: str | None, credentials_file: str, queue_id: str | 
         _fail(EXIT_USAGE, f"MODULE:ATTR expected, got {handlers!r}")
     try:
         sup = Supervisor(
-            handlers, queue_id, creds, url=url, workers=workers,
+            handlers, queue_id, creds, url=urls or None, workers=workers,
             shutdown_timeout=shutdown_timeout, reconnect_min_delay=reconnect_min_delay,
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child, child_nice=child_nice,

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -46,6 +46,25 @@ def worker_url(base_url: str) -> str:
     if not path.endswith("/v1/worker"):
         path += "/v1/worker"
     return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+class ServerUrls:
+    """The servers a worker may connect to, in the order given (``--url`` repeated): it stays
+    with the one that answered, and a connect that fails moves to the next (after the last,
+    the first again). A connection lost is tried again on the same server first."""
+
+    def __init__(self, base_urls: Sequence[str]) -> None:
+        if not base_urls:
+            raise ValueError("at least one server URL is needed")
+        self.all = tuple(worker_url(url) for url in base_urls)
+        self._index = 0
+
+    @property
+    def current(self) -> str:
+        return self.all[self._index]
+
+    def connect_failed(self) -> None:
+        self._index = (self._index + 1) % len(self.all)
 
 
 class ConnectFailed(OrbitError):
@@ -155,4 +174,4 @@ class Connection:
                 self._outbox.task_done()
 
 
-__all__ = ["ConnectFailed", "Connection", "worker_url"]
+__all__ = ["ConnectFailed", "Connection", "ServerUrls", "worker_url"]

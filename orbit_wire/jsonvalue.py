@@ -94,7 +94,10 @@ def walk_json(value: Any, *, what: str = "value", max_depth: int = MAX_VALUE_DEP
 def check_value(value: Any, *, what: str = "value", allow_null: bool = False) -> None:
     """Validate an already-parsed value: not null, depth, integer range, finite floats."""
     if value is None and not allow_null:
-        raise ValueRejected(ErrorCode.INVALID_RESULT, f"{what} must not be null")
+        # A bad request, said as such: null is refused for its own sake, not as a result.
+        raise ValueRejected(
+            ErrorCode.BAD_REQUEST, f"{what} must not be null (any other JSON value, e.g. {{}})"
+        )
 
     def scalar(item: Any) -> None:
         if isinstance(item, bool) or item is None or isinstance(item, str):

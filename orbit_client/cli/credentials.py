@@ -9,6 +9,7 @@ import click
 from ..durations import parse_duration_ms
 from .app import settings
 from .output import json_option
+from .render import credentials_table
 
 
 @click.group()
@@ -64,11 +65,17 @@ def credentials_create(
 
 
 @credentials.command("list")
+@json_option
 @click.pass_context
-def credentials_list(ctx: click.Context) -> None:
+def credentials_list(ctx: click.Context, as_json: bool) -> None:
     """Every credential: role, queues, created, last used, expiry, revoked (no secrets)."""
     s = settings(ctx)
-    s.output(True).json({"credentials": s.client(ctx).list_credentials()})
+    found = s.client(ctx).list_credentials()
+    out = s.output(as_json)
+    if out.human:
+        out.show(credentials_table(found, time.time_ns() // 1_000_000))
+    else:
+        out.json({"credentials": found})
 
 
 @credentials.command("rotate")

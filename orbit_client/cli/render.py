@@ -274,11 +274,17 @@ def progress_line(task: Mapping[str, Any], waited_ms: int, wait_ms: int) -> str:
 # ------------------------------------------------------------------------------- tables
 
 
+# Columns that hold IDs (and a replica's host:port): never wrapped nor cut (an ID is copied
+# into the next command); cli/output.py widens a table past the terminal rather than cut them.
+ID_COLUMNS = frozenset({"id", "instance", "worker", "queue", "queues", "task", "attempt",
+                        "credential", "replica"})
+
+
 def _table(*columns: str, title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left", box=None, header_style="bold",
                   pad_edge=False)
     for name in columns:
-        table.add_column(name)
+        table.add_column(name, no_wrap=name in ID_COLUMNS)
     return table
 
 
@@ -377,7 +383,6 @@ def tasks_table(tasks: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableTy
     if not tasks:
         return Text("No tasks match.")
     table = _table("id", "state", "handler", "tries", "created", "finished", "note")
-    table.columns[0].no_wrap = True
     for t in tasks:
         note = ""
         failure = t.get("failure")
@@ -398,7 +403,6 @@ def queues_table(queues: Sequence[Mapping[str, Any]], now_ms: int) -> Renderable
     if not queues:
         return Text("No queues.")
     table = _table("id", "name", "created", *ORDERED_STATES)
-    table.columns[0].no_wrap = True
     for column in table.columns[3:]:
         column.justify = "right"
     for q in queues:
@@ -416,7 +420,6 @@ def workers_view(workers: Sequence[Mapping[str, Any]], now_ms: int) -> Renderabl
         return Text("No live workers.")
     table = _table("instance", "queue", "replica", "version", "capabilities", "slots",
                    "credit", "busy", "connected", "heartbeat")
-    table.columns[0].no_wrap = True
     running = _table("instance", "task", "attempt", "pid", "running for",
                      title="Running attempts")
     for w in workers:
@@ -434,6 +437,27 @@ def workers_view(workers: Sequence[Mapping[str, Any]], now_ms: int) -> Renderabl
     if not running.rows:
         return table
     return Group(table, Text(""), running)
+
+
+def credentials_table(credentials: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableType:
+    """``orbit credentials list``: who may do what, and whether it still may (no secrets)."""
+    if not credentials:
+        return Text("No credentials.")
+    table = _table("credential", "role", "name", "queues", "created", "last used", "expires",
+                   "revoked")
+    for c in credentials:
+        queues = c.get("queues") or []
+        revoked = c.get("revoked_at_ms")
+        table.add_row(str(c.get("credential_id")), str(c.get("role") or "-"),
+                      str(c.get("name") or "-"),
+                      "every queue" if c.get("role") == "admin" else
+                      " ".join(str(q) for q in queues) or "-",
+                      ago(c.get("created_at_ms"), now_ms),
+                      ago(c.get("last_used_at_ms"), now_ms) if c.get("last_used_at_ms")
+                      else "never",
+                      ago(c.get("expires_at_ms"), now_ms) if c.get("expires_at_ms") else "-",
+                      Text(ago(revoked, now_ms), style="red") if revoked else "-")
+    return table
 
 
 def capabilities_table(rows: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableType:

@@ -10,6 +10,7 @@ import click
 from ..client import OrbitClient
 from .app import settings
 from .args import json_argument, queue_option
+from .output import json_option
 
 
 def _client(ctx: click.Context) -> OrbitClient:
@@ -69,9 +70,10 @@ def schedules_create(ctx: click.Context, queue_id: str | None, cron: str, timezo
 
 @schedules.command("list")
 @queue_option
+@json_option
 @click.pass_context
-def schedules_list(ctx: click.Context, queue_id: str | None) -> None:
-    """Print the queue's schedules as JSON."""
+def schedules_list(ctx: click.Context, queue_id: str | None, as_json: bool) -> None:
+    """Print the queue's schedules as JSON (`--json` too, as on every list command)."""
     queue = settings(ctx).queue(queue_id)
     _print_json(ctx, {"schedules": _client(ctx).list_schedules(queue)})
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import OperationalError
 
 from orbit_wire.errors import ErrorCode, OrbitError
 
@@ -184,7 +185,45 @@ def alembic_config(url: str) -> Config:
 
 
 def migrate(url: str, engine: Engine | None = None) -> None:
-    """Upgrade the database at ``url`` to the head revision (safe to run again)."""
+    """Upgrade the database at ``url`` to the head revision (safe to run again). A SQLite
+    file the server cannot write fails with OrbitError UNAVAILABLE naming the path and the
+    cause (``sqlite_write_problem``), not SQLite's "attempt to write a readonly database"."""
+    try:
+        _migrate(url, engine)
+    except (OperationalError, sqlite3.OperationalError, OSError) as exc:
+        path = sqlite_file(url)
+        problem = None if path is None else sqlite_write_problem(path)
+        if problem is None:
+            raise
+        raise OrbitError(ErrorCode.UNAVAILABLE, problem) from exc
+
+
+def sqlite_write_problem(path: Path) -> str | None:
+    """Why a SQLite database at ``path`` cannot be written, naming the path: its folder
+    missing or not writable (SQLite creates the ``-wal`` and ``-shm`` files beside the
+    database), or the file or one of those not writable; None when nothing is in the way.
+    Tried for real (open, create), so a read-only mount or an immutable folder counts."""
+    folder = path.parent
+    if not folder.is_dir():
+        return f"the database folder {folder} does not exist"
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if file.exists():
+            try:
+                os.close(os.open(file, os.O_WRONLY | os.O_CLOEXEC))
+            except OSError as exc:
+                return f"cannot write {file}: {exc.strerror}"
+    probe = folder / f".{path.name}-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    except OSError as exc:
+        return (f"cannot create files in the database folder {folder} ({exc.strerror}): "
+                f"SQLite writes {path.name}-wal and {path.name}-shm beside {path.name}; "
+                "make the folder writable by the server's user")
+    probe.unlink()
+    return None
+
+
+def _migrate(url: str, engine: Engine | None) -> None:
     own = engine is None
     eng = create_engine_for(url) if engine is None else engine
     try:

@@ -77,6 +77,10 @@ def test_input_refused_before_sending_exits_2(offline_creds: Path) -> None:
     result = run_orbit(*submit, '{"n": 99999999999999999999}', env=env)
     assert result.returncode == 2
     one_error_line(result, "NUMBER_OUT_OF_RANGE")
+    result = run_orbit(*submit, "null", env=env)  # a bad request, never a "result" error
+    assert result.returncode == 2
+    line = one_error_line(result, "BAD_REQUEST")
+    assert "payload must not be null" in line and "RESULT" not in line
     result = run_orbit(*submit, "@" + str(offline_creds.parent / "missing.json"), env=env)
     assert result.returncode == 2
     one_error_line(result, "BAD_REQUEST")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-from support.cli import one_error_line, run_orbit
+from support.cli import one_error_line, run_orbit, run_orbit_tty
 from support.orbit_http import OrbitEnv
 from support.waiting import wait_until
 
@@ -44,6 +44,12 @@ def test_list_rotate_revoke_and_expiry(orbit: OrbitEnv, tmp_path: Path) -> None:
     mine = entries[old.credential_id]
     assert mine["expires_at_ms"] and mine["last_used_at_ms"] and mine["revoked_at_ms"] is None
     assert new.secret not in listed.stdout and old.secret not in listed.stdout
+    assert run_orbit(*admin, "credentials", "list", "--json").stdout == listed.stdout
+    # On a terminal, a table; a narrow one cuts no ID.
+    shown = run_orbit_tty(*admin, "credentials", "list", columns=100)
+    assert shown.returncode == 0
+    assert old.credential_id in shown.text and queue in shown.text and "producer" in shown.text
+    assert new.secret not in shown.text
 
     assert run_orbit(*admin, "credentials", "revoke", old.credential_id).returncode == 0
     refused = run_orbit("--credentials-file", str(tmp_path / "p2.json"), *stats)

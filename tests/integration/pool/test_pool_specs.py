@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import psutil
 import pytest
-from pool_support import request, run, running_pool
+from pool_support import FIXTURES, request, run, running_pool
 
 from orbit_supervisor.pool import ChildOutcome, ChildPool
 from orbit_wire.errors import HandlerSpecError
@@ -46,6 +46,36 @@ def test_bad_specs_are_rejected_with_one_clear_line(spec: str, message: str) -> 
     leftover = [p for p in psutil.Process().children(recursive=True)
                 if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
     assert leftover == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "message", "where"),
+    [
+        # os.environ raises in os.py; the line to fix is the module's own.
+        ("pool_import_deep:handlers", "KeyError: 'ORBIT_TEST_SETTING_NOBODY_SETS'",
+         "pool_import_deep.py:6)"),
+        ("pool_import_error:handlers", "RuntimeError: configuration missing",
+         "pool_import_error.py:3)"),
+    ],
+)
+def test_an_import_failure_names_the_file_and_line(spec: str, message: str, where: str) -> None:
+    async def scenario() -> None:
+        await ChildPool(spec, 1).start()
+
+    with pytest.raises(HandlerSpecError) as info:
+        run(scenario())
+    assert message in info.value.message
+    assert info.value.message.endswith(where), info.value.message
+    assert f" (at {FIXTURES}" in info.value.message  # the whole path, to open it
+
+
+def test_a_module_that_is_missing_names_no_place() -> None:
+    async def scenario() -> None:
+        await ChildPool("missing_module_xyz:handlers", 1).start()
+
+    with pytest.raises(HandlerSpecError) as info:
+        run(scenario())
+    assert " (at " not in info.value.message
 
 
 def test_a_registry_object_with_a_handlers_attribute() -> None:

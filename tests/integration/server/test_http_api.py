@@ -155,8 +155,7 @@ def test_bad_bodies_get_typed_errors(orbit: OrbitEnv) -> None:
     expect_error(producer.post(url, content=big_int.replace(b"123456789012345678901234567890",
                                                             b"1e999"), headers=headers),
                  400, "NUMBER_OUT_OF_RANGE")
-    null_payload = expect(producer.post(url, json=task_spec() | {"payload": None}), 400)
-    assert null_payload["error"]["code"] in ("BAD_REQUEST", "INVALID_RESULT"), null_payload
+    expect_error(producer.post(url, json=task_spec() | {"payload": None}), 400, "BAD_REQUEST")
     huge = task_spec(payload={"s": "x" * (600 * 1024)})
     expect_error(producer.post(url, json=huge), 413, "PAYLOAD_TOO_LARGE")
     payload_too_big = task_spec(payload={"s": "x" * (300 * 1024)})

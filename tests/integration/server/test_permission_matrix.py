@@ -78,6 +78,7 @@ CASES: dict[tuple[str, str], list[Case]] = {
     ("GET", "/healthz"): [Case(PUBLIC, allowed=frozenset({200}))],
     ("GET", "/openapi.json"): [Case(PUBLIC, allowed=frozenset({200}))],
     ("GET", "/metrics"): [Case(PUBLIC, allowed=frozenset({200}))],
+    ("GET", "/"): [Case(PUBLIC, allowed=frozenset({302}))],
     ("GET", "/ui"): [Case(PUBLIC, allowed=frozenset({308}))],
     ("GET", "/ui/"): [Case(PUBLIC, allowed=frozenset({200}))],
     ("GET", "/ui/{name:str}"): [Case(PUBLIC, allowed=frozenset({200}))],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 from support.orbit_http import OrbitEnv, expect, task_spec
 from support.protocol_client import ProtocolClient
 from support.waiting import wait_until
@@ -22,6 +23,13 @@ def test_default_level_tells_the_story(orbit: OrbitEnv) -> None:
 
     start = log()
     assert f"serving on http://127.0.0.1:{server.port}" in start, start
+    assert f"dashboard at http://127.0.0.1:{server.port}/ui/" in start, start
+    # The root sends a browser to the dashboard.
+    root = httpx.get(f"{server.url}/", timeout=10)
+    assert (root.status_code, root.headers["location"]) == (302, "ui/")
+    page = httpx.get(f"{server.url}/", timeout=10, follow_redirects=True)
+    assert page.status_code == 200 and str(page.url) == f"{server.url}/ui/"
+    assert "text/html" in page.headers["content-type"]
     assert "database " in start and "latest schema" in start, start
 
     async def run() -> str:

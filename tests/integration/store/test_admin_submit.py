@@ -100,7 +100,7 @@ def test_submit_fills_defaults_and_view_matches_contract(world: World) -> None:
     ({"backoff": {"jitter": 1.5}}, ErrorCode.BAD_REQUEST),
     ({"idempotency": "SOMETIMES"}, ErrorCode.BAD_REQUEST),
     ({"surprise": 1}, ErrorCode.BAD_REQUEST),
-    ({"payload": None}, ErrorCode.INVALID_RESULT),
+    ({"payload": None}, ErrorCode.BAD_REQUEST),
     ({"payload": "x" * (256 * 1024)}, ErrorCode.PAYLOAD_TOO_LARGE),
     ({"handler": "bad name"}, ErrorCode.BAD_REQUEST),
     ({"operation_key": ""}, ErrorCode.BAD_REQUEST),

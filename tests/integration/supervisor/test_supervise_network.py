@@ -118,3 +118,26 @@ def test_server_crash_and_restart_resumes_and_confirms(sup_env: SupEnv, tmp_path
     assert sup.proc is not None and sup.proc.poll() is None
     log = sup.log()
     assert "connection lost" in log and log.count("connected to") >= 2
+
+
+def test_several_urls_fail_over_in_order(sup_env: SupEnv) -> None:
+    # Two "replicas" of one server, each a proxy on a port of its own: A is down at the start.
+    port_a = free_port()
+    with TcpProxy(sup_env.orbit.server.port) as b:
+        sup = sup_env.start(workers=1, extra=("--url", f"http://127.0.0.1:{port_a}",
+                                               "--url", b.url))
+        sup.wait_log(f"; next: ws://127.0.0.1:{b.port}/v1/worker")
+        first = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "on b"})
+        assert wait_task(sup_env.producer, first, timeout_s=20)["result"] == {"text": "ON B"}
+        assert f"connected to ws://127.0.0.1:{b.port}/v1/worker" in sup.log()
+        # B goes away for good and A comes up: B is tried again first, then A.
+        with TcpProxy(sup_env.orbit.server.port, port=port_a):
+            b.stop()
+            sup.wait_log(f"connected to ws://127.0.0.1:{port_a}/v1/worker")
+            second = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "on a"})
+            assert wait_task(sup_env.producer, second, timeout_s=20)["result"] == {
+                "text": "ON A"}
+    log = sup.log()
+    lost = log.index("connection lost")
+    assert f"cannot reach ws://127.0.0.1:{b.port}/v1/worker" in log[lost:]
+    assert sup.proc is not None and sup.proc.poll() is None

@@ -19,6 +19,7 @@ from rich.console import Console
 from orbit_client.cli import cli, exits, render
 from orbit_client.cli.app import error_line
 from orbit_client.cli.args import parse_instant
+from orbit_client.cli.output import Output
 from orbit_client.cli.timefmt import ago, duration, stamp
 from orbit_client.errors import CertificateError, OrbitApiError, ServerUnreachable
 from orbit_host.credentials import (
@@ -196,6 +197,62 @@ def test_workers_view_lists_what_each_runs() -> None:
     assert "Running attempts" in text and "d" * 32 in text and "4321" in text
     assert "12 s" in text
     assert text_of(render.workers_view([], NOW)).strip() == "No live workers."
+
+
+WORKER = {
+    "instance_id": "c" * 32, "queue_id": "b" * 32, "replica": "orbit-replica-7.internal:8080",
+    "version": "orbit-supervise/0.1.0",
+    "capabilities": [{"handler": f"text.step{i}", "handler_version": "v1",
+                      "payload_version": "v1"} for i in range(6)],
+    "slots": 8, "credit": 6, "connected_at": NOW - 600_000, "last_heartbeat_at": NOW - 1_500,
+    "running": [{"task_id": "d" * 32, "attempt_id": "e" * 32, "child_pid": 4321,
+                 "running_ms": 12_500}],
+}
+
+
+@pytest.mark.parametrize("width", [60, 100, 130, 200])
+def test_ids_are_never_cut_whatever_the_terminal_width(width: int) -> None:
+    sink = io.StringIO()
+    out = Output(True, Console(file=sink, width=width, color_system=None))
+    out.show(render.workers_view([WORKER], NOW))
+    out.show(render.credentials_table([CREDENTIAL], NOW))
+    out.show(render.queues_table([{"queue_id": "b" * 32, "name": "a rather long name",
+                                   "created_at": NOW, "counts": {}}], NOW))
+    text = sink.getvalue()
+    for ident in ("b", "c", "d", "e", "f", "9"):
+        assert ident * 32 in text, (width, text)
+
+
+CREDENTIAL = {"credential_id": "f" * 32, "name": "ci producer", "role": "producer",
+              "queues": ["b" * 32, "9" * 32], "created_at_ms": NOW - 86_400_000,
+              "last_used_at_ms": None, "expires_at_ms": NOW + 3_600_000,
+              "revoked_at_ms": NOW - 60_000, "previous_secret_until_ms": None}
+
+
+def test_credentials_table_says_who_may_do_what_without_secrets() -> None:
+    admin = {**CREDENTIAL, "credential_id": "a" * 32, "role": "admin", "queues": [],
+             "name": None, "revoked_at_ms": None, "expires_at_ms": None,
+             "last_used_at_ms": NOW - 5_000}
+    text = text_of(render.credentials_table([CREDENTIAL, admin], NOW), 250)
+    assert "f" * 32 in text and "ci producer" in text and "every queue" in text
+    assert "never" in text and "in 1 h" in text and "1 min ago" in text and "5 s ago" in text
+    assert text_of(render.credentials_table([], NOW)).strip() == "No credentials."
+
+
+def test_every_list_command_takes_json() -> None:
+    def lists(group: click.Group) -> list[click.Command]:
+        found = []
+        for command in group.commands.values():
+            if isinstance(command, click.Group):
+                found += lists(command)
+            elif command.name == "list":
+                found.append(command)
+        return found
+
+    found = lists(cli)
+    assert len(found) >= 5  # tasks, queues, workers, credentials, schedules
+    for command in found:
+        assert "--json" in [o for p in command.params for o in p.opts], command
 
 
 def test_stats_show_pending_per_capability_beside_live_workers() -> None:

@@ -36,7 +36,7 @@ def test_payload_fragment_is_sent_as_exact_text() -> None:
     [
         ({"x": math.nan}, ErrorCode.NUMBER_OUT_OF_RANGE),
         ({"x": 2**64}, ErrorCode.NUMBER_OUT_OF_RANGE),
-        (None, ErrorCode.INVALID_RESULT),
+        (None, ErrorCode.BAD_REQUEST),
         ({"x": object()}, ErrorCode.INVALID_JSON),
     ],
 )

@@ -39,6 +39,19 @@ def test_a_json_record_has_the_keys_the_event_and_its_fields() -> None:
     assert "late_ms" not in out and isinstance(out["ts"], float)
 
 
+def test_a_text_line_names_the_task_beside_the_attempt() -> None:
+    line = TextFormatter().format(_record(**fields("child_killed", attempt_id="a1",
+                                                   task_id="t1")))
+    assert line.endswith("WARNING orbit.test: killed a1 (task t1)")
+    # An ID the message does not show is named too; one it shows is not repeated.
+    line = TextFormatter().format(_record(**fields("x", attempt_id="a9", task_id="t1")))
+    assert line.endswith(": killed a1 (task t1, attempt a9)")
+    assert TextFormatter().format(_record()).endswith(": killed a1")
+    child = _record(exc="Traceback (most recent call last):\nKeyError: 'k'\n", task_id="t1")
+    assert TextFormatter().format(child).endswith(
+        "killed a1 (task t1)\nTraceback (most recent call last):\nKeyError: 'k'")
+
+
 def test_a_record_without_an_event_is_named_after_its_logger() -> None:
     record = logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, "bad", (), None)
     assert orjson.loads(JsonFormatter().format(record))["event"] == "uvicorn_error"

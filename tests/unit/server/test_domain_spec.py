@@ -101,7 +101,7 @@ def test_payload_rules() -> None:
     with pytest.raises(OrbitError) as exc:
         domain.parse_task_spec(missing)
     assert exc.value.code is ErrorCode.BAD_REQUEST
-    for payload, code in ((None, ErrorCode.INVALID_RESULT),
+    for payload, code in ((None, ErrorCode.BAD_REQUEST),
                           (2**64, ErrorCode.NUMBER_OUT_OF_RANGE),
                           (float("inf"), ErrorCode.NUMBER_OUT_OF_RANGE),
                           (_deep(40), ErrorCode.NESTING_TOO_DEEP),

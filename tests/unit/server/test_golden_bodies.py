@@ -18,7 +18,7 @@ BASE: dict[str, Any] = {"handler": "h", "handler_version": "1", "payload_version
                         "payload": {"a": 1}}
 Q = "0" * 32
 W = "request body"
-BAD, NULL = ErrorCode.BAD_REQUEST, ErrorCode.INVALID_RESULT
+BAD = ErrorCode.BAD_REQUEST
 RANGE, LARGE = ErrorCode.NUMBER_OUT_OF_RANGE, ErrorCode.PAYLOAD_TOO_LARGE
 NAME_RULE = "is required: 1-128 of [A-Za-z0-9._:/-]"
 KEY_RULE = "must be 1-255 printable ASCII characters without spaces"
@@ -36,7 +36,8 @@ def _without(key: str) -> dict[str, Any]:
 REFUSED: list[tuple[Callable[[object], object], object, ErrorCode, str]] = [
     (_spec, [BASE], BAD, "task: must be a JSON object"),
     (_spec, "x", BAD, "task: must be a JSON object"),
-    (_spec, {**BASE, "payload": None}, NULL, "task.payload must not be null"),
+    (_spec, {**BASE, "payload": None}, BAD,
+     "task.payload must not be null (any other JSON value, e.g. {})"),
     (_spec, _without("handler"), BAD, "task: handler is required"),
     (_spec, _without("payload"), BAD, "task: payload is required"),
     (_spec, {**BASE, "handler": None}, BAD, f"task: handler {NOT_NULL}"),

@@ -8,7 +8,7 @@ import pytest
 from support.waiting import UNIT
 
 from orbit_supervisor.actions import SupervisorEvent
-from orbit_supervisor.connection import worker_url
+from orbit_supervisor.connection import ServerUrls, worker_url
 from orbit_supervisor.events import EventStream
 from orbit_supervisor.options import OptionError, SupervisorOptions, parse_size
 
@@ -99,3 +99,19 @@ def test_worker_url(base: str, ws: str) -> None:
 def test_worker_url_rejects_other_schemes() -> None:
     with pytest.raises(ValueError, match="http"):
         worker_url("ftp://h:1")
+
+
+def test_server_urls_fail_over_in_order_and_stay_with_one_that_answers() -> None:
+    urls = ServerUrls(["http://a:1", "https://b:2/prefix", "http://c:3"])
+    assert urls.all == ("ws://a:1/v1/worker", "wss://b:2/prefix/v1/worker",
+                        "ws://c:3/v1/worker")
+    seen = [urls.current]
+    for _ in range(4):
+        urls.connect_failed()
+        seen.append(urls.current)
+    assert seen == [*urls.all, *urls.all[:2]]  # after the last, the first again
+    assert urls.current == urls.all[1]  # nothing else moves it: a lost connection stays
+    with pytest.raises(ValueError):
+        ServerUrls([])
+    with pytest.raises(ValueError):
+        ServerUrls(["http://a:1", "ftp://b:2"])

@@ -12,7 +12,7 @@ from orbit_wire.limits import INT64_MAX, INT64_MIN, MAX_VALUE_BYTES, MAX_VALUE_D
 @pytest.mark.parametrize(
     ("text", "code"),
     [
-        ("null", ErrorCode.INVALID_RESULT),
+        ("null", ErrorCode.BAD_REQUEST),
         ("{", ErrorCode.INVALID_JSON),
         ("NaN", ErrorCode.INVALID_JSON),
         ("1e400", ErrorCode.NUMBER_OUT_OF_RANGE),
