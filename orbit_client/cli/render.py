@@ -80,6 +80,14 @@ def _short(ident: Any) -> str:
 # ----------------------------------------------------------------------------- one task
 
 
+# What the task view's policy_source says, in words.
+_POLICY_SOURCES = {
+    "registered": "registered (declared by its worker's TaskType)",
+    "submit": "as submitted",
+    "default": "server defaults",
+}
+
+
 def task_summary(
     task: Mapping[str, Any], last_attempt: Mapping[str, Any] | None, now_ms: int
 ) -> RenderableType:
@@ -107,6 +115,10 @@ def task_summary(
     idem = "idempotent" if policy.get("idempotency") == "IDEMPOTENT" else "not idempotent"
     grid.add_row("attempts", f"{task.get('attempts', 0)} of {policy.get('max_attempts', '?')}"
                              f" · {idem}")
+    source = _POLICY_SOURCES.get(str(task.get("policy_source")))
+    timeout = policy.get("attempt_timeout_ms")
+    grid.add_row("policy", f"attempt timeout {duration(timeout)}"
+                           + ("" if source is None else f" · {source}"))
     if task.get("priority") not in (None, DEFAULT_PRIORITY):
         grid.add_row("priority", str(task["priority"]))
     if task.get("operation_key"):
