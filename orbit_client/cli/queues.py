@@ -9,7 +9,7 @@ import click
 from .app import settings
 from .args import queue_option
 from .output import json_option
-from .render import queues_table, stats_view
+from .render import capabilities_table, queues_table, stats_view
 
 
 @click.group()
@@ -47,6 +47,24 @@ def queues_stats(
         out.show(stats_view(stats, int(time.time() * 1000)))
     else:
         out.json(stats)
+
+
+@queues.command("capabilities")
+@click.argument("queue_arg", metavar="[QUEUE]", required=False)
+@queue_option
+@json_option
+@click.pass_context
+def queues_capabilities(
+    ctx: click.Context, queue_arg: str | None, queue_id: str | None, as_json: bool
+) -> None:
+    """The queue's registered capabilities and the policy each one's TaskType declares."""
+    s = settings(ctx)
+    answer = s.client(ctx).capabilities(s.queue(queue_arg or queue_id))
+    out = s.output(as_json)
+    if out.human:
+        out.show(capabilities_table(answer, int(time.time() * 1000)))
+    else:
+        out.json(answer)
 
 
 @queues.command("list")

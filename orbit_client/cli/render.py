@@ -422,6 +422,23 @@ def queues_table(queues: Sequence[Mapping[str, Any]], now_ms: int) -> Renderable
     return table
 
 
+def capabilities_table(answer: Mapping[str, Any], now_ms: int) -> RenderableType:
+    """A queue's registered capabilities and the policy each declares."""
+    registered: Sequence[Mapping[str, Any]] = answer.get("capabilities") or []
+    if not registered:
+        return Text("No capability registered: no worker has connected to this queue.")
+    table = _table("handler", "version", "payload", "declared policy", "registered")
+    for entry in registered:
+        cap: Mapping[str, Any] = entry.get("capability") or {}
+        policy: Mapping[str, Any] = entry.get("policy") or {}
+        words = ", ".join(f"{k} {compact(v, 80)}" for k, v in policy.items())
+        registered_at = entry.get("registered_at_ms")
+        table.add_row(str(cap.get("handler")), str(cap.get("handler_version")),
+                      str(cap.get("payload_version")), words or "none (server defaults)",
+                      ago(registered_at if isinstance(registered_at, int) else None, now_ms))
+    return table
+
+
 def workers_view(workers: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableType:
     """Live workers, then what each is running."""
     if not workers:
