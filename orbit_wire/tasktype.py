@@ -81,6 +81,7 @@ class TaskType(Generic[P, R]):
             "lease_ttl_ms": self.lease_ttl_ms, "schedule_to_start_ms": self.schedule_to_start_ms,
             "cancel_grace_ms": self.cancel_grace_ms}, f"TaskType {self.capability}")
         object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "backoff", policy.backoff)  # a dict as its (hashable) Struct
 
     @property
     def capability(self) -> Capability:
