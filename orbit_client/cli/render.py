@@ -431,7 +431,8 @@ def capabilities_table(answer: Mapping[str, Any], now_ms: int) -> RenderableType
     for entry in registered:
         cap: Mapping[str, Any] = entry.get("capability") or {}
         policy: Mapping[str, Any] = entry.get("policy") or {}
-        words = ", ".join(f"{k} {compact(v, 80)}" for k, v in policy.items())
+        words = ", ".join(f"{k} {v if isinstance(v, str) else compact(v, 80)}"
+                          for k, v in policy.items())
         registered_at = entry.get("registered_at_ms")
         table.add_row(str(cap.get("handler")), str(cap.get("handler_version")),
                       str(cap.get("payload_version")), words or "none (server defaults)",
