@@ -4,6 +4,7 @@ review, and a queue's stats. Every public method is one transaction.
 
 ``submit`` is a hot path: one SELECT for the queue, one per 500 operation keys if the specs
 carry any, then one executemany each for tasks and audit rows, never a statement per task.
+The policy registered for each capability comes from memory (``PolicyCache``).
 """
 
 from __future__ import annotations
