@@ -9,7 +9,7 @@ import click
 from .app import settings
 from .args import queue_option
 from .output import json_option
-from .render import capabilities_table, queues_table, stats_view
+from .render import queues_table, registered_view, stats_view
 
 
 @click.group()
@@ -62,7 +62,7 @@ def queues_capabilities(
     answer = s.client(ctx).capabilities(s.queue(queue_arg or queue_id))
     out = s.output(as_json)
     if out.human:
-        out.show(capabilities_table(answer, int(time.time() * 1000)))
+        out.show(registered_view(answer, int(time.time() * 1000)))
     else:
         out.json(answer)
 

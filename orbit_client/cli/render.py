@@ -422,7 +422,7 @@ def queues_table(queues: Sequence[Mapping[str, Any]], now_ms: int) -> Renderable
     return table
 
 
-def capabilities_table(answer: Mapping[str, Any], now_ms: int) -> RenderableType:
+def registered_view(answer: Mapping[str, Any], now_ms: int) -> RenderableType:
     """A queue's registered capabilities and the policy each declares."""
     registered: Sequence[Mapping[str, Any]] = answer.get("capabilities") or []
     if not registered:

@@ -152,11 +152,11 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
     digest = "" if key is None else _digest(capability, body.payload, policy, body.priority,
                                             delay_ms, not_before_at_ms)
     assert isinstance(obj, Mapping)  # a Struct loads from an object only
-    given = frozenset(k for k in POLICY_FIELDS if k in obj)
+    fields_set = frozenset(k for k in POLICY_FIELDS if k in obj)
     return TaskSpec(capability, payload_json, policy, key, priority=body.priority,
                     delay_ms=delay_ms, not_before_at_ms=not_before_at_ms, digest=digest,
-                    given=given,
-                    policy_source=PolicySource.SUBMIT if given else PolicySource.DEFAULT)
+                    given=fields_set,
+                    policy_source=PolicySource.SUBMIT if fields_set else PolicySource.DEFAULT)
 
 
 def _digest(capability: Capability, payload: object, policy: Policy, priority: int,

@@ -117,7 +117,7 @@ def _raced() -> OrbitError:
                       retryable=True)
 
 
-def policy_view(row: Mapping[str, Any]) -> dict[str, Any]:
+def policy_view(row: Mapping[Any, Any]) -> dict[str, Any]:
     """A registered capability as GET /v1/queues/{queue_id}/capabilities shows it."""
     return {
         "capability": {"handler": row["handler"], "handler_version": row["handler_version"],

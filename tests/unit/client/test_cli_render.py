@@ -340,8 +340,8 @@ def test_the_capabilities_view_shows_each_declared_policy() -> None:
         {"capability": {"handler": "text.normalize", "handler_version": "v2",
                         "payload_version": "v1"},
          "registered_at_ms": NOW - 1_000, "declared_at_ms": None, "policy": {}}]}
-    text = text_of(render.capabilities_table(answer, NOW))
+    text = text_of(render.registered_view(answer, NOW))
     assert "idempotency IDEMPOTENT, attempt_timeout_ms 30000" in text
     assert "none (server defaults)" in text and "2 min ago" in text
-    empty = text_of(render.capabilities_table({"capabilities": []}, NOW))
+    empty = text_of(render.registered_view({"capabilities": []}, NOW))
     assert empty.startswith("No capability registered")

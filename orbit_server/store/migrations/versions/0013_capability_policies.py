@@ -15,6 +15,8 @@ null for the tasks made before this revision).
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -23,7 +25,7 @@ down_revision = "0011"
 branch_labels = None
 depends_on = None
 
-_MYSQL = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+_MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 
 
 def upgrade() -> None:
