@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import click
+from rich.console import RenderableType
 
+from ..client import OrbitClient
 from .app import settings
 from .args import queue_option
 from .output import json_option
@@ -40,13 +44,7 @@ def queues_stats(
     ctx: click.Context, queue_arg: str | None, queue_id: str | None, as_json: bool
 ) -> None:
     """Task counts by state, running attempts and the oldest pending age of a queue."""
-    s = settings(ctx)
-    stats = s.client(ctx).queue_stats(s.queue(queue_arg or queue_id))
-    out = s.output(as_json)
-    if out.human:
-        out.show(stats_view(stats, int(time.time() * 1000)))
-    else:
-        out.json(stats)
+    _show_queue(ctx, queue_arg or queue_id, as_json, OrbitClient.queue_stats, stats_view)
 
 
 @queues.command("capabilities")
@@ -58,11 +56,18 @@ def queues_capabilities(
     ctx: click.Context, queue_arg: str | None, queue_id: str | None, as_json: bool
 ) -> None:
     """The queue's registered capabilities and the policy each one's TaskType declares."""
+    _show_queue(ctx, queue_arg or queue_id, as_json, OrbitClient.capabilities, registered_view)
+
+
+def _show_queue(ctx: click.Context, queue_id: str | None, as_json: bool,
+                read: Callable[[OrbitClient, str], dict[str, Any]],
+                view: Callable[[dict[str, Any], int], RenderableType]) -> None:
+    """One answer about a queue (the credential's one queue by default), as a view or JSON."""
     s = settings(ctx)
-    answer = s.client(ctx).capabilities(s.queue(queue_arg or queue_id))
+    answer = read(s.client(ctx), s.queue(queue_id))
     out = s.output(as_json)
     if out.human:
-        out.show(registered_view(answer, int(time.time() * 1000)))
+        out.show(view(answer, int(time.time() * 1000)))
     else:
         out.json(answer)
 

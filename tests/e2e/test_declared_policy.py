@@ -137,6 +137,10 @@ def test_versions_are_found_when_one_pair_is_registered(policy_lane: PolicyLane)
     assert "no worker has registered handler 'policy.hang'" in line
     policy_lane.supervise("HANDLERS")
     policy_lane.wait_registered(3)
+    listed = cli.json("queues", "capabilities", "--json")
+    assert _by_handler(listed["capabilities"]) == _by_handler(policy_lane.registered())
+    shown = cli.tty("queues", "capabilities")
+    assert shown.returncode == 0 and "none (server defaults)" in shown.text
     several = cli.fails("BAD_REQUEST", EXIT_USAGE, "tasks", "submit", "--handler", "policy.multi",
                         "--payload", "{}")
     assert ("--handler-version v1 --payload-version v1, "
