@@ -8,19 +8,24 @@ failure. Any other exception is an uncertain outcome (UNKNOWN/HANDLER_ERROR).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orbit_wire.errors import HandlerSpecError, OutcomeError
 from orbit_wire.model import Capability
 from orbit_wire.names import is_code
+from orbit_wire.policy import CapabilityPolicy, DeclaredPolicy
 from orbit_wire.tasktype import TaskType
 
-__all__ = ["Execution", "Handler", "HandlerFn", "Handlers", "RawJSON", "WorkerFailure"]
+__all__ = ["Execution", "Handler", "HandlerFn", "Handlers", "RawJSON", "WorkerFailure",
+           "declared_policies"]
 
 HandlerFn = Callable[["Execution"], Any] | Callable[["Execution"], Awaitable[Any]]
 F = TypeVar("F", bound=HandlerFn)
+
+
+NO_POLICY = DeclaredPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +36,8 @@ class Handler:
     handler_version: str
     payload_version: str
     fn: HandlerFn
+    # What the TaskType declares; the worker registers it with the server (docs/handlers.md).
+    policy: DeclaredPolicy = NO_POLICY
 
     @property
     def capability(self) -> Capability:
@@ -38,8 +45,9 @@ class Handler:
 
     @classmethod
     def of(cls, task_type: TaskType[Any, Any], fn: HandlerFn) -> Handler:
-        """The Handler serving ``task_type``'s capability with ``fn``."""
-        return cls(task_type.handler, task_type.handler_version, task_type.payload_version, fn)
+        """The Handler serving ``task_type``'s capability with ``fn`` and its policy."""
+        return cls(task_type.handler, task_type.handler_version, task_type.payload_version, fn,
+                   task_type.policy)
 
 
 class Handlers:
@@ -78,6 +86,13 @@ class Handlers:
 
     def __len__(self) -> int:
         return len(self.handlers)
+
+
+def declared_policies(handlers: Iterable[Handler]) -> tuple[CapabilityPolicy, ...]:
+    """The policies ``handlers`` declare, for the worker's hello (none for a handler whose
+    TaskType declares nothing)."""
+    return tuple(CapabilityPolicy(h.capability, h.policy) for h in handlers
+                 if not h.policy.empty)
 
 
 class WorkerFailure(OutcomeError):

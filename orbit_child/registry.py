@@ -16,6 +16,7 @@ from typing import Any
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.limits import MAX_CAPABILITIES, MAX_NAME_LEN
 from orbit_wire.names import is_name
+from orbit_wire.policy import DeclaredPolicy
 
 from .api import Handler
 
@@ -93,6 +94,10 @@ def validate_handlers(obj: Any, spec: str = "handlers") -> tuple[Handler, ...]:
                 )
         if not callable(item.fn):
             raise HandlerSpecError(f"{spec}[{index}] ({item.capability}) has a non-callable fn")
+        if not isinstance(item.policy, DeclaredPolicy):
+            raise HandlerSpecError(f"{spec}[{index}] ({item.capability}) has a policy that is "
+                                   "not an orbit_wire.policy.DeclaredPolicy (declare it on "
+                                   "the TaskType)")
         triple = (item.handler, item.handler_version, item.payload_version)
         if triple in seen:
             raise HandlerSpecError(f"{spec} registers {item.capability} twice")

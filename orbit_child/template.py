@@ -52,7 +52,7 @@ from orbit_host.procutil import (
 )
 from orbit_wire.errors import HandlerSpecError
 
-from .api import Handler
+from .api import Handler, declared_policies
 from .diag import report, set_captured
 from .loop import ChildLoop
 from .registry import load_handlers
@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except HandlerSpecError as exc:
         ctl.send(orjson.dumps(HandlersRejected(exc.message).to_wire()))
         os._exit(2)
-    ctl.send(orjson.dumps(HandlersLoaded(tuple(h.capability for h in handlers)).to_wire()))
+    ctl.send(orjson.dumps(HandlersLoaded(tuple(h.capability for h in handlers),
+                                         declared_policies(handlers) or None).to_wire()))
     template = Template(ctl, handlers, isolation, max(0, min(19, args.child_nice)))
     template_holder.append(template)
     template.serve()

@@ -197,6 +197,10 @@ class AsyncOrbitClient(ClientBase):
     async def queue_stats(self, queue_id: str) -> dict[str, Any]:
         return await self._send(calls.queue_stats(queue_id))
 
+    async def capabilities(self, queue_id: str) -> dict[str, Any]:
+        """The queue's registered capabilities, each with its declared policy."""
+        return await self._send(calls.capabilities(queue_id))
+
     async def create_credential(
         self,
         role: str,

@@ -59,6 +59,10 @@ def queue_stats(queue_id: str) -> Call:
     return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/stats")
 
 
+def capabilities(queue_id: str) -> Call:
+    return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/capabilities")
+
+
 def create_credential(role: str, queues: Sequence[str], name: str | None = None,
                       expires_at_ms: int | None = None) -> Call:
     try:

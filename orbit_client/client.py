@@ -179,6 +179,10 @@ class OrbitClient(ClientBase):
     def queue_stats(self, queue_id: str) -> dict[str, Any]:
         return self._send(calls.queue_stats(queue_id))
 
+    def capabilities(self, queue_id: str) -> dict[str, Any]:
+        """The queue's registered capabilities, each with its declared policy."""
+        return self._send(calls.capabilities(queue_id))
+
     def create_credential(
         self,
         role: str,

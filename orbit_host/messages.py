@@ -15,7 +15,8 @@ Two channels carry them, both JSON objects with a kind ``t``:
                                                   details_json, cpu_ms, peak_rss_bytes}
 
     template control socket (SOCK_SEQPACKET, one JSON object per packet)
-        template → supervisor  HandlersLoaded   t=caps       {caps: [[h, hv, pv], ...]}
+        template → supervisor  HandlersLoaded   t=caps       {caps: [[h, hv, pv], ...],
+                                                              pol?: [{capability, policy}]}
                                HandlersRejected t=spec_error {message}  (then exit 2)
                                ChildForked      t=forked     {g, pid}
                                ChildReaped      t=reaped     {g, pid, exit_code | signal,
@@ -43,6 +44,7 @@ from msgspec import Struct
 
 from orbit_wire.errors import ErrorCode, ProtocolError
 from orbit_wire.model import Capability
+from orbit_wire.policy import CapabilityPolicy
 
 __all__ = [
     "CancelTask",
@@ -87,6 +89,8 @@ class _Message(Struct, frozen=True, omit_defaults=True, tag_field="t"):
                 del out[key]
         for key in triples:
             out[key] = _triple(out[key])
+        if type(self) is HandlersLoaded and self.policies is not None:
+            out["pol"] = msgspec.to_builtins(self.policies)
         return out
 
 
@@ -173,6 +177,8 @@ def decode_from_child(obj: dict[str, Any]) -> ChildReady | TaskDone:
 
 class HandlersLoaded(_Message, frozen=True, tag="caps"):
     capabilities: tuple[Capability, ...] = msgspec.field(name="caps")
+    # The policies the handlers' TaskTypes declare (only those that declare one).
+    policies: tuple[CapabilityPolicy, ...] | None = msgspec.field(default=None, name="pol")
 
 
 class HandlersRejected(_Message, frozen=True, tag="spec_error"):

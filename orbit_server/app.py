@@ -223,7 +223,8 @@ class OrbitServer:
             await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
 
     async def _push_poll_loop(self) -> None:
-        """Act on the cancels and revocations other replicas wrote (services/pushes.py),
+        """Act on the cancels, revocations and declared policies other replicas wrote
+        (services/pushes.py),
         every ``push_poll_ms`` (within a heartbeat). One SQLite file has one server, which
         acts on its own at once: there is nothing to poll."""
         if is_sqlite(self.config.db_url):
@@ -247,6 +248,8 @@ class OrbitServer:
     async def _act_on_push(self, push: Push) -> None:
         if push.kind is PushKind.CANCEL and push.instance_id and push.attempt_id:
             self.dispatcher.push_cancel(push.instance_id, push.attempt_id, push.epoch or 0)
+        elif push.kind is PushKind.POLICIES:
+            await self.store.call(self.services.policies.forget)
         elif push.credential_id is not None:
             await self.store.call(self.services.admin.forget, push.credential_id)
             if push.kind is PushKind.REVOKE:

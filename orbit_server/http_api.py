@@ -127,6 +127,11 @@ class HttpApi:
         return JSONResponse(await self.auth.run_as(request, self.listing.list_workers,
                                                    q["queue_id"]))
 
+    async def capabilities(self, request: Request, q: Params) -> Response:
+        queue_id = path_id(request, "queue_id")
+        return JSONResponse(await self.auth.run_as(request, self.listing.capabilities,
+                                                   queue_id))
+
     async def throughput(self, request: Request, q: Params) -> Response:
         queue_id = path_id(request, "queue_id")
         return JSONResponse(await self.auth.run_as(request, self.listing.throughput, queue_id,
@@ -227,6 +232,7 @@ def http_routes(parts: ServerParts) -> list[Route]:
         Route("/v1/queues/{queue_id}/tasks", e(api.list_tasks, LIST_QUERY), methods=["GET"]),
         Route("/v1/workers", e(api.list_workers, WORKERS_QUERY), methods=["GET"]),
         Route("/v1/queues/{queue_id}/stats", e(api.queue_stats), methods=["GET"]),
+        Route("/v1/queues/{queue_id}/capabilities", e(api.capabilities), methods=["GET"]),
         Route("/v1/queues/{queue_id}/throughput", e(api.throughput, THROUGHPUT_QUERY),
               methods=["GET"]),
         Route("/v1/me", e(api.me), methods=["GET"]),

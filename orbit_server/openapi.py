@@ -16,6 +16,7 @@ import msgspec
 
 from orbit_wire.errors import ErrorCode
 from orbit_wire.model import TaskState
+from orbit_wire.policy import DeclaredPolicy, PolicySource
 
 from .domain import bodies
 from .domain.fields import Body
@@ -72,6 +73,12 @@ _SCHEMAS: dict[str, Any] = {
         "failure": {"oneOf": [{"type": "null"}, _obj({"code": {"type": "string"}, "details": {}})]},
         "cancel_requested": {"type": "boolean"}, "finished_at_ms": _NULLABLE_INT,
         "waiting": _ref("Waiting"),
+        "policy_source": {
+            "type": ["string", "null"], "enum": [*(p.value for p in PolicySource), None],
+            "description": "where the policy came from: submit (the submit set it), "
+                           "registered (the capability's declared policy filled a field the "
+                           "submit left out), default; null for tasks made before it was "
+                           "recorded"},
         "attempt_outcome_pending": {
             "type": "boolean",
             "description": "CANCELLED while its running attempt has no outcome yet"},
@@ -155,6 +162,13 @@ _SCHEMAS: dict[str, Any] = {
                                                              "CANCELLED")}),
         }, ["from_at_ms", "counts"])},
     }, ["queue_id", "window_ms", "until_at_ms", "windows"]),
+    "CapabilityList": _obj({
+        "queue_id": _ID,
+        "capabilities": {"type": "array", "items": _obj({
+            "capability": _ref("Capability"), "policy": _ref("DeclaredPolicy"),
+            "registered_at_ms": _MS, "declared_at_ms": _NULLABLE_INT,
+        }, ["capability", "policy", "registered_at_ms", "declared_at_ms"])},
+    }, ["queue_id", "capabilities"]),
     "Me": _obj({"credential_id": _ID, "role": {"type": "string", "enum": ["admin", "producer"]},
                 "queues": {"type": "array", "items": _ID}},
                ["credential_id", "role", "queues"]),
@@ -213,6 +227,9 @@ def _body_schemas(*loaded: Body[Any]) -> dict[str, Any]:
 _SCHEMAS.update(_body_schemas(
     bodies.TASK_SPEC, bodies.BATCH, SCHEDULE, bodies.QUEUE_REQUEST, bodies.CREDENTIAL_REQUEST,
     bodies.ROTATE_REQUEST, bodies.CANCEL_REQUEST, bodies.REVIEW_REQUEST))
+# A registered capability's declared policy (GET /v1/queues/{queue_id}/capabilities).
+_SCHEMAS.update(msgspec.json.schema_components(
+    [DeclaredPolicy], ref_template="#/components/schemas/{name}")[1])
 # A listed task: the task view without its payload and result.
 _SCHEMAS["TaskSummary"] = {**_SCHEMAS["Task"], "required": [
     key for key in _SCHEMAS["Task"]["required"] if key not in ("payload", "result")]}
@@ -313,6 +330,9 @@ def openapi_document() -> dict[str, Any]:
         "/v1/queues/{queue_id}/stats": {"get": _op("Queue statistics (admin, producer)",
                                                    "statistics", "QueueStats",
                                                    params=["queue_id"])},
+        "/v1/queues/{queue_id}/capabilities": {"get": _op(
+            "The queue's registered capabilities with their declared policies (admin, "
+            "producer)", "capabilities", "CapabilityList", params=["queue_id"])},
         "/v1/queues/{queue_id}/throughput": {"get": _op(
             "Tasks finished per recent window, by end state (admin, producer)", "counts",
             "Throughput", params=["queue_id"], query=[

@@ -53,6 +53,7 @@ CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.UNAUTHENTICATED: 4006,
     ErrorCode.PERMISSION_DENIED: 4006,
     ErrorCode.INSTANCE_CONFLICT: 4007,
+    ErrorCode.POLICY_CONFLICT: 4013,
     ErrorCode.UNAVAILABLE: 4010,
     ErrorCode.INTERNAL: 4011,
     ErrorCode.RATE_LIMITED: 4012,

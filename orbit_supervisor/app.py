@@ -246,7 +246,7 @@ class Supervisor:
                 credential_id=creds.credential_id, credential_secret=creds.secret,
                 instance_id=self.instance_id, instance_secret=self._instance_secret,
                 queue_id=opts.queue_id, capabilities=capabilities, capacity=opts.workers,
-                shutdown_timeout=opts.shutdown_timeout,
+                policies=pool.policies, shutdown_timeout=opts.shutdown_timeout,
                 reconnect_min_delay=opts.reconnect_min_delay,
                 reconnect_max_delay=opts.reconnect_max_delay,
                 report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),

@@ -36,6 +36,7 @@ from orbit_host.messages import CancelTask, RunTask
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.model import Capability, UnknownCode
 from orbit_wire.names import is_code
+from orbit_wire.policy import CapabilityPolicy
 
 from .attempts import Attempt, RunEvent, RunState
 from .child_frames import ChildFrames
@@ -115,6 +116,11 @@ class ChildPool(ChildFrames):
         self._interval = memory_check_interval
 
     # ------------------------------------------------------------------------ public API
+
+    @property
+    def policies(self) -> tuple[CapabilityPolicy, ...]:
+        """The policies the handlers declare (known once ``start`` returned)."""
+        return self._templates.policies
 
     async def start(self) -> tuple[Capability, ...]:
         """Start the template, validate the handler list, fork ``size`` children.

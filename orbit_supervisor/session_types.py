@@ -13,6 +13,7 @@ from typing import Protocol
 
 from orbit_wire.frames import Report
 from orbit_wire.model import Capability, Outcome
+from orbit_wire.policy import CapabilityPolicy
 
 from . import defaults
 
@@ -57,6 +58,8 @@ class SessionConfig:
     queue_id: str
     capabilities: tuple[Capability, ...]
     capacity: int
+    # The policies the handlers declare, sent in hello (docs/protocol.md).
+    policies: tuple[CapabilityPolicy, ...] = ()
     shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
     reconnect_min_delay: float = defaults.RECONNECT_MIN_DELAY
     reconnect_max_delay: float = defaults.RECONNECT_MAX_DELAY

@@ -33,7 +33,6 @@ from orbit_host.messages import (
     decode_from_template,
 )
 from orbit_wire.errors import HandlerSpecError
-from orbit_wire.model import Capability
 
 from .child_output import OutputReader, output_pipe
 
@@ -83,7 +82,7 @@ class TemplateLink:
         self._proc: asyncio.subprocess.Process | None = None
         self._ctl: socket.socket | None = None
         self._out: deque[tuple[bytes, list[int]]] = deque()
-        self._caps: asyncio.Future[tuple[Capability, ...]] | None = None
+        self._caps: asyncio.Future[HandlersLoaded] | None = None
         self._stopping = False
 
     @property
@@ -95,8 +94,9 @@ class TemplateLink:
         """True while fork requests can be sent."""
         return self._ctl is not None
 
-    async def start(self) -> tuple[Capability, ...]:
-        """Start the template; return its capabilities or raise HandlerSpecError."""
+    async def start(self) -> HandlersLoaded:
+        """Start the template; return its capabilities (and the policies they declare) or
+        raise HandlerSpecError."""
         loop = self._loop = asyncio.get_running_loop()
         parent_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Resolve MODULE:ATTR as `python -m` would: the current folder first, then our path.
@@ -203,9 +203,9 @@ class TemplateLink:
                 self._on_reaped(msg)
             case ChildForked(generation=generation, pid=pid):
                 self._on_forked(generation, pid)
-            case HandlersLoaded(capabilities=caps) if starting:
+            case HandlersLoaded() if starting:
                 assert self._caps is not None
-                self._caps.set_result(caps)
+                self._caps.set_result(msg)
             case HandlersRejected(message=message) if starting:
                 assert self._caps is not None
                 self._caps.set_exception(HandlerSpecError(message))

@@ -17,10 +17,11 @@ from collections.abc import Awaitable, Callable
 
 from orbit_host.backoff import delays
 from orbit_host.logs import fields
-from orbit_host.messages import ChildReaped
+from orbit_host.messages import ChildReaped, HandlersLoaded
 from orbit_host.task_owner import TaskOwner
 from orbit_wire.errors import HandlerSpecError
 from orbit_wire.model import Capability
+from orbit_wire.policy import CapabilityPolicy
 
 from .template_link import TemplateLink
 
@@ -54,6 +55,8 @@ class TemplateKeeper:
         self._link: TemplateLink | None = None
         self._restart: asyncio.Task[None] | None = None
         self.capabilities: tuple[Capability, ...] | None = None
+        # The policies the handlers declare (HandlersLoaded.policies), with the capabilities.
+        self.policies: tuple[CapabilityPolicy, ...] = ()
 
     @property
     def pid(self) -> int | None:
@@ -74,7 +77,8 @@ class TemplateKeeper:
 
     async def start(self) -> tuple[Capability, ...]:
         """Start the first template; its capabilities, or HandlerSpecError."""
-        self.capabilities = await self._start()
+        loaded = await self._start()
+        self.capabilities, self.policies = loaded.capabilities, loaded.policies or ()
         return self.capabilities
 
     def fork(self, generation: int, fds: list[int]) -> None:
@@ -90,7 +94,7 @@ class TemplateKeeper:
         if self._link is not None:
             await self._link.stop(_EXIT_S)
 
-    async def _start(self) -> tuple[Capability, ...]:
+    async def _start(self) -> HandlersLoaded:
         self._link = TemplateLink(
             self._spec, on_forked=self._on_forked, on_reaped=self._on_reaped,
             on_lost=self._lost, logger=self._log, start_timeout=_START_TIMEOUT_S,
@@ -115,15 +119,17 @@ class TemplateKeeper:
             if self._closing():
                 return
             try:
-                caps = await self._start()
+                loaded = await self._start()
             except HandlerSpecError as exc:
                 self._log.error("restarting the handler template failed: %s", exc.message,
                                 extra=fields("template_restart_failed"))
             else:
                 self._restart = None
-                if caps != self.capabilities:
-                    self._log.error("the restarted template serves other capabilities; "
-                                    "the pool closes", extra=fields("template_changed"))
+                if (loaded.capabilities != self.capabilities
+                        or (loaded.policies or ()) != self.policies):
+                    self._log.error("the restarted template serves other capabilities or "
+                                    "declares other policies; the pool closes",
+                                    extra=fields("template_changed"))
                     await self._on_changed()
                     return
                 self._on_restarted()

@@ -73,6 +73,8 @@ class ErrorCode(StrEnum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     INSTANCE_CONFLICT = "INSTANCE_CONFLICT"
+    # A worker declares a policy for a capability version other than the one registered.
+    POLICY_CONFLICT = "POLICY_CONFLICT"
     # State and fencing.
     NOT_FOUND = "NOT_FOUND"
     STALE_EPOCH = "STALE_EPOCH"
@@ -91,6 +93,7 @@ FATAL_CODES: frozenset[ErrorCode] = frozenset(
         ErrorCode.UNAUTHENTICATED,
         ErrorCode.PERMISSION_DENIED,
         ErrorCode.INSTANCE_CONFLICT,
+        ErrorCode.POLICY_CONFLICT,
         ErrorCode.UNSUPPORTED_PROTOCOL,
         ErrorCode.BAD_FRAME,
         ErrorCode.UNKNOWN_FRAME_TYPE,

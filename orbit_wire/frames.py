@@ -39,6 +39,7 @@ from .limits import (
 )
 from .model import Capability, Disposition, Idempotency, Outcome, TaskState
 from .names import Code, Id, MsgId, Name, whole
+from .policy import CapabilityPolicies
 
 T = TypeVar("T")
 
@@ -129,6 +130,10 @@ class Hello(_Frame, frozen=True, tag="hello"):
     # The worker runtime's name and version (e.g. "orbit-supervise/0.1.0"), for operators.
     agent: Name | None = None
     features: Features = ()
+    # The policy each capability declares (only those that declare one; docs/protocol.md
+    # "Declared policies"): the server registers it for the queue, or refuses a hello whose
+    # declaration differs from the one registered (POLICY_CONFLICT).
+    policies: CapabilityPolicies | None = None
 
 
 class Credit(_Frame, frozen=True, tag="credit"):
@@ -348,6 +353,8 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
         for index, op in enumerate(frame.ops):
             if type(op) is FinishOp:
                 _check(op.report, f"frame.ops[{index}].report")
+    elif type(frame) is Hello and frame.policies:
+        _check_policies(frame)
     return frame
 
 
@@ -394,6 +401,18 @@ def _check(report: Report, where: str) -> None:
     if report.ended_by is not None and (report.kill_reason is None) != (
             report.ended_by == ENDED_COOPERATIVE):
         raise _bad(f"{where}: ended_by KILLED needs a kill_reason, COOPERATIVE none")
+
+
+def _check_policies(hello: Hello) -> None:
+    """Each declared policy names one of the hello's capabilities, once."""
+    assert hello.policies is not None
+    offered = set(hello.capabilities)
+    seen: set[Capability] = set()
+    for index, declared in enumerate(hello.policies):
+        if declared.capability not in offered or declared.capability in seen:
+            raise _bad(f"frame.policies[{index}]: capability {declared.capability} is not "
+                       "one of the hello's capabilities, or is declared twice")
+        seen.add(declared.capability)
 
 
 def _bad(message: str) -> ProtocolError:

@@ -1,25 +1,30 @@
-"""``TaskType``: one declaration of a capability, shared by the producer and the worker.
+"""``TaskType``: one declaration of a capability and its policy, shared by the producer and
+the worker.
 
     # app/tasks.py, imported by both sides
     from orbit_wire import TaskType
-    normalize: TaskType[dict[str, str], dict[str, str]] = TaskType("text.normalize", "v1", "v1")
+    normalize: TaskType[dict[str, str], dict[str, str]] = TaskType(
+        "text.normalize", "v1", "v1", idempotent=True, attempt_timeout_ms=30_000)
 
-The worker registers a function for it (``orbit_child.Handlers.task``); the producer submits
-with it (``orbit_client.OrbitClient.submit``). The two type parameters (payload, result)
-are for static checkers only; nothing is validated against them at run time. It lives in
-orbit_wire because both orbit_client and orbit_child may import it. Pure.
+The worker registers a function for it (``orbit_child.Handlers.task``) and declares its
+policy to the server in ``hello``, which fills every field a submit leaves out from it (the
+CLI's, a schedule's, any client's); the producer submits with it
+(``orbit_client.OrbitClient.submit``), sending what it declares. The two type parameters
+(payload, result) are for static checkers only; nothing is validated against them at run
+time. It lives in orbit_wire because both orbit_client and orbit_child may import it. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from .errors import ErrorCode, OrbitError
 from .limits import MAX_DELAY_MS, MAX_NAME_LEN, MAX_PRIORITY, MIN_PRIORITY
 from .model import Capability, Idempotency
 from .names import is_name
+from .policy import Backoff, DeclaredPolicy, declared_policy
 
 __all__ = ["TaskType"]
 
@@ -28,23 +33,35 @@ R = TypeVar("R")  # the result
 
 # Policy fields a submit may set besides the payload (docs/http-api.md "TaskSpec").
 _POLICY_FIELDS = frozenset({"max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms",
-                            "lease_ttl_ms"})
+                            "lease_ttl_ms", "schedule_to_start_ms", "cancel_grace_ms"})
 
 
 @dataclass(frozen=True, slots=True)
 class TaskType(Generic[P, R]):
-    """A capability (handler, handler_version, payload_version) and its submit defaults.
+    """A capability (handler, handler_version, payload_version) and its declared policy.
 
-    ``idempotent`` is a property of the work, so it is declared here once (a submit may
-    still override it); ``priority`` (MIN_PRIORITY-MAX_PRIORITY) is the default priority.
-    Raises OrbitError BAD_REQUEST for a name that breaks the capability rule.
+    The policy is a property of the work, so it is declared here once: every field a submit
+    may set (docs/http-api.md "TaskSpec"), None meaning not declared (the server's default
+    then). ``attempt_timeout_ms`` is the capability's time limit: an attempt running longer
+    loses its lease and its child is killed. ``backoff`` is a ``orbit_wire.policy.Backoff``
+    or a dict of its fields. A submit may still set any field for one task. Raises OrbitError
+    BAD_REQUEST for a name that breaks the capability rule or a field that breaks its bound.
     """
 
     handler: str
     handler_version: str
     payload_version: str
-    idempotent: bool = False
+    idempotent: bool | None = None
     priority: int | None = None
+    max_attempts: int | None = None
+    backoff: Backoff | dict[str, Any] | None = None
+    attempt_timeout_ms: int | None = None
+    deadline_ms: int | None = None
+    lease_ttl_ms: int | None = None
+    schedule_to_start_ms: int | None = None
+    cancel_grace_ms: int | None = None
+    # Every field above but the capability's, checked and encoded once.
+    policy: DeclaredPolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("handler", "handler_version", "payload_version"):
@@ -53,6 +70,18 @@ class TaskType(Generic[P, R]):
                                  f"TaskType {name} must be 1-{MAX_NAME_LEN} characters of "
                                  "[A-Za-z0-9._:/-]")
         _check_priority(self.priority)
+        if self.idempotent is not None and not isinstance(self.idempotent, bool):
+            raise OrbitError(ErrorCode.BAD_REQUEST, "TaskType: idempotent must be a bool")
+        idempotency = None if self.idempotent is None else (
+            Idempotency.IDEMPOTENT if self.idempotent else Idempotency.NON_IDEMPOTENT)
+        policy = declared_policy({
+            "idempotency": idempotency, "priority": self.priority,
+            "max_attempts": self.max_attempts, "backoff": self.backoff,
+            "attempt_timeout_ms": self.attempt_timeout_ms, "deadline_ms": self.deadline_ms,
+            "lease_ttl_ms": self.lease_ttl_ms, "schedule_to_start_ms": self.schedule_to_start_ms,
+            "cancel_grace_ms": self.cancel_grace_ms}, f"TaskType {self.capability}")
+        object.__setattr__(self, "policy", policy)
+        object.__setattr__(self, "backoff", policy.backoff)  # a dict as its (hashable) Struct
 
     @property
     def capability(self) -> Capability:
@@ -62,9 +91,10 @@ class TaskType(Generic[P, R]):
              operation_key: str | None = None, priority: int | None = None,
              delay_ms: int | None = None, not_before_at_ms: int | None = None,
              **policy: Any) -> dict[str, Any]:
-        """The TaskSpec dict for one submit. ``policy`` takes the other TaskSpec fields
-        (max_attempts, backoff, attempt_timeout_ms, deadline_ms, lease_ttl_ms); an unknown
-        one is BAD_REQUEST here rather than at the server."""
+        """The TaskSpec dict for one submit: the declared policy, then what this call sets.
+        ``policy`` takes the other TaskSpec fields (max_attempts, backoff,
+        attempt_timeout_ms, deadline_ms, lease_ttl_ms, schedule_to_start_ms,
+        cancel_grace_ms); an unknown one is BAD_REQUEST here rather than at the server."""
         unknown = sorted(set(policy) - _POLICY_FIELDS)
         if unknown:
             raise OrbitError(ErrorCode.BAD_REQUEST,
@@ -76,16 +106,16 @@ class TaskType(Generic[P, R]):
                                          0 <= delay_ms <= MAX_DELAY_MS):
             raise OrbitError(ErrorCode.BAD_REQUEST,
                              f"delay_ms must be an integer in [0, {MAX_DELAY_MS}]")
-        chosen = self.priority if priority is None else priority
-        _check_priority(chosen)
-        safe = self.idempotent if idempotent is None else idempotent
+        _check_priority(priority)
         spec: dict[str, Any] = {
-            **self.capability.to_dict(),
-            "payload": payload,
-            "idempotency": (Idempotency.IDEMPOTENT if safe else Idempotency.NON_IDEMPOTENT).value,
-        }
+            **self.capability.to_dict(), "payload": payload, **self.policy.declared()}
+        if idempotent is not None:
+            spec["idempotency"] = (Idempotency.IDEMPOTENT if idempotent
+                                   else Idempotency.NON_IDEMPOTENT).value
+        if isinstance(policy.get("backoff"), Backoff):
+            policy["backoff"] = policy["backoff"].to_dict()
         extra: Mapping[str, Any] = {
-            "operation_key": operation_key, "priority": chosen, "delay_ms": delay_ms,
+            "operation_key": operation_key, "priority": priority, "delay_ms": delay_ms,
             "not_before_at_ms": not_before_at_ms, **policy,
         }
         spec.update({k: v for k, v in extra.items() if v is not None})

@@ -27,9 +27,12 @@ Text = dict[str, str]
 
 
 def normalize_type(name: str = DEFAULT_HANDLER) -> TaskType[Text, Text]:
-    """The capability (name, v1, v1). Normalising text has no side effect, so an uncertain
-    attempt may simply run again: the declaration says idempotent once for every submit."""
-    return TaskType(name, VERSION, VERSION, idempotent=True)
+    """The capability (name, v1, v1) and its policy, declared once for every submit (the
+    worker registers it with the server, so a CLI submit gets it too). Normalising text has
+    no side effect, so an uncertain attempt may simply run again (idempotent); it takes
+    milliseconds, so an attempt still running after 30 s is stuck and is killed."""
+    return TaskType(name, VERSION, VERSION, idempotent=True, attempt_timeout_ms=30_000,
+                    max_attempts=3)
 
 
 HANDLER_NAME = os.environ.get(HANDLER_ENV) or DEFAULT_HANDLER

@@ -1,16 +1,24 @@
-"""Argument helpers shared by commands: JSON values given inline, as @FILE or as @-."""
+"""Argument helpers shared by commands: JSON values given inline, as @FILE or as @-; a
+capability given by its handler name alone; a tri-state idempotency."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 import orjson
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.jsonvalue import check_text
+
+from ..capabilities import choose_versions
+from ..client import OrbitClient
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 wait_option = click.option(
     "--wait",
@@ -26,6 +34,45 @@ queue_option = click.option(
     "--queue", "queue_id", default=None,
     help="Queue ID (default: the credential's queue, when it has exactly one).",
 )
+
+idempotent_option = click.option(
+    "--idempotent/--not-idempotent", default=None,
+    help="Safe (or not) to retry after an uncertain outcome (default: as its TaskType "
+         "declares, else not idempotent).")
+
+
+def handler_options(command: F) -> F:
+    """--handler, and the versions: found from the queue's registered capabilities when
+    left out (``capability_of``)."""
+    for option in reversed((
+        click.option("--handler", required=True, help="Capability: handler name."),
+        click.option("--handler-version", default=None,
+                     help="Capability: handler version (default: the one registered for "
+                          "the handler in the queue, if there is one)."),
+        click.option("--payload-version", default=None,
+                     help="Capability: payload version (default: as --handler-version)."),
+    )):
+        command = option(command)
+    return command
+
+
+def idempotency_of(idempotent: bool | None) -> str | None:
+    """The TaskSpec idempotency for --idempotent/--not-idempotent (None: not given)."""
+    if idempotent is None:
+        return None
+    return "IDEMPOTENT" if idempotent else "NON_IDEMPOTENT"
+
+
+def capability_of(client: OrbitClient, queue_id: str, handler: str,
+                  handler_version: str | None, payload_version: str | None
+                  ) -> dict[str, str]:
+    """The capability fields of a spec: as given, or the versions the queue registered for
+    the handler when one is left out (NOT_FOUND or BAD_REQUEST listing the choices)."""
+    if handler_version is None or payload_version is None:
+        handler_version, payload_version = choose_versions(
+            client.capabilities(queue_id), handler, handler_version, payload_version)
+    return {"handler": handler, "handler_version": handler_version,
+            "payload_version": payload_version}
 
 
 def json_argument(text: str, what: str) -> orjson.Fragment:

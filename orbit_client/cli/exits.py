@@ -94,7 +94,7 @@ def next_step(exc: OrbitError, url: str | None) -> str | None:
     if code is ErrorCode.PERMISSION_DENIED:
         return ("use a credential that may do this: admin for queues and credentials, a "
                 "producer of the task's queue for tasks")
-    if code is ErrorCode.NOT_FOUND:
+    if code is ErrorCode.NOT_FOUND and getattr(exc, "status", None) is not None:
         return ("check the ID (`orbit tasks list` finds tasks), and that your credential "
                 "may use its queue")
     return None

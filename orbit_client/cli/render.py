@@ -80,6 +80,14 @@ def _short(ident: Any) -> str:
 # ----------------------------------------------------------------------------- one task
 
 
+# What the task view's policy_source says, in words.
+_POLICY_SOURCES = {
+    "registered": "registered (declared by its worker's TaskType)",
+    "submit": "as submitted",
+    "default": "server defaults",
+}
+
+
 def task_summary(
     task: Mapping[str, Any], last_attempt: Mapping[str, Any] | None, now_ms: int
 ) -> RenderableType:
@@ -107,6 +115,10 @@ def task_summary(
     idem = "idempotent" if policy.get("idempotency") == "IDEMPOTENT" else "not idempotent"
     grid.add_row("attempts", f"{task.get('attempts', 0)} of {policy.get('max_attempts', '?')}"
                              f" · {idem}")
+    source = _POLICY_SOURCES.get(str(task.get("policy_source")))
+    timeout = policy.get("attempt_timeout_ms")
+    grid.add_row("policy", f"attempt timeout {duration(timeout)}"
+                           + ("" if source is None else f" · {source}"))
     if task.get("priority") not in (None, DEFAULT_PRIORITY):
         grid.add_row("priority", str(task["priority"]))
     if task.get("operation_key"):
@@ -411,6 +423,24 @@ def queues_table(queues: Sequence[Mapping[str, Any]], now_ms: int) -> Renderable
         table.add_row(str(q.get("queue_id", q.get("id"))), str(q.get("name") or "-"),
                       ago(created if isinstance(created, int) else None, now_ms),
                       *(str(counts.get(s, 0)) for s in ORDERED_STATES))
+    return table
+
+
+def registered_view(answer: Mapping[str, Any], now_ms: int) -> RenderableType:
+    """A queue's registered capabilities and the policy each declares."""
+    registered: Sequence[Mapping[str, Any]] = answer.get("capabilities") or []
+    if not registered:
+        return Text("No capability registered: no worker has connected to this queue.")
+    table = _table("handler", "version", "payload", "declared policy", "registered")
+    for entry in registered:
+        cap: Mapping[str, Any] = entry.get("capability") or {}
+        policy: Mapping[str, Any] = entry.get("policy") or {}
+        words = ", ".join(f"{k} {v if isinstance(v, str) else compact(v, 80)}"
+                          for k, v in policy.items())
+        registered_at = entry.get("registered_at_ms")
+        table.add_row(str(cap.get("handler")), str(cap.get("handler_version")),
+                      str(cap.get("payload_version")), words or "none (server defaults)",
+                      ago(registered_at if isinstance(registered_at, int) else None, now_ms))
     return table
 
 

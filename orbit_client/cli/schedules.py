@@ -9,7 +9,14 @@ import click
 
 from ..client import OrbitClient
 from .app import settings
-from .args import json_argument, queue_option
+from .args import (
+    capability_of,
+    handler_options,
+    idempotency_of,
+    idempotent_option,
+    json_argument,
+    queue_option,
+)
 from .output import json_option
 
 
@@ -34,11 +41,9 @@ def schedules() -> None:
 @click.option("--missed-ticks", type=click.Choice(["skip", "one"]), default="skip",
               show_default=True, help="Ticks missed while no server ran: skip, or one catch-up.")
 @click.option("--paused", is_flag=True, help="Create it paused.")
-@click.option("--handler", required=True, help="Capability: handler name.")
-@click.option("--handler-version", required=True, help="Capability: handler version.")
-@click.option("--payload-version", required=True, help="Capability: payload version.")
+@handler_options
 @click.option("--payload", required=True, help="Payload JSON, or @FILE, or @- for stdin.")
-@click.option("--idempotent", is_flag=True, help="Safe to retry after an uncertain outcome.")
+@idempotent_option
 @click.option("--priority", type=click.IntRange(0, 9), default=None, help="0-9 (default 5).")
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=None)
 @click.option("--deadline-ms", type=int, default=None)
@@ -46,22 +51,25 @@ def schedules() -> None:
 @click.pass_context
 def schedules_create(ctx: click.Context, queue_id: str | None, cron: str, timezone: str,
                      name: str | None, missed_ticks: str, paused: bool, handler: str,
-                     handler_version: str, payload_version: str, payload: str,
-                     idempotent: bool, priority: int | None, max_attempts: int | None,
+                     handler_version: str | None, payload_version: str | None, payload: str,
+                     idempotent: bool | None, priority: int | None, max_attempts: int | None,
                      deadline_ms: int | None, as_json: bool) -> None:
-    """Create a schedule and print its ID; its first tick is the first after now."""
+    """Create a schedule and print its ID; its first tick is the first after now. Each
+    tick's task gets the policy its capability's worker declared for what is left out."""
+    client = _client(ctx)
+    queue = settings(ctx).queue(queue_id)
     task: dict[str, Any] = {
-        "handler": handler, "handler_version": handler_version,
-        "payload_version": payload_version, "payload": json_argument(payload, "payload"),
-        "idempotency": "IDEMPOTENT" if idempotent else "NON_IDEMPOTENT",
+        **capability_of(client, queue, handler, handler_version, payload_version),
+        "payload": json_argument(payload, "payload"),
     }
-    optional = {"priority": priority, "max_attempts": max_attempts, "deadline_ms": deadline_ms}
+    optional = {"idempotency": idempotency_of(idempotent), "priority": priority,
+                "max_attempts": max_attempts, "deadline_ms": deadline_ms}
     task.update({k: v for k, v in optional.items() if v is not None})
     body: dict[str, Any] = {"cron": cron, "timezone": timezone, "task": task,
                             "missed_ticks": missed_ticks, "paused": paused}
     if name is not None:
         body["name"] = name
-    made = _client(ctx).create_schedule(settings(ctx).queue(queue_id), body)
+    made = client.create_schedule(queue, body)
     if as_json:
         _print_json(ctx, made)
     else:

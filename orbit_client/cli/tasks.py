@@ -12,7 +12,15 @@ from orbit_wire.errors import OrbitError
 from ..client import OrbitClient
 from ..durations import parse_duration_ms, parse_instant_ms
 from .app import error_line, settings
-from .args import json_argument, queue_option, wait_option
+from .args import (
+    capability_of,
+    handler_options,
+    idempotency_of,
+    idempotent_option,
+    json_argument,
+    queue_option,
+    wait_option,
+)
 from .exits import EXIT_WAIT_ENDED, exit_code_for, exit_code_for_state
 from .output import Output, json_option, task_for_json
 from .render import attempts_view, audit_view, task_summary
@@ -43,11 +51,9 @@ def tasks() -> None:
 
 @tasks.command("submit")
 @queue_option
-@click.option("--handler", required=True, help="Capability: handler name.")
-@click.option("--handler-version", required=True, help="Capability: handler version.")
-@click.option("--payload-version", required=True, help="Capability: payload version.")
+@handler_options
 @click.option("--payload", required=True, help="Payload JSON, or @FILE, or @- for stdin.")
-@click.option("--idempotent", is_flag=True, help="Safe to retry after an uncertain outcome.")
+@idempotent_option
 @click.option("--max-attempts", type=click.IntRange(1, 100), default=None)
 @click.option("--operation-key", default=None, help="Submitting the same key returns one task.")
 @click.option("--lease-ttl-ms", type=int, default=None)
@@ -72,10 +78,10 @@ def tasks_submit(
     ctx: click.Context,
     queue_id: str | None,
     handler: str,
-    handler_version: str,
-    payload_version: str,
+    handler_version: str | None,
+    payload_version: str | None,
     payload: str,
-    idempotent: bool,
+    idempotent: bool | None,
     max_attempts: int | None,
     operation_key: str | None,
     lease_ttl_ms: int | None,
@@ -89,15 +95,14 @@ def tasks_submit(
     as_json: bool,
     wait_s: float | None,
 ) -> None:
-    """Submit one task and print its ID (with --wait: the task once settled)."""
-    spec: dict[str, Any] = {
-        "handler": handler,
-        "handler_version": handler_version,
-        "payload_version": payload_version,
-        "payload": json_argument(payload, "payload"),
-        "idempotency": "IDEMPOTENT" if idempotent else "NON_IDEMPOTENT",
-    }
+    """Submit one task and print its ID (with --wait: the task once settled).
+
+    A policy option left out takes the policy the capability's worker declared (its
+    TaskType), else the server default; without --handler-version and --payload-version the
+    versions are those the queue has registered for the handler, when there is one pair."""
+    spec: dict[str, Any] = {"handler": handler, "payload": json_argument(payload, "payload")}
     optional = {
+        "idempotency": idempotency_of(idempotent),
         "max_attempts": max_attempts,
         "operation_key": operation_key,
         "lease_ttl_ms": lease_ttl_ms,
@@ -116,6 +121,7 @@ def tasks_submit(
     s = settings(ctx)
     queue = s.queue(queue_id)
     client = s.client(ctx)
+    spec.update(capability_of(client, queue, handler, handler_version, payload_version))
     task = client.submit(queue, spec)
     if wait_s is not None:
         _show_waited(ctx, s.output(as_json), client, task["id"], wait_s)

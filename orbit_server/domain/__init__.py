@@ -4,6 +4,8 @@ machines, the retry decision, backoff and lease arithmetic.
 Everything that decides a state lives in this package (h11 style), one concern a module:
 
     spec          TaskSpec, Policy, Backoff, parse_task_spec (a submission and its defaults)
+    policies      registration (what a hello registers), resolve_policy (the registered
+                  policy filling what a submit left out)
     bodies        the HTTP request bodies as Structs (fields: Body, the shared field types)
     states        TaskEvent, AttemptEvent, the transition tables, IllegalTransition
     records       TaskRec, AttemptRec (what the rules read and mutate)
@@ -25,6 +27,7 @@ Import from this package; the modules are its layout, not its interface.
 
 from .bodies import ReviewAction
 from .decisions import Decision, Rule, Verdict, decide, lease_holds, lease_ms
+from .policies import Registration, registration, resolve_policy
 from .records import AttemptRec, TaskRec
 from .reports import (
     CheckedReport,
@@ -79,6 +82,7 @@ __all__ = [
     "FinishResult",
     "IllegalTransition",
     "Policy",
+    "Registration",
     "ResumeStatus",
     "ReviewAction",
     "Rule",
@@ -104,10 +108,12 @@ __all__ = [
     "next_attempt_state",
     "next_task_state",
     "parse_task_spec",
+    "registration",
     "release",
     "release_unreceived",
     "renew",
     "reserve",
+    "resolve_policy",
     "resume_status",
     "retry_not_before",
     "review",

@@ -19,27 +19,29 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.limits import (
     DEFAULT_CANCEL_GRACE_MS,
     DEFAULT_PRIORITY,
-    MAX_CANCEL_GRACE_MS,
     MAX_DELAY_MS,
-    MAX_PRIORITY,
     MAX_SUBMIT_BATCH,
-    MIN_CANCEL_GRACE_MS,
-    MIN_PRIORITY,
 )
 from orbit_wire.model import Idempotency, Role
 from orbit_wire.names import Name, whole
+from orbit_wire.policy import (
+    DAY_MS,
+    DEFAULT_ATTEMPT_TIMEOUT_MS,
+    DEFAULT_DEADLINE_MS,
+    DEFAULT_LEASE_TTL_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    AttemptTimeoutMs,
+    Backoff,
+    CancelGraceMs,
+    DeadlineMs,
+    LeaseTtlMs,
+    MaxAttempts,
+    Priority,
+    ScheduleToStartMs,
+)
 
 from .fields import Body, IdList, Instant, Label, Reason
 
-DAY_MS: Final = 86_400_000
-DEFAULT_MAX_ATTEMPTS: Final = 3
-DEFAULT_BACKOFF_INITIAL_MS: Final = 1_000
-DEFAULT_BACKOFF_MAX_MS: Final = 60_000
-DEFAULT_BACKOFF_MULTIPLIER: Final = 2.0
-DEFAULT_BACKOFF_JITTER: Final = 0.2
-DEFAULT_ATTEMPT_TIMEOUT_MS: Final = 300_000
-DEFAULT_DEADLINE_MS: Final = DAY_MS
-DEFAULT_LEASE_TTL_MS: Final = 30_000
 MAX_OPERATION_KEY_LEN: Final = 255
 MAX_GRACE_MS: Final = 30 * DAY_MS
 
@@ -51,18 +53,11 @@ class _Body(Struct, frozen=True, forbid_unknown_fields=True):
 # --------------------------------------------------------------------------- task specs
 
 
-class Backoff(_Body, frozen=True):
-    initial_ms: Annotated[int, Meta(ge=0, le=DAY_MS)] = DEFAULT_BACKOFF_INITIAL_MS
-    max_ms: Annotated[int, Meta(ge=0, le=2**53, description="every delay is at most this; "
-                                f"default max({DEFAULT_BACKOFF_MAX_MS}, initial_ms)")
-                      ] | UnsetType = UNSET
-    multiplier: Annotated[float, Meta(ge=1.0, le=10.0)] = DEFAULT_BACKOFF_MULTIPLIER
-    jitter: Annotated[float, Meta(ge=0.0, le=1.0)] = DEFAULT_BACKOFF_JITTER
-
-
 class ScheduledTask(_Body, frozen=True):
     """A task as a schedule submits it at each tick: a TaskSpec without operation_key,
-    delay_ms and not_before_at_ms, which each firing sets itself."""
+    delay_ms and not_before_at_ms, which each firing sets itself. A policy field left out
+    gets the policy registered for the capability in the queue (docs/handlers.md, "Declared
+    policies"), else the default shown here."""
 
     handler: Name
     handler_version: Name
@@ -71,21 +66,14 @@ class ScheduledTask(_Body, frozen=True):
         description="any non-null JSON value: at most 256 KiB encoded, nested at most 32 "
         "deep, integers in signed 64-bit", extra_json_schema={"not": {"type": "null"}})]
     idempotency: Idempotency = Idempotency.NON_IDEMPOTENT
-    max_attempts: Annotated[int, Meta(ge=1, le=100)] = DEFAULT_MAX_ATTEMPTS
+    max_attempts: MaxAttempts = DEFAULT_MAX_ATTEMPTS
     backoff: Backoff = msgspec.field(default_factory=Backoff)
-    attempt_timeout_ms: Annotated[int, Meta(ge=100, le=DAY_MS)] = DEFAULT_ATTEMPT_TIMEOUT_MS
-    deadline_ms: Annotated[int, Meta(ge=100, le=31 * DAY_MS)] = DEFAULT_DEADLINE_MS
-    lease_ttl_ms: Annotated[int, Meta(ge=100, le=600_000)] = DEFAULT_LEASE_TTL_MS
-    schedule_to_start_ms: Annotated[int, Meta(
-        ge=100, le=31 * DAY_MS, description="unstarted this long after submit: "
-        "FAILED/NOT_STARTED_IN_TIME; null or absent: no bound")] | None = None
-    priority: Annotated[int, Meta(
-        ge=MIN_PRIORITY, le=MAX_PRIORITY,
-        description="higher is dispatched first within the queue")] = DEFAULT_PRIORITY
-    cancel_grace_ms: Annotated[int, Meta(
-        ge=MIN_CANCEL_GRACE_MS, le=MAX_CANCEL_GRACE_MS,
-        description="a cancel of a running attempt asks its handler to stop, then SIGKILLs "
-        "its child after this long (0: at once)")] = DEFAULT_CANCEL_GRACE_MS
+    attempt_timeout_ms: AttemptTimeoutMs = DEFAULT_ATTEMPT_TIMEOUT_MS
+    deadline_ms: DeadlineMs = DEFAULT_DEADLINE_MS
+    lease_ttl_ms: LeaseTtlMs = DEFAULT_LEASE_TTL_MS
+    schedule_to_start_ms: ScheduleToStartMs | None = None
+    priority: Priority = DEFAULT_PRIORITY
+    cancel_grace_ms: CancelGraceMs = DEFAULT_CANCEL_GRACE_MS
 
 
 class TaskSpec(ScheduledTask, frozen=True):

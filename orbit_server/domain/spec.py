@@ -18,8 +18,7 @@ from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.jsonvalue import encode_value
 from orbit_wire.limits import DEFAULT_CANCEL_GRACE_MS, DEFAULT_PRIORITY, MAX_DELAY_MS
 from orbit_wire.model import Capability, Idempotency
-
-from .bodies import (
+from orbit_wire.policy import (
     DEFAULT_ATTEMPT_TIMEOUT_MS,
     DEFAULT_BACKOFF_INITIAL_MS,
     DEFAULT_BACKOFF_JITTER,
@@ -28,8 +27,11 @@ from .bodies import (
     DEFAULT_DEADLINE_MS,
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_MAX_ATTEMPTS,
-    TASK_SPEC,
+    POLICY_FIELDS,
+    PolicySource,
 )
+
+from .bodies import TASK_SPEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +92,14 @@ class TaskSpec:
     priority: int = DEFAULT_PRIORITY
     delay_ms: int | None = None
     not_before_at_ms: int | None = None
-    # SHA-256 hex of the capability, the payload (keys sorted) and the whole policy: two
-    # submissions of one operation key must agree on it ("" without an operation key).
+    # SHA-256 hex of the capability, the payload (keys sorted) and the whole policy as
+    # requested (registered values not counted): two submissions of one operation key must
+    # agree on it ("" without an operation key).
     digest: str = ""
+    # The policy fields (POLICY_FIELDS) the submit set; the others may come from the policy
+    # registered for the capability (policies.resolve_policy), else the defaults above.
+    given: frozenset[str] = frozenset()
+    policy_source: PolicySource = PolicySource.DEFAULT
 
     def start_at(self, now_ms: int) -> int:
         """When the first attempt may start: now, ``now + delay_ms``, or ``not_before_at_ms``
@@ -144,8 +151,12 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
     not_before_at_ms = None if body.not_before_at_ms is UNSET else body.not_before_at_ms
     digest = "" if key is None else _digest(capability, body.payload, policy, body.priority,
                                             delay_ms, not_before_at_ms)
+    assert isinstance(obj, Mapping)  # a Struct loads from an object only
+    fields_set = frozenset(k for k in POLICY_FIELDS if k in obj)
     return TaskSpec(capability, payload_json, policy, key, priority=body.priority,
-                    delay_ms=delay_ms, not_before_at_ms=not_before_at_ms, digest=digest)
+                    delay_ms=delay_ms, not_before_at_ms=not_before_at_ms, digest=digest,
+                    given=fields_set,
+                    policy_source=PolicySource.SUBMIT if fields_set else PolicySource.DEFAULT)
 
 
 def _digest(capability: Capability, payload: object, policy: Policy, priority: int,

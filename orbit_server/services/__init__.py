@@ -103,6 +103,7 @@ class Services:
         from .context import TxContext
         from .listing import ListingService
         from .offers import OfferCache
+        from .policies import PolicyCache
         from .pushes import PushService
         from .reaper import Reaper
         from .retention import Retention
@@ -114,11 +115,13 @@ class Services:
         self.tx = TxContext(engine, config, clock, rng)
         wakeups = Wakeups()
         offers = OfferCache(self.tx)  # dropped by the calls that change instance rows
+        # Registered policies, learnt at hellos, read by every submit.
+        self.policies = PolicyCache(self.tx)
         self.admin = AdminService(self.tx)
-        self.tasks = TaskService(self.tx, wakeups, offers)
+        self.tasks = TaskService(self.tx, wakeups, offers, self.policies)
         self.reaper = Reaper(self.tx, wakeups)
         self.pushes = PushService(self.tx)
-        self.workers = WorkerService(self.tx, wakeups, replica, offers)
+        self.workers = WorkerService(self.tx, wakeups, replica, offers, self.policies)
         self.listing = ListingService(self.tx)
         self.retention = Retention(self.tx, offers)
-        self.schedules = ScheduleService(self.tx)
+        self.schedules = ScheduleService(self.tx, self.policies)

@@ -1,5 +1,6 @@
 """The operator's views: a queue's tasks (filtered, keyset pages), the queues with their
-counts, the live workers of every replica, and the capabilities nobody serves. Every public
+counts, the live workers of every replica, a queue's registered capabilities with their
+declared policies, and the capabilities nobody serves. Every public
 method is one read transaction.
 
 Workers come from the ``instances`` rows each replica keeps current for the connections it
@@ -21,10 +22,12 @@ from orbit_wire.model import Capability, Role, TaskState
 from ..auth import Principal, queue_not_found, require_role, require_visible_queue
 from ..domain.listing import TaskFilter, cut_page, encode_cursor, waiting_fact
 from ..store import listing as q
+from ..store.policies import policies_of_queue
 from ..store.queues import queue_exists, queue_rows
 from ..store.retry import transactional
 from ..store.views import queue_list_view, task_view
 from .context import TxContext
+from .policies import policy_view
 
 _READERS = (Role.ADMIN, Role.PRODUCER)
 # The end states the throughput counts (finished_at_ms is set when a task reaches one).
@@ -106,6 +109,16 @@ class ListingService:
         return {"queue_id": queue_id, "window_ms": window_ms, "until_at_ms": until,
                 "windows": [{"from_at_ms": since + i * window_ms, "counts": counts}
                             for i, counts in enumerate(slots)]}
+
+    def capabilities(self, principal: Principal, queue_id: str) -> dict[str, Any]:
+        """The capabilities registered in the queue (every worker hello registers its own)
+        with the policy declared for each (docs/handlers.md, "Declared policies")."""
+        require_role(principal, _READERS)
+        require_visible_queue(principal, queue_id)
+        with self._tx.read() as conn:
+            _queue_exists(conn, queue_id)
+            rows = policies_of_queue(conn, queue_id)
+        return {"queue_id": queue_id, "capabilities": [policy_view(r) for r in rows]}
 
     def unserved(self) -> list[dict[str, Any]]:
         """Every (queue, capability) with PENDING tasks and no live worker offering it:

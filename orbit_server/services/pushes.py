@@ -1,5 +1,5 @@
-"""Pushes between replicas: a cancel or a revocation written in its own transaction to the
-``pushes`` table, so the replica a worker is connected to acts on it too.
+"""Pushes between replicas: a cancel, a revocation or a declared policy written in its own
+transaction to the ``pushes`` table, so the replica a worker is connected to acts on it too.
 
 The replica that made the change acts at once (``Effects``); every replica on a shared
 database reads the rows of the last ``PUSH_WINDOW_MS`` every poll (``OrbitServer``'s push
@@ -30,6 +30,7 @@ class PushKind(StrEnum):
     CANCEL = "CANCEL"  # instance_id, attempt_id, epoch
     REVOKE = "REVOKE"  # credential_id: close its sessions, forget its tokens
     FORGET = "FORGET"  # credential_id: its secret changed; forget its tokens
+    POLICIES = "POLICIES"  # a capability's policy was first declared: forget cached policies
 
 
 @dataclass(frozen=True, slots=True)

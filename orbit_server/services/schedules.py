@@ -32,6 +32,7 @@ from ..store.retry import transactional
 from ..store.views import fragment
 from .context import TxContext
 from .effects import Effects
+from .policies import PolicyCache
 from .tasks import insert_tasks
 
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
@@ -41,8 +42,9 @@ RECENT_FIRINGS = 20  # firings shown with a schedule
 
 @transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
 class ScheduleService:
-    def __init__(self, tx: TxContext) -> None:
+    def __init__(self, tx: TxContext, policies: PolicyCache | None = None) -> None:
         self._tx = tx
+        self._policies = policies if policies is not None else PolicyCache(tx)
 
     def create(self, principal: Principal, queue_id: str, body: object) -> dict[str, Any]:
         """A new schedule; its first tick is the first after now (none fires retroactively)."""
@@ -133,7 +135,7 @@ class ScheduleService:
             due = stored.due_schedules(conn, now, FIRE_BATCH)
             for row in due:
                 try:
-                    fired = _fire_one(conn, row, now)
+                    fired = _fire_one(conn, row, now, self._policies)
                 except OrbitError as exc:
                     if exc.code is not ErrorCode.BAD_REQUEST:
                         raise
@@ -146,7 +148,8 @@ class ScheduleService:
             return stored.earliest_active_fire(conn)
 
 
-def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int) -> bool:
+def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int,
+              policies: PolicyCache) -> bool:
     """Plan and record one schedule's firing; True when it submitted a new task."""
     cron = Cron(row["cron"], row["timezone"])
     plan = plan_firing(row["next_fire_at_ms"], now, cron.latest_at_or_before(now),
@@ -161,7 +164,7 @@ def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int) -> bool:
                                             else None)
     if record is not None and not stored.firing_recorded(conn, row["id"], record):
         if tick is not None:
-            task_id, created = _submit_for_tick(conn, row, tick, now)
+            task_id, created = _submit_for_tick(conn, row, tick, now, policies)
             fired = (tick, task_id)
         # A tick passed over (missed_ticks=skip, too late) is recorded without a task.
         stored.insert_firing(conn, {
@@ -176,7 +179,7 @@ def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int) -> bool:
 
 
 def _submit_for_tick(conn: Connection, row: Mapping[Any, Any], tick: int,
-                     now: int) -> tuple[str, bool]:
+                     now: int, policies: PolicyCache) -> tuple[str, bool]:
     """The task of one tick, keyed by (schedule, tick); an existing one is reused."""
     # A task stored before null was refused may hold nulls: they meant the default, as
     # leaving the field out does now.
@@ -185,7 +188,8 @@ def _submit_for_tick(conn: Connection, row: Mapping[Any, Any], tick: int,
     spec = domain.parse_task_spec(task_obj, "schedule.task")
     detail = orjson.dumps({"schedule_id": row["id"], "tick_at_ms": tick}).decode()
     [(view, created)], _ = insert_tasks(conn, row["queue_id"], [spec],
-                                        f"schedule:{row['id']}", now, detail)
+                                        f"schedule:{row['id']}", now, detail,
+                                        policies=policies)
     return str(view["id"]), created
 
 

@@ -4,6 +4,7 @@ review, and a queue's stats. Every public method is one transaction.
 
 ``submit`` is a hot path: one SELECT for the queue, one per 500 operation keys if the specs
 carry any, then one executemany each for tasks and audit rows, never a statement per task.
+The policy registered for each capability comes from memory (``PolicyCache``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .context import TxContext
 from .effects import Effects
 from .listing import capability_stats, with_waiting
 from .offers import OfferCache
+from .policies import PolicyCache
 from .pushes import PushKind, record_push
 from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
@@ -64,10 +66,12 @@ class TaskService:
     on the shared ``Wakeups``."""
 
     def __init__(self, tx: TxContext, wakeups: Wakeups,
-                 offers: OfferCache | None = None) -> None:
+                 offers: OfferCache | None = None, policies: PolicyCache | None = None
+                 ) -> None:
         self._tx = tx
         self._wakeups = wakeups
         self._offers = offers if offers is not None else OfferCache(tx, max_age_ms=0)
+        self._policies = policies if policies is not None else PolicyCache(tx)
         # Queues seen to exist: a queue is never deleted, so one look-up each is enough (a
         # group commit that rolled back may have seen one it created: forgotten then).
         self._known_queues: set[str] = set()
@@ -109,7 +113,8 @@ class TaskService:
         try:
             with self._tx.write() as conn:
                 self._require_queue(conn, queue_id)
-                out, new_rows = insert_tasks(conn, queue_id, parsed, principal.actor, now)
+                out, new_rows = insert_tasks(conn, queue_id, parsed, principal.actor, now,
+                                             policies=self._policies)
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
@@ -282,9 +287,11 @@ class TaskService:
 
 
 def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec], actor: str,
-                 now: int, detail: str | None = None) -> tuple[Submitted, list[dict[str, Any]]]:
+                 now: int, detail: str | None = None, *, policies: PolicyCache
+                 ) -> tuple[Submitted, list[dict[str, Any]]]:
     """Insert the tasks of ``parsed`` into an existing queue in the caller's transaction,
-    each with its ``task_submitted`` audit row (``detail``: JSON text or None); a spec whose
+    each with its ``task_submitted`` audit row (``detail``: JSON text or None) and the
+    policy fields it left out taken from the capability's registered policy; a spec whose
     operation key exists answers that task. Returns (view, created) per spec and the new
     rows. An operation key inserted meanwhile by another writer raises IntegrityError."""
     out: Submitted = []
@@ -297,6 +304,8 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
             _same_spec(existing, spec)
             out.append((task_view(existing), False))
             continue
+        spec = domain.resolve_policy(
+            spec, policies.registered(conn, queue_id, spec.capability, now))
         row = _new_task_row(queue_id, spec, now)
         new_rows.append(row)
         if spec.operation_key is not None:
@@ -364,6 +373,7 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "spec_digest": spec.digest or None,
         "dispatch_rank": rank_of(spec.priority),
         "cancel_grace_ms": policy.cancel_grace_ms,
+        "policy_source": spec.policy_source.value,
     }
 
 

@@ -55,6 +55,7 @@ from .context import TxContext
 from .effects import Counted, Effects
 from .listing import capabilities_json
 from .offers import OfferCache
+from .policies import PolicyCache
 from .recording import fail_at_deadline, record_close, release_all
 from .reservations import (
     Reservations,
@@ -82,25 +83,29 @@ class WorkerService:
     that retry later are scheduled on the shared ``Wakeups``."""
 
     def __init__(self, tx: TxContext, wakeups: Wakeups, replica: str = "local",
-                 offers: OfferCache | None = None) -> None:
+                 offers: OfferCache | None = None, policies: PolicyCache | None = None
+                 ) -> None:
         self._tx = tx
         self._wakeups = wakeups
         self._offers = offers
+        self._policies = policies if policies is not None else PolicyCache(tx)
         self._replica = replica  # recorded on the instances this server connects
 
     def worker_hello(self, hello: Hello, admitted: bool = True) -> WorkerBinding:
         """Authenticate a worker and bind or re-attach its instance.
 
         Raises ProtocolError(UNSUPPORTED_PROTOCOL), AuthError(UNAUTHENTICATED /
-        PERMISSION_DENIED) or OrbitError(INSTANCE_CONFLICT) when the instance ID is bound to
-        another secret, credential or queue; then, when the server's session limits leave no
-        room (``admitted`` False), a retryable OrbitError(RATE_LIMITED), before anything is
-        written.
+        PERMISSION_DENIED), OrbitError(INSTANCE_CONFLICT) when the instance ID is bound to
+        another secret, credential or queue, or OrbitError(POLICY_CONFLICT) when a declared
+        policy differs from the one registered; then, when the server's session limits leave
+        no room (``admitted`` False), a retryable OrbitError(RATE_LIMITED); nothing is kept
+        then. Registers the hello's capabilities and declared policies for its queue.
         """
         if hello.protocol != PROTOCOL_VERSION:
             raise ProtocolError(ErrorCode.UNSUPPORTED_PROTOCOL,
                                 f"protocol {hello.protocol} is not supported")
         now = self._tx.clock()
+        policies = self._policies
         with self._tx.write() as conn:
             row = credential_row(conn, hello.credential_id)
             principal = principal_from_row(row, hello.credential_secret, now)
@@ -120,6 +125,9 @@ class WorkerService:
                     and instance["queue_id"] == hello.queue_id):
                 raise OrbitError(ErrorCode.INSTANCE_CONFLICT,
                                  "instance ID is bound to another secret, credential or queue")
+            # A conflict is fatal, a full server is not: the conflict is said first (the
+            # refusal below rolls back what this wrote).
+            registered = policies.register(conn, hello, now)
             if not admitted:
                 raise OrbitError(ErrorCode.RATE_LIMITED, SESSIONS_FULL, retryable=True)
             if instance is None:
@@ -132,6 +140,7 @@ class WorkerService:
                 instances.update_instance(conn, hello.instance_id, connection)
             touch_credential(conn, hello.credential_id, now)
             self._forget_offers()
+        policies.learn(hello.queue_id, registered, now)
         return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
                              tuple(dict.fromkeys(hello.capabilities)),
                              secret_hash=principal.secret_hash,

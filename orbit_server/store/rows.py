@@ -74,7 +74,8 @@ INSERT_EVIDENCE = Prepared(evidence.insert(), [c.name for c in evidence.c])
 INSERT_RECEIPT = Prepared(receipts.insert(), [c.name for c in receipts.c if c.name != "seq"])
 INSERT_TASK = SparseInsert(tasks, TASK_COLUMN_NAMES, [
     "operation_key", "result", "failure_code", "failure_details", "current_attempt_id",
-    "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest"])
+    "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest",
+    "policy_source"])
 # One compiled CAS update per set of changed columns, made on first use.
 _cas_cache: dict[tuple[str, tuple[str, ...]], Prepared] = {}
 

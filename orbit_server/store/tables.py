@@ -150,6 +150,23 @@ instances = Table(
     **MYSQL_OPTIONS,
 )
 
+# Each queue's registered capabilities and the policy their workers declare (migration
+# 0013): JSON text of orbit_wire.policy.DeclaredPolicy, "{}" when none is declared.
+capability_policies = Table(
+    "capability_policies",
+    metadata,
+    Column("queue_id", String(ID), primary_key=True),
+    Column("handler", String(NAME), primary_key=True),
+    Column("handler_version", String(NAME), primary_key=True),
+    Column("payload_version", String(NAME), primary_key=True),
+    Column("policy", Text, nullable=False),
+    Column("registered_at_ms", BigInteger, nullable=False),
+    # When the policy was first declared (null while none is).
+    Column("declared_at_ms", BigInteger, nullable=True),
+    Column("instance_id", String(ID), nullable=False),  # the first to declare (or register)
+    **MYSQL_OPTIONS,
+)
+
 tasks = Table(
     "tasks",
     metadata,
@@ -191,6 +208,8 @@ tasks = Table(
     Column("spec_digest", String(64), nullable=True),
     Column("dispatch_rank", SmallInteger, nullable=False),  # rank_of(priority)
     Column("cancel_grace_ms", Integer, nullable=False),  # migration 0008
+    # Where the policy came from: submit, registered, default (migration 0013; null before).
+    Column("policy_source", String(STATE), nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.

@@ -51,6 +51,9 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
             "schedule_to_start_ms": row["schedule_to_start_ms"],
             "cancel_grace_ms": row["cancel_grace_ms"],
         },
+        # Where the policy came from: submit, registered, default (null: made before the
+        # server recorded it).
+        "policy_source": row.get("policy_source"),
         "operation_key": row["operation_key"],
         "priority": priority_of(row["dispatch_rank"]),
         "created_at_ms": row["created_at_ms"],

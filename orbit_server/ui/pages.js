@@ -280,6 +280,7 @@ export async function renderTask(ctx, id) {
       ["capability", h("code", {}, capability(task.capability))],
       ["attempts", `${task.attempts} of ${policy.max_attempts} (${policy.idempotency})`],
       ["lease / timeout", `${duration(policy.lease_ttl_ms)} lease, ${duration(policy.attempt_timeout_ms)} per attempt`],
+      ["policy from", task.policy_source ?? null],
       ["priority", String(task.priority)],
       ["submitted", ago(task.created_at_ms, now)],
       ["finished", ago(task.finished_at_ms, now)],

@@ -87,6 +87,7 @@ PURE = (
     "orbit_supervisor/slots.py",
     "orbit_supervisor/outcomes.py",
     "orbit_client/calls.py",
+    "orbit_client/capabilities.py",
     "orbit_client/channel_core.py",
     "orbit_client/tasks.py",
     "orbit_client/cli/render.py",

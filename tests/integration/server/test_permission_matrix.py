@@ -95,6 +95,7 @@ CASES: dict[tuple[str, str], list[Case]] = {
     ("GET", "/v1/queues"): [Case(READERS)],
     ("GET", "/v1/queues/{queue_id}/stats"): [Case(QUEUE)],
     ("GET", "/v1/queues/{queue_id}/throughput"): [Case(QUEUE)],
+    ("GET", "/v1/queues/{queue_id}/capabilities"): [Case(QUEUE)],
     ("GET", "/v1/queues/{queue_id}/tasks"): [Case(QUEUE), Case(QUEUE, "?state=PENDING")],
     ("GET", "/v1/workers"): [Case(READERS), Case(QUEUE, "?queue_id={queue_id}")],
     ("GET", "/v1/me"): [Case(READERS)],

@@ -25,6 +25,7 @@ from orbit_server.store import create_engine_for, migrate
 from orbit_wire.frames import FinishOp, Hello, OpResult, RenewOp, Report, StartOp
 from orbit_wire.ids import new_id
 from orbit_wire.model import Capability, Outcome
+from orbit_wire.policy import CapabilityPolicy
 
 T0 = 1_800_000_000_000
 CAP = Capability("text.normalize", "v1", "v1")
@@ -104,12 +105,14 @@ class World:
             engine.dispose()
 
     def hello(self, instance_id: str | None = None, secret: str = "instance-secret",
-              caps: tuple[Capability, ...] = (CAP,)) -> WorkerBinding:
-        return self.service.workers.worker_hello(Hello(
+              caps: tuple[Capability, ...] = (CAP,),
+              policies: tuple[CapabilityPolicy, ...] | None = None,
+              service: Services | None = None) -> WorkerBinding:
+        return (service or self.service).workers.worker_hello(Hello(
             credential_id=self.worker_cred["credential_id"],
             credential_secret=self.worker_cred["secret"],
             instance_id=instance_id or new_id(self.clock()), instance_secret=secret,
-            queue_id=self.queue_id, capabilities=caps, capacity=4,
+            queue_id=self.queue_id, capabilities=caps, capacity=4, policies=policies,
         ))
 
     def msg(self) -> str:

@@ -375,3 +375,30 @@ def test_usage_errors_name_what_is_missing(tmp_path: Path) -> None:
     text = usage("tasks", "list", "--queue", "b" * 32, "--state", "DONE")
     assert "--state" in text and "'DONE' is not one of" in text
     assert "is not a time" in usage("tasks", "list", "--created-after", "yesterday")
+
+
+def test_the_summary_says_where_the_policy_came_from() -> None:
+    declared = {**TASK, "policy": {"idempotency": "IDEMPOTENT", "max_attempts": 3,
+                                   "attempt_timeout_ms": 30_000},
+                "policy_source": "registered"}
+    rows = [line.split() for line in text_of(render.task_summary(declared, None, NOW)).splitlines()]
+    assert ["policy", "attempt", "timeout", "30", "s", "·", "registered", "(declared", "by",
+            "its", "worker's", "TaskType)"] in rows
+    older = text_of(render.task_summary({**TASK, "policy_source": None}, None, NOW))
+    assert ["policy", "attempt", "timeout", "-"] in [  # made before the source was kept
+        line.split() for line in older.splitlines()]
+
+
+def test_the_capabilities_view_shows_each_declared_policy() -> None:
+    answer = {"queue_id": "b" * 32, "capabilities": [
+        {"capability": TASK["capability"], "registered_at_ms": NOW - 120_000,
+         "declared_at_ms": NOW - 120_000,
+         "policy": {"idempotency": "IDEMPOTENT", "attempt_timeout_ms": 30_000}},
+        {"capability": {"handler": "text.normalize", "handler_version": "v2",
+                        "payload_version": "v1"},
+         "registered_at_ms": NOW - 1_000, "declared_at_ms": None, "policy": {}}]}
+    text = text_of(render.registered_view(answer, NOW))
+    assert "idempotency IDEMPOTENT, attempt_timeout_ms 30000" in text
+    assert "none (server defaults)" in text and "2 min ago" in text
+    empty = text_of(render.registered_view({"capabilities": []}, NOW))
+    assert empty.startswith("No capability registered")

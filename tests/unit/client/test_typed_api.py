@@ -103,7 +103,8 @@ def test_handlers_registry() -> None:
     handlers.add(other, lambda e: 1)
     assert normalise.__name__ == "normalise"  # the function itself, callable in tests
     assert [h.capability for h in handlers] == [NORMALIZE.capability, other.capability]
-    assert handlers.handlers[0] == Handler("text.normalize", "v1", "v1", normalise)
+    assert handlers.handlers[0] == Handler("text.normalize", "v1", "v1", normalise,
+                                           NORMALIZE.policy)
     assert validate_handlers(handlers, "m:handlers") == tuple(handlers.handlers)
     with pytest.raises(HandlerSpecError, match="twice"):
         handlers.add(NORMALIZE, normalise)

@@ -13,6 +13,7 @@ from orbit_server.domain import Backoff, Policy, TaskSpec, bodies, parse_task_sp
 from orbit_server.domain.schedules import MissedTicks, ScheduleSpec, parse_schedule
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import Capability, Idempotency
+from orbit_wire.policy import POLICY_FIELDS, PolicySource
 
 BASE: dict[str, Any] = {"handler": "h", "handler_version": "1", "payload_version": "1",
                         "payload": {"a": 1}}
@@ -179,7 +180,8 @@ def test_a_full_task_spec_parses_to_its_spec() -> None:
                   "cancel_grace_ms": 0, "delay_ms": 4})
     assert spec == TaskSpec(Capability("h", "1", "1"), '{"b":[1.5,2]}', Policy(
         Idempotency.IDEMPOTENT, 7, Backoff(10, 5000, 3.0, 0.0), 100, 200, 300, None, 0),
-        None, priority=0, delay_ms=4)
+        None, priority=0, delay_ms=4, given=frozenset(POLICY_FIELDS),
+        policy_source=PolicySource.SUBMIT)
     assert isinstance(spec.policy.max_attempts, int) and isinstance(spec.policy.backoff.max_ms,
                                                                       int)
     assert isinstance(spec.policy.backoff.multiplier, float)
