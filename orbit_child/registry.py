@@ -10,7 +10,8 @@ import importlib
 import re
 from typing import Any
 
-from orbit_wire.errors import HandlerSpecError
+from orbit_wire.errors import HandlerSpecError, OrbitError
+from orbit_wire.fails_on import check_fails_on
 from orbit_wire.limits import MAX_CAPABILITIES, MAX_NAME_LEN
 from orbit_wire.names import is_name
 
@@ -88,6 +89,10 @@ def validate_handlers(obj: Any, spec: str = "handlers") -> tuple[Handler, ...]:
                 )
         if not callable(item.fn):
             raise HandlerSpecError(f"{spec}[{index}] ({item.capability}) has a non-callable fn")
+        try:
+            check_fails_on(item.fails_on)
+        except OrbitError as exc:
+            raise HandlerSpecError(f"{spec}[{index}] ({item.capability}): {exc.message}") from None
         triple = (item.handler, item.handler_version, item.payload_version)
         if triple in seen:
             raise HandlerSpecError(f"{spec} registers {item.capability} twice")

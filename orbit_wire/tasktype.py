@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .errors import ErrorCode, OrbitError
+from .fails_on import FailsOn, check_fails_on
 from .limits import MAX_DELAY_MS, MAX_NAME_LEN, MAX_PRIORITY, MIN_PRIORITY
 from .model import Capability, Idempotency
 from .names import is_name
@@ -37,7 +38,9 @@ class TaskType(Generic[P, R]):
 
     ``idempotent`` is a property of the work, so it is declared here once (a submit may
     still override it); ``priority`` (MIN_PRIORITY-MAX_PRIORITY) is the default priority.
-    Raises OrbitError BAD_REQUEST for a name that breaks the capability rule.
+    ``fails_on``: the exception types the worker reports as an explicit FAILED, each
+    ``Retryable(type)`` or not (orbit_wire/fails_on.py). Raises OrbitError BAD_REQUEST for
+    a name that breaks the capability rule or a bad ``fails_on``.
     """
 
     handler: str
@@ -45,8 +48,10 @@ class TaskType(Generic[P, R]):
     payload_version: str
     idempotent: bool = False
     priority: int | None = None
+    fails_on: FailsOn = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fails_on", check_fails_on(self.fails_on))
         for name in ("handler", "handler_version", "payload_version"):
             if not is_name(getattr(self, name)):
                 raise OrbitError(ErrorCode.BAD_REQUEST,
