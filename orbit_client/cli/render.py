@@ -387,6 +387,9 @@ def tasks_table(tasks: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableTy
         failure = t.get("failure")
         if isinstance(failure, Mapping) and failure.get("code"):
             note = str(failure["code"])
+            details = failure.get("details")
+            if isinstance(details, Mapping) and details.get("exception_type"):
+                note += f": {details['exception_type']}"
         waiting = t.get("waiting")
         if t.get("state") == "PENDING" and isinstance(waiting, Mapping):
             note = _waiting_words({**waiting, "capability": None}, now_ms)

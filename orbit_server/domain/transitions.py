@@ -309,8 +309,9 @@ def _close(task: TaskRec, attempt: AttemptRec, report: CheckedReport, now_ms: in
 
 def _cause(code: str | None, attempt: AttemptRec) -> str | None:
     """An attempt's cause: its code, except that the reaper's LEASE_EXPIRED gives way to
-    the kill a late report of the worker named (``keep_late_facts``)."""
-    if code != UnknownCode.LEASE_EXPIRED.value:
+    the policy's kill a late report of the worker named (``keep_late_facts``): a timeout, a
+    cancel, the memory limit, a shutdown. A lease the worker lost stays LEASE_EXPIRED."""
+    if code != UnknownCode.LEASE_EXPIRED.value or attempt.kill_reason == UnknownCode.LEASE_LOST:
         return code
     return kill_cause(attempt.kill_reason, code)
 
