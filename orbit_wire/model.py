@@ -87,7 +87,7 @@ def kill_cause(kill_reason: str | None, code: str) -> str:
     it names a cause (``KILL_CAUSES``), else ``code``. A protocol-1 worker reports every
     kill as LEASE_LOST (or HANDLER_CRASHED over the memory limit) with the reason beside
     it; the server reads the cause from the reason the same way."""
-    return kill_reason if kill_reason in KILL_CAUSES else code
+    return kill_reason if kill_reason is not None and kill_reason in KILL_CAUSES else code
 
 
 class Role(StrEnum):
