@@ -57,8 +57,16 @@ def check_report(report: FinishReport) -> CheckedReport:
     if report.outcome is Outcome.FAILED:
         return CheckedReport(Outcome.FAILED, report.code or "WORKER_FAILURE", report.retryable,
                              None, details if details is not None else "{}")
-    code = kill_cause(report.facts.kill_reason, report.code or UnknownCode.HANDLER_ERROR.value)
+    code = report.code or UnknownCode.HANDLER_ERROR.value
+    if code in _KILL_CODES_OF_PROTOCOL_1 and report.facts.kill_reason != UnknownCode.LEASE_LOST:
+        code = kill_cause(report.facts.kill_reason, code)
     return CheckedReport(Outcome.UNKNOWN, code, False, None, details)
+
+
+# The codes a worker of protocol 1 reported its kills with, whatever the reason: LEASE_LOST,
+# and HANDLER_CRASHED over the memory limit (and for a child lost at its shutdown).
+_KILL_CODES_OF_PROTOCOL_1 = frozenset({UnknownCode.LEASE_LOST.value,
+                                       UnknownCode.HANDLER_CRASHED.value})
 
 
 def _checked_details(text: str | None) -> str | None:
