@@ -12,8 +12,10 @@
 ``TaskType`` is orbit_wire's, re-exported so a handler module needs one import.
 """
 
+from orbit_wire.fails_on import Retryable
 from orbit_wire.tasktype import TaskType
 
 from .api import Execution, Handler, Handlers, RawJSON, WorkerFailure
 
-__all__ = ["Execution", "Handler", "Handlers", "RawJSON", "TaskType", "WorkerFailure"]
+__all__ = ["Execution", "Handler", "Handlers", "RawJSON", "Retryable", "TaskType",
+           "WorkerFailure"]

@@ -2,8 +2,9 @@
 
 A handler is a ``Handler(handler, handler_version, payload_version, fn)``, or a function
 registered for a shared ``TaskType`` with ``Handlers.task``; ``fn`` takes one ``Execution``
-and returns a non-null JSON value, or raises ``WorkerFailure`` for an explicit, known
-failure. Any other exception is an uncertain outcome (UNKNOWN/HANDLER_ERROR).
+and returns a JSON value (None is a null result), or raises ``WorkerFailure`` or an
+exception its type declares in ``fails_on`` for an explicit, known failure. Any other
+exception is an uncertain outcome (UNKNOWN/HANDLER_ERROR).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orbit_wire.errors import HandlerSpecError, OutcomeError
+from orbit_wire.fails_on import FailsOn
 from orbit_wire.model import Capability
 from orbit_wire.names import is_code
 from orbit_wire.policy import CapabilityPolicy, DeclaredPolicy
@@ -30,7 +32,8 @@ NO_POLICY = DeclaredPolicy()
 
 @dataclass(frozen=True, slots=True)
 class Handler:
-    """One capability and the function that serves it (sync ``def`` or ``async def``)."""
+    """One capability and the function that serves it (sync ``def`` or ``async def``), and
+    the exceptions it reports as an explicit FAILED (``fails_on``, orbit_wire/fails_on.py)."""
 
     handler: str
     handler_version: str
@@ -38,6 +41,7 @@ class Handler:
     fn: HandlerFn
     # What the TaskType declares; the worker registers it with the server (docs/handlers.md).
     policy: DeclaredPolicy = NO_POLICY
+    fails_on: FailsOn = ()
 
     @property
     def capability(self) -> Capability:
@@ -45,9 +49,10 @@ class Handler:
 
     @classmethod
     def of(cls, task_type: TaskType[Any, Any], fn: HandlerFn) -> Handler:
-        """The Handler serving ``task_type``'s capability with ``fn`` and its policy."""
+        """The Handler serving ``task_type``'s capability with ``fn``, its policy and the
+        exceptions it reports as an explicit FAILED."""
         return cls(task_type.handler, task_type.handler_version, task_type.payload_version, fn,
-                   task_type.policy)
+                   task_type.policy, task_type.fails_on)
 
 
 class Handlers:

@@ -3,8 +3,9 @@
 The messages (``RunTask``, ``CancelTask``, ``LeaveChild`` in; ``ChildReady``, ``TaskDone``
 out) are listed in orbit_host/messages.py; every frame carries the child's generation.
 
-The loop never lets handler exception text out: tracebacks go to stderr (the worker's local
-log) only. Processes a handler started are killed when its attempt ends.
+The loop never lets handler exception text out of the worker's host: tracebacks go to stderr
+(the worker's local log); the first line of a message goes to the supervisor, which records
+it only when its operator opted in. Processes a handler started are killed when its attempt ends.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from orbit_host.messages import (
 )
 from orbit_host.procutil import descendant_pids, kill_pid
 from orbit_wire.errors import ValueRejected
+from orbit_wire.fails_on import declared_failure
 from orbit_wire.model import Capability, Outcome, UnknownCode
-from orbit_wire.names import EXCEPTION_TYPE_MAX
+from orbit_wire.names import EXCEPTION_TYPE_MAX, message_first_line
 
 from .api import Execution, Handler, WorkerFailure
 from .diag import report
@@ -129,13 +131,7 @@ class ChildLoop:
         except WorkerFailure as failure:
             return _failure_answer(failure, execution.attempt_id)
         except BaseException as exc:
-            _log("handler_raised", f"attempt {execution.attempt_id}: handler "
-                 f"{handler.capability} raised {_type_name(exc)}", traceback.format_exc(),
-                 level="ERROR")
-            # The exception's type name only: its message may hold payload data or secrets.
-            return {**_unknown(UnknownCode.HANDLER_ERROR),
-                    "details_json": encode_json_value({"exception_type": _type_name(exc)},
-                                                      what="details")}
+            return _raised_answer(handler, execution, exc)
         try:
             text = encode_json_value(value)
         except ValueRejected as exc:
@@ -229,12 +225,44 @@ def _failure_answer(failure: WorkerFailure, attempt_id: str) -> dict[str, Any]:
             "retryable": failure.retryable, "details_json": details}
 
 
+def _raised_answer(handler: Handler, execution: Execution,
+                   exc: BaseException) -> dict[str, Any]:
+    """The answer for a handler that raised ``exc``: FAILED for a type its task type
+    declares in ``fails_on`` (retryable as declared), else UNKNOWN/HANDLER_ERROR. Either
+    carries the exception's type name; its message only travels to the supervisor, which
+    records its first line when its operator opted in."""
+    kind = _type_name(exc)
+    retryable = declared_failure(handler.fails_on, exc)
+    declared = "" if retryable is None else " (declared in fails_on: FAILED)"
+    _log("handler_raised", f"attempt {execution.attempt_id} of task {execution.task_id}: "
+         f"handler {handler.capability} raised {kind}{declared}", traceback.format_exc(),
+         level="ERROR" if retryable is None else "WARNING")
+    details = encode_json_value({"exception_type": kind}, what="details")
+    answer: dict[str, Any]
+    if retryable is None:
+        answer = {**_unknown(UnknownCode.HANDLER_ERROR), "details_json": details}
+    else:
+        answer = {"outcome": Outcome.FAILED.value, "code": UnknownCode.HANDLER_ERROR.value,
+                  "retryable": retryable, "details_json": details}
+    message = _first_line(exc)
+    if message:
+        answer["exception_message"] = message
+    return answer
+
+
 def _type_name(exc: BaseException) -> str:
-    """``KeyError``, or ``module.Name`` for an exception class outside the builtins."""
+    """The exception's qualified type name: ``builtins.KeyError``, ``myapp.errors.Boom``."""
     kind = type(exc)
-    module = kind.__module__
-    name = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
-    return name[:EXCEPTION_TYPE_MAX]
+    return f"{kind.__module__}.{kind.__qualname__}"[:EXCEPTION_TYPE_MAX]
+
+
+def _first_line(exc: BaseException) -> str | None:
+    """The first line of ``exc``'s message (``message_first_line``); None when it has none
+    or ``str()`` itself fails."""
+    try:
+        return message_first_line(str(exc))
+    except Exception:  # a broken __str__ is the handler's; the answer still goes out
+        return None
 
 
 def _unknown(code: UnknownCode) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from orbit_wire.errors import HandlerSpecError
+from orbit_wire.errors import HandlerSpecError, OrbitError
+from orbit_wire.fails_on import check_fails_on
 from orbit_wire.limits import MAX_CAPABILITIES, MAX_NAME_LEN
 from orbit_wire.names import is_name
 from orbit_wire.policy import DeclaredPolicy
@@ -98,6 +99,10 @@ def validate_handlers(obj: Any, spec: str = "handlers") -> tuple[Handler, ...]:
             raise HandlerSpecError(f"{spec}[{index}] ({item.capability}) has a policy that is "
                                    "not an orbit_wire.policy.DeclaredPolicy (declare it on "
                                    "the TaskType)")
+        try:
+            check_fails_on(item.fails_on)
+        except OrbitError as exc:
+            raise HandlerSpecError(f"{spec}[{index}] ({item.capability}): {exc.message}") from None
         triple = (item.handler, item.handler_version, item.payload_version)
         if triple in seen:
             raise HandlerSpecError(f"{spec} registers {item.capability} twice")

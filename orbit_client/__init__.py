@@ -18,6 +18,7 @@ from orbit_host.credentials import (
     load_credentials,
     write_credentials,
 )
+from orbit_wire.fails_on import Retryable
 from orbit_wire.tasktype import TaskType
 
 from .async_client import AsyncOrbitClient
@@ -39,6 +40,7 @@ __all__ = [
     "CredentialsFileError",
     "OrbitApiError",
     "OrbitClient",
+    "Retryable",
     "ServerUnreachable",
     "Task",
     "TaskCancelled",

@@ -24,7 +24,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id
 from orbit_wire.jsonvalue import check_value
 from orbit_wire.limits import MAX_SUBMIT_BATCH
-from orbit_wire.model import Role
+from orbit_wire.model import Role, TaskState
 
 from .errors import OrbitApiError, code_for_status
 
@@ -303,8 +303,15 @@ def with_result_json(view: dict[str, Any], text: bytes | str) -> dict[str, Any]:
     """``view`` (a task, decoded from ``text``) with ``result_json``: its result's exact
     text, or None without a result."""
     # Reading the result's own text is only needed when there is one.
-    view["result_json"] = None if view.get("result") is None else _result_text(text)
+    view["result_json"] = (null_result_json(view) if view.get("result") is None
+                           else _result_text(text))
     return view
+
+
+def null_result_json(view: dict[str, Any]) -> str | None:
+    """The ``result_json`` of a view whose result is null: ``"null"`` once it SUCCEEDED (a
+    handler that returned None), else None (no result)."""
+    return "null" if view.get("state") == TaskState.SUCCEEDED.value else None
 
 
 def _result_text(body: bytes | str) -> str | None:

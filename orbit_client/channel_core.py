@@ -46,7 +46,7 @@ from orbit_wire.producer_frames import (
     encode_message,
 )
 
-from .calls import with_result_json
+from .calls import null_result_json, with_result_json
 from .errors import OrbitApiError, status_for_code
 
 __all__ = ["MAX_PUSHED", "MAX_SETTLED_BYTES", "MAX_SETTLED_VIEWS", "ChannelCore", "Post",
@@ -369,7 +369,7 @@ class ChannelCore:
                 with_result_json(view, bytes(text))
         else:
             for view in views:
-                view["result_json"] = None
+                view["result_json"] = null_result_json(view)
         return views
 
 

@@ -85,20 +85,39 @@ class TaskError(OutcomeError):
 
 
 class TaskFailed(TaskError):
-    """The task ended FAILED: ``code`` and ``details`` are the failure's."""
+    """The task ended FAILED: ``code`` and ``details`` are the failure's, the cause of its
+    last attempt (e.g. HANDLER_ERROR with ``details["exception_type"]``, ATTEMPT_TIMEOUT, or
+    a WorkerFailure's own code)."""
 
     def __init__(self, task: Task[Any]) -> None:
-        super().__init__(task, f"task {task.id} failed: {task.failure_code}",
+        super().__init__(task, f"task {task.id} failed: {failure_words(task)}",
                          code=task.failure_code)
         self.details = task.failure_details
 
 
 class TaskNeedsReview(TaskError):
     """The task waits for an operator (NEEDS_REVIEW): its outcome was uncertain and it was
-    not safe to retry. ``orbit tasks review`` resolves it."""
+    not safe to retry. ``orbit tasks review`` resolves it. ``code`` is NEEDS_REVIEW;
+    ``failure_code`` and ``details`` say why, the cause of its last attempt (e.g.
+    ATTEMPT_TIMEOUT, HANDLER_CRASHED, HANDLER_ERROR with ``details["exception_type"]``)."""
 
     def __init__(self, task: Task[Any]) -> None:
-        super().__init__(task, f"task {task.id} needs review")
+        super().__init__(task, f"task {task.id} needs review: {failure_words(task)}")
+        self.failure_code = task.failure_code
+        self.details = task.failure_details
+
+
+def failure_words(task: Task[Any]) -> str:
+    """The failure's code, with the exception's type name (and the first line of its
+    message, where the worker records it) when an exception caused it."""
+    words = task.failure_code or "no failure recorded"
+    details = task.failure_details or {}
+    kind = details.get("exception_type")
+    if isinstance(kind, str):
+        words += f" ({kind}"
+        message = details.get("exception_message")
+        words += f": {message})" if isinstance(message, str) else ")"
+    return words
 
 
 class TaskCancelled(TaskError):

@@ -154,6 +154,9 @@ class TaskDone(_Message, frozen=True, tag="done"):
     details_json: Any = None
     cpu_ms: int | None = None
     peak_rss_bytes: int | None = None
+    # The first line of the message of the exception that ended the handler (at most
+    # EXCEPTION_MESSAGE_MAX_BYTES); the supervisor records it only when told to.
+    exception_message: Any = None
 
 
 def decode_for_child(obj: dict[str, Any]) -> RunTask | CancelTask | LeaveChild:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orbit_wire.frames import ClientFrame, Reservation
+from orbit_wire.model import UnknownCode, kill_cause
 
 from .attempts import Attempt
 from .errors import SupervisorError
@@ -68,7 +69,6 @@ class Kill:
 
     attempt: Attempt
     reason: str  # LEASE_LOST, ATTEMPT_TIMEOUT, TASK_CANCELLED, SHUTDOWN
-    code: str = "LEASE_LOST"
     # Seconds past the local expiry at which the lease timer ran (0: not a timer's kill);
     # above Session.LATE_KILL_BOUND the kill is late and counted.
     late_by: float = 0.0
@@ -76,6 +76,11 @@ class Kill:
     @property
     def attempt_id(self) -> str:
         return self.attempt.attempt_id
+
+    @property
+    def code(self) -> str:
+        """The code the killed attempt is reported with: its reason (a kill cause)."""
+        return kill_cause(self.reason, UnknownCode.LEASE_LOST.value)
 
 
 @dataclass(frozen=True, slots=True)

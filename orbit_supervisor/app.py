@@ -117,12 +117,14 @@ class Supervisor:
         capture_child_output: bool = False,
         prefetch: int = 0,
         grants: bool = True,
+        report_exception_messages: bool = False,
     ) -> None:
         self.options = SupervisorOptions(
             queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
             reconnect_min_delay=reconnect_min_delay, reconnect_max_delay=reconnect_max_delay,
             max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
             child_nice=child_nice, prefetch=prefetch, grants=grants,
+            report_exception_messages=report_exception_messages,
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
@@ -232,7 +234,8 @@ class Supervisor:
                          max_tasks_per_child=opts.max_tasks_per_child,
                          max_memory_bytes=opts.max_memory_per_child, logger=self._log,
                          on_child_ready=self._on_child_ready, reap_orphans=self._reap_orphans,
-                         child_nice=opts.child_nice, capture_output=self._capture)
+                         child_nice=opts.child_nice, capture_output=self._capture,
+                         exception_messages=opts.report_exception_messages)
         self._pool = pool
         try:
             capabilities = await pool.start()  # HandlerSpecError: before any connection

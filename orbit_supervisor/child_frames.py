@@ -39,10 +39,11 @@ class ChildFrames(Children):
     def __init__(self, handlers: str, size: int, *, max_tasks_per_child: int | None,
                  max_memory_bytes: int | None, logger: logging.Logger,
                  on_child_ready: Callable[[], None] | None, reap_orphans: bool,
-                 child_nice: int, capture_output: bool) -> None:
+                 child_nice: int, capture_output: bool, exception_messages: bool) -> None:
         super().__init__(handlers, size, logger=logger, on_child_ready=on_child_ready,
                          reap_orphans=reap_orphans, child_nice=child_nice,
                          capture_output=capture_output)
+        self._exception_messages = exception_messages
         self._max_tasks = max_tasks_per_child
         self._max_memory = max_memory_bytes
         self.messages_sent = 0  # to children, and below from them (stats())
@@ -85,7 +86,8 @@ class ChildFrames(Children):
                         peak_rss_bytes=message.peak_rss_bytes)
         try:
             outcome = outcome_from_done(message, report, warn=functools.partial(
-                self._warn, slot, "child_invalid_result"))
+                self._warn, slot, "child_invalid_result"),
+                exception_messages=self._exception_messages)
         except MalformedMessage as exc:
             self._log.error("child %s sent a malformed result (%s); killing it",
                             child.pid, exc, extra=self._ids(slot, "child_malformed_result"))
@@ -150,7 +152,7 @@ class ChildFrames(Children):
                           extra=fields("child_over_memory", attempt_id=att.attempt_id,
                                        task_id=att.task_id, pid=slot.pid, rss_bytes=rss,
                                        limit_bytes=self._max_memory))
-        self._kill_slot(slot, "MEMORY_LIMIT", UnknownCode.HANDLER_CRASHED.value)
+        self._kill_slot(slot, UnknownCode.MEMORY_LIMIT.value, UnknownCode.MEMORY_LIMIT.value)
 
     @staticmethod
     def _ids(slot: Slot, event: str) -> dict[str, Any]:

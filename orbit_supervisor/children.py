@@ -35,7 +35,7 @@ from orbit_host.messages import ChildReaped
 from orbit_host.tally import Histogram
 from orbit_host.task_owner import TaskOwner
 from orbit_wire.frames import Report
-from orbit_wire.model import UnknownCode
+from orbit_wire.model import UnknownCode, kill_cause
 
 from .allocation import Allocator
 from .attempts import Attempt, RunEvent, RunState
@@ -106,15 +106,17 @@ class Slot:
 def resolve_gone(att: Attempt | None, pid: int | None, kill_reason: str | None,
                  kill_code: str | None, report: Report | None,
                  default_reason: str = "SHUTDOWN") -> None:
-    """End the execution of ``att`` whose child is gone: UNKNOWN with the kill's code (or
-    HANDLER_CRASHED), and ``report`` from the reap, or a bare one if none came."""
+    """End the execution of ``att`` whose child is gone: UNKNOWN with the kill's code (else
+    the cause its reason names, else HANDLER_CRASHED), and ``report`` from the reap, or a
+    bare one if none came."""
     if att is None or att.outcome is None or att.outcome.done():
         return
     if report is None:
         report = Report(child_pid=pid, kill_reason=kill_reason or default_reason)
     if att.run_state is RunState.ON_CHILD:
         att.move_run(RunEvent.ENDED)
-    att.outcome.set_result(uncertain(kill_code or UnknownCode.HANDLER_CRASHED.value, report))
+    code = kill_code or kill_cause(report.kill_reason, UnknownCode.HANDLER_CRASHED.value)
+    att.outcome.set_result(uncertain(code, report))
 
 
 class Children:

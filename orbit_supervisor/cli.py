@@ -151,6 +151,11 @@ def _fail(code: int, message: str) -> None:
 @click.option("--child-nice", default=defaults.CHILD_NICE, show_default=True,
               type=click.IntRange(0, 19),
               help="Nice steps the children run below the supervisor (0: the same).")
+@click.option("--report-exception-messages", is_flag=True, default=False,
+              help="Also record the first line (at most 1 KiB) of the message of an "
+                   "exception that ends a handler, with its type, in the attempt's details "
+                   "and the task's failure: a risk you take, since a message may hold "
+                   "payload data or secrets (docs/security.md). Off: the type name only.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535),
               help="Serve Prometheus metrics over HTTP on this port (default: off).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
@@ -167,8 +172,8 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_id: 
          reconnect_max_delay: float, max_tasks_per_child: int | None,
          max_memory_per_child: int | None, child_user: str | None,
          child_rlimit_as: int | None, child_rlimit_cpu: int | None, child_nofile: int | None,
-         ca_file: str | None, child_nice: int, metrics_port: int | None, metrics_host: str,
-         log_level: str, log_format: str) -> None:
+         ca_file: str | None, child_nice: int, report_exception_messages: bool,
+         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> None:
     """Run handlers from MODULE:ATTR in isolated child processes for one queue."""
     _setup_logging(log_level, log_format)
     try:
@@ -192,6 +197,7 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_id: 
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child, child_nice=child_nice,
             prefetch=prefetch, grants=grants,
+            report_exception_messages=report_exception_messages,
             reap_orphans=True,  # this process starts nothing but the template
             ca_file=ca_file, capture_child_output=True,
         )

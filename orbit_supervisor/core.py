@@ -45,7 +45,7 @@ from .attempts import Attempt, AttemptTable, Event, Phase
 from .batching import BatchHold
 from .credit import CreditLedger
 from .errors import FatalSessionError, ShutdownTimeoutError, SupervisorError
-from .kill_reports import KILL_CODE, KillReports
+from .kill_reports import KillReports, kill_code
 from .lease import Lease
 from .link import Conn, ConnEvent, Link
 from .margin import MarginEstimator
@@ -198,7 +198,7 @@ class SessionCore:
         att.decide_kill(reason)
         att.fire(Event.NOT_RUN)
         finish = FinishOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch,
-                          Outcome.UNKNOWN, code=KILL_CODE,
+                          Outcome.UNKNOWN, code=kill_code(reason),
                           report=Report(kill_reason=reason, renewals=0))
         self._outbox.queue(finish)
         actions.append(event("not_run", att, reason))
@@ -259,7 +259,8 @@ class SessionCore:
         # ends any need for it.
         self._outbox.drop_ops_of(att.attempt_id)
         self._kill_reports.reaped(att, reap, self._outbox, now)
-        actions.append(event("finished", att, f"{Outcome.UNKNOWN.value}:{KILL_CODE}"))
+        actions.append(event("finished", att,
+                             f"{Outcome.UNKNOWN.value}:{kill_code(att.kill_reason)}"))
         self._progress(now, actions)
 
     def _ended(self, outcome: Outcome) -> None:

@@ -27,7 +27,7 @@ from .attempts import Attempt
 from .outcomes import ChildOutcome, not_run
 from .pool import ChildPool, PoolClosed
 from .session import Session
-from .session_types import KILL_TASK_CANCELLED, LATE_KILL_BOUND
+from .session_types import KILL_LEASE_LOST, KILL_TASK_CANCELLED, LATE_KILL_BOUND
 
 __all__ = ["Executions"]
 
@@ -84,8 +84,11 @@ class Executions:
                               "expiry (a late kill: the event loop was late)",
                               att.attempt_id, reason, late_by * 1000, extra=extra)
         else:
-            self._log.warning("killed the child of attempt %s: %s", att.attempt_id, reason,
-                              extra=extra)
+            # The policy's own ends (timeout, cancel, shutdown) are the runtime working as
+            # asked; a lease that could not be kept is worth a warning.
+            level = logging.WARNING if reason == KILL_LEASE_LOST else logging.INFO
+            self._log.log(level, "killed the child of attempt %s: %s", att.attempt_id,
+                          reason, extra=extra)
         return actions
 
     def cancel(self, att: Attempt) -> None:
@@ -119,7 +122,7 @@ class Executions:
         try:
             outcome = await self._pool.outcome(att)
         except PoolClosed:
-            outcome = not_run("SHUTDOWN")
+            outcome = not_run(UnknownCode.SHUTDOWN.value)
         except Exception:  # never let one execution take the run down
             self._log_attempt(logging.ERROR, res, "attempt_execute_failed",
                               "attempt %s could not be executed", res.attempt_id,

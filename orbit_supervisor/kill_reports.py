@@ -18,14 +18,18 @@ from collections.abc import Iterable
 from msgspec.structs import replace
 
 from orbit_wire.frames import ENDED_COOPERATIVE, ENDED_KILLED, FinishOp, Report
-from orbit_wire.model import Outcome
+from orbit_wire.model import Outcome, UnknownCode, kill_cause
 
 from .attempts import Attempt, Event
 from .outbox import Outbox, Pending
 
-__all__ = ["KILL_CODE", "KillReports", "ended_by"]
+__all__ = ["KillReports", "ended_by", "kill_code"]
 
-KILL_CODE = "LEASE_LOST"  # the finish code of every kill, whatever its reason
+
+def kill_code(kill_reason: str | None) -> str:
+    """The finish code of a kill the session decided: its reason (LEASE_LOST,
+    ATTEMPT_TIMEOUT, TASK_CANCELLED, SHUTDOWN)."""
+    return kill_cause(kill_reason, UnknownCode.LEASE_LOST.value)
 
 
 def ended_by(att: Attempt, kill_reason: str | None) -> str | None:
@@ -61,7 +65,7 @@ class KillReports:
         report = replace(known, kill_reason=att.kill_reason, renewals=att.lease.renewals,
                          ended_by=ended_by(att, att.kill_reason))
         finish = FinishOp(msg_id, att.attempt_id, att.reservation.epoch, Outcome.UNKNOWN,
-                          code=KILL_CODE, report=report)
+                          code=kill_code(att.kill_reason), report=report)
         att.kill_reported(msg_id, report, now)
         self._signalled_at[msg_id] = now
         return finish
@@ -77,7 +81,7 @@ class KillReports:
             att.fire(Event.ENDED)
             return
         follow = FinishOp(outbox.new_msg_id(), att.attempt_id, att.reservation.epoch,
-                          Outcome.UNKNOWN, code=KILL_CODE, report=merged)
+                          Outcome.UNKNOWN, code=kill_code(att.kill_reason), report=merged)
         self._facts_only.add(follow.msg_id)
         self._signalled_at[follow.msg_id] = att.killed_at if att.killed_at is not None else now
         outbox.queue(follow)

@@ -40,6 +40,8 @@ class SupervisorOptions:
     child_nice: int = defaults.CHILD_NICE
     prefetch: int = 0  # attempts started ahead of a free child, 0 to workers
     grants: bool = True  # ask for leases granted with the dispatch (docs/protocol.md)
+    # Record the first line of a handler exception's message (docs/security.md).
+    report_exception_messages: bool = False
 
     def __post_init__(self) -> None:
         if not is_id(self.queue_id):

@@ -89,7 +89,7 @@ class ChildPool(ChildFrames):
                  logger: logging.Logger | None = None,
                  on_child_ready: Callable[[], None] | None = None,
                  reap_orphans: bool = False, child_nice: int = 0,
-                 capture_output: bool = False) -> None:
+                 capture_output: bool = False, exception_messages: bool = False) -> None:
         """``on_child_ready`` (optional) is called, on the loop, each time a fresh child
         becomes ready (so ``being_replaced`` may have dropped); it must not raise or block.
         ``reap_orphans``: this process becomes a subreaper and kills what a lost template's
@@ -97,7 +97,8 @@ class ChildPool(ChildFrames):
         ``child_nice``: nice steps each child runs below this process (0-19).
         ``capture_output``: read the template's and each child's stdout and stderr and log
         every line with the attempt it belongs to (child_output.py); otherwise they write to
-        this process's own stdout and stderr."""
+        this process's own stdout and stderr. ``exception_messages``: an outcome ended by an
+        exception also carries its message's first line (outcomes.py)."""
         if size < 1:
             raise ValueError("size must be at least 1")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
@@ -112,7 +113,8 @@ class ChildPool(ChildFrames):
                          max_memory_bytes=max_memory_bytes,
                          logger=logger or logging.getLogger("orbit.pool"),
                          on_child_ready=on_child_ready, reap_orphans=reap_orphans,
-                         child_nice=child_nice, capture_output=capture_output)
+                         child_nice=child_nice, capture_output=capture_output,
+                         exception_messages=exception_messages)
         self._interval = memory_check_interval
 
     # ------------------------------------------------------------------------ public API
@@ -177,10 +179,11 @@ class ChildPool(ChildFrames):
             if self._alloc.unwait(att):
                 att.move_run(RunEvent.STOPPED)
             elif (slot := self._slot_of(att)) is not None:
-                self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
+                self._kill_slot(slot, UnknownCode.SHUTDOWN.value, UnknownCode.SHUTDOWN.value)
             raise
 
-    def kill(self, att: Attempt, reason: str, *, code: str = "LEASE_LOST") -> KillFacts | None:
+    def kill(self, att: Attempt, reason: str, *,
+             code: str = UnknownCode.LEASE_LOST.value) -> KillFacts | None:
         """SIGKILL the process group (then known descendants) of the child running ``att``,
         synchronously, and return what is known of it at that instant. Its execute()
         returns UNKNOWN with ``code`` and report.kill_reason = ``reason`` once the child is
@@ -205,7 +208,8 @@ class ChildPool(ChildFrames):
 
     def stop_waiting(self, att: Attempt, reason: str) -> bool:
         """End the execution of ``att`` before any child receives it: its execute() returns
-        UNKNOWN/LEASE_LOST with kill_reason ``reason``. False if it does not wait."""
+        UNKNOWN with kill_reason ``reason``, the reason as its code when it names a cause
+        (``kill_cause``). False if it does not wait."""
         if not self._alloc.unwait(att):
             return False
         att.move_run(RunEvent.STOPPED)
@@ -287,7 +291,7 @@ class ChildPool(ChildFrames):
                 att.outcome.set_exception(PoolClosed())
         for slot in self._slots:
             if slot.state is SlotState.BUSY and slot.attempt is not None:
-                self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
+                self._kill_slot(slot, UnknownCode.SHUTDOWN.value, UnknownCode.SHUTDOWN.value)
             elif slot.pid is not None:
                 procutil.killpg(slot.pid)
         await self._templates.stop()  # the last reap reports arrive meanwhile

@@ -76,7 +76,7 @@ from orbit_wire.frames import (
     Welcome,
 )
 from orbit_wire.limits import FEATURE_GRANT
-from orbit_wire.model import Outcome
+from orbit_wire.model import KILL_CAUSES, Outcome
 
 from .actions import Action, CloseConnection, Connect, EndRun
 from .answers import SessionAnswers
@@ -208,7 +208,7 @@ class Session(SessionAnswers):
             return actions
         # Our kill reason belongs on the report only if the outcome came from our kill (a
         # result that won the race against the kill is reported as it is).
-        killed = result.outcome is Outcome.UNKNOWN and result.code == "LEASE_LOST"
+        killed = result.outcome is Outcome.UNKNOWN and result.code in KILL_CAUSES
         if att.phase is Phase.RUNNING and att.running_since is not None:
             cpu_ms = result.report.cpu_ms
             self._batching.handler_took(max(0.0, now - att.running_since),

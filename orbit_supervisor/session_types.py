@@ -2,7 +2,7 @@
 
 The session's configuration (``SessionConfig``), its counters (``SessionStats``), what the
 child pool reports of an execution (``ExecutionOutcome``), and the reasons a child is
-killed (``report.kill_reason``; the finish code is LEASE_LOST for all of them).
+killed (``report.kill_reason``; each is also the code the killed attempt is reported with).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from orbit_wire.frames import Report
-from orbit_wire.model import Capability, Outcome
+from orbit_wire.model import Capability, Outcome, UnknownCode
 from orbit_wire.policy import CapabilityPolicy
 
 from . import defaults
@@ -22,11 +22,12 @@ __all__ = [
     "LATE_KILL_BOUND", "REPORT_MARGIN", "ExecutionOutcome", "SessionConfig", "SessionStats",
 ]
 
-# Reasons a child is killed (report.kill_reason); the finish code is LEASE_LOST for all.
-KILL_LEASE_LOST = "LEASE_LOST"
-KILL_ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT"
-KILL_TASK_CANCELLED = "TASK_CANCELLED"
-KILL_SHUTDOWN = "SHUTDOWN"
+# Reasons the session kills a child (report.kill_reason), each the finish's code as well
+# (orbit_wire.model.KILL_CAUSES).
+KILL_LEASE_LOST = UnknownCode.LEASE_LOST.value
+KILL_ATTEMPT_TIMEOUT = UnknownCode.ATTEMPT_TIMEOUT.value
+KILL_TASK_CANCELLED = UnknownCode.TASK_CANCELLED.value
+KILL_SHUTDOWN = UnknownCode.SHUTDOWN.value
 
 REPORT_MARGIN = 0.050  # seconds: the margin's floor (margin.py measures what it must cover)
 LATE_KILL_BOUND = 0.020  # seconds past the local expiry: a lease timer this late is counted

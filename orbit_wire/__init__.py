@@ -9,6 +9,7 @@ from .errors import (
     ProtocolError,
     ValueRejected,
 )
+from .fails_on import Retryable
 from .model import (
     AttemptState,
     Capability,
@@ -32,6 +33,7 @@ __all__ = [
     "OrbitError",
     "Outcome",
     "ProtocolError",
+    "Retryable",
     "Role",
     "TaskState",
     "TaskType",

@@ -61,13 +61,33 @@ class Disposition(StrEnum):
 
 
 class UnknownCode(StrEnum):
-    """Codes of UNKNOWN outcomes (docs/handlers.md "Failures")."""
+    """Codes of UNKNOWN outcomes, each the cause that ended the attempt (docs/handlers.md
+    "Failures"). A kill the worker decided reports its reason as its code (``KILL_CAUSES``)."""
 
-    HANDLER_ERROR = "HANDLER_ERROR"
-    HANDLER_CRASHED = "HANDLER_CRASHED"
+    HANDLER_ERROR = "HANDLER_ERROR"  # the handler raised
+    HANDLER_CRASHED = "HANDLER_CRASHED"  # the child died on its own (signal, exit, OOM killer)
     INVALID_HANDLER_RESULT = "INVALID_HANDLER_RESULT"
-    LEASE_LOST = "LEASE_LOST"
-    LEASE_EXPIRED = "LEASE_EXPIRED"
+    LEASE_LOST = "LEASE_LOST"  # killed: the lease could not be kept (renewal refused, expired)
+    LEASE_EXPIRED = "LEASE_EXPIRED"  # the server's reaper: no report before the lease expiry
+    ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT"  # killed at the policy's attempt timeout
+    TASK_CANCELLED = "TASK_CANCELLED"  # killed (or never run) because the task was cancelled
+    MEMORY_LIMIT = "MEMORY_LIMIT"  # killed over the worker's memory limit per child
+    SHUTDOWN = "SHUTDOWN"  # killed (or never run) when the worker stopped
+
+
+# The kills whose reason is the attempt's code. Any other reason a worker kills a child for
+# (a broken frame, a lost template) keeps the code it came with, HANDLER_CRASHED.
+KILL_CAUSES = frozenset({UnknownCode.LEASE_LOST.value, UnknownCode.ATTEMPT_TIMEOUT.value,
+                         UnknownCode.TASK_CANCELLED.value, UnknownCode.MEMORY_LIMIT.value,
+                         UnknownCode.SHUTDOWN.value})
+
+
+def kill_cause(kill_reason: str | None, code: str) -> str:
+    """The code of an attempt ended by a kill for ``kill_reason``: the reason itself when
+    it names a cause (``KILL_CAUSES``), else ``code``. A protocol-1 worker reports every
+    kill as LEASE_LOST (or HANDLER_CRASHED over the memory limit) with the reason beside
+    it; the server reads the cause from the reason the same way."""
+    return kill_reason if kill_reason is not None and kill_reason in KILL_CAUSES else code
 
 
 class Role(StrEnum):

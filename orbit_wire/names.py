@@ -46,6 +46,20 @@ def is_name(value: object) -> TypeGuard[str]:
 def is_code(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and CODE_RE.fullmatch(value) is not None
 
-# A handler exception's type name as the child reports it (``KeyError``, ``pkg.mod.Error``).
+# A handler exception's qualified type name as the child reports it (``builtins.KeyError``,
+# ``pkg.mod.Error``).
 EXCEPTION_TYPE_MAX = 128
 EXCEPTION_TYPE_RE = re.compile(rf"[A-Za-z_][A-Za-z0-9_.<>]{{0,{EXCEPTION_TYPE_MAX - 1}}}")
+# The first line of an exception's message, recorded only where the worker's operator opted
+# in (orbit-supervise --report-exception-messages): at most this many UTF-8 bytes.
+EXCEPTION_MESSAGE_MAX_BYTES = 1024
+
+
+def message_first_line(text: str) -> str | None:
+    """The first non-blank line of an exception's message, cut to EXCEPTION_MESSAGE_MAX_BYTES
+    of UTF-8 (never inside a character); None when there is none."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return None
+    cut = lines[0].encode("utf-8", "replace")[:EXCEPTION_MESSAGE_MAX_BYTES]
+    return cut.decode("utf-8", "ignore").strip() or None

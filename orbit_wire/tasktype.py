@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from .errors import ErrorCode, OrbitError
+from .fails_on import FailsOn, check_fails_on
 from .limits import MAX_DELAY_MS, MAX_NAME_LEN, MAX_PRIORITY, MIN_PRIORITY
 from .model import Capability, Idempotency
 from .names import is_name
@@ -46,6 +47,8 @@ class TaskType(Generic[P, R]):
     loses its lease and its child is killed. ``backoff`` is a ``orbit_wire.policy.Backoff``
     or a dict of its fields. A submit may still set any field for one task. Raises OrbitError
     BAD_REQUEST for a name that breaks the capability rule or a field that breaks its bound.
+    ``fails_on``: the exception types the worker reports as an explicit FAILED, each
+    ``Retryable(type)`` or not (orbit_wire/fails_on.py); a bad one is BAD_REQUEST too.
     """
 
     handler: str
@@ -60,10 +63,12 @@ class TaskType(Generic[P, R]):
     lease_ttl_ms: int | None = None
     schedule_to_start_ms: int | None = None
     cancel_grace_ms: int | None = None
-    # Every field above but the capability's, checked and encoded once.
+    fails_on: FailsOn = ()
+    # The policy fields above (not fails_on: the worker applies it), checked and encoded once.
     policy: DeclaredPolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fails_on", check_fails_on(self.fails_on))
         for name in ("handler", "handler_version", "payload_version"):
             if not is_name(getattr(self, name)):
                 raise OrbitError(ErrorCode.BAD_REQUEST,

@@ -6,7 +6,7 @@ grandchild is killed, with its grandchild, when its attempt's lease runs out.
 
 The task allows one attempt of 1.5 s. Expected output (IDs, PIDs and times vary):
 
-    task=<id> state=NEEDS_REVIEW outcome=UNKNOWN code=LEASE_LOST kill_reason=ATTEMPT_TIMEOUT
+    task=<id> state=NEEDS_REVIEW outcome=UNKNOWN code=ATTEMPT_TIMEOUT kill_reason=ATTEMPT_TIMEOUT
     handler pid=<pid> alive=false; grandchild pid=<pid> alive=false
     worker_drained=true started=1 confirmed=1 running=0
 

@@ -138,8 +138,8 @@ def task_summary(
         grid.add_row("cancel", "requested; the worker kills the handler")
     # The result's exact text, as the handler produced it, when the client kept it.
     raw = task.get("result_json")
-    if raw is None and task.get("result") is not None:
-        raw = compact(task["result"], 2000)
+    if raw is None and "result" in task and (task["result"] is not None or state == "SUCCEEDED"):
+        raw = compact(task["result"], 2000)  # SUCCEEDED with null: the handler returned None
     if raw is not None:
         text = str(raw) if len(str(raw)) <= 2000 else str(raw)[:1999] + "…"
         grid.add_row("result", Text(text, style="green"))
@@ -148,8 +148,12 @@ def task_summary(
         details = failure.get("details")
         text = str(failure.get("code"))
         if isinstance(details, Mapping) and details.get("exception_type"):
-            text += f": {details['exception_type']} (the traceback is in the worker's log)"
-            details = {k: v for k, v in details.items() if k != "exception_type"}
+            text += f": {details['exception_type']}"
+            if details.get("exception_message"):  # orbit-supervise --report-exception-messages
+                text += f": {details['exception_message']}"
+            text += " (the traceback is in the worker's log)"
+            details = {k: v for k, v in details.items()
+                       if k not in ("exception_type", "exception_message")}
         if details:
             text += " " + compact(details)
         grid.add_row("failure", Text(text, style="red"))
@@ -400,6 +404,9 @@ def tasks_table(tasks: Sequence[Mapping[str, Any]], now_ms: int) -> RenderableTy
         failure = t.get("failure")
         if isinstance(failure, Mapping) and failure.get("code"):
             note = str(failure["code"])
+            details = failure.get("details")
+            if isinstance(details, Mapping) and details.get("exception_type"):
+                note += f": {details['exception_type']}"
         waiting = t.get("waiting")
         if t.get("state") == "PENDING" and isinstance(waiting, Mapping):
             note = _waiting_words({**waiting, "capability": None}, now_ms)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from orbit_wire.errors import ErrorCode, ValueRejected
 from orbit_wire.frames import Report
 from orbit_wire.jsonvalue import check_text, encode_value
-from orbit_wire.model import Outcome
+from orbit_wire.model import Outcome, UnknownCode, kill_cause
 
 from .records import AttemptRec
 
@@ -41,12 +41,14 @@ class CheckedReport:
 
 def check_report(report: FinishReport) -> CheckedReport:
     """Apply the value rules again: a bad or missing result turns the outcome into
-    UNKNOWN/INVALID_HANDLER_RESULT; failure details default to ``{}``."""
+    UNKNOWN/INVALID_HANDLER_RESULT (a JSON ``null`` is a result); failure details default to
+    ``{}``. An UNKNOWN kill reads as its cause: a protocol-1 worker's LEASE_LOST (or
+    HANDLER_CRASHED) with kill reason ATTEMPT_TIMEOUT becomes ATTEMPT_TIMEOUT."""
     if report.outcome is Outcome.SUCCEEDED:
         try:
             if report.result_json is None:
                 raise ValueRejected(ErrorCode.INVALID_RESULT, "result is missing")
-            check_text(report.result_json, what="result")
+            check_text(report.result_json, what="result", allow_null=True)
         except ValueRejected as exc:
             why = encode_value({"reason": exc.code.value}).decode()
             return CheckedReport(Outcome.UNKNOWN, "INVALID_HANDLER_RESULT", False, None, why)
@@ -55,7 +57,16 @@ def check_report(report: FinishReport) -> CheckedReport:
     if report.outcome is Outcome.FAILED:
         return CheckedReport(Outcome.FAILED, report.code or "WORKER_FAILURE", report.retryable,
                              None, details if details is not None else "{}")
-    return CheckedReport(Outcome.UNKNOWN, report.code or "HANDLER_ERROR", False, None, details)
+    code = report.code or UnknownCode.HANDLER_ERROR.value
+    if code in _KILL_CODES_OF_PROTOCOL_1 and report.facts.kill_reason != UnknownCode.LEASE_LOST:
+        code = kill_cause(report.facts.kill_reason, code)
+    return CheckedReport(Outcome.UNKNOWN, code, False, None, details)
+
+
+# The codes a worker of protocol 1 reported its kills with, whatever the reason: LEASE_LOST,
+# and HANDLER_CRASHED over the memory limit (and for a child lost at its shutdown).
+_KILL_CODES_OF_PROTOCOL_1 = frozenset({UnknownCode.LEASE_LOST.value,
+                                       UnknownCode.HANDLER_CRASHED.value})
 
 
 def _checked_details(text: str | None) -> str | None:
@@ -94,6 +105,14 @@ def killed_at_ms(facts: Report, now_ms: int) -> int | None:
     if facts.kill_reason is None or facts.kill_age_ms is None:
         return None
     return now_ms - facts.kill_age_ms
+
+
+def is_reap_follow_up(known_kill: str | None, report: FinishReport) -> bool:
+    """Whether ``report``, for an attempt already closed whose recorded kill reason is
+    ``known_kill``, is the worker's second finish of that kill, bringing the reap's facts
+    (docs/protocol.md "Kill reports"): it is merged, never kept as a late report."""
+    return (known_kill is not None and report.outcome is Outcome.UNKNOWN
+            and report.facts.kill_reason == known_kill)
 
 
 def keep_late_facts(attempt: AttemptRec, report: FinishReport, now_ms: int) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.jsonvalue import encode_value
-from orbit_wire.model import AttemptState, Outcome, TaskState
+from orbit_wire.model import AttemptState, Outcome, TaskState, UnknownCode, kill_cause
 
 from .bodies import ReviewAction
 from .decisions import Decision, Rule, Verdict, decide, lease_holds, lease_ms
@@ -299,11 +299,38 @@ def _close(task: TaskRec, attempt: AttemptRec, report: CheckedReport, now_ms: in
         assert verdict.available_at_ms is not None
         task.available_at_ms = verdict.available_at_ms
     elif verdict.task_state in (TaskState.FAILED, TaskState.NEEDS_REVIEW):
-        # What ended the task or sent it to review (e.g. HANDLER_ERROR and the exception's
-        # type name): the producer sees it without reading the attempts.
-        task.failure_code = report.code
+        # What ended the task or sent it to review, the cause of this attempt (e.g.
+        # ATTEMPT_TIMEOUT, or HANDLER_ERROR and the exception's type name): the producer
+        # sees it without reading the attempts.
+        task.failure_code = _cause(report.code, attempt)
         task.failure_details = report.details if report.details is not None else "{}"
     return FinishResult(verdict=verdict)
+
+
+def _cause(code: str | None, attempt: AttemptRec) -> str | None:
+    """An attempt's cause: its code, except that the reaper's LEASE_EXPIRED gives way to
+    the policy's kill a late report of the worker named (``keep_late_facts``): a timeout, a
+    cancel, the memory limit, a shutdown. A lease the worker lost stays LEASE_EXPIRED."""
+    if code != UnknownCode.LEASE_EXPIRED.value or attempt.kill_reason == UnknownCode.LEASE_LOST:
+        return code
+    return kill_cause(attempt.kill_reason, code)
+
+
+def name_late_cause(task: TaskRec, attempt: AttemptRec) -> bool:
+    """The task ended FAILED or went to review on ``attempt``, its last, closed
+    LEASE_EXPIRED by the reaper; a late report has since named the kill (ATTEMPT_TIMEOUT,
+    TASK_CANCELLED, ...): the task's failure names that cause, as if the report had come in
+    time. Returns whether the failure changed."""
+    if (attempt.code != UnknownCode.LEASE_EXPIRED.value
+            or task.failure_code != UnknownCode.LEASE_EXPIRED.value
+            or task.state not in (TaskState.FAILED, TaskState.NEEDS_REVIEW)
+            or attempt.attempt_number != task.attempts_started):
+        return False
+    cause = _cause(attempt.code, attempt)
+    if cause == task.failure_code:
+        return False
+    task.failure_code = cause
+    return True
 
 
 def _record(attempt: AttemptRec, report: CheckedReport, now_ms: int) -> None:

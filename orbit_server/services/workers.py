@@ -341,8 +341,14 @@ class WorkerService:
         result = domain.finish(task, attempt, op.epoch, binding.instance_id, checked, now,
                                self._tx.rng.random())
         if result.evidence is not None:
-            if result.evidence in _LATE_FACTS_KEPT:
-                domain.keep_late_facts(attempt, report, now)
+            if result.evidence in _LATE_FACTS_KEPT and domain.keep_late_facts(
+                    attempt, report, now):
+                domain.name_late_cause(task, attempt)
+            if (result.evidence is domain.EvidenceReason.ATTEMPT_FINISHED
+                    and domain.is_reap_follow_up(known_kill, report)):
+                # The reap's facts of a kill already recorded: merged, not a late report.
+                return {"ok": True, "disposition": Disposition.EVIDENCE_ONLY.value,
+                        "task_state": task.state.value}
             counted = effects.counted()
             counted.evidence.append((task.queue_id, result.evidence.value))
             _count_kill(counted, task, attempt, known_kill)

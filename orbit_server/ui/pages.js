@@ -148,7 +148,7 @@ export async function renderTasks(ctx) {
     h("td", { class: "mono" }, capability(t.capability)),
     h("td", { class: "num" }, String(t.priority)), h("td", { class: "num" }, String(t.attempts)),
     h("td", {}, ago(t.created_at_ms, now)), h("td", {}, ago(t.finished_at_ms, now)),
-    h("td", {}, t.failure ? h("code", {}, t.failure.code)
+    h("td", {}, t.failure ? h("code", {}, failureText(t.failure))
       : t.waiting ? h("span", { class: "warn" }, `waiting: ${t.waiting.reason}`) : "")));
   const cursor = p.get("cursor") || "";
   const pager = h("div", { class: "pager" },
@@ -237,6 +237,12 @@ export async function renderReview(ctx) {
 
 // ------------------------------------------------------------------ one task
 
+// A failure's cause, with the exception's type name when an exception caused it.
+function failureText(failure) {
+  const kind = failure.details && failure.details.exception_type;
+  return kind ? `${failure.code}: ${kind}` : failure.code;
+}
+
 export async function renderTask(ctx, id) {
   const [task, history, audit] = await Promise.all([
     get(`/v1/tasks/${id}`), get(`/v1/tasks/${id}/attempts`), get(`/v1/tasks/${id}/audit`)]);
@@ -289,7 +295,9 @@ export async function renderTask(ctx, id) {
       ["failure", task.failure ? h("div", {}, h("code", { id: "failure-code" }, task.failure.code),
         json(task.failure.details)) : null],
       ["waiting", task.waiting ? `${task.waiting.reason} since ${isoTime(task.waiting.since)}` : null],
-      ["result", task.result === null || task.result === undefined ? null : json(task.result)],
+      // A handler that returned None succeeded with a null result: shown as null.
+      ["result", task.state === "SUCCEEDED" ? json(task.result ?? null)
+        : task.result === null || task.result === undefined ? null : json(task.result)],
     ])),
     task.state === "NEEDS_REVIEW" ? h("section", { class: "card" }, h("h2", {}, "Review"),
       reviewControls(ctx, task, () => ctx.refresh())) : null,

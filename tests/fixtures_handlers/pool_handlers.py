@@ -27,7 +27,7 @@ from common_handlers import (
     write_pids,
 )
 
-from orbit_child import Execution, Handler, RawJSON, WorkerFailure
+from orbit_child import Execution, Handler, RawJSON, Retryable, WorkerFailure
 
 SECRET_TEXT = "s3cr3t-should-never-leave-the-child"
 
@@ -61,6 +61,10 @@ def fail(execution: Execution) -> Any:
         raise ValueError(f"database password is {SECRET_TEXT}")
     if kind == "system_exit":
         raise SystemExit(4)
+    if kind == "key_error":
+        raise KeyError(f"no row for {SECRET_TEXT}")
+    if kind == "timeout":
+        raise TimeoutError(f"upstream slow\n{SECRET_TEXT}")
     raise RuntimeError("unknown kind")
 
 
@@ -172,6 +176,8 @@ handlers = [
     Handler("whoami", "1", "1", whoami),
     Handler("sleep", "1", "1", sleep),
     Handler("fail", "1", "1", fail),
+    # The same handler with declared failures (TaskType.fails_on).
+    Handler("declared", "1", "1", fail, fails_on=(LookupError, Retryable(TimeoutError))),
     Handler("bad_result", "1", "1", bad_result),
     Handler("crash", "1", "1", crash),
     Handler("c_spin", "1", "1", c_spin),

@@ -27,7 +27,7 @@ from common_handlers import (
     write_pids,
 )
 
-from orbit_child import Execution, Handler, WorkerFailure
+from orbit_child import Execution, Handler, Handlers, Retryable, TaskType, WorkerFailure
 
 
 def upper(execution: Execution) -> Any:
@@ -109,6 +109,40 @@ def key_error(execution: Execution) -> Any:
     return {}[execution.payload["secret"]]
 
 
+def _count_run(execution: Execution) -> None:
+    with open(execution.payload["path"], "a") as fh:
+        fh.write(f"{execution.task_id} {execution.attempt_id}\n")
+
+
+def returns_none(execution: Execution) -> None:
+    """Sends nothing and returns nothing: one line per run in ``payload["path"]``."""
+    _count_run(execution)
+
+
+class Boom(Exception):
+    """An error of the application that the task type declares a plain failure."""
+
+
+# Declared once, with the exceptions that are known failures (TaskType.fails_on).
+DECLARED = TaskType("sup.declared", "v1", "v1",
+                    fails_on=(Boom, Retryable(TimeoutError)))
+typed = Handlers()
+
+
+@typed.task(DECLARED)
+def declared(execution: Execution) -> Any:
+    """Counts its run, then raises what ``payload["kind"]`` names; the message holds a
+    secret of the payload on its second line."""
+    _count_run(execution)
+    secret = execution.payload.get("secret", "")
+    errors: dict[str, Exception] = {
+        "boom": Boom(f"the row is gone\n{secret}"),
+        "timeout": TimeoutError(f"upstream did not answer\n{secret}"),
+        "value_error": ValueError(f"bad value\n{secret}"),
+    }
+    raise errors[execution.payload["kind"]]
+
+
 def polls_cancelled(execution: Execution) -> Any:
     """Works in small steps, looking at ``cancelled()`` between them, and returns early
     when asked to stop (at most 30 s)."""
@@ -161,6 +195,8 @@ HANDLERS = [
     Handler("sup.awaits_cancel", "v1", "v1", awaits_cancel),
     Handler("sup.ignores_cancel", "v1", "v1", ignores_cancel),
     Handler("sup.chatter", "v1", "v1", chatter),
+    Handler("sup.returns_none", "v1", "v1", returns_none),
+    *typed.handlers,
 ]
 
 BROKEN_DUPLICATES = [

@@ -98,7 +98,7 @@ def test_worker_failure_is_an_explicit_failure(kind: str, code: str, retryable: 
 
 @pytest.mark.parametrize(("kind", "exception_type"), [
     ("bad_code", None), ("bad_details", None), ("list_details", None),
-    ("value_error", "ValueError"), ("system_exit", "SystemExit")])
+    ("value_error", "builtins.ValueError"), ("system_exit", "builtins.SystemExit")])
 def test_broken_failures_and_exceptions_are_handler_errors(kind: str,
                                                            exception_type: str | None) -> None:
     out = run(_one("fail", {"kind": kind}))
@@ -108,6 +108,35 @@ def test_broken_failures_and_exceptions_are_handler_errors(kind: str,
     expected = None if exception_type is None else {"exception_type": exception_type}
     assert (None if out.details_json is None else orjson.loads(out.details_json)) == expected
     assert SECRET_TEXT not in repr(out) and "Traceback" not in repr(out)
+
+
+@pytest.mark.parametrize(("kind", "retryable", "exception_type"), [
+    ("key_error", False, "builtins.KeyError"), ("timeout", True, "builtins.TimeoutError")])
+def test_a_declared_exception_is_an_explicit_failure(kind: str, retryable: bool,
+                                                      exception_type: str) -> None:
+    out = run(_one("declared", {"kind": kind}))
+    assert (out.outcome, out.code, out.retryable) == (Outcome.FAILED, "HANDLER_ERROR", retryable)
+    assert orjson.loads(out.details_json or "") == {"exception_type": exception_type}
+    assert SECRET_TEXT not in repr(out) and "Traceback" not in repr(out)
+    # Not declared there: uncertain, as for any handler.
+    other = run(_one("declared", {"kind": "value_error"}))
+    assert (other.outcome, other.code) == (Outcome.UNKNOWN, "HANDLER_ERROR")
+
+
+def test_an_exception_message_is_reported_only_when_the_pool_is_told() -> None:
+    out = run(_one("declared", {"kind": "timeout"}, exception_messages=True))
+    # The first line only: the secret on the second line stays in the worker's log.
+    assert orjson.loads(out.details_json or "") == {"exception_type": "builtins.TimeoutError",
+                                                    "exception_message": "upstream slow"}
+    uncertain = run(_one("fail", {"kind": "value_error"}, exception_messages=True))
+    assert orjson.loads(uncertain.details_json or "") == {
+        "exception_type": "builtins.ValueError",
+        "exception_message": f"database password is {SECRET_TEXT}"}
+
+
+def test_a_handler_returning_none_succeeds_with_null() -> None:
+    out = run(_one("bad_result", {"kind": "none"}))
+    assert (out.outcome, out.code, out.result_json) == (Outcome.SUCCEEDED, None, "null")
 
 
 def test_handler_error_keeps_the_child_and_the_next_task_runs() -> None:
@@ -121,7 +150,7 @@ def test_handler_error_keeps_the_child_and_the_next_task_runs() -> None:
     assert bad.report.child_pid == good.report.child_pid and crashed == 0
 
 
-@pytest.mark.parametrize("kind", ["nan", "inf", "int64_overflow", "huge_int", "none", "too_big",
+@pytest.mark.parametrize("kind", ["nan", "inf", "int64_overflow", "huge_int", "too_big",
                                   "too_deep", "not_json", "raw_big_int", "raw_invalid"])
 def test_invalid_results_are_uncertain(kind: str) -> None:
     out = run(_one("bad_result", {"kind": kind}))

@@ -31,8 +31,10 @@ def test_a_kill_reported_in_time_records_when_it_happened(world: World) -> None:
                           report=_kill_report(kill_age_ms=5))
     assert res.disposition == "ACCEPTED"
     (a,) = world.attempts(t["id"])
-    assert (a["code"], _facts(a)) == ("LEASE_LOST", ("ATTEMPT_TIMEOUT", 9, 4242, 280,
-                                                     12_000_000))
+    # A protocol-1 worker's LEASE_LOST reads as the cause its kill reason names.
+    assert (a["code"], _facts(a)) == ("ATTEMPT_TIMEOUT", ("ATTEMPT_TIMEOUT", 9, 4242, 280,
+                                                          12_000_000))
+    assert world.task(t["id"])["failure"]["code"] == "ATTEMPT_TIMEOUT"
     assert a["killed_at_ms"] == world.clock() - 5
     assert a["kill_after_lease_end_ms"] == -45
 
@@ -54,7 +56,10 @@ def test_a_report_after_the_reaper_keeps_its_facts_and_the_outcome(world: World)
     assert _facts(a) == ("ATTEMPT_TIMEOUT", 9, 4242, 280, 12_000_000)
     assert a["kill_after_lease_end_ms"] == 2 + 90 - 140
     (e,) = world.evidence(t["id"])
-    assert e["reason"] == "ATTEMPT_FINISHED"
+    assert (e["reason"], e["code"]) == ("ATTEMPT_FINISHED", "ATTEMPT_TIMEOUT")
+    # The task went to review on the reaper's LEASE_EXPIRED; the late report named the kill.
+    task = world.task(t["id"])
+    assert (task["state"], task["failure"]["code"]) == ("NEEDS_REVIEW", "ATTEMPT_TIMEOUT")
 
 
 def test_a_report_before_the_reaper_but_after_the_lease_keeps_its_facts(world: World) -> None:
@@ -71,6 +76,7 @@ def test_a_report_before_the_reaper_but_after_the_lease_keeps_its_facts(world: W
     assert _facts(a) == ("ATTEMPT_TIMEOUT", 9, 4242, 280, 12_000_000)
     assert a["kill_after_lease_end_ms"] == 10 - 3
     assert world.evidence(t["id"])[0]["reason"] == "LEASE_EXPIRED"
+    assert world.task(t["id"])["failure"]["code"] == "ATTEMPT_TIMEOUT"
 
 
 def test_a_second_report_adds_the_reap_and_changes_nothing_recorded(world: World) -> None:
@@ -88,6 +94,7 @@ def test_a_second_report_adds_the_reap_and_changes_nothing_recorded(world: World
     assert a["reap_ms"] == 20
     assert a["cpu_ms"] == 280  # what was recorded stays
     assert a["kill_after_lease_end_ms"] == -60
+    assert world.evidence(t["id"]) == []  # the reap's facts, merged: no late report
 
 
 def test_a_late_result_without_a_kill_does_not_touch_the_attempt(world: World) -> None:

@@ -10,7 +10,7 @@ from store_support import World, as_json
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import Outcome
 
-KEY_ERROR = '{"exception_type":"KeyError"}'
+KEY_ERROR = '{"exception_type":"builtins.KeyError"}'
 
 
 def test_handler_error_type_reaches_the_task_failure(world: World) -> None:
@@ -22,10 +22,10 @@ def test_handler_error_type_reaches_the_task_failure(world: World) -> None:
     view = as_json(world.task(task["id"]))
     assert view["state"] == "NEEDS_REVIEW"
     assert view["failure"] == {"code": "HANDLER_ERROR",
-                               "details": {"exception_type": "KeyError"}}
+                               "details": {"exception_type": "builtins.KeyError"}}
     (attempt,) = world.attempts(task["id"])
     assert attempt["code"] == "HANDLER_ERROR"
-    assert attempt["details"] == {"exception_type": "KeyError"}
+    assert attempt["details"] == {"exception_type": "builtins.KeyError"}
     retried, _ = world.service.tasks.review(world.producer, task["id"], "retry", None, None)
     assert retried["state"] == "PENDING" and retried["failure"] is None
     attempt_id, epoch = world.run_once(b)
@@ -44,7 +44,7 @@ def test_idempotent_task_carries_the_type_once_its_budget_is_spent(world: World)
                      details_json=KEY_ERROR)
         view = as_json(world.task(task["id"]))
         assert view["state"] == expected
-    assert view["failure"]["details"] == {"exception_type": "KeyError"}
+    assert view["failure"]["details"] == {"exception_type": "builtins.KeyError"}
     assert [a["decision"] for a in world.attempts(task["id"])] == ["RETRY", "NEEDS_REVIEW"]
 
 

@@ -252,7 +252,7 @@ def test_idempotent_task_retries_after_uncertain_history(world: World) -> None:
 
 def test_invalid_result_becomes_unknown_invalid_handler_result(world: World) -> None:
     b = world.hello()
-    for bad in ("null", "{", "[" * 40 + "]" * 40, "1" * 30, '"' + "x" * 300_000 + '"'):
+    for bad in ("{", "[" * 40 + "]" * 40, "1" * 30, '"' + "x" * 300_000 + '"'):
         t = world.submit()
         aid, ep = world.run_once(b)
         res, _ = world.finish(b, aid, ep, Outcome.SUCCEEDED, result_json=bad)
@@ -260,6 +260,20 @@ def test_invalid_result_becomes_unknown_invalid_handler_result(world: World) -> 
         (a,) = world.attempts(t["id"])
         assert (a["outcome"], a["code"]) == ("UNKNOWN", "INVALID_HANDLER_RESULT")
         assert world.task(t["id"])["result"] is None
+
+
+def test_a_null_result_succeeds(world: World) -> None:
+    # A handler that returned None: SUCCEEDED, its result JSON null, no failure.
+    b = world.hello()
+    t = world.submit()
+    aid, ep = world.run_once(b)
+    res, _ = world.finish(b, aid, ep, Outcome.SUCCEEDED, result_json="null")
+    assert (res.disposition, res.task_state) == ("ACCEPTED", "SUCCEEDED")
+    view = orjson.loads(orjson.dumps(world.task(t["id"])))  # as the HTTP answer reads
+    assert (view["state"], view["result"], view["failure"]) == ("SUCCEEDED", None, None)
+    assert "result" in view
+    (a,) = world.attempts(t["id"])
+    assert (a["outcome"], a["code"], a["decision"]) == ("SUCCEEDED", None, "SUCCEEDED")
 
 
 # ------------------------------------------------------------------------ leases and fencing

@@ -82,7 +82,7 @@ def test_every_kill_record_carries_its_facts_with_the_cores_saturated(
     for att, pid_file in kills:
         # The outcome is what the rules decide: the worker's report when it came in time,
         # else the server's expiry; the facts are there either way.
-        assert att["outcome"] == "UNKNOWN" and att["code"] in ("LEASE_LOST", "LEASE_EXPIRED")
+        assert att["outcome"] == "UNKNOWN" and att["code"] in ("ATTEMPT_TIMEOUT", "LEASE_EXPIRED")
         assert (att["kill_reason"], att["signal"]) == ("ATTEMPT_TIMEOUT", signal.SIGKILL), att
         pids = read_pids(pid_file)  # empty if the kill came before the handler wrote them
         assert att["child_pid"] > 0 and (not pids or att["child_pid"] == pids[0]), att

@@ -94,7 +94,7 @@ def test_cancel_ends_cooperative_handlers_and_kills_the_one_that_ignores_it(
     # The one that ignores it was SIGKILLed, and not before its grace ran out.
     spun = _decided(sup_env, tasks["ignores_cancel"])
     assert (spun["outcome"], spun["code"], spun["kill_reason"], spun["ended_by"]) == (
-        "UNKNOWN", "LEASE_LOST", "TASK_CANCELLED", "KILLED")
+        "UNKNOWN", "TASK_CANCELLED", "TASK_CANCELLED", "KILLED")
     assert spun["signal"] == 9
     assert spun["killed_at_ms"] >= cancelled_at["ignores_cancel"] + GRACE_MS
     wait_until(lambda: not alive(pids["ignores_cancel"]), timeout=10,

@@ -17,9 +17,9 @@ KILL_BOUND_S = 2.0 * UNIT  # generous: lease lost -> every process of the attemp
 
 
 def _lost_attempt(sup_env: SupEnv, task_id: str) -> dict[str, Any]:
-    """The attempt is UNKNOWN; it says LEASE_LOST itself, or (when our report lost the race
-    with the server's own expiry) it is LEASE_EXPIRED, our LEASE_LOST report is kept as
-    evidence and its kill facts on the attempt."""
+    """The attempt is UNKNOWN; it names its kill's cause itself (ATTEMPT_TIMEOUT here), or
+    (when our report lost the race with the server's own expiry) it is LEASE_EXPIRED, our
+    report is kept as evidence and its kill facts on the attempt."""
     wait_task(sup_env.producer, task_id)
     history = wait_until(lambda: _settled(attempts(sup_env.producer, task_id)), timeout=10,
                          what="attempt outcome and our report")
@@ -30,11 +30,11 @@ def _lost_attempt(sup_env: SupEnv, task_id: str) -> dict[str, Any]:
 
 def _settled(history: dict[str, Any]) -> dict[str, Any] | None:
     (att,) = history["attempts"]
-    if att["code"] == "LEASE_LOST":
-        assert att["kill_reason"] in ("ATTEMPT_TIMEOUT", "LEASE_LOST"), att
+    if att["code"] in ("ATTEMPT_TIMEOUT", "LEASE_LOST"):
+        assert att["kill_reason"] == att["code"], att  # a kill's code is its cause
         return history
     if att["code"] == "LEASE_EXPIRED" and att["kill_reason"] is not None and any(
-            e["code"] == "LEASE_LOST" for e in history["evidence"]):
+            e["code"] == att["kill_reason"] for e in history["evidence"]):
         return history
     return None
 
@@ -55,10 +55,13 @@ def test_lease_lost_kills_child_and_grandchildren(sup_env: SupEnv, tmp_path: Pat
     assert task["state"] == "NEEDS_REVIEW"  # uncertain and non-idempotent: never retried
     # Lease lost (at the expiry the server granted, the attempt timeout) -> all gone.
     assert gone_at_ms - att["lease_expires_at_ms"] < KILL_BOUND_S * 1000, att
-    # Our report decided the attempt (LEASE_LOST), or the server's expiry came first and the
-    # attempt kept our late report's facts (LEASE_EXPIRED): either way it names the child.
-    assert att["code"] in ("LEASE_LOST", "LEASE_EXPIRED"), att
+    # Our report decided the attempt (ATTEMPT_TIMEOUT), or the server's expiry came first and
+    # the attempt kept our late report's facts (LEASE_EXPIRED): either way it names the child,
+    # and the task's failure names the cause.
+    assert att["code"] in ("ATTEMPT_TIMEOUT", "LEASE_EXPIRED"), att
+    assert att["kill_reason"] == "ATTEMPT_TIMEOUT", att
     assert (att["child_pid"], att["signal"]) == (pids[0], signal.SIGKILL), att
+    assert wait_task(sup_env.producer, task_id)["failure"]["code"] == "ATTEMPT_TIMEOUT"
     # The slot got a fresh child: the next task runs.
     nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "next"})
     assert wait_task(sup_env.producer, nxt)["result"] == {"text": "NEXT"}
@@ -101,7 +104,8 @@ def test_memory_limit_kills_mid_task(sup_env: SupEnv) -> None:
     assert task["state"] == "NEEDS_REVIEW"
     (att,) = attempts(sup_env.producer, task_id)["attempts"]
     assert (att["outcome"], att["code"], att["kill_reason"]) == (
-        "UNKNOWN", "HANDLER_CRASHED", "MEMORY_LIMIT")
+        "UNKNOWN", "MEMORY_LIMIT", "MEMORY_LIMIT")
+    assert task["failure"]["code"] == "MEMORY_LIMIT"
     nxt = submit(sup_env.producer, sup_env.queue_id, "upper", {"text": "small"})
     assert wait_task(sup_env.producer, nxt)["result"] == {"text": "SMALL"}
 
@@ -140,9 +144,12 @@ def test_cancel_push_kills_and_the_report_is_accepted(sup_env: SupEnv, tmp_path:
     history = wait_until(lambda: _with_code(attempts(sup_env.producer, task_id)), timeout=10,
                          what="report")
     (att,) = history["attempts"]
+    # A cancel's kill says so: never LEASE_LOST.
     assert (att["outcome"], att["code"], att["kill_reason"]) == (
-        "UNKNOWN", "LEASE_LOST", "TASK_CANCELLED")
+        "UNKNOWN", "TASK_CANCELLED", "TASK_CANCELLED")
     assert wait_task(sup_env.producer, task_id)["state"] == "CANCELLED"
+    # Its reap's facts joined the attempt; no late report is kept for an ordinary kill.
+    assert history["evidence"] == []
 
 
 def _with_code(history: dict[str, Any]) -> dict[str, Any] | None:

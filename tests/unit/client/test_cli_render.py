@@ -132,6 +132,22 @@ def test_a_handler_exception_is_named_by_its_type() -> None:
             "failure": {"code": "HANDLER_ERROR", "details": {"exception_type": "KeyError"}}}
     assert "HANDLER_ERROR: KeyError (the traceback is in the worker's log)" in text_of(
         render.task_summary(task, failed, NOW))
+    # With --report-exception-messages on the worker, the message's first line as well.
+    told = {**TASK, "state": "NEEDS_REVIEW", "failure": {"code": "HANDLER_ERROR", "details": {
+        "exception_type": "builtins.ValueError", "exception_message": "bad row 7"}}}
+    assert "HANDLER_ERROR: builtins.ValueError: bad row 7 (the traceback" in text_of(
+        render.task_summary(told, None, NOW))
+    assert "HANDLER_ERROR: builtins.ValueError" in text_of(render.tasks_table([told], NOW), 240)
+
+
+def test_a_handler_that_returned_none_shows_a_null_result() -> None:
+    done = {**TASK, "state": "SUCCEEDED", "result": None, "result_json": None}
+    rows = [line.split() for line in text_of(render.task_summary(done, None, NOW)).splitlines()]
+    assert ["result", "null"] in rows
+    running = {**TASK, "state": "RUNNING", "result": None}
+    assert "result" not in [row[0] for row in
+                            (line.split() for line in text_of(
+                                render.task_summary(running, None, NOW)).splitlines()) if row]
 
 
 def test_stats_and_attempts_tables() -> None:

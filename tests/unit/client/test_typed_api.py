@@ -12,6 +12,7 @@ from orbit_child import Execution, Handler, Handlers
 from orbit_child import TaskType as ChildTaskType
 from orbit_child.registry import validate_handlers
 from orbit_client import (
+    Retryable,
     Task,
     TaskCancelled,
     TaskFailed,
@@ -21,6 +22,7 @@ from orbit_client import (
 )
 from orbit_client.tasks import outcome
 from orbit_wire.errors import HandlerSpecError, OrbitError
+from orbit_wire.fails_on import declared_failure
 from orbit_wire.model import Capability, TaskState
 
 NORMALIZE: TaskType[dict[str, str], dict[str, str]] = TaskType(
@@ -84,6 +86,20 @@ def test_outcome_per_state() -> None:
     assert (info.value.code, info.value.details) == ("OBJECT_REJECTED", {"f": 1})
     with pytest.raises(TaskNeedsReview):
         outcome(Task.from_view(_view("NEEDS_REVIEW")), 1.0)
+    # The errors name the cause of the last attempt, and the exception's type.
+    timed_out = Task.from_view(_view("NEEDS_REVIEW", failure={"code": "ATTEMPT_TIMEOUT",
+                                                              "details": {}}))
+    with pytest.raises(TaskNeedsReview) as review:
+        outcome(timed_out, 1.0)
+    assert (review.value.code, review.value.failure_code) == ("NEEDS_REVIEW", "ATTEMPT_TIMEOUT")
+    assert str(review.value) == f"task {'a' * 32} needs review: ATTEMPT_TIMEOUT"
+    raised = Task.from_view(_view("FAILED", failure={
+        "code": "HANDLER_ERROR", "details": {"exception_type": "myapp.errors.Boom",
+                                             "exception_message": "row 7 is gone"}}))
+    with pytest.raises(TaskFailed) as boom:
+        outcome(raised, 1.0)
+    assert str(boom.value) == (f"task {'a' * 32} failed: HANDLER_ERROR "
+                               "(myapp.errors.Boom: row 7 is gone)")
     with pytest.raises(TaskCancelled):
         outcome(Task.from_view(_view("CANCELLED")), 1.0)
     for state in ("PENDING", "RUNNING"):
@@ -108,3 +124,39 @@ def test_handlers_registry() -> None:
     assert validate_handlers(handlers, "m:handlers") == tuple(handlers.handlers)
     with pytest.raises(HandlerSpecError, match="twice"):
         handlers.add(NORMALIZE, normalise)
+
+
+class RowMissing(LookupError):
+    pass
+
+
+def test_fails_on_is_declared_once_and_reaches_the_handler() -> None:
+    lookup = TaskType("user.lookup", "v1", "v1",
+                      fails_on=(RowMissing, Retryable(TimeoutError), LookupError))
+    handlers = Handlers()
+    handlers.add(lookup, lambda e: None)
+    assert handlers.handlers[0].fails_on == lookup.fails_on
+    # The first entry an exception is an instance of decides; subclasses count.
+    assert declared_failure(lookup.fails_on, RowMissing()) is False
+    assert declared_failure(lookup.fails_on, TimeoutError()) is True
+    assert declared_failure(lookup.fails_on, KeyError("k")) is False  # a LookupError
+    assert declared_failure(lookup.fails_on, ValueError()) is None
+    assert TaskType("a", "1", "1", fails_on=[KeyError]).fails_on == (KeyError,)
+    assert TaskType("a", "1", "1", fails_on=KeyError).fails_on == (KeyError,)
+    # The producer's submit is unchanged by it.
+    assert "fails_on" not in lookup.spec({"id": 1})
+
+
+@pytest.mark.parametrize("fails_on", [
+    (SystemExit,), (KeyboardInterrupt,), (ValueError(),), ("ValueError",), (int,),
+    (Exception,) * 33, 7,
+])
+def test_bad_fails_on_is_refused(fails_on: Any) -> None:
+    with pytest.raises(OrbitError) as refused:
+        TaskType("a", "1", "1", fails_on=fails_on)
+    assert refused.value.code.value == "BAD_REQUEST"
+    with pytest.raises(OrbitError):
+        Retryable(SystemExit)  # type: ignore[arg-type]
+    # A Handler built by hand is checked when the handlers are loaded.
+    with pytest.raises(HandlerSpecError, match="fails_on"):
+        validate_handlers([Handler("a", "1", "1", lambda e: 1, fails_on=(SystemExit,))])  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from orbit_server.domain import (
     TaskRec,
 )
 from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.frames import Report
 from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
 NOW = 1_000_000
@@ -222,8 +223,9 @@ def test_check_report_value_rules() -> None:
     assert bad.details == '{"reason":"INVALID_JSON"}'
     missing = domain.check_report(domain.FinishReport(Outcome.SUCCEEDED))
     assert missing.outcome is Outcome.UNKNOWN
+    # A handler that returned None: a null result is a result.
     null = domain.check_report(domain.FinishReport(Outcome.SUCCEEDED, result_json="null"))
-    assert null.outcome is Outcome.UNKNOWN
+    assert (null.outcome, null.result) == (Outcome.SUCCEEDED, "null")
     exact = domain.check_report(domain.FinishReport(Outcome.SUCCEEDED, result_json="1.50"))
     assert exact.result == "1.50"
     failed = domain.check_report(domain.FinishReport(Outcome.FAILED, code="OBJECT_REJECTED"))
@@ -245,6 +247,37 @@ def test_expire_respects_kill_grace() -> None:
     assert r.verdict is not None and r.verdict.decision is Decision.RETRY
     assert t.available_at_ms == NOW + 3000 + 2000 and t.uncertain
     assert (a.outcome, a.code) == (Outcome.UNKNOWN, "LEASE_EXPIRED")
+
+
+def test_the_failure_names_the_kill_a_late_report_brought() -> None:
+    # The reaper closes the last attempt LEASE_EXPIRED; the worker's report of its
+    # attempt-timeout kill arrives after: the task's failure then names the timeout.
+    t, a = running(task(max_attempts=1))
+    domain.expire(t, a, NOW + 3500, 0.5, 2000)
+    assert (t.state, t.failure_code) == (TaskState.NEEDS_REVIEW, "LEASE_EXPIRED")
+    assert not domain.name_late_cause(t, a)  # no kill known yet
+    late = domain.FinishReport(Outcome.UNKNOWN, "ATTEMPT_TIMEOUT",
+                               facts=Report(kill_reason="ATTEMPT_TIMEOUT", signal=9))
+    assert domain.keep_late_facts(a, late, NOW + 3600)
+    assert domain.name_late_cause(t, a) and t.failure_code == "ATTEMPT_TIMEOUT"
+    assert a.code == "LEASE_EXPIRED"  # the attempt's outcome stays what the rules decided
+    # A kill known before the reaper closes the attempt names the cause at once; a lease
+    # the worker itself lost stays the server's LEASE_EXPIRED.
+    for reason, failure in (("TASK_CANCELLED", "TASK_CANCELLED"),
+                            ("LEASE_LOST", "LEASE_EXPIRED")):
+        t, a = running(task(max_attempts=1))
+        a.kill_reason = reason
+        domain.expire(t, a, NOW + 3500, 0.5, 2000)
+        assert t.failure_code == failure
+    # An earlier attempt's late report does not rename the failure of a later one.
+    t, a = running(task(max_attempts=2, idempotency=Idempotency.IDEMPOTENT,
+                        backoff=Backoff(0, 0, 1.0, 0.0)))
+    domain.expire(t, a, NOW + 3500, 0.5, 0)
+    _, b = running(t, NOW + 4000)
+    domain.expire(t, b, NOW + 8000, 0.5, 0)
+    assert t.failure_code == "LEASE_EXPIRED"
+    assert domain.keep_late_facts(a, late, NOW + 8100)
+    assert not domain.name_late_cause(t, a) and t.failure_code == "LEASE_EXPIRED"
 
 
 # ------------------------------------------------------------------------ cancel, deadline, review

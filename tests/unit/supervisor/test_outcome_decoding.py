@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from orbit_host.messages import MalformedMessage, TaskDone, decode_from_child
@@ -27,7 +28,13 @@ def test_a_valid_result_keeps_its_exact_text() -> None:
         Outcome.SUCCEEDED, None, text, REPORT)
 
 
-@pytest.mark.parametrize("text", ["null", "12345678901234567890", '{"a":', "[NaN]",
+def test_a_null_result_is_a_result() -> None:
+    # A handler that returned None succeeded; its result is JSON null.
+    out = outcome_from_done(done(outcome="SUCCEEDED", result_json="null"), REPORT)
+    assert (out.outcome, out.code, out.result_json) == (Outcome.SUCCEEDED, None, "null")
+
+
+@pytest.mark.parametrize("text", ["12345678901234567890", '{"a":', "[NaN]",
                                   "[" * 40 + "]" * 40, '"' + "x" * (256 * 1024) + '"'])
 def test_results_that_break_the_rules_are_invalid_handler_results(text: str) -> None:
     out = outcome_from_done(done(outcome="SUCCEEDED", result_json=text), REPORT)
@@ -85,6 +92,35 @@ def test_anything_else_a_child_puts_beside_an_unknown_is_dropped(details: str) -
     lost = outcome_from_done(done(outcome="UNKNOWN", code="INVALID_HANDLER_RESULT",
                                   details_json='{"exception_type":"KeyError"}'), REPORT)
     assert lost.details_json is None
+
+
+def test_an_exception_message_is_kept_only_where_the_operator_asked() -> None:
+    raised = {"outcome": "UNKNOWN", "code": "HANDLER_ERROR",
+              "details_json": '{"exception_type":"builtins.ValueError"}',
+              "exception_message": "bad row 7\nsecond line"}
+    off = outcome_from_done(done(**raised), REPORT)
+    assert off.details_json == '{"exception_type":"builtins.ValueError"}'
+    on = outcome_from_done(done(**raised), REPORT, exception_messages=True)
+    assert on.details_json == ('{"exception_type":"builtins.ValueError",'
+                               '"exception_message":"bad row 7"}')
+    # The parent bounds what the child sent: one line, at most 1 KiB of UTF-8.
+    long = outcome_from_done(done(**{**raised, "exception_message": "é" * 2000}), REPORT,
+                             exception_messages=True)
+    assert long.details_json is not None
+    kept = orjson.loads(long.details_json)["exception_message"]
+    assert kept == "é" * 512 and len(kept.encode()) == 1024
+
+
+def test_a_declared_failure_carries_its_type_and_the_message_only_when_asked() -> None:
+    declared = {"outcome": "FAILED", "code": "HANDLER_ERROR", "retryable": True,
+                "details_json": '{"exception_type":"myapp.errors.Boom"}',
+                "exception_message": "upstream said no"}
+    off = outcome_from_done(done(**declared), REPORT)
+    assert (off.outcome, off.code, off.retryable, off.details_json) == (
+        Outcome.FAILED, "HANDLER_ERROR", True, '{"exception_type":"myapp.errors.Boom"}')
+    on = outcome_from_done(done(**declared), REPORT, exception_messages=True)
+    assert orjson.loads(str(on.details_json)) == {"exception_type": "myapp.errors.Boom",
+                                                  "exception_message": "upstream said no"}
 
 
 @pytest.mark.parametrize("frame", [done(), done(outcome="MAYBE"),

@@ -35,6 +35,7 @@ from orbit_wire.frames import (
     Hello,
     OpResult,
     RenewOp,
+    Report,
     Reserve,
     Response,
     ResumeEntry,
@@ -191,6 +192,11 @@ def test_capped_lease_expiry_is_an_attempt_timeout() -> None:
     res = run_one(s, 0.0, lease_ms=500, lease_ttl_ms=3000)
     (kill,) = kills(s.handle_timer(0.5))
     assert kill.attempt_id == res.attempt_id and kill.reason == "ATTEMPT_TIMEOUT"
+    # Its cause is its code, not LEASE_LOST.
+    assert kill.code == "ATTEMPT_TIMEOUT"
+    acts = s.child_killed(res.attempt_id, Report(child_pid=4242, signal=9), 0.5)
+    finish = next(op for r in requests(acts) for op in r.ops if isinstance(op, FinishOp))
+    assert (finish.code, finish.report.kill_reason) == ("ATTEMPT_TIMEOUT", "ATTEMPT_TIMEOUT")
 
 
 def test_stale_renewal_answer_kills_at_once() -> None:
@@ -230,6 +236,7 @@ def test_cancel_during_start_means_the_handler_never_runs() -> None:
     assert executes(acts) == []
     finish = next(op for r in requests(acts) for op in r.ops if isinstance(op, FinishOp))
     assert finish.outcome is Outcome.UNKNOWN and finish.report.kill_reason == "TASK_CANCELLED"
+    assert finish.code == "TASK_CANCELLED"
 
 
 def test_late_start_confirmation_never_runs_the_handler() -> None:

@@ -69,7 +69,8 @@ def test_cancel_tells_the_child_then_kills_after_the_grace() -> None:
     assert kill.reason == "TASK_CANCELLED"
     acts = s.child_killed(res.attempt_id, Report(child_pid=4242, signal=9), 1.5)
     (finish,) = _finishes(acts)
-    assert finish.outcome is Outcome.UNKNOWN and finish.code == "LEASE_LOST"
+    # The kill's cause is its code: never LEASE_LOST for a cancel.
+    assert finish.outcome is Outcome.UNKNOWN and finish.code == "TASK_CANCELLED"
     assert finish.report.kill_reason == "TASK_CANCELLED"
     assert finish.report.ended_by == "KILLED"
 

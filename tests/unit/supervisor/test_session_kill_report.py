@@ -36,7 +36,7 @@ def test_the_kill_report_goes_out_with_the_kill_and_says_how_long_ago() -> None:
     acts = s.child_killed(res.attempt_id, SAMPLED, 0.301)
     (req,) = requests(acts)
     (finish,) = _finishes(req)
-    assert (finish.outcome, finish.code) == (Outcome.UNKNOWN, "LEASE_LOST")
+    assert (finish.outcome, finish.code) == (Outcome.UNKNOWN, "ATTEMPT_TIMEOUT")  # its cause
     assert finish.report == Report(child_pid=4242, signal=9, cpu_ms=290,
                                    peak_rss_bytes=8_000_000, kill_reason="ATTEMPT_TIMEOUT",
                                    renewals=0, kill_age_ms=0)
