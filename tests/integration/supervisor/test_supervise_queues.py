@@ -81,12 +81,15 @@ def test_one_supervisor_serves_two_queues_with_shared_children(sup_env: SupEnv,
     assert set(mine) == {queue_a, queue_b}
     assert mine[queue_a]["instance_id"] != mine[queue_b]["instance_id"]
     # The metrics count per queue.
-    port = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", sup.log())[1])
+    served = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", sup.log())
+    assert served is not None
+    port = int(served[1])
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10 * UNIT).text
     for queue_id in (queue_a, queue_b):
         assert f'orbit_supervisor_queue_attempts_started_total{{queue="{queue_id}"}} 4.0' in text
         instance = mine[queue_id]["instance_id"]
-        assert f'queue="{queue_id}",instance_id="{instance}"' in text
+        assert any(line.startswith("orbit_supervisor_info{") and f'queue="{queue_id}"' in line
+                   and f'instance_id="{instance}"' in line for line in text.splitlines()), text
     sup.send(signal.SIGTERM)
     assert sup.wait(30) == 0
     assert "drained started=8 confirmed=8 running=0" in sup.log()
