@@ -115,3 +115,19 @@ def test_fewer_workers_than_queues_is_a_usage_error(sup_env: SupEnv, tmp_path: P
         capture_output=True, text=True, timeout=60 * UNIT, cwd=FIXTURES)
     assert done.returncode == 2, done.stderr
     assert "at least the number of queues" in done.stderr
+
+
+def test_a_queue_the_server_refuses_ends_the_whole_run(sup_env: SupEnv,
+                                                      tmp_path: Path) -> None:
+    # The file claims both queues, the credential holds only A: the server refuses B's hello
+    # for good, and the run ends (exit 5) with A's session taken down too.
+    queue_b = sup_env.orbit.queue()
+    made = sup_env.orbit.credential("worker", [sup_env.queue_id])
+    claims = tmp_path / "claims.json"
+    write_credentials(claims, Credentials(sup_env.orbit.server.url, made["credential_id"],
+                                          made["secret"], "worker", (sup_env.queue_id, queue_b)))
+    sup = sup_env.start(workers=2, credentials_file=claims, extra=("--queue", queue_b))
+    assert sup.wait(30) == 5
+    log = sup.log()
+    assert "fatal session error: PERMISSION_DENIED" in log
+    assert "Traceback" not in log
