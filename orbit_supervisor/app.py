@@ -40,7 +40,7 @@ from .events import EventStream
 from .lane import Lane, LaneParts
 from .options import SupervisorOptions, check_queue_scope
 from .pool import ChildPool, PoolStats
-from .session import REPORT_MARGIN, Session, SessionConfig, SessionStats
+from .session import REPORT_MARGIN, Phase, Session, SessionConfig, SessionStats
 
 log = logging.getLogger("orbit.supervisor")
 
@@ -200,6 +200,12 @@ class Supervisor:
     def running_by_queue(self) -> dict[str, int]:
         """Handlers running (or being killed) now, by queue."""
         return {lane.queue_id: lane.session.executing for lane in self._lanes}
+
+    def running_attempts(self) -> list[tuple[str, str]]:
+        """(task ID, attempt ID) of every handler running (or being killed) now."""
+        return [(att.task_id, att.attempt_id) for lane in self._lanes
+                for att in lane.session.attempts.values()
+                if att.phase in (Phase.RUNNING, Phase.KILLING)]
 
     def stats(self) -> SupervisorStats:
         sessions = {lane.queue_id: lane.session.stats() for lane in self._lanes} or {

@@ -316,6 +316,10 @@ async def _supervise(sup: Supervisor, loop: asyncio.AbstractEventLoop) -> int:
                   running=stats.running)
 
 
+# The running attempts the first stop signal's record names (the rest are counted).
+_NAMED_AT_STOP = 8
+
+
 def _log_stop(sup: Supervisor, sig: signal.Signals, *, forced: bool) -> None:
     """Say at once what a stop signal does: what is drained, for how long, and what a
     second signal would do (or, for that second one, that it does it now)."""
@@ -328,13 +332,17 @@ def _log_stop(sup: Supervisor, sig: signal.Signals, *, forced: bool) -> None:
                                                    running=total, queues=running))
         return
     by_queue = ", ".join(f"{n} on queue {q}" for q, n in running.items())
+    attempts = sup.running_attempts()
+    named = "; ".join(f"task {t} attempt {a}" for t, a in attempts[:_NAMED_AT_STOP])
+    if len(attempts) > _NAMED_AT_STOP:
+        named += f"; {len(attempts) - _NAMED_AT_STOP} more"
     timeout = sup.options.shutdown_timeout
-    log.warning("%s: draining: no new tasks; waiting for %d running handler(s) (%s) for at "
+    log.warning("%s: draining: no new tasks; waiting for %d running handler(s) (%s%s) for at "
                 "most %g s (--shutdown-timeout), then they are killed and reported; a "
                 "second SIGINT or SIGTERM kills them now", sig.name, total, by_queue or
-                "none", timeout, extra=fields("stopping", signal=sig.name, forced=False,
-                                              running=total, queues=running,
-                                              shutdown_timeout_s=timeout))
+                "none", f": {named}" if named else "", timeout, extra=fields(
+                    "stopping", signal=sig.name, forced=False, running=total, queues=running,
+                    attempts=[a for _, a in attempts], shutdown_timeout_s=timeout))
 
 
 def _ended(code: int, message: str, **values: object) -> int:

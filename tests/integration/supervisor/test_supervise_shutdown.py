@@ -38,6 +38,8 @@ def test_a_hung_handler_is_killed_at_the_timeout_and_reported_before_exit(
     wait_until(lambda: _running_attempt(sup_env, task_id), timeout=20, what="running")
     wait_until(lambda: len(read_pids(pid_file)) >= 2, timeout=20, what="its processes")
     started = read_pids(pid_file)
+    att_id = next(a["id"] for a in attempts(sup_env.producer, task_id)["attempts"]
+                  if a["state"] == "RUNNING")
     t0 = time.monotonic()
     sup.send(signal.SIGTERM)
     # Said at once: what is drained, by queue, and what a second signal does.
@@ -51,7 +53,8 @@ def test_a_hung_handler_is_killed_at_the_timeout_and_reported_before_exit(
     assert took < TIMEOUT_S + 2.0 * UNIT
     log = sup.log()
     line = next(x for x in log.splitlines() if "SIGTERM: draining" in x)
-    assert f"1 on queue {sup_env.queue_id}" in line and "second SIGINT or SIGTERM" in line
+    assert f"1 on queue {sup_env.queue_id}: task {task_id} attempt {att_id}" in line
+    assert "second SIGINT or SIGTERM" in line
     assert f"at most {TIMEOUT_S:g} s" in line
     # Right after the exit: the server has the kill's report (not a lease expiry).
     task = expect(sup_env.producer.get(f"/v1/tasks/{task_id}"), 200)
