@@ -18,7 +18,6 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import replace
 from ssl import SSLContext
 from typing import Any
 
@@ -36,6 +35,7 @@ from .actions import (
     Execute,
     Kill,
     SendFrame,
+    SupervisorEvent,
 )
 from .connection import ConnectFailed, Connection
 from .errors import SupervisorError
@@ -151,7 +151,9 @@ class Lane:
             case CancelChild(attempt=att):
                 self.executions.cancel(att)
             case Emit(event=event):
-                self._parts.events.publish(replace(event, queue_id=self.queue_id))
+                self._parts.events.publish(SupervisorEvent(
+                    event.type, event.task_id, event.attempt_id, event.classification,
+                    self.queue_id))
                 if self._log.isEnabledFor(logging.DEBUG):
                     self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
                                     event.classification or "", extra=fields(
