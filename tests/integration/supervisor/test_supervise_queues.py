@@ -16,6 +16,7 @@ from supervisor_support import (
     HANDLERS,
     ORBIT_SUPERVISE,
     SupEnv,
+    attempts,
     submit,
     wait_task,
 )
@@ -131,3 +132,27 @@ def test_a_queue_the_server_refuses_ends_the_whole_run(sup_env: SupEnv,
     log = sup.log()
     assert "fatal session error: PERMISSION_DENIED" in log
     assert "Traceback" not in log
+
+
+def test_the_shutdown_timeout_kills_and_reports_on_every_queue(sup_env: SupEnv,
+                                                              tmp_path: Path) -> None:
+    orbit = sup_env.orbit
+    queue_a, queue_b = sup_env.queue_id, orbit.queue()
+    creds = _credentials(sup_env, [queue_a, queue_b], tmp_path / "both.json")
+    producer_b = orbit.producer(queue_b)
+    sup = sup_env.start(workers=2, credentials_file=creds,
+                        extra=("--queue", queue_b, "--shutdown-timeout", "1"))
+    hung = [(producer, submit(producer, queue, "blocked_read",
+                              {"pid_file": str(tmp_path / f"pids-{queue}")},
+                              lease_ttl_ms=30000, max_attempts=1))
+            for producer, queue in ((sup_env.producer, queue_a), (producer_b, queue_b))]
+    for producer, task_id in hung:
+        wait_task(producer, task_id, timeout_s=30,
+                  until=lambda view: view["state"] == "RUNNING")
+    sup.send(signal.SIGTERM)
+    assert sup.wait(30) == 6
+    assert "(unconfirmed=2 running=2)" in sup.log()
+    for producer, task_id in hung:
+        (att,) = attempts(producer, task_id)["attempts"]
+        assert (att["kill_reason"], att["signal"]) == ("SHUTDOWN", signal.SIGKILL), att
+        assert att["child_pid"] is not None, att
