@@ -7,11 +7,12 @@ processes that are hard-killed the moment their lease is lost. See docs/supervis
 from .actions import SupervisorEvent
 from .app import Supervisor, SupervisorStats, SupervisorTimings
 from .errors import FatalSessionError, ShutdownTimeoutError, SupervisorError, WorkerAlreadyRun
-from .options import OptionError
+from .options import OptionError, QueueOutOfScope
 
 __all__ = [
     "FatalSessionError",
     "OptionError",
+    "QueueOutOfScope",
     "ShutdownTimeoutError",
     "Supervisor",
     "SupervisorError",

@@ -27,6 +27,7 @@ class SupervisorEvent:
     task_id: str | None = None
     attempt_id: str | None = None
     classification: str | None = None
+    queue_id: str | None = None  # the queue of the session it comes from
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,15 @@
-"""Supervisor: the session core, the child pool and the connection, composed in one loop.
+"""Supervisor: the child pool and one lane per queue (lane.py: a session, its connection,
+its timers and executions), composed in one loop.
 
-Every input (a frame, a child's outcome, the timer, stop()) is handed to the pure Session
-synchronously; the actions it returns are queued and one loop (``_apply``) performs them in
-order, then re-arms the one timer. That loop never re-enters itself: an action whose effect
-gives more actions (a kill's report, a change in the slots being replaced) queues them
-behind the others. Nothing awaits between a decision and its kill: ``pool.kill`` is called
-while the actions are performed (executions.py). The clocks are timers.py's.
+Each lane feeds its pure Session and performs its actions (lane.py). With several queues
+the sessions share the pool's slots (credit.SlotShare): after a pass of one lane the others
+look again at what they may offer. The run ends when every lane's session ended it; the
+first lane that fails ends the others at once (the shutdown-timeout path).
 
-Shutdown order (``_run``, top to bottom): the session says EndRun → the timers stop →
-children are killed if the run failed (a clean drain has none left) → the connection is
-closed (gracefully after a drain, aborted otherwise) → connect/execution tasks are
-cancelled → the pool is closed → the event stream is closed → return or raise.
+Shutdown order (``_run``, top to bottom): every session says EndRun → the timers stop →
+children are killed if the run failed (a clean drain has none left) → each connection is
+closed (gracefully after a drain, aborted otherwise) and its connect task cancelled, its
+executions awaited → the pool is closed → the event stream is closed → return or raise.
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ import logging
 import os
 import random
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 
 from orbit_host.credentials import Credentials, load_credentials
@@ -30,30 +28,19 @@ from orbit_host.logs import fields
 from orbit_host.tally import Histogram
 from orbit_host.tls import ca_file_from, client_ssl_context
 from orbit_host.version import installed_version
-from orbit_wire.frames import ServerFrame
 from orbit_wire.ids import new_id, new_secret
+from orbit_wire.model import Capability
 
 from . import defaults
-from .actions import (
-    Action,
-    CancelChild,
-    CloseConnection,
-    Connect,
-    Emit,
-    EndRun,
-    Execute,
-    Kill,
-    SendFrame,
-    SupervisorEvent,
-)
-from .connection import ConnectFailed, Connection, ServerUrls
-from .errors import SupervisorError, WorkerAlreadyRun
+from .actions import SupervisorEvent
+from .connection import ServerUrls
+from .credit import SlotShare
+from .errors import ShutdownTimeoutError, SupervisorError, WorkerAlreadyRun
 from .events import EventStream
-from .executions import Executions
-from .options import SupervisorOptions
+from .lane import Lane, LaneParts
+from .options import SupervisorOptions, check_queue_scope
 from .pool import ChildPool, PoolStats
-from .session import REPORT_MARGIN, Session, SessionConfig, SessionStats
-from .timers import SessionTimers
+from .session import REPORT_MARGIN, Phase, Session, SessionConfig, SessionStats
 
 log = logging.getLogger("orbit.supervisor")
 
@@ -63,17 +50,43 @@ _NOTHING_YET = SessionStats(running=0, started=0, renewals_confirmed=0, reports_
 
 @dataclass(frozen=True, slots=True)
 class SupervisorStats(SessionStats):
-    """In-process counters (not a business success rate): the session's (SessionStats),
-    the events dropped from the stream, and the child pool's."""
+    """In-process counters (not a business success rate): the sessions' (SessionStats,
+    summed over the queues; each queue's own in ``queues``), the events dropped from the
+    stream, and the child pool's."""
 
     dropped_events: int = 0
     children: PoolStats | None = None
+    queues: Mapping[str, SessionStats] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, session: SessionStats, *, dropped_events: int,
+    def of(cls, sessions: Mapping[str, SessionStats], *, dropped_events: int,
            children: PoolStats | None) -> SupervisorStats:
-        shared = {f.name: getattr(session, f.name) for f in dataclass_fields(SessionStats)}
-        return cls(**shared, dropped_events=dropped_events, children=children)
+        total = _summed(list(sessions.values()))
+        shared = {f.name: getattr(total, f.name) for f in dataclass_fields(SessionStats)}
+        return cls(**shared, dropped_events=dropped_events, children=children,
+                   queues=dict(sessions))
+
+
+# Figures of the one loop (or the measured margin) that every session samples alike: the
+# largest stands for all; every other figure is summed.
+_LARGEST = frozenset({"margin_ms", "loop_lag_ms", "reap_ms", "loop_lag_max_ms"})
+
+
+def _summed(stats: list[SessionStats]) -> SessionStats:
+    if len(stats) == 1:
+        return stats[0]
+    values: dict[str, object] = {}
+    for f in dataclass_fields(SessionStats):
+        got = [getattr(s, f.name) for s in stats]
+        if f.name == "ended":
+            ended: dict[str, int] = {}
+            for by in got:
+                for key, n in by.items():
+                    ended[key] = ended.get(key, 0) + n
+            values[f.name] = ended
+        else:
+            values[f.name] = max(got) if f.name in _LARGEST else sum(got)
+    return SessionStats(**values)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,19 +101,21 @@ class SupervisorTimings:
 
 
 class Supervisor:
-    """Runs handlers from ``MODULE:ATTR`` in child processes for one queue.
+    """Runs handlers from ``MODULE:ATTR`` in child processes for one queue, or several.
 
-    ``await run()`` once; ``stop()`` drains; ``stats()`` and ``events()`` observe. The
-    identity (instance ID + secret) is made here, kept across reconnects, never shown.
-    ``reap_orphans=True`` (what ``orbit-supervise`` uses) makes this process a child
-    subreaper that kills what a lost template's children left in other sessions
-    (orphans.py); leave it off in a process that has children of its own.
+    ``queue_id`` is one queue ID or a sequence of them: each queue gets a session of its
+    own (its own instance ID and connection) over the same children (docs/supervisor.md,
+    "Several queues"). ``await run()`` once; ``stop()`` drains; ``stats()`` and
+    ``events()`` observe. The identities (instance ID + secret) are made here, kept across
+    reconnects, never shown. ``reap_orphans=True`` (what ``orbit-supervise`` uses) makes
+    this process a child subreaper that kills what a lost template's children left in other
+    sessions (orphans.py); leave it off in a process that has children of its own.
     """
 
     def __init__(
         self,
         handlers: str,
-        queue_id: str,
+        queue_id: str | Sequence[str],
         credentials: Credentials | str | os.PathLike[str],
         url: str | Sequence[str] | None = None,
         workers: int = defaults.WORKERS,
@@ -119,8 +134,9 @@ class Supervisor:
         grants: bool = True,
         report_exception_messages: bool = False,
     ) -> None:
+        queue_ids = (queue_id,) if isinstance(queue_id, str) else tuple(queue_id)
         self.options = SupervisorOptions(
-            queue_id=queue_id, workers=workers, shutdown_timeout=shutdown_timeout,
+            queue_ids=queue_ids, workers=workers, shutdown_timeout=shutdown_timeout,
             reconnect_min_delay=reconnect_min_delay, reconnect_max_delay=reconnect_max_delay,
             max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
             child_nice=child_nice, prefetch=prefetch, grants=grants,
@@ -128,6 +144,7 @@ class Supervisor:
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
+        check_queue_scope(queue_ids, credentials.credential_id, credentials.queues)
         self._credentials = credentials
         # --url, repeated: the servers in failover order; else the credentials file's.
         given = [url] if isinstance(url, str) else list(url or ())
@@ -137,27 +154,21 @@ class Supervisor:
         self._ssl = client_ssl_context(ca) if ca is not None and any(
             u.startswith("wss:") for u in self.urls.all) else None
         self.handlers = handlers
-        self.instance_id = new_id(int(time.time() * 1000))
-        self._instance_secret = new_secret()
+        # One instance per queue: the server binds an instance to one queue.
+        now_ms = int(time.time() * 1000)
+        self.instance_ids = {q: new_id(now_ms) for q in queue_ids}
+        self.instance_id = self.instance_ids[queue_ids[0]]
+        self._instance_secrets = {q: new_secret() for q in queue_ids}
         self._log = logger or log
         self._reap_orphans = reap_orphans
         self._capture = capture_child_output
         self._events = EventStream()
         self._ran = False
-        self._session: Session | None = None
+        self._lanes: list[Lane] = []
         self._pool: ChildPool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._conn: Connection | None = None
-        self._connect_task: asyncio.Task[None] | None = None
-        self._tasks: asyncio.TaskGroup | None = None
-        self._timers: SessionTimers | None = None
-        self._executions: Executions | None = None
-        self._finished: asyncio.Future[SupervisorError | None] | None = None
-        # The actions still to perform in this pass, and whether a pass is running.
-        self._queued: deque[Action] = deque()
-        self._performing = False
-        self._pending_stop: bool | None = None  # stop() before run() reached the loop
-        self._connect_attempts = 0
+        self._pending_stop: bool | None = None  # stop() before run() reached the lanes
+        self._nudging = False
         self._kill_latency = Histogram()
         self._loop_lag = Histogram()
 
@@ -190,15 +201,27 @@ class Supervisor:
 
         Call from the loop's thread (or through ``loop.call_soon_threadsafe``).
         """
-        if self._session is None or self._loop is None:
+        if not self._lanes:
             self._pending_stop = force or bool(self._pending_stop)
             return
-        self._apply(self._session.request_stop(self._loop.time(), force=force))
+        for lane in self._lanes:
+            lane.stop(force=force)
+
+    def running_by_queue(self) -> dict[str, int]:
+        """Handlers running (or being killed) now, by queue."""
+        return {lane.queue_id: lane.session.executing for lane in self._lanes}
+
+    def running_attempts(self) -> list[tuple[str, str]]:
+        """(task ID, attempt ID) of every handler running (or being killed) now."""
+        return [(att.task_id, att.attempt_id) for lane in self._lanes
+                for att in lane.session.attempts.values()
+                if att.phase in (Phase.RUNNING, Phase.KILLING)]
 
     def stats(self) -> SupervisorStats:
-        session = self._session.stats() if self._session is not None else _NOTHING_YET
+        sessions = {lane.queue_id: lane.session.stats() for lane in self._lanes} or {
+            self.options.queue_id: _NOTHING_YET}
         return SupervisorStats.of(
-            session, dropped_events=self._events.dropped,
+            sessions, dropped_events=self._events.dropped,
             children=self._pool.stats() if self._pool is not None else None)
 
     def timings(self) -> SupervisorTimings:
@@ -217,8 +240,8 @@ class Supervisor:
 
     @property
     def connected(self) -> bool:
-        """Whether a connection to the server is open now."""
-        return self._conn is not None
+        """Whether a connection to the server is open now (every queue's, with several)."""
+        return bool(self._lanes) and all(lane.conn is not None for lane in self._lanes)
 
     def events(self) -> AsyncIterator[SupervisorEvent]:
         """The local event stream: 128 buffered, drops counted, ends when run() returns."""
@@ -237,63 +260,46 @@ class Supervisor:
                          child_nice=opts.child_nice, capture_output=self._capture,
                          exception_messages=opts.report_exception_messages)
         self._pool = pool
+        errors: list[SupervisorError | None] = []
         try:
             capabilities = await pool.start()  # HandlerSpecError: before any connection
-            self._log.info("handlers ready: %s; %d children", ", ".join(map(str, capabilities)),
-                           opts.workers, extra=fields(
+            self._log.info("handlers ready: %s; %d children; queue%s %s",
+                           ", ".join(map(str, capabilities)), opts.workers,
+                           "s" if len(opts.queue_ids) > 1 else "", ", ".join(opts.queue_ids),
+                           extra=fields(
                                "handlers_ready", instance_id=self.instance_id,
-                               queue_id=opts.queue_id, workers=opts.workers,
+                               queue_id=opts.queue_id, queue_ids=list(opts.queue_ids),
+                               workers=opts.workers,
                                capabilities=[str(c) for c in capabilities]))
-            creds = self._credentials
-            self._session = Session(SessionConfig(
-                credential_id=creds.credential_id, credential_secret=creds.secret,
-                instance_id=self.instance_id, instance_secret=self._instance_secret,
-                queue_id=opts.queue_id, capabilities=capabilities, capacity=opts.workers,
-                policies=pool.policies, shutdown_timeout=opts.shutdown_timeout,
-                reconnect_min_delay=opts.reconnect_min_delay,
-                reconnect_max_delay=opts.reconnect_max_delay,
-                report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
-                agent=_agent(), prefetch=opts.prefetch, grants=opts.grants,
-            ), random.random)
-            self._timers = timers = SessionTimers(
-                loop, self._session, pool, perform=self._apply, on_error=self._internal_error,
-                loop_lag=self._loop_lag)
-            self._finished = loop.create_future()
-            # Every task (connection, executions) is owned by this group; the shutdown below
-            # ends them all before the group exits.
+            # Every task (connections, executions) is owned by this group; the shutdown
+            # below ends them all before the group exits.
             async with asyncio.TaskGroup() as tasks:
-                self._tasks = tasks
-                self._executions = executions = Executions(
-                    loop, self._session, pool, log=self._log, spawn=tasks.create_task,
-                    perform=self._apply, timers_first=timers.due_first,
-                    on_error=self._internal_error, kill_latency=self._kill_latency)
-                self._apply(self._session.start(loop.time()))
-                timers.probe_lag()
+                parts = LaneParts(loop, pool, self._events, self.urls, self._ssl,
+                                  tasks.create_task, self._kill_latency, self._after_pass)
+                self._lanes = self._make_lanes(parts, capabilities)
+                for lane in self._lanes:
+                    lane.begin()
                 if self._pending_stop is not None:
                     self.stop(force=self._pending_stop)
-                error = await self._finished
+                errors = await self._ended()
                 # --- shutdown, in this order ---
-                timers.cancel()
-                if error is not None:
+                for lane in self._lanes:
+                    lane.timers.cancel()
+                if any(e is not None for e in errors):
                     await pool.close(kill=True)  # kill what still runs
-                if self._conn is not None:
-                    if error is None:
-                        await self._conn.close()  # drained: a clean close
-                    else:
-                        self._conn.abort()  # pending control requests are abandoned
-                if self._connect_task is not None:
-                    self._connect_task.cancel()
-                await executions.end()
+                for lane, error in zip(self._lanes, errors, strict=True):
+                    await lane.close(error)
         finally:
-            if self._timers is not None:
-                self._timers.cancel()
+            for lane in self._lanes:
+                lane.timers.cancel()
             await pool.close(kill=True)
+        error = _first_error(errors)
         if error is not None:
             self._log.error("supervisor stopped: %s", error.message, extra=fields(
                 "supervisor_stopped", instance_id=self.instance_id, unconfirmed=error.unconfirmed,
                 running=error.running))
             raise error
-        stats = self._session.stats()
+        stats = self.stats()
         confirmed = stats.reports_confirmed + stats.evidence_confirmed
         self._log.info("drained: started=%d confirmed=%d late_kills=%d loop_lag_max_ms=%.1f "
                        "margin_ms=%.1f", stats.started, confirmed, stats.late_kills,
@@ -303,132 +309,102 @@ class Supervisor:
                            loop_lag_max_ms=round(stats.loop_lag_max_ms, 1),
                            margin_ms=round(stats.margin_ms, 1)))
 
-    # ------------------------------------------------------------------ actions
+    def _make_lanes(self, parts: LaneParts, capabilities: tuple[Capability, ...]
+                    ) -> list[Lane]:
+        opts, creds = self.options, self._credentials
+        several = len(opts.queue_ids) > 1
+        share = SlotShare(opts.workers + opts.prefetch) if several else None
+        lanes = []
+        for index, queue_id in enumerate(opts.queue_ids):
+            session = Session(SessionConfig(
+                credential_id=creds.credential_id, credential_secret=creds.secret,
+                instance_id=self.instance_ids[queue_id],
+                instance_secret=self._instance_secrets[queue_id],
+                queue_id=queue_id, capabilities=capabilities, capacity=opts.workers,
+                policies=parts.pool.policies, shutdown_timeout=opts.shutdown_timeout,
+                reconnect_min_delay=opts.reconnect_min_delay,
+                reconnect_max_delay=opts.reconnect_max_delay,
+                report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
+                agent=_agent(), prefetch=opts.prefetch, grants=opts.grants,
+            ), random.random, share=share)
+            # With several queues each lane's records name its queue (logger and field).
+            lane_log = _queue_logger(self._log, queue_id) if several else self._log
+            # The first lane's lag probe fills the histogram (one loop, sampled once).
+            loop_lag = self._loop_lag if index == 0 else Histogram()
+            lanes.append(Lane(session, parts, lane_log, loop_lag))
+        return lanes
 
-    def _apply(self, actions: list[Action]) -> None:
-        """Queue the session's actions; unless a pass is running already (this call comes
-        from one of its actions), perform every queued action in order, tell the session
-        about the slots being replaced, and re-arm the timer."""
-        self._queued.extend(actions)
-        if self._performing:
+    async def _ended(self) -> list[SupervisorError | None]:
+        """Wait until every lane's session ended the run; the first that ends with an error
+        takes the others down the shutdown-timeout path at once (their children are killed
+        and reported). Returns each lane's end, in order."""
+        pending = {lane.finished for lane in self._lanes}
+        forced = False
+        while pending:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            failed = any(lane.finished.done() and lane.finished.result() is not None
+                         for lane in self._lanes)
+            if failed and not forced and pending:
+                forced = True
+                for lane in self._lanes:
+                    if not lane.finished.done():
+                        lane.stop(force=True)
+        return [lane.finished.result() for lane in self._lanes]
+
+    def _after_pass(self, lane: Lane) -> None:
+        """A lane performed a pass: with several queues the others look again at what the
+        shared slots let them offer (not again from inside one of their own passes)."""
+        if self._nudging or len(self._lanes) < 2:
             return
-        timers = self._timers
-        assert timers is not None
-        self._performing = True
+        self._nudging = True
         try:
-            while True:
-                while self._queued:
-                    self._perform(self._queued.popleft())
-                more = timers.replacing()
-                if not more:
-                    break
-                self._queued.extend(more)
-        except BaseException:
-            self._queued.clear()  # the run ends with this error: nothing else is done
-            raise
+            for other in self._lanes:
+                if other is not lane:
+                    other.nudge()
         finally:
-            self._performing = False
-        timers.rearm()
-
-    def _perform(self, action: Action) -> None:
-        executions = self._executions
-        assert executions is not None
-        match action:
-            case SendFrame(frame=frame):
-                if self._conn is not None:
-                    self._conn.send(frame)
-            case Execute(attempt=att):
-                executions.start(att)
-            case Kill(attempt=att, reason=reason, code=code, late_by=late):
-                self._queued.extend(executions.kill(att, reason, code, late))
-            case CancelChild(attempt=att):
-                executions.cancel(att)
-            case Emit(event=event):
-                self._events.publish(event)
-                if self._log.isEnabledFor(logging.DEBUG):
-                    self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
-                                    event.classification or "", extra=fields(
-                                        "supervisor_event", type=event.type,
-                                        attempt_id=event.attempt_id, task_id=event.task_id,
-                                        classification=event.classification))
-            case Connect(delay=delay):
-                self._connect_task = self._spawn(self._connect(delay))
-            case CloseConnection(reason=reason):
-                self._log.warning("dropping the connection: %s", reason, extra=fields(
-                    "connection_dropped", reason=reason, instance_id=self.instance_id))
-                if self._conn is not None:
-                    self._conn.abort()
-            case EndRun(error=error):
-                if self._finished is not None and not self._finished.done():
-                    self._finished.set_result(error)
-
-    def _spawn(self, coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
-        assert self._tasks is not None
-        return self._tasks.create_task(coro)
+            self._nudging = False
 
     def _on_child_ready(self) -> None:
         """A replacement child is ready (the pool's callback): offer its slot now."""
-        if self._timers is not None:
-            self._timers.child_ready()
+        for lane in self._lanes:
+            lane.timers.child_ready()
 
-    # ------------------------------------------------------------------ tasks
 
-    def _internal_error(self, where: str, exc: BaseException) -> None:
-        """A bug must end the run with an error, never hang it or leave children running."""
-        self._log.error("internal error in %s", where, exc_info=exc,
-                        extra=fields("internal_error", where=where))
-        if self._finished is not None and not self._finished.done():
-            session = self._session
-            self._finished.set_result(SupervisorError(
-                f"internal error in {where}: {type(exc).__name__}",
-                unconfirmed=session.unconfirmed if session else 0,
-                running=session.executing if session else 0))
+def _queue_logger(base: logging.Logger, queue_id: str) -> logging.Logger:
+    """``base``'s child for one queue: its name ends with the queue ID, and every record
+    carries ``queue_id`` (a field of the JSON log)."""
+    logger = base.getChild(queue_id)
+    if not any(isinstance(f, _QueueField) for f in logger.filters):
+        logger.addFilter(_QueueField(queue_id))
+    return logger
 
-    async def _connect(self, delay: float) -> None:
-        try:
-            await self._connect_and_read(delay)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._internal_error("the connection task", exc)
 
-    async def _connect_and_read(self, delay: float) -> None:
-        session, loop = self._session, self._loop
-        assert session is not None and loop is not None
-        if delay > 0:
-            await asyncio.sleep(delay)
-        self._connect_attempts += 1
-        url = self.url
-        try:
-            conn = await Connection.open(
-                url, ssl_context=self._ssl if url.startswith("wss:") else None)
-        except ConnectFailed as exc:
-            self.urls.connect_failed()
-            following = f"; next: {self.url}" if self.url != url else ""
-            self._log.warning("cannot reach %s (attempt %d): %s%s", url,
-                              self._connect_attempts, exc, following, extra=fields(
-                                  "connect_failed", url=url,
-                                  attempt=self._connect_attempts, reason=exc.reason))
-            self._apply(session.connect_failed(loop.time(), exc.reason))
-            return
-        self._log.info("connected to %s", self.url, extra=fields(
-            "connected", url=self.url, instance_id=self.instance_id,
-            queue_id=self.options.queue_id))
-        self._conn = conn
-        self._apply(session.connected(loop.time()))
-        reason = await conn.run(self._on_frame)
-        if self._conn is conn:
-            self._conn = None
-        if not session.done:
-            self._log.warning("connection lost: %s", reason, extra=fields(
-                "connection_lost", url=self.url, reason=reason))
-        self._apply(session.connection_lost(loop.time(), reason))
+class _QueueField(logging.Filter):
+    def __init__(self, queue_id: str) -> None:
+        super().__init__()
+        self.queue_id = queue_id
 
-    def _on_frame(self, frame: ServerFrame) -> None:
-        assert self._session is not None and self._loop is not None
-        assert self._timers is not None
-        self._timers.due_first()
-        self._apply(self._session.frame_received(frame, self._loop.time()))
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "queue_id", None) is None:
+            record.queue_id = self.queue_id
+        return True
+
+
+def _first_error(errors: list[SupervisorError | None]) -> SupervisorError | None:
+    """The run's error: the first lane's that is not the shutdown timeout (a fatal session
+    error, a bug), else the shutdown timeout with every lane's counts together."""
+    failed = [e for e in errors if e is not None]
+    if not failed:
+        return None
+    for error in failed:
+        if not isinstance(error, ShutdownTimeoutError):
+            return error
+    if len(failed) == 1:
+        return failed[0]
+    first = failed[0]
+    assert isinstance(first, ShutdownTimeoutError)
+    return ShutdownTimeoutError.of(first.why, unconfirmed=sum(e.unconfirmed for e in failed),
+                                   running=sum(e.running for e in failed))
 
 
 def _agent() -> str:

@@ -1,6 +1,7 @@
 """``orbit-supervise [OPTIONS] MODULE:ATTR``: parse options, build a Supervisor, run it.
 
-Signals: SIGTERM or SIGINT drain; a second SIGINT takes the shutdown-timeout path at once.
+Signals: SIGTERM or SIGINT drain (logged at once: what runs, by queue, and what comes next);
+a second one of either takes the shutdown-timeout path at once.
 Errors found before connecting (credentials, handlers, options) print one line, no traceback.
 """
 
@@ -11,11 +12,11 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from orbit_host.credentials import CredentialsFileError, load_credentials
+from orbit_host.credentials import Credentials, CredentialsFileError, load_credentials
 from orbit_host.isolation import (
     ChildIsolation,
     resolve_user,
@@ -38,6 +39,7 @@ from .options import (
     SHUTDOWN_TIMEOUT_RANGE,
     WORKERS_RANGE,
     OptionError,
+    QueueOutOfScope,
     parse_size,
 )
 from .template_link import set_child_isolation
@@ -60,7 +62,7 @@ Exit codes:
   5  fatal session error: authentication, permission or protocol
   6  shutdown timeout: children killed; unconfirmed and running counts printed
 \b
-Signals: SIGTERM or SIGINT drain; a second SIGINT stops at once (exit 6).
+Signals: SIGTERM or SIGINT drain; a second one stops at once (exit 6).
 An unreachable server is retried with backoff, logging each attempt.
 """
 
@@ -113,8 +115,10 @@ def _fail(code: int, message: str) -> None:
                    "space-separated); default: the credentials file's.")
 @click.option("--credentials-file", envvar="ORBIT_CREDENTIALS_FILE", required=True,
               type=click.Path(dir_okay=False), help="Worker credentials file (0600).")
-@click.option("--queue", "queue_id", envvar="ORBIT_QUEUE_ID",
-              help="Queue ID; default: the credentials file's only queue.")
+@click.option("--queue", "queue_ids", envvar="ORBIT_QUEUE_ID", multiple=True,
+              help="Queue ID to serve; repeat it to serve several queues with the same "
+                   "children (docs/supervisor.md, Several queues). Default: the "
+                   "credentials file's only queue.")
 @click.option("--workers", default=defaults.WORKERS, show_default=True,
               type=click.IntRange(*WORKERS_RANGE),
               help="Child processes (handlers running at once).")
@@ -166,7 +170,7 @@ def _fail(code: int, message: str) -> None:
               type=click.Choice(LOG_FORMATS),
               help="text for people; json: one record per line (docs/observability.md).")
 @click.version_option(package_name=DISTRIBUTION, prog_name="orbit-supervise")
-def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_id: str | None,
+def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_ids: tuple[str, ...],
          workers: int, prefetch: int, grants: bool, shutdown_timeout: float,
          reconnect_min_delay: float,
          reconnect_max_delay: float, max_tasks_per_child: int | None,
@@ -174,25 +178,19 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_id: 
          child_rlimit_as: int | None, child_rlimit_cpu: int | None, child_nofile: int | None,
          ca_file: str | None, child_nice: int, report_exception_messages: bool,
          metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> None:
-    """Run handlers from MODULE:ATTR in isolated child processes for one queue."""
+    """Run handlers from MODULE:ATTR in isolated child processes for one queue or several."""
     _setup_logging(log_level, log_format)
     try:
         creds = load_credentials(credentials_file)
     except CredentialsFileError as exc:
         _fail(EXIT_CREDENTIALS, exc.message)
     _harden(child_user, child_rlimit_as, child_rlimit_cpu, child_nofile)
-    if queue_id is None:
-        if len(creds.queues) != 1:
-            _fail(EXIT_USAGE, "--queue is required: the credentials file lists "
-                              f"{len(creds.queues)} queues")
-        queue_id = creds.queues[0]
-    if not is_id(queue_id):
-        _fail(EXIT_USAGE, "--queue must be a 32-character lowercase hex queue ID")
+    queues = _queues(queue_ids, creds)
     if ":" not in handlers:
         _fail(EXIT_USAGE, f"MODULE:ATTR expected, got {handlers!r}")
     try:
         sup = Supervisor(
-            handlers, queue_id, creds, url=urls or None, workers=workers,
+            handlers, queues, creds, url=urls or None, workers=workers,
             shutdown_timeout=shutdown_timeout, reconnect_min_delay=reconnect_min_delay,
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child, child_nice=child_nice,
@@ -203,11 +201,39 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_id: 
         )
     except CaFileError as exc:
         _fail(EXIT_USAGE, exc.message)
+    except QueueOutOfScope as exc:
+        _fail(EXIT_FATAL_SESSION, f"permission denied: {exc.message}")
     except (OptionError, ValueError) as exc:
         _fail(EXIT_USAGE, str(exc))
     with _runner() as runner:
         code = runner.run(_run(sup, metrics_host, metrics_port))
-    sys.exit(code)
+    _exit_now(code)
+
+
+def _queues(queue_ids: tuple[str, ...], creds: Credentials) -> tuple[str, ...]:
+    """The queues to serve: each ``--queue`` (ORBIT_QUEUE_ID may hold several, separated
+    by spaces), else the credentials file's only queue."""
+    if not queue_ids:
+        if len(creds.queues) != 1:
+            _fail(EXIT_USAGE, "--queue is required: the credentials file lists "
+                              f"{len(creds.queues)} queues")
+        return creds.queues[:1]
+    for queue_id in queue_ids:
+        if not is_id(queue_id):
+            _fail(EXIT_USAGE, "--queue must be a 32-character lowercase hex queue ID, got "
+                              f"{queue_id!r}")
+    return queue_ids
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process as soon as the run is over: the children are reaped, the connections
+    closed and every log record written, so nothing is left for the interpreter's teardown,
+    which on a loaded host took longer than the half second a shutdown timeout may overrun
+    (docs/supervisor.md, "Signals")."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _runner() -> asyncio.Runner:
@@ -263,15 +289,16 @@ async def _run(sup: Supervisor, metrics_host: str, metrics_port: int | None) -> 
 
 
 async def _supervise(sup: Supervisor, loop: asyncio.AbstractEventLoop) -> int:
-    interrupts = 0
+    signals = 0
 
-    def on_sigint() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        sup.stop(force=interrupts > 1)
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal signals
+        signals += 1
+        _log_stop(sup, sig, forced=signals > 1)
+        sup.stop(force=signals > 1)
 
-    loop.add_signal_handler(signal.SIGTERM, sup.stop)
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await sup.run()
     except HandlerSpecError as exc:
@@ -295,6 +322,35 @@ async def _supervise(sup: Supervisor, loop: asyncio.AbstractEventLoop) -> int:
     return _ended(EXIT_DRAINED, f"drained started={stats.started} confirmed={confirmed} "
                   f"running={stats.running}", started=stats.started, confirmed=confirmed,
                   running=stats.running)
+
+
+# The running attempts the first stop signal's record names (the rest are counted).
+_NAMED_AT_STOP = 8
+
+
+def _log_stop(sup: Supervisor, sig: signal.Signals, *, forced: bool) -> None:
+    """Say at once what a stop signal does: what is drained, for how long, and what a
+    second signal would do (or, for that second one, that it does it now)."""
+    running = sup.running_by_queue()
+    total = sum(running.values())
+    log = logging.getLogger("orbit.supervisor")
+    if forced:
+        log.warning("%s again: killing %d running handler(s) now and reporting them",
+                    sig.name, total, extra=fields("stopping", signal=sig.name, forced=True,
+                                                   running=total, queues=running))
+        return
+    by_queue = ", ".join(f"{n} on queue {q}" for q, n in running.items())
+    attempts = sup.running_attempts()
+    named = "; ".join(f"task {t} attempt {a}" for t, a in attempts[:_NAMED_AT_STOP])
+    if len(attempts) > _NAMED_AT_STOP:
+        named += f"; {len(attempts) - _NAMED_AT_STOP} more"
+    timeout = sup.options.shutdown_timeout
+    log.warning("%s: draining: no new tasks; waiting for %d running handler(s) (%s%s) for at "
+                "most %g s (--shutdown-timeout), then they are killed and reported; a "
+                "second SIGINT or SIGTERM kills them now", sig.name, total, by_queue or
+                "none", f": {named}" if named else "", timeout, extra=fields(
+                    "stopping", signal=sig.name, forced=False, running=total, queues=running,
+                    attempts=[a for _, a in attempts], shutdown_timeout_s=timeout))
 
 
 def _ended(code: int, message: str, **values: object) -> int:

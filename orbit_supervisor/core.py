@@ -43,7 +43,7 @@ from .actions import (
 )
 from .attempts import Attempt, AttemptTable, Event, Phase
 from .batching import BatchHold
-from .credit import CreditLedger
+from .credit import CreditLedger, SlotShare
 from .errors import FatalSessionError, ShutdownTimeoutError, SupervisorError
 from .kill_reports import KillReports, kill_code
 from .lease import Lease
@@ -58,7 +58,13 @@ from .session_types import (
     SessionStats,
 )
 
-__all__ = ["SessionCore", "event"]
+__all__ = ["FINAL_REPORTS_WINDOW", "SessionCore", "event"]
+
+# After the shutdown timeout's kills (or a forced stop's), how long the run waits for the
+# server to answer their reports before it ends anyway: the report leaves at once, so a
+# task does not sit RUNNING until its lease expires, and the timeout still holds to within
+# this window (docs/supervisor.md, "Signals").
+FINAL_REPORTS_WINDOW = 0.25
 
 def event(kind: str, att: Attempt | None = None, classification: str | None = None,
           reservation: Reservation | None = None) -> Emit:
@@ -75,7 +81,8 @@ def event(kind: str, att: Attempt | None = None, classification: str | None = No
 class SessionCore:
     """The shared state and moves; Session (session.py) is the class to use."""
 
-    def __init__(self, config: SessionConfig, rng: Callable[[], float]) -> None:
+    def __init__(self, config: SessionConfig, rng: Callable[[], float], *,
+                 share: SlotShare | None = None) -> None:
         if not 0 <= config.prefetch <= config.capacity:
             raise ValueError(f"prefetch must be in [0, {config.capacity}] (the capacity)")
         self.config = config
@@ -84,10 +91,18 @@ class SessionCore:
         self._attempts = AttemptTable()
         self._outbox = Outbox()
         # What the session may hold started or about to start: the children, and the
-        # prefetch (which keeps known attempts within the protocol's 2 x capacity).
-        self._credit = CreditLedger(config.capacity + config.prefetch)
+        # prefetch (which keeps known attempts within the protocol's 2 x capacity); with
+        # several queues, what the other queues' sessions hold of them is not offered.
+        self._credit = CreditLedger(config.capacity + config.prefetch, share=share,
+                                    member=self)
+        if share is not None:
+            share.join(self)
         self._kill_reports = KillReports()
         self.stop_deadline: float | None = None
+        # The run ends with this error once the kills' reports are answered, or at
+        # ``final_until`` (the shutdown timeout ran out, or a forced stop).
+        self._final: SupervisorError | None = None
+        self.final_until: float | None = None
         self.drain_acked = False
         self._drain_queued = False
         self._batching = BatchHold(config.cpus)
@@ -171,6 +186,23 @@ class SessionCore:
         return self._link.done
 
     @property
+    def ending(self) -> bool:
+        """The run is ending: children killed, only their reports still go out."""
+        return self._final is not None
+
+    def slots_held(self) -> int:
+        """The shared slots this session holds (credit.SlotShare): its known attempts, its
+        claims and its credit; at least one while it may still take work."""
+        held = len(self._attempts) + self._credit.claiming + self._credit.outstanding
+        if self.stop_deadline is None and not self.done:
+            return max(1, held)
+        return held
+
+    def slots_running(self) -> int:
+        """The shared slots whose attempt runs (or is being killed) or is being started."""
+        return self.executing + self._attempts.count(Phase.STARTING)
+
+    @property
     def _in_children(self) -> int:
         """Executions that hold a child (a prefetched one beyond the children waits)."""
         return min(self.executing, self.config.capacity)
@@ -187,13 +219,16 @@ class SessionCore:
                  actions: list[Action]) -> None:
         """The server confirmed the start of a STARTING attempt: run it, unless the lease
         already ran out locally or the task was cancelled meanwhile."""
-        if (att.lease.grant(sent_at, lease_ms, now, margin=self._margin.value())
+        if (not self.ending and att.lease.grant(sent_at, lease_ms, now,
+                                                margin=self._margin.value())
                 and not att.cancelled):
             self._run(att, now, actions)
             return
-        # Confirmed too late (the local lease already ran out) or cancelled meanwhile: the
-        # handler never runs, and the server hears so at once instead of at lease expiry.
-        reason = KILL_TASK_CANCELLED if att.cancelled else KILL_LEASE_LOST
+        # Confirmed too late (the local lease already ran out), cancelled meanwhile or while
+        # the run ends: the handler never runs, and the server hears so at once instead of
+        # at lease expiry.
+        reason = (KILL_SHUTDOWN if self.ending
+                  else KILL_TASK_CANCELLED if att.cancelled else KILL_LEASE_LOST)
         att.lease.lose()
         att.decide_kill(reason)
         att.fire(Event.NOT_RUN)
@@ -271,9 +306,10 @@ class SessionCore:
     def _progress(self, now: float, actions: list[Action]) -> None:
         """After any input: start what has a slot, send queued ops, offer credit, finish."""
         outbox = self._outbox
-        self._start_reserved()
+        if not self.ending:
+            self._start_reserved()
         if (self.stop_deadline is not None and not self.drain_acked and not self._drain_queued
-                and self._link.ready):
+                and self._link.ready and not self.ending):
             self._drain_queued = True
             outbox.queue(DrainOp(outbox.new_msg_id()))
         self._hold_until = None  # re-decided below, only while a request could go out
@@ -286,6 +322,7 @@ class SessionCore:
             self._send_request(batch, now, actions)
         self._offer_credit(now, actions)
         self._check_done(now, actions)
+        self._check_reported(now, actions)
 
     def _hold(self, now: float) -> bool:  # sets _hold_until (None: no hold)
         """True to hold back a request while only starts and finishes are queued and a
@@ -303,7 +340,8 @@ class SessionCore:
     def _start_reserved(self) -> None:
         # A start goes out only when a child slot is free, so a confirmed lease never ticks
         # while its handler waits for a child (unless the operator opted in to a prefetch).
-        slots = self._credit.slots - self.executing - self._attempts.count(Phase.STARTING)
+        slots = (self._credit.slots - self.slots_running()
+                 - self._credit.running_elsewhere())
         if slots <= 0:
             return
         for att in list(islice(self._attempts.in_phase(Phase.RESERVED).values(), slots)):
@@ -358,7 +396,7 @@ class SessionCore:
 
     def _check_done(self, now: float, actions: list[Action]) -> None:
         if (self.stop_deadline is None or not self.drain_acked or self._attempts
-                or not self._outbox.idle or self.done):
+                or not self._outbox.idle or self.done or self.ending):
             return
         self._link.fire(ConnEvent.ENDED)
         actions.append(event("drained"))
@@ -366,13 +404,41 @@ class SessionCore:
 
     def _end_with_timeout(self, now: float, actions: list[Action], *,
                           forced: bool = False) -> None:
+        """Kill what runs (kill reason SHUTDOWN) and send the kills' reports, as any kill's,
+        for at most FINAL_REPORTS_WINDOW; then the run ends with ShutdownTimeoutError."""
+        if self.ending:
+            return
         running, unconfirmed = self.executing, self.unconfirmed
         why = ("forced stop" if forced
                else f"shutdown timeout ({self.config.shutdown_timeout:g} s) ran out")
-        self._end(actions, event("shutdown_timeout"), ShutdownTimeoutError(
-            f"{why} with {unconfirmed} unconfirmed result(s) and {running} running "
-            f"handler(s)",
-            unconfirmed=unconfirmed, running=running))
+        self._final = ShutdownTimeoutError.of(why, unconfirmed=unconfirmed, running=running)
+        self.final_until = now + FINAL_REPORTS_WINDOW
+        actions.append(event("shutdown_timeout"))
+        for att in list(self._attempts):
+            self._kill(att, KILL_SHUTDOWN, actions)  # each report is queued as it is killed
+        self._outbox.keep_only_reports()
+        if not self._link.ready:
+            self._end_final(actions)  # no connection to report on
+            return
+        self._progress(now, actions)
+
+    def _check_reported(self, now: float, actions: list[Action]) -> None:
+        """While the run ends: end it once every kill's report (and every finish queued
+        before) was answered, or the window is over."""
+        if not self.ending or self.done:
+            return
+        reported = (self._outbox.idle
+                    and not self._attempts.count(Phase.RUNNING)
+                    and all(att.kill_msg is not None
+                            for att in self._attempts.in_phase(Phase.KILLING).values()))
+        if reported or (self.final_until is not None and now >= self.final_until):
+            self._end_final(actions)
+
+    def _end_final(self, actions: list[Action]) -> None:
+        assert self._final is not None
+        self._link.fire(ConnEvent.ENDED)
+        self._outbox.abandon()
+        actions.append(EndRun(self._final))
 
     def _fatal(self, code: ErrorCode, message: str, actions: list[Action]) -> None:
         self._end(actions, event("fatal", classification=str(code)), FatalSessionError(

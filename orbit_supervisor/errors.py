@@ -44,6 +44,15 @@ class ShutdownTimeoutError(SupervisorError):
     def __init__(self, message: str, *, unconfirmed: int = 0, running: int = 0) -> None:
         super().__init__(message, unconfirmed=unconfirmed, running=running,
                          code=ErrorCode.UNAVAILABLE)
+        self.why = message
+
+    @classmethod
+    def of(cls, why: str, *, unconfirmed: int, running: int) -> ShutdownTimeoutError:
+        """``why`` ("forced stop", "shutdown timeout (8 s) ran out") with the counts."""
+        error = cls(f"{why} with {unconfirmed} unconfirmed result(s) and {running} running "
+                    f"handler(s)", unconfirmed=unconfirmed, running=running)
+        error.why = why
+        return error
 
 
 class WorkerAlreadyRun(OrbitError, RuntimeError):

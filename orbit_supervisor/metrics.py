@@ -71,10 +71,9 @@ def _rss(pids: list[int]) -> list[int]:
 class SupervisorCollector(Collector):
     """The supervisor's series (docs/observability.md), read at scrape time."""
 
-    def __init__(self, sup: Supervisor, capacity: int, queue_id: str, version: str) -> None:
+    def __init__(self, sup: Supervisor, capacity: int, version: str) -> None:
         self._sup = sup
         self._capacity = capacity
-        self._queue = queue_id
         self._version = version
 
     def snapshot(self) -> _Snapshot | None:
@@ -96,9 +95,12 @@ class SupervisorCollector(Collector):
             return None
 
     def collect(self) -> Iterator[Metric]:
-        info = GaugeMetricFamily("orbit_supervisor_info", "This supervisor (value 1).",
+        info = GaugeMetricFamily("orbit_supervisor_info",
+                                 "This supervisor (value 1): one series per queue it serves, "
+                                 "with that queue's instance.",
                                  labels=("version", "queue", "instance_id"))
-        info.add_metric((self._version, self._queue, self._sup.instance_id), 1)
+        for queue_id, instance_id in self._sup.instance_ids.items():
+            info.add_metric((self._version, queue_id, instance_id), 1)
         yield info
         snap = self.snapshot()
         if snap is None:
@@ -122,6 +124,15 @@ class SupervisorCollector(Collector):
         yield GaugeMetricFamily("orbit_supervisor_running",
                                 "Attempts whose handler runs or is being killed.",
                                 value=s.running)
+        by_queue = GaugeMetricFamily("orbit_supervisor_queue_running",
+                                     "Attempts whose handler runs or is being killed, by "
+                                     "queue.", labels=("queue",))
+        for queue_id, q in s.queues.items():
+            by_queue.add_metric((queue_id,), q.running)
+        yield by_queue
+        yield counter("orbit_supervisor_queue_attempts_started_total",
+                      "Handlers started, by queue.", ("queue",),
+                      _counts({queue_id: q.started for queue_id, q in s.queues.items()}))
         yield from self._counters(s)
         yield histogram("orbit_supervisor_kill_latency_seconds",
                         "Local lease expiry (or the kill decision) to the killed child's "
@@ -192,8 +203,7 @@ class MetricsServer:
 
     def __init__(self, sup: Supervisor, host: str, port: int, version: str) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SupervisorCollector(sup, sup.options.workers,
-                                                   sup.options.queue_id, version))
+        self.registry.register(SupervisorCollector(sup, sup.options.workers, version))
         self.registry.register(ProcessCollector(registry=None))
         self._server: Any
         self._thread: threading.Thread

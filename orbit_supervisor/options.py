@@ -28,9 +28,34 @@ class OptionError(OrbitError, ValueError):
         super().__init__(ErrorCode.BAD_REQUEST, message)
 
 
+class QueueOutOfScope(OrbitError, ValueError):
+    """A queue to serve that the worker credential may not consume (PERMISSION_DENIED),
+    found before anything starts; the message names the queue and the credential's scope.
+    A ValueError too, like every bad argument to ``Supervisor(...)``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.PERMISSION_DENIED, message)
+
+
+def check_queue_scope(queue_ids: tuple[str, ...], credential_id: str,
+                      scope: tuple[str, ...]) -> None:
+    """Raise QueueOutOfScope for the first queue the credential's file does not list (a file
+    that lists none is left to the server, whose hello checks every queue anyway)."""
+    if not scope:
+        return
+    for queue_id in queue_ids:
+        if queue_id not in scope:
+            raise QueueOutOfScope(
+                f"queue {queue_id} is not in the scope of credential {credential_id} (it "
+                f"may consume: {', '.join(scope)}); create a credential for that queue, or "
+                f"leave the queue out")
+
+
 @dataclass(frozen=True, slots=True)
 class SupervisorOptions:
-    queue_id: str
+    """``queue_ids``: the queues served, one session each over the same children."""
+
+    queue_ids: tuple[str, ...]
     workers: int = defaults.WORKERS
     shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
     reconnect_min_delay: float = defaults.RECONNECT_MIN_DELAY
@@ -43,9 +68,20 @@ class SupervisorOptions:
     # Record the first line of a handler exception's message (docs/security.md).
     report_exception_messages: bool = False
 
+    @property
+    def queue_id(self) -> str:
+        """The first queue served (the only one, usually)."""
+        return self.queue_ids[0]
+
     def __post_init__(self) -> None:
-        if not is_id(self.queue_id):
-            raise OptionError("queue must be a 32-character lowercase hex queue ID")
+        if not self.queue_ids:
+            raise OptionError("at least one queue is needed")
+        for queue_id in self.queue_ids:
+            if not is_id(queue_id):
+                raise OptionError("queue must be a 32-character lowercase hex queue ID, got "
+                                  f"{queue_id!r}")
+        if len(set(self.queue_ids)) != len(self.queue_ids):
+            raise OptionError("a queue is named twice")
         _int_in("workers", self.workers, *WORKERS_RANGE)
         _float_in("shutdown_timeout", self.shutdown_timeout, *SHUTDOWN_TIMEOUT_RANGE)
         _float_in("reconnect_min_delay", self.reconnect_min_delay, RECONNECT_MIN_DELAY_FLOOR,
@@ -58,6 +94,10 @@ class SupervisorOptions:
             _int_in("max_tasks_per_child", self.max_tasks_per_child, 1, 2**31)
         if self.max_memory_per_child is not None:
             _int_in("max_memory_per_child", self.max_memory_per_child, 1 << 20, 2**50)
+        if len(self.queue_ids) > self.workers:
+            # Each queue keeps a child of its own (docs/supervisor.md, "Several queues").
+            raise OptionError(f"workers must be at least the number of queues "
+                              f"({len(self.queue_ids)}), got {self.workers}")
 
 
 def _int_in(name: str, value: object, lo: int, hi: int) -> None:

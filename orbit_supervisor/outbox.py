@@ -150,6 +150,12 @@ class Outbox:
             if isinstance(op, StartOp | RenewOp) and op.attempt_id == attempt_id:
                 del self._queued[msg_id]
 
+    def keep_only_reports(self) -> None:
+        """Unqueue every operation but the finishes and the declines (the run is ending:
+        only what ends an attempt on the server goes out)."""
+        self._queued = {msg_id: p for msg_id, p in self._queued.items()
+                        if isinstance(p.op, FinishOp | DeclineOp)}
+
     def take_batch(self, max_batch: int) -> list[Pending]:
         """Unqueue and return what the next request carries (see the module docstring)."""
         queued = sorted(self._queued.values(), key=lambda p: not isinstance(p.op, RenewOp))

@@ -13,6 +13,7 @@ returns the list of actions (actions.py) the driver must perform, in order:
     child_killed(attempt, report, now)  a Kill action signalled a child: what was known then
     loop_lag(seconds)                   how late the driver's loop ran a timer (a sample)
     slots_being_replaced(n, now)        slots whose next child is still to come
+    slots_changed(now)                  another queue's session over the same children moved
     request_stop(now, force=False)      drain (force: take the shutdown-timeout path now)
     handle_timer(now)                   at or after ``next_timer()``
 
@@ -149,6 +150,9 @@ class Session(SessionAnswers):
         # resume and the drain are per connection and are not resent.
         self._outbox.connection_lost()
         self._drain_queued = False
+        if self.ending:
+            self._end_final(actions)  # no connection left to report on
+            return actions
         if self.stop_deadline is not None:
             # The connection that could still send reservations is gone and the next one gets
             # no credit: the drain is complete.
@@ -265,6 +269,14 @@ class Session(SessionAnswers):
             self._progress(now, actions)
         return actions
 
+    def slots_changed(self, now: float) -> list[Action]:
+        """Another session over the same children changed what it holds of them (several
+        queues): offer what is free now, start what has a child."""
+        actions: list[Action] = []
+        if not self.done:
+            self._progress(now, actions)
+        return actions
+
     def request_stop(self, now: float, *, force: bool = False) -> list[Action]:
         """Drain (idempotent). ``force`` takes the shutdown-timeout path at once."""
         if self.done:
@@ -287,6 +299,9 @@ class Session(SessionAnswers):
         """Call at (or after) ``next_timer()``; harmless to call early."""
         actions: list[Action] = []
         if self.done:
+            return actions
+        if self.ending:
+            self._progress(now, actions)  # ends the run once the window is over
             return actions
         if self.stop_deadline is not None and now >= self.stop_deadline:
             self._end_with_timeout(now, actions)
@@ -321,7 +336,9 @@ class Session(SessionAnswers):
         if self.done:
             return None
         times: list[float] = []
-        if self.stop_deadline is not None:
+        if self.final_until is not None:
+            times.append(self.final_until)
+        elif self.stop_deadline is not None:
             times.append(self.stop_deadline)
         if (self._hold_until is not None and self.conn is Conn.READY
                 and self._outbox.in_flight is None):
@@ -364,7 +381,7 @@ class Session(SessionAnswers):
             reason = None
             if res.attempt_id in self._attempts:
                 reason = "DUPLICATE"
-            elif self.stop_deadline is not None and self.drain_acked:
+            elif self.stop_deadline is not None and (self.drain_acked or self.ending):
                 reason = "AFTER_DRAIN"
             elif len(self._attempts) >= 2 * self.config.capacity:
                 reason = "OVER_BOUND"
@@ -392,9 +409,13 @@ class Session(SessionAnswers):
                 continue  # a duplicate only reconciles
             lease = Lease(res.lease_ttl_ms, margin=margin)
             reason = None
-            if self.stop_deadline is not None and self.drain_acked:
+            if self.stop_deadline is not None and (self.drain_acked or self.ending):
                 reason = "DRAINING"
-            elif len(self._attempts) >= 2 * self.config.capacity:
+            elif (len(self._attempts) >= 2 * self.config.capacity
+                  or (self._credit.shared and self._credit.running_elsewhere()
+                      + self.slots_running() >= self._credit.slots)):
+                # Beyond the protocol's bound, or (with several queues) no shared slot
+                # left for it: the server gives it to another worker.
                 reason = "OVER_CAPACITY"
             elif res.capability not in self.config.capabilities:
                 reason = "UNKNOWN_CAPABILITY"

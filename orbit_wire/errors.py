@@ -27,6 +27,7 @@ means is its docstring; the tree says where it is and which code it carries.
     │   └── ShutdownTimeoutError            orbit_supervisor/errors.py      UNAVAILABLE
     ├── WorkerAlreadyRun [RuntimeError]     orbit_supervisor/errors.py      CONFLICT
     ├── OptionError [ValueError]            orbit_supervisor/options.py     BAD_REQUEST
+    ├── QueueOutOfScope [ValueError]        orbit_supervisor/options.py     PERMISSION_DENIED
     ├── ConnectFailed                       orbit_supervisor/connection.py  UNAVAILABLE
     ├── PoolClosed                          orbit_supervisor/pool.py        UNAVAILABLE
     ├── IllegalEvent                        orbit_supervisor/machine.py     INTERNAL

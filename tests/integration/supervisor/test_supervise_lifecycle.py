@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import orjson
 from supervisor_support import (
     FIXTURES,
     ORBIT_SUPERVISE,
@@ -18,6 +19,8 @@ from supervisor_support import (
 )
 from support.orbit_http import expect
 from support.waiting import UNIT, wait_until
+
+from orbit_host.credentials import Credentials, write_credentials
 
 
 def _running(sup_env: SupEnv, task_id: str) -> bool:
@@ -70,8 +73,6 @@ def test_second_sigint_takes_the_timeout_path_at_once(sup_env: SupEnv) -> None:
 
 
 def test_revoked_credential_is_a_fatal_session_error(sup_env: SupEnv) -> None:
-    import orjson
-
     cred_id = orjson.loads(sup_env.credentials_file.read_bytes())["credential_id"]
     expect(sup_env.orbit.admin_http.delete(f"/v1/credentials/{cred_id}"), 200)
     sup = sup_env.start(workers=1)
@@ -81,9 +82,15 @@ def test_revoked_credential_is_a_fatal_session_error(sup_env: SupEnv) -> None:
     assert "Traceback" not in log
 
 
-def test_queue_outside_the_credential_scope_is_fatal(sup_env: SupEnv) -> None:
+def test_queue_outside_the_credential_scope_is_fatal(sup_env: SupEnv, tmp_path: Path) -> None:
     other = sup_env.orbit.queue()
-    sup = sup_env.start(workers=1, queue_id=other)
+    # A file that claims the queue: the server's hello check refuses it (a file that does
+    # not list it is refused before connecting: test_supervise_queues.py).
+    made = orjson.loads(sup_env.credentials_file.read_bytes())
+    claims = tmp_path / "claims.json"
+    write_credentials(claims, Credentials(made["url"], made["credential_id"], made["secret"],
+                                          "worker", (other,)))
+    sup = sup_env.start(workers=1, queue_id=other, credentials_file=claims)
     assert sup.wait(20) == 5
     assert "fatal session error: PERMISSION_DENIED" in sup.log()
 

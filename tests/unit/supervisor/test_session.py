@@ -23,6 +23,7 @@ from supervisor_session_harness import (
 )
 
 from orbit_supervisor.actions import CloseConnection, Connect
+from orbit_supervisor.core import FINAL_REPORTS_WINDOW
 from orbit_supervisor.errors import FatalSessionError, ShutdownTimeoutError
 from orbit_supervisor.session import Phase
 from orbit_wire.errors import ErrorCode
@@ -464,22 +465,63 @@ def test_shutdown_timeout_kills_and_reports_counts() -> None:
     s, _ = ready(capacity=2, shutdown_timeout=2.0)
     r1 = run_one(s, 0.0, lease_ms=30000, lease_ttl_ms=30000)
     r2 = run_one(s, 0.0, lease_ms=30000, lease_ttl_ms=30000)
-    s.execution_finished(r2.attempt_id, FakeOutcome(), 0.2)  # finish never answered
+    (fin_req,) = requests(s.execution_finished(r2.attempt_id, FakeOutcome(), 0.2))
     s.request_stop(1.0)
     acts = s.handle_timer(3.0)
     assert [(k.attempt_id, k.reason) for k in kills(acts)] == [(r1.attempt_id, "SHUTDOWN")]
-    (fin,) = run_ends(acts)
+    assert run_ends(acts) == []  # the kill's report goes out first
+    # The driver signals the child and says what it knew: the report waits only for the
+    # request in flight (r2's finish), then goes with its facts.
+    assert requests(s.child_killed(r1.attempt_id, Report(child_pid=77, signal=9, cpu_ms=12),
+                                   3.0)) == []
+    (report_req,) = requests(s.frame_received(ok_for(fin_req), 3.05))
+    (finish,) = report_req.ops
+    assert isinstance(finish, FinishOp) and finish.attempt_id == r1.attempt_id
+    assert (finish.report.kill_reason, finish.report.child_pid, finish.report.cpu_ms) == (
+        "SHUTDOWN", 77, 12)
+    (fin,) = run_ends(s.frame_received(ok_for(report_req), 3.1))
     assert isinstance(fin.error, ShutdownTimeoutError)
     assert (fin.error.running, fin.error.unconfirmed) == (1, 2)
     assert s.next_timer() is None
 
 
+def test_shutdown_kill_reports_get_a_bounded_window() -> None:
+    s, _ = ready(capacity=1, shutdown_timeout=2.0)
+    r1 = run_one(s, 0.0, lease_ms=30000, lease_ttl_ms=30000)
+    s.request_stop(1.0)  # its drain request is never answered
+    (kill,) = kills(s.handle_timer(3.0))
+    assert kill.attempt_id == r1.attempt_id
+    s.child_killed(r1.attempt_id, Report(child_pid=77, signal=9), 3.0)
+    assert s.final_until == 3.0 + FINAL_REPORTS_WINDOW
+    timer = s.next_timer()
+    assert timer is not None and timer <= s.final_until
+    assert run_ends(s.handle_timer(3.1)) == []
+    (fin,) = run_ends(s.handle_timer(3.0 + FINAL_REPORTS_WINDOW))
+    assert isinstance(fin.error, ShutdownTimeoutError) and fin.error.running == 1
+
+
+def test_a_start_answered_while_the_run_ends_never_runs() -> None:
+    s, _ = ready(capacity=1, shutdown_timeout=2.0)
+    res = reservation()
+    (start_req,) = requests(s.frame_received(Reserve((res,)), 0.0))
+    s.request_stop(0.5, force=True)  # nothing ran: nothing to kill, the start is in flight
+    acts = s.frame_received(ok_for(start_req), 0.6)
+    assert executes(acts) == []
+    assert ("not_run", "SHUTDOWN") in events(acts)
+    (report_req,) = requests(acts)
+    (fin,) = run_ends(s.frame_received(ok_for(report_req), 0.7))
+    assert isinstance(fin.error, ShutdownTimeoutError)
+
+
 def test_forced_stop_takes_the_timeout_path_at_once() -> None:
     s, _ = ready()
-    run_one(s, 0.0)
+    r1 = run_one(s, 0.0)
     s.request_stop(0.1)
-    (fin,) = run_ends(s.request_stop(0.2, force=True))
-    assert isinstance(fin.error, ShutdownTimeoutError) and fin.error.running == 1
+    acts = s.request_stop(0.2, force=True)
+    assert [k.reason for k in kills(acts)] == ["SHUTDOWN"]
+    assert run_ends(acts) == []
+    s.connection_lost(0.25, "CUT")  # no connection left to report on: the run ends
+    assert s.done and s.attempts[r1.attempt_id].phase is Phase.KILLING
 
 
 def test_stop_while_disconnected_with_nothing_known_ends_at_once() -> None:

@@ -86,4 +86,4 @@ def test_a_prefetch_outside_zero_to_the_capacity_is_refused(prefetch: int) -> No
     with pytest.raises(ValueError, match="prefetch"):
         make_session(capacity=2, prefetch=prefetch)
     with pytest.raises(OptionError, match=r"prefetch must be an integer in \[0, 2\]"):
-        SupervisorOptions(queue_id=new_id(3), workers=2, prefetch=prefetch)
+        SupervisorOptions(queue_ids=(new_id(3),), workers=2, prefetch=prefetch)

@@ -10,7 +10,14 @@ from support.waiting import UNIT
 from orbit_supervisor.actions import SupervisorEvent
 from orbit_supervisor.connection import ServerUrls, worker_url
 from orbit_supervisor.events import EventStream
-from orbit_supervisor.options import OptionError, SupervisorOptions, parse_size
+from orbit_supervisor.options import (
+    OptionError,
+    QueueOutOfScope,
+    SupervisorOptions,
+    check_queue_scope,
+    parse_size,
+)
+from orbit_wire.errors import ErrorCode
 
 QUEUE = "0" * 32
 
@@ -77,13 +84,35 @@ def test_bad_sizes(text: str) -> None:
 ])
 def test_option_ranges(field: str, value: object, match: str) -> None:
     with pytest.raises(OptionError, match=match):
-        SupervisorOptions(queue_id=QUEUE, **{field: value})  # type: ignore[arg-type]
+        SupervisorOptions(queue_ids=(QUEUE,), **{field: value})  # type: ignore[arg-type]
 
 
 def test_max_delay_must_not_be_below_min() -> None:
     with pytest.raises(OptionError, match="reconnect_max_delay"):
-        SupervisorOptions(queue_id=QUEUE, reconnect_min_delay=2.0, reconnect_max_delay=1.0)
-    assert SupervisorOptions(queue_id=QUEUE).workers == 4
+        SupervisorOptions(queue_ids=(QUEUE,), reconnect_min_delay=2.0, reconnect_max_delay=1.0)
+    assert SupervisorOptions(queue_ids=(QUEUE,)).workers == 4
+
+
+def test_several_queues_need_a_child_each_and_distinct_ids() -> None:
+    other = "0" * 31 + "1"
+    assert SupervisorOptions(queue_ids=(QUEUE, other), workers=2).queue_id == QUEUE
+    with pytest.raises(OptionError, match="at least the number of queues"):
+        SupervisorOptions(queue_ids=(QUEUE, other), workers=1)
+    with pytest.raises(OptionError, match="named twice"):
+        SupervisorOptions(queue_ids=(QUEUE, QUEUE), workers=2)
+    with pytest.raises(OptionError, match="32-character"):
+        SupervisorOptions(queue_ids=(QUEUE, "nope"), workers=2)
+    with pytest.raises(OptionError, match="at least one queue"):
+        SupervisorOptions(queue_ids=())
+
+
+def test_a_queue_outside_the_credentials_scope_is_refused() -> None:
+    other = "0" * 31 + "1"
+    check_queue_scope((QUEUE,), "cred", (QUEUE,))
+    check_queue_scope((QUEUE, other), "cred", ())  # a file without queues: the server's call
+    with pytest.raises(QueueOutOfScope, match=f"queue {other} is not in the scope") as info:
+        check_queue_scope((QUEUE, other), "cred", (QUEUE,))
+    assert info.value.code is ErrorCode.PERMISSION_DENIED and isinstance(info.value, ValueError)
 
 
 @pytest.mark.parametrize(("base", "ws"), [
