@@ -16,7 +16,7 @@ from orbit_wire.model import Role
 
 from .auth import require_role
 from .domain import bodies
-from .domain.listing import LIST_QUERY, task_filter
+from .domain.listing import LIST_QUERY, RETRY_QUERY, task_filter
 from .domain.query import Id, Int
 from .http_auth import Authenticator
 from .http_plumbing import (
@@ -32,6 +32,7 @@ from .http_plumbing import (
 )
 from .openapi import openapi_document
 from .parts import ServerParts
+from .retrying import retry_matching
 from .submitting import Submitter
 
 MAX_WAIT_MS = 60_000
@@ -180,6 +181,23 @@ class HttpApi:
         self.parts.act_on(effects)
         return JSONResponse(task)
 
+    async def retry_task(self, request: Request, q: Params) -> Response:
+        task_id = path_id(request, "task_id")
+        principal = await self.auth.principal(request)
+        body = await shaped_body(request, bodies.RETRY_REQUEST)
+        task, effects = await self.store.call(self.parts.services.retries.retry_task,
+                                              principal, task_id, body.get("reason"))
+        self.parts.act_on(effects)
+        return JSONResponse(task)
+
+    async def retry_tasks(self, request: Request, q: Params) -> Response:
+        """A queue's FAILED/CANCELLED tasks the query selects, run again (or counted)."""
+        queue_id = path_id(request, "queue_id")
+        principal = await self.auth.principal(request)
+        body = await shaped_body(request, bodies.BULK_RETRY_REQUEST)
+        return JSONResponse(await retry_matching(self.parts, principal, queue_id, q,
+                                                 body.get("reason"), body.get("dry_run", False)))
+
     async def list_attempts(self, request: Request, q: Params) -> Response:
         task_id = path_id(request, "task_id")
         return JSONResponse(await self.auth.run_as(request, self.tasks.list_attempts, task_id))
@@ -240,4 +258,7 @@ def http_routes(parts: ServerParts) -> list[Route]:
         Route("/v1/tasks/{task_id}/attempts", e(api.list_attempts), methods=["GET"]),
         Route("/v1/tasks/{task_id}/audit", e(api.audit_trail), methods=["GET"]),
         Route("/v1/tasks/{task_id}/review", e(api.review), methods=["POST"]),
+        Route("/v1/tasks/{task_id}/retry", e(api.retry_task), methods=["POST"]),
+        Route("/v1/queues/{queue_id}/tasks/retry", e(api.retry_tasks, RETRY_QUERY),
+              methods=["POST"]),
     ]

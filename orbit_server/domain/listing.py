@@ -185,6 +185,32 @@ def task_filter(q: Mapping[str, Any]) -> TaskFilter:
     )
 
 
+# A bulk retry's filter (docs/http-api.md "Retrying ended tasks"): the list's filters
+# without its order, page size and cursor (a bulk retry walks every page, oldest first).
+RETRY_QUERY: Final[tuple[Param, ...]] = tuple(
+    p for p in LIST_QUERY if p.name not in ("order", "limit", "cursor"))
+RETRYABLE: Final = (TaskState.FAILED, TaskState.CANCELLED)
+
+
+def retry_filter(q: Mapping[str, Any], page: int, now_ms: int) -> TaskFilter:
+    """A TaskFilter from ``RETRY_QUERY``'s parsed parameters: FAILED and CANCELLED tasks (or
+    those of the states asked, which must be among them), oldest first, ``page`` a page,
+    created at the latest ``now_ms`` (a task created during the retry is not part of it).
+    BAD_REQUEST for a state a retry does not take tasks from."""
+    states = q["state"] or RETRYABLE
+    other = [s.value for s in states if s not in RETRYABLE]
+    if other:
+        raise OrbitError(ErrorCode.BAD_REQUEST,
+                         f"state {other[0]} cannot be retried: only FAILED and CANCELLED tasks "
+                         "can be run again")
+    before = now_ms if q["created_before"] is None else min(q["created_before"], now_ms)
+    return TaskFilter(
+        states=tuple(states), handler=q["handler"], handler_version=q["handler_version"],
+        payload_version=q["payload_version"], created_after=q["created_after"],
+        created_before=before, finished_after=q["finished_after"],
+        finished_before=q["finished_before"], newest_first=False, limit=page)
+
+
 def cut_page(filt: TaskFilter, streams: Iterable[Sequence[Mapping[Any, Any]]]
              ) -> tuple[list[Mapping[Any, Any]], Position | None]:
     """The page's rows and the position of its next cursor (None: the list ends here),
