@@ -71,7 +71,7 @@ def _fix_schedule(body: dict[str, Any]) -> None:
             body["timezone"] = "UTC"
     if _printable(body.get("cron"), 128):
         try:
-            Cron(body["cron"], "UTC")
+            Cron(body["cron"], "UTC", body.get("with_seconds") is True)
         except OrbitError:
             body["cron"] = "*/5 * * * *"
     _fix_spec(body.get("task"))
