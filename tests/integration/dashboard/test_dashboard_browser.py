@@ -222,7 +222,8 @@ def test_task_page_retries_a_cancelled_task(page: Any, scene: Scene) -> None:
     controls.locator("button[data-action=rerun]").click()
     page.wait_for_selector("#audit tr[data-audit=task_retried]")
     assert page.locator("h1 .state").text_content() == "PENDING"
-    assert "CANCELLED → PENDING" in page.locator("#audit tr[data-audit=task_retried]").text_content()
+    retried = page.locator("#audit tr[data-audit=task_retried]").text_content()
+    assert "CANCELLED → PENDING" in retried and "customer asked again" in retried
     assert page.locator("[data-retry]").count() == 0  # no retry for a PENDING task
     task = expect(scene.producer.get(f"/v1/tasks/{task_id}"), 200)
     assert task["state"] == "PENDING"
