@@ -39,9 +39,9 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
         },
         "policy": {
             "idempotency": str(row["idempotency"]),
-            # One run's attempts as submitted (``attempt_limit`` counts every run's).
-            "max_attempts": (row["max_attempts"] if row["run_max_attempts"] is None
-                             else row["run_max_attempts"]),
+            # One run's attempts as submitted (``attempt_limit`` counts every run's); a new
+            # task's row has no run_* key yet.
+            "max_attempts": row.get("run_max_attempts") or row["max_attempts"],
             "backoff": {
                 "initial_ms": row["backoff_initial_ms"],
                 "max_ms": row["backoff_max_ms"],
