@@ -96,12 +96,12 @@ def insert_new_tasks(conn: Connection, task_rows: Sequence[dict[str, Any]],
 _KEEP_RUN_BUDGET = (
     tasks.update()
     .where(tasks.c.id == bindparam("task_id"), tasks.c.run_max_attempts.is_(None))
-    .values(run_max_attempts=bindparam("max_attempts"), run_deadline_ms=bindparam("deadline_ms"))
+    .values(run_max_attempts=bindparam("run_attempts"), run_deadline_ms=bindparam("run_span"))
 )
 
 
 def keep_run_budget(conn: Connection, task_id: str, max_attempts: int, deadline_ms: int) -> None:
     """Record the budget of one run of the task, unless one is recorded already (the first
     review or retry that raises its limits keeps the submitted one)."""
-    conn.execute(_KEEP_RUN_BUDGET, {"task_id": task_id, "max_attempts": max_attempts,
-                                    "deadline_ms": deadline_ms})
+    conn.execute(_KEEP_RUN_BUDGET, {"task_id": task_id, "run_attempts": max_attempts,
+                                    "run_span": deadline_ms})

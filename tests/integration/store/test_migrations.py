@@ -171,7 +171,8 @@ def test_an_upgrade_to_partial_indexes_keeps_every_row(tmp_path: Path) -> None:
 
 
 # The attempts' columns that later revisions added (null in every row they kept).
-_ADDED_AFTER_0009 = {"attempts": ("grant_connection",)}
+_ADDED_AFTER_0009 = {"attempts": ("grant_connection",),
+                     "tasks": ("run_max_attempts", "run_deadline_ms")}
 
 
 def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
@@ -220,7 +221,7 @@ def test_receipts_move_to_insertion_order_and_back_with_their_rows(db_url: str) 
 
 
 def test_six_field_crons_move_their_seconds_first_and_back(db_url: str) -> None:
-    # On both stores: 0014_task_retry rewrites a schedule stored with seconds last (the old
+    # On both stores: 0014 rewrites a schedule stored with seconds last (the old
     # reading of six fields) seconds-first, so it fires as before; five fields stay; the
     # downgrade puts the seconds back last.
     migrate(db_url)
@@ -239,7 +240,7 @@ def test_six_field_crons_move_their_seconds_first_and_back(db_url: str) -> None:
         migrate(db_url)
         with engine.connect() as conn:
             got = dict(conn.exec_driver_sql("SELECT id, cron FROM schedules").all())
-        assert got == {"a" * 32: "*/10 * * * * *", "b" * 32: "30 0 */2 * * *",
+        assert got == {"a" * 32: "* */10 * * * *", "b" * 32: "30 0 */2 * * *",
                        "c" * 32: "0 9 * * 1-5"}
         _upgraded_to(engine, db_url, "0011", down=True)
         with engine.connect() as conn:

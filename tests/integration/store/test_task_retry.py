@@ -22,7 +22,7 @@ OTHER = Capability("other.handler", "v1", "v1")
 def _failed(world: World, **spec: Any) -> dict[str, Any]:
     """A task that ran once and failed explicitly (no retry): FAILED."""
     t = world.submit(**spec)
-    b = world.hello()
+    b = world.hello(caps=(Capability(t["capability"]["handler"], "v1", "v1"),))
     aid, ep = world.run_once(b)
     res, _ = world.finish(b, aid, ep, Outcome.FAILED, code="OBJECT_REJECTED", retryable=False)
     assert res.task_state == "FAILED"

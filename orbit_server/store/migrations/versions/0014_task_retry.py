@@ -1,6 +1,6 @@
 """Operator retries of ended tasks, and cron expressions with seconds first.
 
-Revision ID: 0014_task_retry
+Revision ID: 0014
 Revises: 0011
 Create Date: 2026-12-06
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014_task_retry"
+revision = "0014"
 down_revision = "0011"
 branch_labels = None
 depends_on = None
