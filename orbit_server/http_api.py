@@ -6,6 +6,9 @@ schedule routes are ``http_schedules``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,8 +17,9 @@ from starlette.routing import Route
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import Role
 
-from .auth import require_role
+from .auth import Principal, require_role
 from .domain import bodies
+from .domain.fields import Body
 from .domain.listing import LIST_QUERY, RETRY_QUERY, task_filter
 from .domain.query import Id, Int
 from .http_auth import Authenticator
@@ -33,6 +37,7 @@ from .http_plumbing import (
 from .openapi import openapi_document
 from .parts import ServerParts
 from .retrying import retry_matching
+from .services import Effects
 from .submitting import Submitter
 
 MAX_WAIT_MS = 60_000
@@ -173,20 +178,20 @@ class HttpApi:
         return JSONResponse(await self.submitter.settle(principal, task_id, wait_ms))
 
     async def cancel_task(self, request: Request, q: Params) -> Response:
-        task_id = path_id(request, "task_id")
-        principal = await self.auth.principal(request)
-        body = await shaped_body(request, bodies.CANCEL_REQUEST)
-        task, effects = await self.store.call(self.tasks.cancel_task, principal, task_id,
-                                              body.get("reason"))
-        self.parts.act_on(effects)
-        return JSONResponse(task)
+        return await self._task_change(request, bodies.CANCEL_REQUEST, self.tasks.cancel_task)
 
     async def retry_task(self, request: Request, q: Params) -> Response:
+        return await self._task_change(request, bodies.RETRY_REQUEST,
+                                       self.parts.services.retries.retry_task)
+
+    async def _task_change(self, request: Request, shape: Body[Any],
+                           change: Callable[[Principal, str, str | None],
+                                            tuple[dict[str, Any], Effects]]) -> Response:
+        """One task changed with an optional reason (cancel, retry): its view."""
         task_id = path_id(request, "task_id")
         principal = await self.auth.principal(request)
-        body = await shaped_body(request, bodies.RETRY_REQUEST)
-        task, effects = await self.store.call(self.parts.services.retries.retry_task,
-                                              principal, task_id, body.get("reason"))
+        body = await shaped_body(request, shape)
+        task, effects = await self.store.call(change, principal, task_id, body.get("reason"))
         self.parts.act_on(effects)
         return JSONResponse(task)
 
