@@ -287,8 +287,13 @@ def _any_case(word: str) -> str:
 
 # domain.listing.parse_filter's rules: comma-separated state names in any case, blanks
 # skipped; integers as ASCII digits; a cursor is opaque (only one this list returned).
-_STATE_LIST = (r"^\s*(?:" + "|".join(_any_case(s) for s in _STATES) + r")?\s*"
-               r"(?:,\s*(?:" + "|".join(_any_case(s) for s in _STATES) + r")?\s*)*$")
+def _state_list(states: list[str]) -> str:
+    """The pattern of a ``state`` parameter taking ``states``."""
+    one = "|".join(_any_case(s) for s in states)
+    return r"^\s*(?:" + one + r")?\s*(?:,\s*(?:" + one + r")?\s*)*$"
+
+
+_STATE_LIST = _state_list(_STATES)
 _TEXT = {"type": "string", "maxLength": 256}
 _INSTANT = {"type": "integer", "minimum": 0, "maximum": 2**53}
 _LIST_QUERY = [
@@ -391,7 +396,10 @@ def openapi_document() -> dict[str, Any]:
             "Run the queue's FAILED or CANCELLED tasks the query selects again, page by "
             "page, each audited (producer); with dry_run only count them", "counts",
             "RetryResult", body="BulkRetryRequest", params=["queue_id"],
-            query=[q for q in _LIST_QUERY if q["name"] not in ("order", "limit", "cursor")])},
+            query=[_query("state", {"type": "string", "pattern": _state_list(
+                ["FAILED", "CANCELLED"])}, "FAILED, CANCELLED or both (the default)"),
+                *(q for q in _LIST_QUERY if q["name"] not in ("state", "order", "limit",
+                                                            "cursor"))])},
         "/v1/queues/{queue_id}/schedules": {
             "post": _op("Create a periodic schedule (producer)", "created", "Schedule",
                         body="ScheduleRequest", params=["queue_id"], status="201"),

@@ -118,10 +118,13 @@ def decode_cursor(text: str, newest_first: bool) -> Position:
 @dataclass(frozen=True, slots=True)
 class States:
     """The ``state`` parameter: state names, comma-separated, in any case, blanks skipped;
-    it may be repeated (every value adds its states)."""
+    it may be repeated (every value adds its states). Only the ``allowed`` states are
+    taken (``why`` ends the refusal of another)."""
 
     name: str = "state"
     default: tuple[TaskState, ...] = ()
+    allowed: tuple[TaskState, ...] = tuple(TaskState)
+    why: str = ""
 
     def parse(self, values: Sequence[str]) -> tuple[TaskState, ...]:
         states: list[TaskState] = []
@@ -134,9 +137,12 @@ class States:
                     if not name.isascii():  # some non-ASCII letters upper() to ASCII ones
                         raise ValueError(part)
                     state = TaskState(name)
+                    if state not in self.allowed:
+                        raise ValueError(part)
                 except ValueError:
                     raise OrbitError(ErrorCode.BAD_REQUEST, f"state {part!r} is not one of "
-                                     f"{', '.join(s.value for s in TaskState)}") from None
+                                     f"{', '.join(s.value for s in self.allowed)}"
+                                     f"{self.why}") from None
                 if state not in states:
                     states.append(state)
         return tuple(states)
@@ -186,23 +192,19 @@ def task_filter(q: Mapping[str, Any]) -> TaskFilter:
 
 
 # A bulk retry's filter (docs/http-api.md "Retrying ended tasks"): the list's filters
-# without its order, page size and cursor (a bulk retry walks every page, oldest first).
-RETRY_QUERY: Final[tuple[Param, ...]] = tuple(
-    p for p in LIST_QUERY if p.name not in ("order", "limit", "cursor"))
+# without its order, page size and cursor (a bulk retry walks every page, oldest first), and
+# only the states a retry takes tasks from.
 RETRYABLE: Final = (TaskState.FAILED, TaskState.CANCELLED)
+RETRY_QUERY: Final[tuple[Param, ...]] = (
+    States(allowed=RETRYABLE, why=": only FAILED and CANCELLED tasks can be run again"),
+    *(p for p in LIST_QUERY if p.name not in ("state", "order", "limit", "cursor")))
 
 
 def retry_filter(q: Mapping[str, Any], page: int, now_ms: int) -> TaskFilter:
     """A TaskFilter from ``RETRY_QUERY``'s parsed parameters: FAILED and CANCELLED tasks (or
-    those of the states asked, which must be among them), oldest first, ``page`` a page,
-    created at the latest ``now_ms`` (a task created during the retry is not part of it).
-    BAD_REQUEST for a state a retry does not take tasks from."""
+    those of the states asked), oldest first, ``page`` a page, created at the latest
+    ``now_ms`` (a task created during the retry is not part of it)."""
     states = q["state"] or RETRYABLE
-    other = [s.value for s in states if s not in RETRYABLE]
-    if other:
-        raise OrbitError(ErrorCode.BAD_REQUEST,
-                         f"state {other[0]} cannot be retried: only FAILED and CANCELLED tasks "
-                         "can be run again")
     before = now_ms if q["created_before"] is None else min(q["created_before"], now_ms)
     return TaskFilter(
         states=tuple(states), handler=q["handler"], handler_version=q["handler_version"],
