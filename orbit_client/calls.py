@@ -167,6 +167,24 @@ def list_tasks(
 ) -> Call:
     """One page of a queue's tasks; ``state`` is a state or several (any case). Times are
     epoch milliseconds, inclusive."""
+    params = _filter_params(state, handler, handler_version, payload_version, created_after,
+                            created_before, finished_after, finished_before)
+    if cursor is not None:
+        params["cursor"] = cursor
+    if order not in LIST_ORDERS:
+        raise _local("order must be newest or oldest")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise _local(f"limit must be 1 to {MAX_LIST_LIMIT}, not {limit!r}")
+    params["order"] = order
+    params["limit"] = str(limit)
+    return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/tasks", params=params)
+
+
+def _filter_params(state: str | Sequence[str] | None, handler: str | None,
+                   handler_version: str | None, payload_version: str | None,
+                   created_after: int | None, created_before: int | None,
+                   finished_after: int | None, finished_before: int | None) -> dict[str, str]:
+    """The query parameters of a task filter (the task list's, and a bulk retry's)."""
     params: dict[str, str] = {}
     if state is not None:
         states = [state] if isinstance(state, str) else list(state)
@@ -177,7 +195,7 @@ def list_tasks(
         if names:
             params["state"] = ",".join(dict.fromkeys(names))
     for key, text in (("handler", handler), ("handler_version", handler_version),
-                      ("payload_version", payload_version), ("cursor", cursor)):
+                      ("payload_version", payload_version)):
         if text is not None:
             params[key] = text
     for key, value in (("created_after", created_after), ("created_before", created_before),
@@ -186,13 +204,7 @@ def list_tasks(
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise _local(f"{key} must be epoch milliseconds (an integer >= 0)")
             params[key] = str(value)
-    if order not in LIST_ORDERS:
-        raise _local("order must be newest or oldest")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
-        raise _local(f"limit must be 1 to {MAX_LIST_LIMIT}, not {limit!r}")
-    params["order"] = order
-    params["limit"] = str(limit)
-    return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/tasks", params=params)
+    return params
 
 
 def list_queues() -> Call:
@@ -210,6 +222,32 @@ def cancel(task_id: str, reason: str | None = None) -> Call:
     return Call(
         "POST", f"/v1/tasks/{_id(task_id, 'task')}/cancel", body=_dumps(body), task_answer=True
     )
+
+
+def retry(task_id: str, reason: str | None = None) -> Call:
+    """Run a FAILED or CANCELLED task again (a new run of its policy's attempts)."""
+    body: dict[str, Any] = {} if reason is None else {"reason": reason}
+    return Call(
+        "POST", f"/v1/tasks/{_id(task_id, 'task')}/retry", body=_dumps(body), task_answer=True
+    )
+
+
+def retry_tasks(
+    queue_id: str, *, state: str | Sequence[str] | None = None, handler: str | None = None,
+    handler_version: str | None = None, payload_version: str | None = None,
+    created_after: int | None = None, created_before: int | None = None,
+    finished_after: int | None = None, finished_before: int | None = None,
+    reason: str | None = None, dry_run: bool = False,
+) -> Call:
+    """Run the queue's FAILED or CANCELLED tasks the filter selects again (``dry_run``: only
+    count them): ``{"matched", "retried", "skipped", "dry_run", "complete"}``."""
+    params = _filter_params(state, handler, handler_version, payload_version, created_after,
+                            created_before, finished_after, finished_before)
+    body: dict[str, Any] = {"dry_run": bool(dry_run)}
+    if reason is not None:
+        body["reason"] = reason
+    return Call("POST", f"/v1/queues/{_id(queue_id, 'queue')}/tasks/retry", params=params,
+                body=_dumps(body))
 
 
 def attempts(task_id: str) -> Call:

@@ -311,6 +311,16 @@ class OrbitClient(ClientBase):
     def audit(self, task_id: str) -> dict[str, Any]:
         return self._send(calls.audit(task_id))
 
+    def retry(self, task_id: str, reason: str | None = None) -> dict[str, Any]:
+        """Run a FAILED or CANCELLED task again; its view (CONFLICT in another state)."""
+        return self._send(calls.retry(task_id, reason))
+
+    def retry_tasks(self, queue_id: str, **filters: Any) -> dict[str, Any]:
+        """Run the queue's FAILED or CANCELLED tasks that ``filters`` select again (the
+        task list's filters, plus reason and dry_run): ``{"matched", "retried", "skipped",
+        "dry_run", "complete"}``."""
+        return self._send(calls.retry_tasks(queue_id, **filters))
+
     def review(
         self, task_id: str, action: str, result: Any = None, reason: str | None = None
     ) -> dict[str, Any]:

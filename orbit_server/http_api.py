@@ -6,6 +6,9 @@ schedule routes are ``http_schedules``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,9 +17,10 @@ from starlette.routing import Route
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import Role
 
-from .auth import require_role
+from .auth import Principal, require_role
 from .domain import bodies
-from .domain.listing import LIST_QUERY, task_filter
+from .domain.fields import Body
+from .domain.listing import LIST_QUERY, RETRY_QUERY, task_filter
 from .domain.query import Id, Int
 from .http_auth import Authenticator
 from .http_plumbing import (
@@ -32,6 +36,8 @@ from .http_plumbing import (
 )
 from .openapi import openapi_document
 from .parts import ServerParts
+from .retrying import retry_matching
+from .services import Effects
 from .submitting import Submitter
 
 MAX_WAIT_MS = 60_000
@@ -177,13 +183,30 @@ class HttpApi:
         return JSONResponse(await self.submitter.settle(principal, task_id, wait_ms))
 
     async def cancel_task(self, request: Request, q: Params) -> Response:
+        return await self._task_change(request, bodies.CANCEL_REQUEST, self.tasks.cancel_task)
+
+    async def retry_task(self, request: Request, q: Params) -> Response:
+        return await self._task_change(request, bodies.RETRY_REQUEST,
+                                       self.parts.services.retries.retry_task)
+
+    async def _task_change(self, request: Request, shape: Body[Any],
+                           change: Callable[[Principal, str, str | None],
+                                            tuple[dict[str, Any], Effects]]) -> Response:
+        """One task changed with an optional reason (cancel, retry): its view."""
         task_id = path_id(request, "task_id")
         principal = await self.auth.principal(request)
-        body = await shaped_body(request, bodies.CANCEL_REQUEST)
-        task, effects = await self.store.call(self.tasks.cancel_task, principal, task_id,
-                                              body.get("reason"))
+        body = await shaped_body(request, shape)
+        task, effects = await self.store.call(change, principal, task_id, body.get("reason"))
         self.parts.act_on(effects)
         return JSONResponse(task)
+
+    async def retry_tasks(self, request: Request, q: Params) -> Response:
+        """A queue's FAILED/CANCELLED tasks the query selects, run again (or counted)."""
+        queue_id = path_id(request, "queue_id")
+        principal = await self.auth.principal(request)
+        body = await shaped_body(request, bodies.BULK_RETRY_REQUEST)
+        return JSONResponse(await retry_matching(self.parts, principal, queue_id, q,
+                                                 body.get("reason"), body.get("dry_run", False)))
 
     async def list_attempts(self, request: Request, q: Params) -> Response:
         task_id = path_id(request, "task_id")
@@ -246,4 +269,7 @@ def http_routes(parts: ServerParts) -> list[Route]:
         Route("/v1/tasks/{task_id}/attempts", e(api.list_attempts), methods=["GET"]),
         Route("/v1/tasks/{task_id}/audit", e(api.audit_trail), methods=["GET"]),
         Route("/v1/tasks/{task_id}/review", e(api.review), methods=["POST"]),
+        Route("/v1/tasks/{task_id}/retry", e(api.retry_task), methods=["POST"]),
+        Route("/v1/queues/{queue_id}/tasks/retry", e(api.retry_tasks, RETRY_QUERY),
+              methods=["POST"]),
     ]

@@ -79,6 +79,7 @@ class ServerTally:
         self.evidence = Counts()  # (queue, reason)
         self.expired = Counts()  # (queue,)
         self.reviews = Counts()  # (queue, action)
+        self.retries = Counts()  # (queue,)
         self.timed_out = Counts()  # (queue, code)
         self.grants = Counts()  # (queue,)
         self.grants_given_back = Counts()  # (queue, rule)
@@ -105,6 +106,8 @@ class ServerTally:
             self.expired.add((queue,))
         for queue, action in counted.reviews:
             self.reviews.add((queue, action))
+        for queue in counted.retries:
+            self.retries.add((queue,))
         for queue, code in counted.timed_out:
             self.timed_out.add((queue, code))
         for queue in counted.grants:
@@ -253,6 +256,8 @@ class ServerCollector(Collector):
                        ("queue",), t.expired)
         yield counter("orbit_reviews_total", "NEEDS_REVIEW tasks an operator resolved.",
                        ("queue", "action"), t.reviews)
+        yield counter("orbit_retries_total", "FAILED or CANCELLED tasks an operator ran again.",
+                       ("queue",), t.retries)
         yield counter("orbit_tasks_timed_out_total",
                        "Waiting tasks failed at their deadline or schedule_to_start_ms.",
                        ("queue", "code"), t.timed_out)

@@ -68,6 +68,9 @@ _SCHEMAS: dict[str, Any] = {
         "created_at_ms": _MS, "updated_at_ms": _MS,
         "deadline_at_ms": _MS, "next_attempt_at_ms": _NULLABLE_INT,
         "attempts": {"type": "integer", "description": "started attempts"},
+        "attempt_limit": {"type": "integer", "description": (
+            "attempts the task may start in all: policy.max_attempts, raised by a review's "
+            "retry and by each retry of the ended task")},
         "epoch": {"type": "integer"},
         "result": {"description": "the handler's JSON exactly as produced, or null"},
         "failure": {"oneOf": [{"type": "null"}, _obj({"code": {"type": "string"}, "details": {}})]},
@@ -131,12 +134,19 @@ _SCHEMAS: dict[str, Any] = {
     }, ["queue_id", "counts"]),
     "Schedule": _obj({
         "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
+        "with_seconds": {"type": "boolean", "description": "cron has a seconds field, first"},
         "timezone": {"type": "string"}, "task": _ref("TaskSpec"),
         "missed_ticks": {"type": "string"},
         "state": {"type": "string", "enum": ["ACTIVE", "PAUSED"]},
         "next_fire_at_ms": _MS, "last_tick_at_ms": _NULLABLE_INT,
         "last_task_id": _NULLABLE_STR, "fired": {"type": "integer"},
         "created_by": {"type": "string"}, "created_at_ms": _MS, "updated_at_ms": _MS,
+        "next_fires": {
+            "type": ["array", "null"],
+            "description": "the next five ticks (from now while PAUSED), each as ms and as "
+                           "ISO 8601 local time in the schedule's zone; null when this server "
+                           "cannot read the expression or the zone",
+            "items": _obj({"at_ms": _MS, "local": {"type": "string"}}, ["at_ms", "local"])},
         "firings": {"type": "array", "items": _obj({
             "tick_at_ms": _MS, "task_id": _NULLABLE_STR, "fired_at_ms": _MS,
             "missed": {"type": "boolean"}})},
@@ -210,6 +220,17 @@ _SCHEMAS: dict[str, Any] = {
     }, ["attempts", "evidence"]),
     "AuditTrail": _obj({"events": {"type": "array", "items": _ref("AuditEvent")}}, ["events"]),
     "Health": _obj({"status": {"type": "string"}}, ["status"]),
+    "RetryResult": _obj({
+        "matched": {"type": "integer", "description": "tasks the filter selected"},
+        "retried": {"type": "integer", "description": "of those, run again (0 on a dry run)"},
+        "skipped": {"type": "integer",
+                    "description": "of those, left: moved on meanwhile, or a cancelled "
+                                   "attempt still without outcome"},
+        "dry_run": {"type": "boolean"},
+        "complete": {"type": "boolean",
+                     "description": "false: the request stopped at its page bound; ask "
+                                    "again for the rest"},
+    }, ["matched", "retried", "skipped", "dry_run", "complete"]),
 }
 
 
@@ -226,7 +247,8 @@ def _body_schemas(*loaded: Body[Any]) -> dict[str, Any]:
 
 _SCHEMAS.update(_body_schemas(
     bodies.TASK_SPEC, bodies.BATCH, SCHEDULE, bodies.QUEUE_REQUEST, bodies.CREDENTIAL_REQUEST,
-    bodies.ROTATE_REQUEST, bodies.CANCEL_REQUEST, bodies.REVIEW_REQUEST))
+    bodies.ROTATE_REQUEST, bodies.CANCEL_REQUEST, bodies.REVIEW_REQUEST, bodies.RETRY_REQUEST,
+    bodies.BULK_RETRY_REQUEST))
 # A registered capability's declared policy (GET /v1/queues/{queue_id}/capabilities).
 _SCHEMAS.update(msgspec.json.schema_components(
     [DeclaredPolicy], ref_template="#/components/schemas/{name}")[1])
@@ -282,8 +304,13 @@ def _any_case(word: str) -> str:
 
 # domain.listing.parse_filter's rules: comma-separated state names in any case, blanks
 # skipped; integers as ASCII digits; a cursor is opaque (only one this list returned).
-_STATE_LIST = (r"^\s*(?:" + "|".join(_any_case(s) for s in _STATES) + r")?\s*"
-               r"(?:,\s*(?:" + "|".join(_any_case(s) for s in _STATES) + r")?\s*)*$")
+def _state_list(states: list[str]) -> str:
+    """The pattern of a ``state`` parameter taking ``states``."""
+    one = "|".join(_any_case(s) for s in states)
+    return r"^\s*(?:" + one + r")?\s*(?:,\s*(?:" + one + r")?\s*)*$"
+
+
+_STATE_LIST = _state_list(_STATES)
 _TEXT = {"type": "string", "maxLength": 256}
 _INSTANT = {"type": "integer", "minimum": 0, "maximum": 2**53}
 _LIST_QUERY = [
@@ -381,6 +408,18 @@ def openapi_document() -> dict[str, Any]:
         "/v1/tasks/{task_id}/review": {"post": _op(
             "Resolve a NEEDS_REVIEW task (retry, succeed, fail)", "the task", "Task",
             body="ReviewRequest", params=["task_id"])},
+        "/v1/tasks/{task_id}/retry": {"post": _op(
+            "Run a FAILED or CANCELLED task again with a new run's attempts (producer); "
+            "409 CONFLICT in any other state", "the task", "Task", body="RetryRequest",
+            params=["task_id"])},
+        "/v1/queues/{queue_id}/tasks/retry": {"post": _op(
+            "Run the queue's FAILED or CANCELLED tasks the query selects again, page by "
+            "page, each audited (producer); with dry_run only count them", "counts",
+            "RetryResult", body="BulkRetryRequest", params=["queue_id"],
+            query=[_query("state", {"type": "string", "pattern": _state_list(
+                ["FAILED", "CANCELLED"])}, "FAILED, CANCELLED or both (the default)"),
+                *(q for q in _LIST_QUERY if q["name"] not in ("state", "order", "limit",
+                                                            "cursor"))])},
         "/v1/queues/{queue_id}/schedules": {
             "post": _op("Create a periodic schedule (producer)", "created", "Schedule",
                         body="ScheduleRequest", params=["queue_id"], status="201"),

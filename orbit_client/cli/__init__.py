@@ -21,10 +21,12 @@ from .health import health
 from .queues import queues
 from .schedules import schedules
 from .task_list import tasks_list
+from .task_retry import tasks_retry
 from .tasks import tasks
 from .workers import workers
 
 tasks.add_command(tasks_list)
+tasks.add_command(tasks_retry)
 for _command in (health, queues, credentials, tasks, workers, schedules):
     cli.add_command(_command)
 

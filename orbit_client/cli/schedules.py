@@ -1,8 +1,10 @@
 """``orbit schedules create | list | get | pause | resume | delete``: periodic schedules
-(docs/cli.md "Schedules"). Answers print as JSON."""
+(docs/cli.md "Schedules"). ``list`` and ``get`` print human views (``--json``, or a pipe,
+for the server's JSON); the others print JSON."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -18,6 +20,7 @@ from .args import (
     queue_option,
 )
 from .output import json_option
+from .render_schedules import schedule_view, schedules_table
 
 
 def _client(ctx: click.Context) -> OrbitClient:
@@ -35,7 +38,12 @@ def schedules() -> None:
 
 @schedules.command("create")
 @queue_option
-@click.option("--cron", required=True, help="Cron expression, e.g. '*/5 * * * *' (quote it).")
+@click.option("--cron", required=True,
+              help="Cron expression, e.g. '*/5 * * * *' (quote it): minute hour day-of-month "
+                   "month day-of-week.")
+@click.option("--with-seconds", is_flag=True,
+              help="The cron has 6 fields, seconds FIRST (as in Quartz): '*/10 * * * * *' "
+                   "fires every 10 seconds.")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("--name", default=None, help="A label for people.")
 @click.option("--missed-ticks", type=click.Choice(["skip", "one"]), default="skip",
@@ -49,10 +57,11 @@ def schedules() -> None:
 @click.option("--deadline-ms", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON, not its ID.")
 @click.pass_context
-def schedules_create(ctx: click.Context, queue_id: str | None, cron: str, timezone: str,
-                     name: str | None, missed_ticks: str, paused: bool, handler: str,
-                     handler_version: str | None, payload_version: str | None, payload: str,
-                     idempotent: bool | None, priority: int | None, max_attempts: int | None,
+def schedules_create(ctx: click.Context, queue_id: str | None, cron: str, with_seconds: bool,
+                     timezone: str, name: str | None, missed_ticks: str, paused: bool,
+                     handler: str, handler_version: str | None, payload_version: str | None,
+                     payload: str, idempotent: bool | None, priority: int | None,
+                     max_attempts: int | None,
                      deadline_ms: int | None, as_json: bool) -> None:
     """Create a schedule and print its ID; its first tick is the first after now. Each
     tick's task gets the policy its capability's worker declared for what is left out."""
@@ -67,6 +76,8 @@ def schedules_create(ctx: click.Context, queue_id: str | None, cron: str, timezo
     task.update({k: v for k, v in optional.items() if v is not None})
     body: dict[str, Any] = {"cron": cron, "timezone": timezone, "task": task,
                             "missed_ticks": missed_ticks, "paused": paused}
+    if with_seconds:
+        body["with_seconds"] = True
     if name is not None:
         body["name"] = name
     made = client.create_schedule(queue, body)
@@ -81,17 +92,29 @@ def schedules_create(ctx: click.Context, queue_id: str | None, cron: str, timezo
 @json_option
 @click.pass_context
 def schedules_list(ctx: click.Context, queue_id: str | None, as_json: bool) -> None:
-    """Print the queue's schedules as JSON (`--json` too, as on every list command)."""
+    """The queue's schedules: cron, state, next fire time (in each one's zone); `--json`
+    prints them as JSON, as on every list command."""
     queue = settings(ctx).queue(queue_id)
-    _print_json(ctx, {"schedules": _client(ctx).list_schedules(queue)})
+    found = _client(ctx).list_schedules(queue)
+    out = settings(ctx).output(as_json)
+    if out.human:
+        out.show(schedules_table(found, int(time.time() * 1000)))
+    else:
+        out.json({"schedules": found})
 
 
 @schedules.command("get")
 @click.argument("schedule_id")
+@json_option
 @click.pass_context
-def schedules_get(ctx: click.Context, schedule_id: str) -> None:
-    """Print a schedule with its recent firings (tick, task, missed)."""
-    _print_json(ctx, _client(ctx).get_schedule(schedule_id))
+def schedules_get(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
+    """A schedule, its next five fire times in its time zone, and its recent firings."""
+    found = _client(ctx).get_schedule(schedule_id)
+    out = settings(ctx).output(as_json)
+    if out.human:
+        out.show(schedule_view(found, int(time.time() * 1000)))
+    else:
+        out.json(found)
 
 
 @schedules.command("pause")

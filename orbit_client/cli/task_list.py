@@ -26,18 +26,42 @@ def _states(values: tuple[str, ...]) -> list[str] | None:
     return list(dict.fromkeys(names)) or None
 
 
+def filter_options(fn: Any) -> Any:
+    """The task filters' options (``orbit tasks list`` and ``orbit tasks retry``)."""
+    for option in reversed((
+        click.option("--state", "states", multiple=True, metavar="STATE[,STATE]",
+                     help="Only tasks in these states (repeatable or comma-separated)."),
+        click.option("--handler", default=None, help="Only this handler."),
+        click.option("--handler-version", default=None, help="Only this handler version."),
+        click.option("--payload-version", default=None, help="Only this payload version."),
+        click.option("--created-after", metavar="TIME", help="Submitted at or after TIME."),
+        click.option("--created-before", metavar="TIME", help="Submitted at or before TIME."),
+        click.option("--finished-after", metavar="TIME", help="Finished at or after TIME."),
+        click.option("--finished-before", metavar="TIME", help="Finished at or before TIME."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+def task_filters(states: tuple[str, ...], handler: str | None, handler_version: str | None,
+                 payload_version: str | None, created_after: str | None,
+                 created_before: str | None, finished_after: str | None,
+                 finished_before: str | None) -> dict[str, Any]:
+    """The filter options as the client's keyword arguments (TIME read against now)."""
+    now_ms = int(time.time() * 1000)
+    times = {
+        name: None if value is None else parse_instant(value, now_ms, "--" + name.replace("_", "-"))
+        for name, value in (("created_after", created_after), ("created_before", created_before),
+                            ("finished_after", finished_after),
+                            ("finished_before", finished_before))
+    }
+    return {"state": _states(states), "handler": handler, "handler_version": handler_version,
+            "payload_version": payload_version, **times}
+
+
 @click.command("list")
 @queue_option
-@click.option("--state", "states", multiple=True, metavar="STATE[,STATE]",
-              help="Only tasks in these states (repeatable or comma-separated); the review "
-                   "queue is --state NEEDS_REVIEW.")
-@click.option("--handler", default=None, help="Only this handler.")
-@click.option("--handler-version", default=None, help="Only this handler version.")
-@click.option("--payload-version", default=None, help="Only this payload version.")
-@click.option("--created-after", metavar="TIME", help="Submitted at or after TIME.")
-@click.option("--created-before", metavar="TIME", help="Submitted at or before TIME.")
-@click.option("--finished-after", metavar="TIME", help="Finished at or after TIME.")
-@click.option("--finished-before", metavar="TIME", help="Finished at or before TIME.")
+@filter_options
 @click.option("--newest/--oldest", "newest", default=True,
               help="Newest first (default) or oldest first, by submit time.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
@@ -52,23 +76,16 @@ def tasks_list(
     created_before: str | None, finished_after: str | None, finished_before: str | None,
     newest: bool, limit: int, all_: bool, cursor: str | None, as_json: bool,
 ) -> None:
-    """List a queue's tasks, newest first: find any task by state, handler or time.
+    """List a queue's tasks, newest first: find any task by state, handler or time (the
+    review queue is --state NEEDS_REVIEW).
 
     TIME is 15m, 2h, 3d or 1w (that long ago), an ISO date or date-time (UTC unless it
     names an offset), or epoch milliseconds. A page that ends early prints the cursor to
     go on with.
     """
-    now_ms = int(time.time() * 1000)
-    times = {
-        name: None if value is None else parse_instant(value, now_ms, "--" + name.replace("_", "-"))
-        for name, value in (("created_after", created_after), ("created_before", created_before),
-                            ("finished_after", finished_after),
-                            ("finished_before", finished_before))
-    }
-    filters: dict[str, Any] = {
-        "state": _states(states), "handler": handler, "handler_version": handler_version,
-        "payload_version": payload_version, **times, "order": "newest" if newest else "oldest",
-    }
+    filters = task_filters(states, handler, handler_version, payload_version, created_after,
+                           created_before, finished_after, finished_before)
+    filters["order"] = "newest" if newest else "oldest"
     s = settings(ctx)
     queue = s.queue(queue_id)
     client = s.client(ctx)

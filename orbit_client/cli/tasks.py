@@ -1,8 +1,10 @@
-"""``orbit tasks``: submit, read, cancel and review tasks (producer)."""
+"""``orbit tasks``: submit, read, cancel and review tasks (producer); ``retry`` is
+task_retry.py, ``list`` task_list.py."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -46,7 +48,7 @@ def show_task(out: Output, client: OrbitClient, task: dict[str, Any]) -> None:
 
 @click.group()
 def tasks() -> None:
-    """Submit, find, read, cancel and review tasks (producer)."""
+    """Submit, find, read, cancel, review and retry tasks (producer)."""
 
 
 @tasks.command("submit")
@@ -232,18 +234,27 @@ def tasks_review(
     if result is None and action == "succeed":
         raise click.UsageError("--succeed needs --result JSON: the result the task ends with")
     value = None if result is None else json_argument(result, "result")
+    for_each_task(ctx, task_ids, as_json,
+                  lambda client, task_id: client.review(task_id, action, value, reason))
+
+
+def for_each_task(ctx: click.Context, task_ids: Sequence[str], as_json: bool,
+                  act: Callable[[OrbitClient, str], dict[str, Any]]) -> None:
+    """``act`` on each task, each on its own: one ID shows the task; with several, one that
+    fails is reported on stderr and the others still go ahead (the exit code is the first
+    failure's)."""
     s = settings(ctx)
     client = s.client(ctx)
     out = s.output(as_json)
     if len(task_ids) == 1:
-        show_task(out, client, client.review(task_ids[0], action, value, reason))
+        show_task(out, client, act(client, task_ids[0]))
         return
     done: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     exit_code = 0
     for task_id in task_ids:
         try:
-            task = client.review(task_id, action, value, reason)
+            task = act(client, task_id)
         except OrbitError as exc:
             click.echo(error_line(exc, s.server_url(), f"task {task_id}: "), err=True)
             errors.append({"task_id": task_id, "code": exc.code.value, "message": exc.message})

@@ -12,7 +12,7 @@ Everything that decides a state lives in this package (h11 style), one concern a
     decisions     Decision, Rule, Verdict, decide (the retry policy), lease arithmetic
     reports       FinishReport, CheckedReport, check_report (a worker's finish report)
     transitions   reserve, release, start, renew, finish, expire, cancel, the deadline,
-                  review, resume
+                  review, rerun (an ended task run again), resume
 
 The tables ``TASK_TRANSITIONS`` and ``ATTEMPT_TRANSITIONS`` list every legal move; a function
 that would make an illegal one raises ``IllegalTransition`` (code CONFLICT) *before* changing
@@ -52,6 +52,7 @@ from .transitions import (
     EvidenceReason,
     FinishResult,
     ResumeStatus,
+    RunBudget,
     cancel,
     confirm_grant,
     decline,
@@ -64,10 +65,12 @@ from .transitions import (
     release,
     release_unreceived,
     renew,
+    rerun,
     reserve,
     resume_status,
     retry_not_before,
     review,
+    run_budget,
     start,
 )
 
@@ -88,6 +91,7 @@ __all__ = [
     "ResumeStatus",
     "ReviewAction",
     "Rule",
+    "RunBudget",
     "TaskEvent",
     "TaskRec",
     "TaskSpec",
@@ -116,10 +120,12 @@ __all__ = [
     "release",
     "release_unreceived",
     "renew",
+    "rerun",
     "reserve",
     "resolve_policy",
     "resume_status",
     "retry_not_before",
     "review",
+    "run_budget",
     "start",
 ]

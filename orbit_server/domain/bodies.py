@@ -143,6 +143,18 @@ class ReviewRequest(_Body, frozen=True):
     reason: Reason | UnsetType = UNSET
 
 
+class RetryRequest(_Body, frozen=True):
+    reason: Reason | UnsetType = UNSET
+
+
+class BulkRetryRequest(_Body, frozen=True):
+    """The tasks are those the query parameters select (FAILED and CANCELLED by default)."""
+
+    reason: Reason | UnsetType = UNSET
+    dry_run: Annotated[bool, Meta(description="count the matching tasks, change nothing")
+                       ] = False
+
+
 QUEUE_REQUEST: Final = Body(QueueRequest)
 # A producer or worker credential is scoped to at least one queue.
 CREDENTIAL_REQUEST: Final = Body(CredentialRequest, {
@@ -150,6 +162,8 @@ CREDENTIAL_REQUEST: Final = Body(CredentialRequest, {
     "then": {"required": ["queues"], "properties": {"queues": {"minItems": 1}}}})
 ROTATE_REQUEST: Final = Body(RotateRequest)
 CANCEL_REQUEST: Final = Body(CancelRequest)
+RETRY_REQUEST: Final = Body(RetryRequest)
+BULK_RETRY_REQUEST: Final = Body(BulkRetryRequest)
 REVIEW_REQUEST: Final = Body(ReviewRequest, {
     "if": {"properties": {"action": {"const": ReviewAction.SUCCEED.value}}},
     "then": {"required": ["result"], "properties": {"result": {"not": {"type": "null"}}}}})

@@ -118,10 +118,13 @@ def decode_cursor(text: str, newest_first: bool) -> Position:
 @dataclass(frozen=True, slots=True)
 class States:
     """The ``state`` parameter: state names, comma-separated, in any case, blanks skipped;
-    it may be repeated (every value adds its states)."""
+    it may be repeated (every value adds its states). Only the ``allowed`` states are
+    taken (``why`` ends the refusal of another)."""
 
     name: str = "state"
     default: tuple[TaskState, ...] = ()
+    allowed: tuple[TaskState, ...] = tuple(TaskState)
+    why: str = ""
 
     def parse(self, values: Sequence[str]) -> tuple[TaskState, ...]:
         states: list[TaskState] = []
@@ -134,9 +137,12 @@ class States:
                     if not name.isascii():  # some non-ASCII letters upper() to ASCII ones
                         raise ValueError(part)
                     state = TaskState(name)
+                    if state not in self.allowed:
+                        raise ValueError(part)
                 except ValueError:
                     raise OrbitError(ErrorCode.BAD_REQUEST, f"state {part!r} is not one of "
-                                     f"{', '.join(s.value for s in TaskState)}") from None
+                                     f"{', '.join(s.value for s in self.allowed)}"
+                                     f"{self.why}") from None
                 if state not in states:
                     states.append(state)
         return tuple(states)
@@ -183,6 +189,28 @@ def task_filter(q: Mapping[str, Any]) -> TaskFilter:
         finished_before=q["finished_before"], newest_first=newest, limit=q["limit"],
         after=None if q["cursor"] is None else decode_cursor(q["cursor"], newest),
     )
+
+
+# A bulk retry's filter (docs/http-api.md "Retrying ended tasks"): the list's filters
+# without its order, page size and cursor (a bulk retry walks every page, oldest first), and
+# only the states a retry takes tasks from.
+RETRYABLE: Final = (TaskState.FAILED, TaskState.CANCELLED)
+RETRY_QUERY: Final[tuple[Param, ...]] = (
+    States(allowed=RETRYABLE, why=": only FAILED and CANCELLED tasks can be run again"),
+    *(p for p in LIST_QUERY if p.name not in ("state", "order", "limit", "cursor")))
+
+
+def retry_filter(q: Mapping[str, Any], page: int, now_ms: int) -> TaskFilter:
+    """A TaskFilter from ``RETRY_QUERY``'s parsed parameters: FAILED and CANCELLED tasks (or
+    those of the states asked), oldest first, ``page`` a page, created at the latest
+    ``now_ms`` (a task created during the retry is not part of it)."""
+    states = q["state"] or RETRYABLE
+    before = now_ms if q["created_before"] is None else min(q["created_before"], now_ms)
+    return TaskFilter(
+        states=tuple(states), handler=q["handler"], handler_version=q["handler_version"],
+        payload_version=q["payload_version"], created_after=q["created_after"],
+        created_before=before, finished_after=q["finished_after"],
+        finished_before=q["finished_before"], newest_first=False, limit=page)
 
 
 def cut_page(filt: TaskFilter, streams: Iterable[Sequence[Mapping[Any, Any]]]

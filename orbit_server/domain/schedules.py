@@ -60,6 +60,7 @@ class ScheduleSpec:
     name: str | None
     missed_ticks: MissedTicks
     paused: bool
+    with_seconds: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,8 @@ class ScheduleRequest(Struct, frozen=True, forbid_unknown_fields=True):
 
     cron: Annotated[str, Meta(
         min_length=1, max_length=MAX_CRON_LEN, pattern=_PRINTABLE,
-        description="5 fields, or 6 with seconds last",
+        description="5 fields (minute hour day-of-month month day-of-week), or 6 with a "
+        "seconds field first when with_seconds is true",
         extra={"message": f"is required: a cron expression of at most {MAX_CRON_LEN} ASCII "
                "characters, e.g. '*/5 * * * *'"})]
     task: ScheduledTask
@@ -92,6 +94,9 @@ class ScheduleRequest(Struct, frozen=True, forbid_unknown_fields=True):
     name: Label | UnsetType = UNSET
     missed_ticks: MissedTicks = MissedTicks.SKIP
     paused: bool = False
+    with_seconds: Annotated[bool, Meta(
+        description="cron has 6 fields, seconds first (as in Quartz); a 6-field cron is "
+        "refused without it")] = False
 
 
 # What a schedule request may say: parse_schedule checks with it, openapi.py shows it.
@@ -113,7 +118,8 @@ def parse_schedule(obj: object) -> tuple[ScheduleSpec, Mapping[object, object]]:
     task = parse_task_spec(task_obj, "schedule.task")
     spec = ScheduleSpec(cron=" ".join(body.cron.split()), timezone=body.timezone, task=task,
                         name=None if body.name is UNSET else body.name,
-                        missed_ticks=body.missed_ticks, paused=body.paused)
+                        missed_ticks=body.missed_ticks, paused=body.paused,
+                        with_seconds=body.with_seconds)
     return spec, task_obj
 
 

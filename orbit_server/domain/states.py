@@ -24,6 +24,7 @@ class TaskEvent(StrEnum):
     OPERATOR_RETRY = "OPERATOR_RETRY"
     OPERATOR_SUCCEED = "OPERATOR_SUCCEED"
     OPERATOR_FAIL = "OPERATOR_FAIL"
+    RERUN = "RERUN"  # an operator runs an ended FAILED or CANCELLED task again
 
 
 class AttemptEvent(StrEnum):
@@ -49,6 +50,9 @@ TASK_TRANSITIONS: Final[Mapping[tuple[TaskState, TaskEvent], TaskState]] = {
     (_T.NEEDS_REVIEW, TaskEvent.OPERATOR_FAIL): _T.FAILED,
     # An operator may also give up on a task waiting for review.
     (_T.NEEDS_REVIEW, TaskEvent.CANCEL): _T.CANCELLED,
+    # A new run of a task that ended without success (its attempts stay as history).
+    (_T.FAILED, TaskEvent.RERUN): _T.PENDING,
+    (_T.CANCELLED, TaskEvent.RERUN): _T.PENDING,
 }
 
 _A = AttemptState
@@ -67,6 +71,8 @@ _PHRASES: Final[Mapping[str, str]] = {
     TaskEvent.OPERATOR_SUCCEED: f"be marked succeeded by review: {_ONLY_REVIEW}",
     TaskEvent.OPERATOR_FAIL: f"be marked failed by review: {_ONLY_REVIEW}",
     TaskEvent.CANCEL: "be cancelled: it has already finished",
+    TaskEvent.RERUN: ("be retried: only a FAILED or CANCELLED task can be run again (a task "
+                      "in NEEDS_REVIEW is resolved with review)"),
     TaskEvent.NEED_REVIEW: "go to review",
     TaskEvent.DEADLINE: "reach its deadline",
 }

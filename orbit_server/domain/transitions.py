@@ -439,6 +439,49 @@ def review(task: TaskRec, action: ReviewAction, result_json: str | None,
     task.updated_at_ms = now_ms
 
 
+@dataclass(frozen=True, slots=True)
+class RunBudget:
+    """What one run of a task may spend: the submitted policy's attempts, and its deadline
+    span (deadline less submit instant). A retry of an ended task starts a run with it."""
+
+    max_attempts: int
+    deadline_ms: int
+
+
+def run_budget(max_attempts: int, deadline_at_ms: int, created_at_ms: int,
+               run_max_attempts: int | None, run_deadline_ms: int | None) -> RunBudget:
+    """The budget of one run: the one kept when a review or retry first raised the task's
+    limits (``run_*``), else the task's limits as submitted."""
+    return RunBudget(
+        max_attempts if run_max_attempts is None else run_max_attempts,
+        max(0, deadline_at_ms - created_at_ms) if run_deadline_ms is None else run_deadline_ms)
+
+
+def rerun(task: TaskRec, run: RunBudget, now_ms: int, not_before_ms: int = 0) -> None:
+    """FAILED or CANCELLED → PENDING: a new run at ``not_before_ms`` (see retry_not_before)
+    or now, with ``run.max_attempts`` attempts more than were started so far
+    (``max_attempts`` counts every attempt of the task's life) and a deadline
+    ``run.deadline_ms`` ahead. The attempts, the audit and the ``uncertain`` history stay:
+    a NON_IDEMPOTENT task with an uncertain past still goes to review rather than retrying
+    on its own. CONFLICT in any other state, and for a cancelled task whose running attempt
+    has no outcome yet (two attempts never overlap)."""
+    new_state = next_task_state(task.state, TaskEvent.RERUN)
+    if task.current_attempt_id is not None:
+        raise OrbitError(ErrorCode.CONFLICT,
+                         f"task {task.id} was cancelled while an attempt ran, and that attempt "
+                         "has no outcome yet: retry it once the attempt ended")
+    available = max(now_ms, not_before_ms)
+    task.state = new_state
+    task.max_attempts = task.attempts_started + run.max_attempts
+    task.deadline_at_ms = available + max(run.deadline_ms, task.attempt_timeout_ms)
+    task.available_at_ms = available
+    task.failure_code = task.failure_details = None
+    task.cancel_requested = False
+    task.finished_at_ms = None
+    task.start_by_at_ms = None
+    task.updated_at_ms = now_ms
+
+
 class ResumeStatus(StrEnum):
     RUNNING = "RUNNING"
     LOST = "LOST"

@@ -8,6 +8,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     pushes         PushService     cancels and revocations read by every replica
     workers        WorkerService   hello, release, reserve, a control request's ops, presence
     listing        ListingService  task pages, queues with counts, live workers, unserved work
+    retries        RetryService    FAILED or CANCELLED tasks run again, by ID or by filter
     retention      Retention       old finished tasks and long-unseen instances deleted
     schedules      ScheduleService periodic schedules and the firing loop's pass
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from .reaper import Reaper
     from .reservations import Reservations
     from .retention import Retention
+    from .retries import RetryService
     from .schedules import ScheduleService
     from .tasks import Submitted, TaskService
     from .wakeups import Wakeups
@@ -57,7 +59,8 @@ _LAZY = {
     "WorkerBinding": "binding", "TxContext": "context", "Effects": "effects",
     "ListingService": "listing", "OfferCache": "offers", "PushService": "pushes",
     "Reaper": "reaper",
-    "Reservations": "reservations", "Retention": "retention", "ScheduleService": "schedules",
+    "Reservations": "reservations", "Retention": "retention", "RetryService": "retries",
+    "ScheduleService": "schedules",
     "Submitted": "tasks", "TaskService": "tasks", "Wakeups": "wakeups",
     "WorkerService": "workers",
 }
@@ -73,6 +76,7 @@ __all__ = [
     "Reaper",
     "Reservations",
     "Retention",
+    "RetryService",
     "ScheduleService",
     "Services",
     "Submitted",
@@ -107,6 +111,7 @@ class Services:
         from .pushes import PushService
         from .reaper import Reaper
         from .retention import Retention
+        from .retries import RetryService
         from .schedules import ScheduleService
         from .tasks import TaskService
         from .wakeups import Wakeups
@@ -125,3 +130,4 @@ class Services:
         self.listing = ListingService(self.tx)
         self.retention = Retention(self.tx, offers)
         self.schedules = ScheduleService(self.tx, self.policies)
+        self.retries = RetryService(self.tx, wakeups)

@@ -21,6 +21,7 @@ class Counted:
     evidence: list[tuple[str, str]] = field(default_factory=list)  # (queue, evidence reason)
     expired: list[str] = field(default_factory=list)  # queue of each lease the reaper ended
     reviews: list[tuple[str, str]] = field(default_factory=list)  # (queue, action)
+    retries: list[str] = field(default_factory=list)  # queue of each ended task run again
     timed_out: list[tuple[str, str]] = field(default_factory=list)  # (queue, failure code)
     # Leases granted with the dispatch (docs/protocol.md, "Grants"): the queue of each grant
     # made; (queue, rule) of each given back unspent (declined, or never received); the

@@ -38,6 +38,7 @@ from .tasks import insert_tasks
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
 FIRE_BATCH = 100  # due schedules per firing transaction
 RECENT_FIRINGS = 20  # firings shown with a schedule
+NEXT_FIRES = 5  # upcoming ticks shown with a schedule
 
 
 @transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
@@ -51,7 +52,7 @@ class ScheduleService:
         require_role(principal, _PRODUCERS)
         require_visible_queue(principal, queue_id)
         spec, task_obj = parse_schedule(body)
-        cron = Cron(spec.cron, spec.timezone)
+        cron = Cron(spec.cron, spec.timezone, spec.with_seconds)
         now = self._tx.clock()
         row = {
             "id": new_id(now), "queue_id": queue_id, "name": spec.name, "cron": spec.cron,
@@ -66,21 +67,23 @@ class ScheduleService:
             if not queue_exists(conn, queue_id):
                 raise queue_not_found(queue_id)
             stored.insert_schedule(conn, row)
-        return schedule_view(row)
+        return schedule_view(row, now)
 
     def list_schedules(self, principal: Principal, queue_id: str) -> dict[str, Any]:
         require_role(principal, _PRODUCERS)
         require_visible_queue(principal, queue_id)
         with self._tx.read() as conn:
             rows = stored.schedules_of_queue(conn, queue_id)
-            return {"schedules": [schedule_view(r) for r in rows]}
+            now = self._tx.clock()
+            return {"schedules": [schedule_view(r, now) for r in rows]}
 
     def get(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
         """The schedule with its most recent firings (newest first)."""
         with self._tx.read() as conn:
             row = _schedule_row(conn, principal, schedule_id)
             firings = stored.recent_firings(conn, schedule_id, RECENT_FIRINGS)
-            return {**schedule_view(row), "firings": [firing_view(f) for f in firings]}
+            return {**schedule_view(row, self._tx.clock()),
+                    "firings": [firing_view(f) for f in firings]}
 
     def pause(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
         """No tick fires while PAUSED; idempotent."""
@@ -98,11 +101,12 @@ class ScheduleService:
             if row["state"] != state.value:
                 values: dict[str, Any] = {"state": state.value, "updated_at_ms": now}
                 if state is ScheduleState.ACTIVE:
-                    values["next_fire_at_ms"] = Cron(row["cron"], row["timezone"]).next_after(
+                    cron = Cron.stored(row["cron"], row["timezone"])
+                    values["next_fire_at_ms"] = cron.next_after(
                         max(now, row["last_tick_at_ms"] or 0))
                 stored.set_schedule(conn, schedule_id, values)
                 row = {**row, **values}
-            return schedule_view(row)
+            return schedule_view(row, now)
 
     def delete(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
         """Remove the schedule and its firing rows; the tasks it submitted (and their audit
@@ -151,7 +155,7 @@ class ScheduleService:
 def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int,
               policies: PolicyCache) -> bool:
     """Plan and record one schedule's firing; True when it submitted a new task."""
-    cron = Cron(row["cron"], row["timezone"])
+    cron = Cron.stored(row["cron"], row["timezone"])
     plan = plan_firing(row["next_fire_at_ms"], now, cron.latest_at_or_before(now),
                        cron.next_after(now), MissedTicks(row["missed_ticks"]))
     if plan.next_fire_at_ms == row["next_fire_at_ms"] and plan.tick_at_ms is None:
@@ -205,15 +209,29 @@ def _schedule_row(conn: Connection, principal: Principal, schedule_id: str,
     return row
 
 
-def schedule_view(row: Mapping[Any, Any]) -> dict[str, Any]:
+def next_fires(row: Mapping[Any, Any], now: int) -> list[dict[str, Any]] | None:
+    """The schedule's next NEXT_FIRES ticks, in ms and in its zone's local time: from its
+    stored next instant while ACTIVE, from now while PAUSED (if resumed now). None when
+    this server cannot read the expression or the zone."""
+    try:
+        cron = Cron.stored(row["cron"], row["timezone"])
+    except OrbitError:
+        return None
+    after = row["next_fire_at_ms"] - 1 if row["state"] == ScheduleState.ACTIVE.value else now
+    return [{"at_ms": tick, "local": cron.local(tick)}
+            for tick in cron.next_ticks(after, NEXT_FIRES)]
+
+
+def schedule_view(row: Mapping[Any, Any], now: int) -> dict[str, Any]:
     return {
         "id": row["id"], "queue_id": row["queue_id"], "name": row["name"],
-        "cron": row["cron"], "timezone": row["timezone"], "task": fragment(row["task"]),
+        "cron": row["cron"], "with_seconds": len(row["cron"].split()) == 6,
+        "timezone": row["timezone"], "task": fragment(row["task"]),
         "missed_ticks": row["missed_ticks"], "state": row["state"],
         "next_fire_at_ms": row["next_fire_at_ms"], "last_tick_at_ms": row["last_tick_at_ms"],
         "last_task_id": row["last_task_id"], "fired": row["fired"],
         "created_by": row["created_by"], "created_at_ms": row["created_at_ms"],
-        "updated_at_ms": row["updated_at_ms"],
+        "updated_at_ms": row["updated_at_ms"], "next_fires": next_fires(row, now),
     }
 
 

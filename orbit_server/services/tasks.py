@@ -236,13 +236,14 @@ class TaskService:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
-            uow, task = _adopt_task(conn, principal, task_id, now)
+            row = _task_row(conn, principal, task_id)
+            uow = UnitOfWork(conn, now)
+            task = uow.adopt_task_row(row)
             before = task.state
-            last = task_rows.last_attempt_of_task(conn, task.id)
-            not_before = domain.retry_not_before(
-                uow.adopt_attempt_row(last) if last is not None else None,
-                self._tx.config.kill_grace_ms)
+            budget, not_before = run_start(conn, uow, row, self._tx.config.kill_grace_ms)
             domain.review(task, review_action, result_json, reason_json, now, not_before)
+            if review_action is domain.ReviewAction.RETRY:  # its limits may have risen
+                keep_budget(conn, row, budget)
             uow.audit(task.id, None, principal.operator, "task_reviewed", before, task.state,
                       {"action": review_action.value, **({"reason": reason} if reason else {})})
             uow.flush()
@@ -328,6 +329,26 @@ def _task_row(conn: Connection, principal: Principal, task_id: str) -> Mapping[A
     if row is None or not principal.may_use_queue(row["queue_id"]):
         raise task_not_found(task_id)  # the same answer for "not yours": nothing is revealed
     return row
+
+
+def run_start(conn: Connection, uow: UnitOfWork, row: Mapping[Any, Any],
+              kill_grace_ms: int) -> tuple[domain.RunBudget, int]:
+    """What a new run of the task in ``row`` may spend (a review's retry, an operator's
+    retry), and the earliest instant its first attempt may start (after the last one's
+    lost lease and kill grace)."""
+    budget = domain.run_budget(row["max_attempts"], row["deadline_at_ms"], row["created_at_ms"],
+                               row["run_max_attempts"], row["run_deadline_ms"])
+    last = task_rows.last_attempt_of_task(conn, row["id"])
+    not_before = domain.retry_not_before(
+        uow.adopt_attempt_row(last) if last is not None else None, kill_grace_ms)
+    return budget, not_before
+
+
+def keep_budget(conn: Connection, row: Mapping[Any, Any], budget: domain.RunBudget) -> None:
+    """Keep one run's budget on the task once its limits were first raised (later runs get
+    the submitted budget, not the raised one)."""
+    if row["run_max_attempts"] is None:
+        task_rows.keep_run_budget(conn, row["id"], budget.max_attempts, budget.deadline_ms)
 
 
 def _written_task_row(conn: Connection, task_id: str) -> Mapping[Any, Any]:

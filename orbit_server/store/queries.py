@@ -37,7 +37,8 @@ from .tables import (
 # big JSON outputs (a payload or result may be 256 KiB; finishing 100 tasks must not read them).
 _NOT_FOR_RULES = {"handler", "handler_version", "payload_version", "payload", "result",
                   "failure_details", "operation_key", "created_at_ms", "spec_digest",
-                  "schedule_to_start_ms", "cancel_grace_ms", "policy_source"}
+                  "schedule_to_start_ms", "cancel_grace_ms", "policy_source", "run_max_attempts",
+                  "run_deadline_ms"}
 TASK_REC_COLUMNS = [c for c in tasks.c if c.name not in _NOT_FOR_RULES]
 # What a reservation needs of a task: those, its capability, payload and cancel grace.
 DISPATCH_COLUMNS = [*TASK_REC_COLUMNS, tasks.c.handler, tasks.c.handler_version,

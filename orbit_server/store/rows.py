@@ -72,7 +72,8 @@ INSERT_ATTEMPT = SparseInsert(attempts, ATTEMPT_COLUMNS,
 INSERT_AUDIT = Prepared(audit.insert(), AUDIT_KEYS)
 INSERT_EVIDENCE = Prepared(evidence.insert(), [c.name for c in evidence.c])
 INSERT_RECEIPT = Prepared(receipts.insert(), [c.name for c in receipts.c if c.name != "seq"])
-INSERT_TASK = SparseInsert(tasks, TASK_COLUMN_NAMES, [
+# A new task has run no retry yet: its run_* columns stay NULL (left out of the insert).
+INSERT_TASK = SparseInsert(tasks, [c for c in TASK_COLUMN_NAMES if not c.startswith("run_")], [
     "operation_key", "result", "failure_code", "failure_details", "current_attempt_id",
     "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest",
     "policy_source"])

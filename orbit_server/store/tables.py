@@ -210,6 +210,10 @@ tasks = Table(
     Column("cancel_grace_ms", Integer, nullable=False),  # migration 0008
     # Where the policy came from: submit, registered, default (migration 0013; null before).
     Column("policy_source", String(STATE), nullable=True),
+    # The attempts and deadline span one run gets, kept from the submitted policy when a
+    # review or an operator's retry first raised max_attempts (null: as submitted; 0014).
+    Column("run_max_attempts", Integer, nullable=True),
+    Column("run_deadline_ms", BigInteger, nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.

@@ -15,8 +15,8 @@ from .rows import IN_CHUNK, INSERT_AUDIT, INSERT_TASK
 from .tables import audit, evidence, tasks
 
 __all__ = ["attempts_of_task", "audit_of_task", "claimed_attempts", "evidence_of_task",
-           "insert_new_tasks", "last_attempt_of_task", "task_row", "task_rows",
-           "tasks_by_operation_key"]
+           "insert_new_tasks", "keep_run_budget", "last_attempt_of_task", "task_row",
+           "task_rows", "tasks_by_operation_key"]
 
 EVIDENCE_OF_TASK = (select(evidence).where(evidence.c.task_id == bindparam("task_id"))
                     .order_by(evidence.c.received_at_ms, evidence.c.id))
@@ -91,3 +91,17 @@ def insert_new_tasks(conn: Connection, task_rows: Sequence[dict[str, Any]],
     """New task rows, then their audit rows: one executemany each."""
     INSERT_TASK.run(conn, task_rows)
     INSERT_AUDIT.run(conn, audit_rows)
+
+
+_KEEP_RUN_BUDGET = (
+    tasks.update()
+    .where(tasks.c.id == bindparam("task_id"), tasks.c.run_max_attempts.is_(None))
+    .values(run_max_attempts=bindparam("run_attempts"), run_deadline_ms=bindparam("run_span"))
+)
+
+
+def keep_run_budget(conn: Connection, task_id: str, max_attempts: int, deadline_ms: int) -> None:
+    """Record the budget of one run of the task, unless one is recorded already (the first
+    review or retry that raises its limits keeps the submitted one)."""
+    conn.execute(_KEEP_RUN_BUDGET, {"task_id": task_id, "run_attempts": max_attempts,
+                                    "run_span": deadline_ms})

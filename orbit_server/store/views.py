@@ -39,7 +39,9 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
         },
         "policy": {
             "idempotency": str(row["idempotency"]),
-            "max_attempts": row["max_attempts"],
+            # One run's attempts as submitted (``attempt_limit`` counts every run's); a new
+            # task's row has no run_* key yet.
+            "max_attempts": row.get("run_max_attempts") or row["max_attempts"],
             "backoff": {
                 "initial_ms": row["backoff_initial_ms"],
                 "max_ms": row["backoff_max_ms"],
@@ -62,6 +64,7 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
         "deadline_at_ms": row["deadline_at_ms"],
         "next_attempt_at_ms": row["available_at_ms"] if state == TaskState.PENDING else None,
         "attempts": row["attempts_started"],
+        "attempt_limit": row["max_attempts"],
         "epoch": row["epoch"],
         "failure": failure,
         "cancel_requested": bool(row["cancel_requested"]),

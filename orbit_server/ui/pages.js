@@ -9,33 +9,34 @@ import {
 
 const STATES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "NEEDS_REVIEW", "CANCELLED"];
 const REVIEWERS = new Set(["admin", "producer"]);
+const RERUNNABLE = new Set(["FAILED", "CANCELLED"]);
 // Throughput windows: [window_ms, windows, label]; the overview's `span` parameter.
 const SPANS = [["1000", "60", "per second, last minute"], ["10000", "30", "per 10 s, last 5 min"],
   ["60000", "30", "per minute, last 30 min"], ["3600000", "24", "per hour, last 24 h"]];
 const WITHIN = [["", "any time"], ["300000", "last 5 min"], ["3600000", "last hour"],
   ["86400000", "last 24 h"], ["604800000", "last 7 days"]];
 
-function taskLink(id) {
+export function taskLink(id) {
   return h("a", { href: `#/task/${id}`, class: "mono", "data-task": id, title: id }, shortId(id));
 }
 
-function queueName(queue) {
+export function queueName(queue) {
   return queue.name ? `${queue.name} (${shortId(queue.id)})` : queue.id;
 }
 
-function queueSelect(ctx, selected, onChange) {
+export function queueSelect(ctx, selected, onChange) {
   return h("label", {}, "Queue",
     h("select", { name: "queue", onchange: (e) => onChange(e.target.value) },
       ctx.queues.map((q) => h("option", { value: q.id, selected: q.id === selected }, queueName(q)))));
 }
 
-function currentQueue(ctx) {
+export function currentQueue(ctx) {
   const wanted = ctx.params.get("queue");
   if (wanted && ctx.queues.some((q) => q.id === wanted)) return wanted;
   return ctx.queues.length ? ctx.queues[0].id : null;
 }
 
-function noQueue() {
+export function noQueue() {
   return h("div", { class: "card" }, h("p", {}, "This credential sees no queue."));
 }
 
@@ -76,6 +77,7 @@ export async function renderQueues(ctx) {
         h("a", { href: `#/tasks?queue=${q.id}` }, "Tasks"), " · ",
         h("a", { href: `#/review?queue=${q.id}` }, `Review (${stats.counts.NEEDS_REVIEW || 0})`),
         " · ", h("a", { href: `#/workers?queue=${q.id}` }, "Workers"),
+        " · ", h("a", { href: `#/schedules?queue=${q.id}` }, "Schedules"),
         h("span", { class: "muted" }, ` · as of ${isoTime(now)}`)));
   });
   const spanSelect = h("form", { class: "filters card", onsubmit: (e) => e.preventDefault() },
@@ -205,6 +207,32 @@ function reviewControls(ctx, task, onDone) {
       onclick: () => act("fail") }, "Mark failed"));
 }
 
+// A FAILED or CANCELLED task run again (POST /v1/tasks/{id}/retry): a new run of its
+// policy's attempts, audited with the reason.
+function retryControls(ctx, task, onDone) {
+  if (!REVIEWERS.has(ctx.me.role)) {
+    return h("p", { class: "muted" }, "This credential may not retry tasks.");
+  }
+  const reason = h("input", { name: "reason", placeholder: "why (audited)", size: 20 });
+  const retry = async () => {
+    const body = reason.value.trim() ? { reason: reason.value.trim() } : {};
+    try {
+      const after = await post(`/v1/tasks/${task.id}/retry`, body);
+      ctx.status(`task ${shortId(task.id)}: retried → ${after.state}`, "ok");
+      ctx.clean();
+      onDone();
+    } catch (err) {
+      ctx.status(`retry failed: ${err.code}: ${err.message}`, "error");
+    }
+  };
+  return h("div", { class: "review-row", "data-retry": task.id },
+    h("p", { class: "muted" }, `Runs it again with ${task.policy.max_attempts} more attempt(s); `
+      + "the attempts so far stay in its history."),
+    h("label", {}, "Reason", reason),
+    h("button", { type: "button", class: "primary", "data-action": "rerun", onclick: retry },
+      "Retry"));
+}
+
 export async function renderReview(ctx) {
   const queue = currentQueue(ctx);
   if (!queue) return noQueue();
@@ -284,7 +312,7 @@ export async function renderTask(ctx, id) {
     h("section", { class: "card" }, facts([
       ["queue", h("a", { href: `#/tasks?queue=${task.queue_id}`, class: "mono" }, task.queue_id)],
       ["capability", h("code", {}, capability(task.capability))],
-      ["attempts", `${task.attempts} of ${policy.max_attempts} (${policy.idempotency})`],
+      ["attempts", `${task.attempts} of ${task.attempt_limit ?? policy.max_attempts} (${policy.idempotency})`],
       ["lease / timeout", `${duration(policy.lease_ttl_ms)} lease, ${duration(policy.attempt_timeout_ms)} per attempt`],
       ["policy from", task.policy_source ?? null],
       ["priority", String(task.priority)],
@@ -301,6 +329,8 @@ export async function renderTask(ctx, id) {
     ])),
     task.state === "NEEDS_REVIEW" ? h("section", { class: "card" }, h("h2", {}, "Review"),
       reviewControls(ctx, task, () => ctx.refresh())) : null,
+    RERUNNABLE.has(task.state) ? h("section", { class: "card" }, h("h2", {}, "Run again"),
+      retryControls(ctx, task, () => ctx.refresh())) : null,
     h("section", { class: "card" }, h("h2", {}, "Attempt timeline"),
       attemptTimeline(task, history.attempts, now)),
     h("section", { class: "card" }, h("h2", {}, "Attempts"),

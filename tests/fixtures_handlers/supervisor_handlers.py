@@ -104,6 +104,14 @@ def reject(execution: Execution) -> Any:
     raise WorkerFailure("OBJECT_REJECTED", details={"why": "test"})
 
 
+def needs_file(execution: Execution) -> Any:
+    """Fails explicitly (no retry) until ``payload["path"]`` exists: a task an operator
+    retries once the cause is mended."""
+    if not os.path.exists(execution.payload["path"]):
+        raise WorkerFailure("NOT_READY", details={"missing": "the file"})
+    return {"ok": True}
+
+
 def key_error(execution: Execution) -> Any:
     """A bug in the handler: the missing key (a secret of the payload) is in the message."""
     return {}[execution.payload["secret"]]
@@ -188,6 +196,7 @@ HANDLERS = [
     Handler("sup.crash", "v1", "v1", crash),
     Handler("sup.memory_hog", "v1", "v1", memory_hog),
     Handler("sup.reject", "v1", "v1", reject),
+    Handler("sup.needs_file", "v1", "v1", needs_file),
     Handler("sup.whoami", "v1", "v1", whoami),
     Handler("sup.kills_its_template", "v1", "v1", kills_its_template),
     Handler("sup.key_error", "v1", "v1", key_error),

@@ -1,10 +1,10 @@
 """Schemathesis hooks (``SCHEMATHESIS_HOOKS=support.schemathesis_hooks``) for the rules of
 the API that no schema can state, each named in the schema's description: a cron
-expression's and a time zone's meaning (croniter and zoneinfo), an instant that must lie in
-the future (``expires_at_ms``) or at most 31 days ahead (``not_before_at_ms``), an opaque
-cursor (only one the list returned), and the value rules inside a payload or result
-(64-bit integers). A long poll's ``wait_ms`` is cut to 50 ms so a bounded run stays short
-(the wait itself is tested elsewhere).
+expression's and a time zone's meaning (croniter and zoneinfo; a six-field cron only with
+``with_seconds``), an instant that must lie in the future (``expires_at_ms``) or at most 31
+days ahead (``not_before_at_ms``), an opaque cursor (only one the list returned), and the
+value rules inside a payload or result (64-bit integers). A long poll's ``wait_ms`` is cut
+to 50 ms so a bounded run stays short (the wait itself is tested elsewhere).
 
 Every case passes here before it is sent (every phase). Only a value the schema admits is
 changed, and only into another value the schema admits, so a negative case stays negative.
@@ -70,10 +70,11 @@ def _fix_schedule(body: dict[str, Any]) -> None:
         except OrbitError:
             body["timezone"] = "UTC"
     if _printable(body.get("cron"), 128):
+        seconds = body.get("with_seconds") is True
         try:
-            Cron(body["cron"], "UTC")
-        except OrbitError:
-            body["cron"] = "*/5 * * * *"
+            Cron(body["cron"], "UTC", seconds)
+        except OrbitError:  # six fields, seconds first, only with with_seconds
+            body["cron"] = "0 */5 * * * *" if seconds else "*/5 * * * *"
     _fix_spec(body.get("task"))
 
 

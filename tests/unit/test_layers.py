@@ -91,6 +91,7 @@ PURE = (
     "orbit_client/channel_core.py",
     "orbit_client/tasks.py",
     "orbit_client/cli/render.py",
+    "orbit_client/cli/render_schedules.py",
     "orbit_client/cli/timefmt.py",
 )
 FORBIDDEN_IN_PURE = frozenset({

@@ -210,6 +210,44 @@ def test_task_page_marks_succeeded_with_a_result(page: Any, scene: Scene) -> Non
     assert (task["state"], task["result"]) == ("SUCCEEDED", {"checked": True})
 
 
+def test_task_page_retries_a_cancelled_task(page: Any, scene: Scene) -> None:
+    made = expect(scene.producer.post(f"/v1/queues/{scene.queue_id}/tasks", json={
+        "handler": "billing.invoice", "handler_version": "v2", "payload_version": "v1",
+        "payload": {"order": 9}}), 201)
+    task_id = made["id"]
+    expect(scene.producer.post(f"/v1/tasks/{task_id}/cancel", json={}), 200)
+    _goto(page, scene, f"task/{task_id}", "[data-retry] button[data-action=rerun]")
+    controls = page.locator(f"[data-retry='{task_id}']")
+    controls.locator("input[name=reason]").fill("customer asked again")
+    controls.locator("button[data-action=rerun]").click()
+    page.wait_for_selector("#audit tr[data-audit=task_retried]")
+    assert page.locator("h1 .state").text_content() == "PENDING"
+    retried = page.locator("#audit tr[data-audit=task_retried]").text_content()
+    assert "CANCELLED → PENDING" in retried and "customer asked again" in retried
+    assert page.locator("[data-retry]").count() == 0  # no retry for a PENDING task
+    task = expect(scene.producer.get(f"/v1/tasks/{task_id}"), 200)
+    assert task["state"] == "PENDING"
+    expect(scene.producer.post(f"/v1/tasks/{task_id}/cancel", json={}), 200)  # as it was
+
+
+def test_schedules_page_shows_the_next_five_fire_times(page: Any, scene: Scene) -> None:
+    made = expect(scene.producer.post(f"/v1/queues/{scene.queue_id}/schedules", json={
+        "cron": "0 9 * * *", "timezone": "Europe/Paris", "name": "morning", "paused": True,
+        "task": {"handler": "billing.invoice", "handler_version": "v2",
+                 "payload_version": "v1", "payload": {}}}), 201)
+    try:
+        _goto(page, scene, f"schedules?queue={scene.queue_id}",
+              f"#schedule-table tr[data-schedule='{made['id']}']")
+        shown = page.locator(f"[data-fires='{made['id']}'] li")
+        view = expect(scene.producer.get(f"/v1/schedules/{made['id']}"), 200)
+        assert [int(li.get_attribute("data-at")) for li in shown.all()] == [
+            f["at_ms"] for f in view["next_fires"]]
+        texts = [li.text_content() for li in shown.all()]
+        assert len(texts) == 5 and all("T09:00:00+0" in t for t in texts), texts
+    finally:
+        expect(scene.producer.delete(f"/v1/schedules/{made['id']}"), 200)
+
+
 def test_workers_page_lists_the_running_attempt(page: Any, scene: Scene) -> None:
     _goto(page, scene, "workers", "#workers tbody tr")
     # The long sleep shows up among the running attempts (auto-refresh brings it if the
@@ -248,7 +286,7 @@ def test_ui_responses_carry_a_strict_csp_and_no_inline_script(scene: Scene) -> N
         assert missing.status_code == 404
         assert client.get("/ui/nope.js").json()["error"]["code"] == "NOT_FOUND"
         # The assets never hold markup built from strings.
-        for name in ("app.js", "pages.js", "charts.js", "dom.js", "api.js"):
+        for name in ("app.js", "pages.js", "charts.js", "dom.js", "api.js", "schedules.js"):
             assert "innerHTML" not in client.get(f"/ui/{name}").text, name
 
 

@@ -27,7 +27,7 @@ def test_two_replicas_fire_each_tick_once(
     admin = a.bootstrap_admin()
     with OrbitClient(credentials=admin) as on_a, OrbitClient(b.url, admin) as on_b:
         queue = on_a.create_queue("sched")["id"]
-        sid = on_a.create_schedule(queue, {"cron": "* * * * * *",
+        sid = on_a.create_schedule(queue, {"cron": "* * * * * *", "with_seconds": True,
                                            "task": TICK_TYPE.spec({"n": 1})})["id"]
         started_ms = time.time_ns() // 1_000_000
         # Both replicas' loops wake at each tick and race for it.

@@ -13,7 +13,7 @@ from support.waiting import wait_until
 
 from orbit_client import OrbitClient, TaskType
 
-EVERY_SECOND = "* * * * * *"  # six fields: seconds last
+EVERY_SECOND = "* * * * * *"  # six fields with with_seconds: seconds first
 TICK_TYPE = TaskType("sched.tick", "v1", "v1", idempotent=True)
 
 
@@ -48,7 +48,8 @@ def test_restart_across_ticks_fires_one_catch_up(
     admin = server.admin()
     with OrbitClient(credentials=admin) as client:
         queue = client.create_queue("sched")["id"]
-        made = client.create_schedule(queue, {"cron": EVERY_SECOND, "missed_ticks": "one",
+        made = client.create_schedule(queue, {"cron": EVERY_SECOND, "with_seconds": True,
+                                              "missed_ticks": "one",
                                               "task": TICK_TYPE.spec({"n": 1})})
         sid = made["id"]
         wait_until(lambda: client.get_schedule(sid)["fired"] >= 2, timeout=20,

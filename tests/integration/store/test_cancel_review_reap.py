@@ -120,7 +120,8 @@ def test_review_succeed_fail_and_conflict(world: World) -> None:
 def test_review_retry_grants_one_more_attempt(world: World) -> None:
     t = to_review(world, max_attempts=1)
     view, effects = world.service.tasks.review(world.producer, t["id"], "retry", None, None)
-    assert view["state"] == "PENDING" and view["policy"]["max_attempts"] == 2
+    assert view["state"] == "PENDING" and view["attempt_limit"] == 2
+    assert view["policy"]["max_attempts"] == 1  # the policy as submitted
     assert effects.ready_queues == {world.queue_id}
     b = world.hello()
     aid, ep = world.run_once(b)

@@ -181,7 +181,8 @@ def test_an_upgrade_to_partial_indexes_keeps_every_row(tmp_path: Path) -> None:
 
 
 # The attempts' columns that later revisions added (null in every row they kept).
-_ADDED_AFTER_0009 = {"attempts": ("grant_connection",), "tasks": ("policy_source",)}
+_ADDED_AFTER_0009 = {"attempts": ("grant_connection",),
+                     "tasks": ("policy_source", "run_max_attempts", "run_deadline_ms")}
 
 
 def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
@@ -223,6 +224,37 @@ def test_receipts_move_to_insertion_order_and_back_with_their_rows(db_url: str) 
             back = conn.exec_driver_sql("SELECT instance_id, msg_id, op, answer, created_at_ms "
                                         "FROM receipts ORDER BY msg_id").all()
         assert [tuple(r) for r in back] == wanted
+        migrate(db_url)
+        assert current_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
+
+
+def test_six_field_crons_move_their_seconds_first_and_back(db_url: str) -> None:
+    # On both stores: 0014 rewrites a schedule stored with seconds last (the old
+    # reading of six fields) seconds-first, so it fires as before; five fields stay; the
+    # downgrade puts the seconds back last.
+    migrate(db_url)
+    engine = create_engine_for(db_url)
+    crons = {"a" * 32: "*/10 * * * * *", "b" * 32: "0 */2 * * * 30", "c" * 32: "0 9 * * 1-5"}
+    try:
+        _upgraded_to(engine, db_url, "0011", down=True)
+        with engine.begin() as conn:
+            for schedule_id, cron in crons.items():
+                conn.execute(text(
+                    "INSERT INTO schedules (id, queue_id, name, cron, timezone, task, "
+                    "missed_ticks, state, next_fire_at_ms, fired, created_by, created_at_ms, "
+                    "updated_at_ms) VALUES (:id, :q, NULL, :cron, 'UTC', '{}', 'skip', "
+                    "'PAUSED', 1, 0, 'test', 1, 1)"),
+                    {"id": schedule_id, "q": "d" * 32, "cron": cron})
+        migrate(db_url)
+        with engine.connect() as conn:
+            got = dict(conn.exec_driver_sql("SELECT id, cron FROM schedules").all())
+        assert got == {"a" * 32: "* */10 * * * *", "b" * 32: "30 0 */2 * * *",
+                       "c" * 32: "0 9 * * 1-5"}
+        _upgraded_to(engine, db_url, "0011", down=True)
+        with engine.connect() as conn:
+            assert dict(conn.exec_driver_sql("SELECT id, cron FROM schedules").all()) == crons
         migrate(db_url)
         assert current_revision(engine) == head_revision()
     finally:

@@ -204,3 +204,36 @@ def test_a_stored_task_with_nulls_still_fires(world: World) -> None:
     [row] = _tasks(world)
     task = world.task(row["id"])
     assert task["priority"] == 5 and task["policy"]["max_attempts"] == 3
+
+
+def test_seconds_are_refused_unless_asked_for_then_read_first(world: World) -> None:
+    with pytest.raises(OrbitError) as info:
+        _create(world, cron="*/10 * * * * *")
+    assert info.value.code.value == "BAD_REQUEST" and "with_seconds" in info.value.message
+    with pytest.raises(OrbitError) as info:
+        _create(world, cron="*/10 * * * *", with_seconds=True)
+    assert info.value.code.value == "BAD_REQUEST"
+    assert _tasks(world) == [] and world.service.schedules.list_schedules(
+        world.producer, world.queue_id)["schedules"] == []
+
+    t0 = world.clock()
+    made = _create(world, cron="*/10 * * * * *", with_seconds=True)
+    first = (t0 // 10_000 + 1) * 10_000
+    assert made["with_seconds"] is True and made["next_fire_at_ms"] == first
+    assert [f["at_ms"] for f in made["next_fires"]] == [first + i * 10_000 for i in range(5)]
+    for n in range(3):  # one task per ten seconds, not one per minute
+        world.clock.now = first + n * 10_000 + 50
+        world.service.schedules.fire_due()
+    ticks = sorted(f["tick_at_ms"] for f in _firings(world, made["id"]))
+    assert ticks == [first, first + 10_000, first + 20_000] and len(_tasks(world)) == 3
+
+
+def test_next_fires_follow_the_zone_and_a_paused_schedule_shows_them_from_now(
+        world: World) -> None:
+    world.clock.now = int(datetime(2026, 3, 27, 12, 0, tzinfo=UTC).timestamp() * 1000)
+    made = _create(world, cron="0 9 * * *", timezone="Europe/Paris", paused=True)
+    assert [f["local"] for f in made["next_fires"]] == [
+        "2026-03-28T09:00:00+01:00", "2026-03-29T09:00:00+02:00", "2026-03-30T09:00:00+02:00",
+        "2026-03-31T09:00:00+02:00", "2026-04-01T09:00:00+02:00"]
+    listed = world.service.schedules.list_schedules(world.producer, world.queue_id)
+    assert listed["schedules"][0]["next_fires"] == made["next_fires"]

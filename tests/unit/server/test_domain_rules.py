@@ -64,9 +64,13 @@ def test_every_pair_not_in_the_table_is_illegal_and_changes_nothing() -> None:
                     domain.next_attempt_state(a_state, a_event)
 
 
-def test_terminal_states_have_no_way_out() -> None:
-    for state in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED):
-        assert not [e for (s, e) in TASK_TRANSITIONS if s is state]
+def test_terminal_states_have_no_way_out_but_an_operators_rerun() -> None:
+    # Nothing a worker, the reaper or a producer's cancel does moves an ended task; only an
+    # operator's retry (RERUN) runs a FAILED or CANCELLED one again. SUCCEEDED stays.
+    assert not [e for (s, e) in TASK_TRANSITIONS if s is TaskState.SUCCEEDED]
+    for state in (TaskState.FAILED, TaskState.CANCELLED):
+        assert [e for (s, e) in TASK_TRANSITIONS if s is state] == [TaskEvent.RERUN]
+        assert TASK_TRANSITIONS[(state, TaskEvent.RERUN)] is TaskState.PENDING
 
 
 def test_illegal_reserve_leaves_the_task_unchanged() -> None:

@@ -48,6 +48,8 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "RotateRequest": lambda v: bodies.ROTATE_REQUEST.parse(v, "request body"),
     "CancelRequest": lambda v: bodies.CANCEL_REQUEST.parse(v, "request body"),
     "ReviewRequest": bodies.parse_review_request,
+    "RetryRequest": lambda v: bodies.RETRY_REQUEST.parse(v, "request body"),
+    "BulkRetryRequest": lambda v: bodies.BULK_RETRY_REQUEST.parse(v, "request body"),
 }
 
 

@@ -1,7 +1,7 @@
 """Declared policies: each queue's registered capabilities, and where a task's policy came
 from.
 
-Revision ID: 0013_capability_policies
+Revision ID: 0013
 Revises: 0011
 Create Date: 2026-12-06
 
@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013_capability_policies"
+revision = "0013"
 down_revision = "0011"
 branch_labels = None
 depends_on = None

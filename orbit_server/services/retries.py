@@ -1,0 +1,132 @@
+"""Running ended tasks again: a FAILED or CANCELLED task back to PENDING with a new run's
+budget (docs/http-api.md "Retrying ended tasks"), one task by ID or a queue's tasks that
+match a filter, one page per transaction. Every public method is one transaction.
+
+A bulk retry walks the task list's own index order (``domain.listing``: the same filter,
+keyset position and page cut as ``GET /v1/queues/{id}/tasks``), oldest first; its driver
+(orbit_server/retrying.py) calls ``retry_page`` until the list ends, so the store thread
+serves workers between pages. Each retried task gets its own ``task_retried`` audit row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from orbit_wire.errors import OrbitError
+from orbit_wire.model import Role, TaskState
+
+from .. import domain
+from ..auth import Principal, queue_not_found, require_role, require_visible_queue
+from ..domain.listing import Position, TaskFilter, cut_page
+from ..store import listing as listed
+from ..store import task_rows
+from ..store.queues import queue_exists
+from ..store.retry import transactional
+from ..store.rows import UnitOfWork
+from ..store.views import task_view
+from .context import TxContext
+from .effects import Effects
+from .tasks import _check_reason, _task_row, keep_budget, run_start
+from .wakeups import Wakeups
+
+_PRODUCERS = (Role.ADMIN, Role.PRODUCER)
+# The states a retry takes a task from.
+RETRYABLE_STATES = (TaskState.FAILED, TaskState.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPage:
+    """One page of a bulk retry: the tasks it matched, those it retried (none on a dry run)
+    and those it left (moved on meanwhile, or a cancelled attempt still without outcome),
+    and where the next page starts (None: the list ended)."""
+
+    matched: int
+    retried: int
+    skipped: int
+    after: Position | None
+
+
+@transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
+class RetryService:
+    """Operator retries of ended tasks; the queue becomes dispatchable at once."""
+
+    def __init__(self, tx: TxContext, wakeups: Wakeups) -> None:
+        self._tx = tx
+        self._wakeups = wakeups
+
+    def retry_task(self, principal: Principal, task_id: str, reason: str | None
+                   ) -> tuple[dict[str, Any], Effects]:
+        """FAILED or CANCELLED → PENDING with a new run's budget; CONFLICT in any other
+        state (the state tables say which)."""
+        _check_reason(reason)
+        now = self._tx.clock()
+        effects = Effects()
+        with self._tx.write() as conn:
+            row = _task_row(conn, principal, task_id)
+            uow = UnitOfWork(conn, now)
+            task = self._rerun(conn, uow, row, principal, reason, False)
+            uow.flush()
+            out = task_rows.task_row(conn, task_id)
+            assert out is not None
+        self._after([task], now, effects)
+        return task_view(out), effects
+
+    def retry_page(self, principal: Principal, queue_id: str, filt: TaskFilter,
+                   reason: str | None, dry_run: bool) -> tuple[RetryPage, Effects]:
+        """The next page of the queue's tasks matching ``filt`` (whose states are FAILED or
+        CANCELLED; its ``after`` is where this page starts), counted, and retried unless
+        ``dry_run``. A task that moved on since the page was read is left (skipped)."""
+        require_role(principal, _PRODUCERS)
+        require_visible_queue(principal, queue_id)
+        _check_reason(reason)
+        now = self._tx.clock()
+        effects = Effects()
+        context = self._tx.read() if dry_run else self._tx.write()
+        retried: list[domain.TaskRec] = []
+        with context as conn:
+            if not queue_exists(conn, queue_id):
+                raise queue_not_found(queue_id)
+            page, after = cut_page(filt, [listed.state_range_rows(conn, filt, queue_id)])
+            if not dry_run and page:
+                uow = UnitOfWork(conn, now)
+                for row in task_rows.task_rows(conn, [str(r["id"]) for r in page]):
+                    try:
+                        retried.append(self._rerun(conn, uow, row, principal, reason, True))
+                    except OrbitError:
+                        continue  # moved on since the page was read: left as it is
+                uow.flush()
+        self._after(retried, now, effects)
+        skipped = 0 if dry_run else len(page) - len(retried)
+        return RetryPage(len(page), len(retried), skipped, after), effects
+
+    def _rerun(self, conn: Connection, uow: UnitOfWork, row: Mapping[Any, Any],
+               principal: Principal, reason: str | None, bulk: bool) -> domain.TaskRec:
+        task = uow.adopt_task_row(row)
+        before, limit = task.state, task.max_attempts
+        budget, not_before = run_start(conn, uow, row, self._tx.config.kill_grace_ms)
+        domain.rerun(task, budget, uow.now_ms, not_before)  # checks, then changes the record
+        keep_budget(conn, row, budget)
+        detail: dict[str, Any] = {"max_attempts": [limit, task.max_attempts]}
+        if reason:
+            detail["reason"] = reason
+        if bulk:
+            detail["bulk"] = True
+        uow.audit(task.id, None, principal.operator, "task_retried", before, task.state,
+                  detail)
+        return task
+
+    def _after(self, retried: list[domain.TaskRec], now: int, effects: Effects) -> None:
+        """Make the retried tasks' queues dispatchable and the reaper watch their
+        deadlines."""
+        for queue_id in {t.queue_id for t in retried}:
+            first = min(t.available_at_ms for t in retried if t.queue_id == queue_id)
+            self._wakeups.schedule(queue_id, first, now, effects)
+        if retried:
+            effects.due(min(t.deadline_at_ms for t in retried))
+            counted = effects.counted()
+            for task in retried:
+                counted.retries.append(task.queue_id)
