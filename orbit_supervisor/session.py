@@ -335,10 +335,12 @@ class Session(SessionAnswers):
         """The earliest instant ``handle_timer`` has something to do, or None."""
         if self.done:
             return None
-        times: list[float] = []
         if self.final_until is not None:
-            times.append(self.final_until)
-        elif self.stop_deadline is not None:
+            # Ending: every child was killed, and handle_timer only ends the run once the
+            # reports' window is over (a heartbeat or answer timer would fire for nothing).
+            return self.final_until
+        times: list[float] = []
+        if self.stop_deadline is not None:
             times.append(self.stop_deadline)
         if (self._hold_until is not None and self.conn is Conn.READY
                 and self._outbox.in_flight is None):
