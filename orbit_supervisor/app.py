@@ -248,14 +248,14 @@ class Supervisor:
                 loop, self._session, pool, perform=self._apply, on_error=self._internal_error,
                 loop_lag=self._loop_lag)
             self._finished = loop.create_future()
-            # Every task (connection, executions) is owned by this group; the shutdown below
-            # ends them all before the group exits.
+            # Every task (the connection's) is owned by this group; the shutdown below ends
+            # them all before the group exits.
             async with asyncio.TaskGroup() as tasks:
                 self._tasks = tasks
                 self._executions = executions = Executions(
-                    loop, self._session, pool, log=self._log, spawn=tasks.create_task,
-                    perform=self._apply, timers_first=timers.due_first,
-                    on_error=self._internal_error, kill_latency=self._kill_latency)
+                    loop, self._session, pool, log=self._log, perform=self._apply,
+                    timers_first=timers.due_first, on_error=self._internal_error,
+                    kill_latency=self._kill_latency)
                 self._apply(self._session.start(loop.time()))
                 timers.probe_lag()
                 if self._pending_stop is not None:

@@ -168,11 +168,16 @@ class ChildPool(ChildFrames):
         try:
             return await asyncio.shield(outcome)
         except asyncio.CancelledError:
-            if self._alloc.unwait(att):
-                att.move_run(RunEvent.STOPPED)
-            elif (slot := self._slot_of(att)) is not None:
-                self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
+            self.abandon(att)
             raise
+
+    def abandon(self, att: Attempt) -> None:
+        """Nobody waits for the outcome of ``att`` any more (the run ends): its wait for a
+        child stops, or the child running it is killed."""
+        if self._alloc.unwait(att):
+            att.move_run(RunEvent.STOPPED)
+        elif (slot := self._slot_of(att)) is not None:
+            self._kill_slot(slot, "SHUTDOWN", UnknownCode.LEASE_LOST.value)
 
     def kill(self, att: Attempt, reason: str, *, code: str = "LEASE_LOST") -> KillFacts | None:
         """SIGKILL the process group (then known descendants) of the child running ``att``,
