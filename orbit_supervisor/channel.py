@@ -23,7 +23,9 @@ from orbit_host.framing import FrameDecoder, FrameError
 
 __all__ = ["ChildChannel"]
 
-_READ_CHUNK = 256 * 1024
+# Under malloc's mmap threshold (128 KiB): a larger buffer costs an mmap, mremap and munmap
+# per read, that is per task; a large frame takes a few reads instead.
+_READ_CHUNK = 64 * 1024
 
 
 class ChildChannel:

@@ -149,7 +149,9 @@ class ChildPool(ChildFrames):
         """Hand ``att`` to the pool now, once per attempt: it runs at once on an idle child,
         or waits for the next free one (oldest first). From here on ``kill``, ``cancel``
         and ``stop_waiting`` reach it; ``outcome`` returns how it ended."""
-        att.outcome = outcome = asyncio.get_running_loop().create_future()
+        # The pool's own loop once started (asking asyncio for it costs a getpid() call).
+        loop = self._loop if self._loop is not None else asyncio.get_running_loop()
+        att.outcome = outcome = loop.create_future()
         if self._closing or not self._started:
             outcome.set_exception(PoolClosed())
             return
