@@ -134,13 +134,14 @@ class Executions:
                               exc_info=error)
             outcome = ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_CRASHED.value, False,
                                    None, None, Report())
-        self._log_attempt(logging.DEBUG if outcome.outcome is Outcome.SUCCEEDED
-                          else logging.INFO, res, "attempt_ended", "attempt %s ended %s%s",
-                          res.attempt_id, outcome.outcome.value,
-                          f"/{outcome.code}" if outcome.code else "",
-                          outcome=outcome.outcome.value, code=outcome.code,
-                          kill_reason=outcome.report.kill_reason,
-                          duration_ms=round((loop.time() - started_at) * 1000, 1))
+        level = logging.DEBUG if outcome.outcome is Outcome.SUCCEEDED else logging.INFO
+        if self._log.isEnabledFor(level):  # its fields are built only when it is written
+            self._log_attempt(level, res, "attempt_ended", "attempt %s ended %s%s",
+                              res.attempt_id, outcome.outcome.value,
+                              f"/{outcome.code}" if outcome.code else "",
+                              outcome=outcome.outcome.value, code=outcome.code,
+                              kill_reason=outcome.report.kill_reason,
+                              duration_ms=round((loop.time() - started_at) * 1000, 1))
         self._timers_first()
         self._perform(self._session.execution_finished(res.attempt_id, outcome, loop.time()))
 
