@@ -9,8 +9,9 @@ while the actions are performed (executions.py). The clocks are timers.py's.
 
 Shutdown order (``_run``, top to bottom): the session says EndRun → the timers stop →
 children are killed if the run failed (a clean drain has none left) → the connection is
-closed (gracefully after a drain, aborted otherwise) → connect/execution tasks are
-cancelled → the pool is closed → the event stream is closed → return or raise.
+closed (gracefully after a drain, aborted otherwise) → the connect task is cancelled →
+executions still running get a bounded wait, then are abandoned → the pool is closed → the
+event stream is closed → return or raise.
 """
 
 from __future__ import annotations
