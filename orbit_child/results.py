@@ -1,9 +1,10 @@
 """Turning a handler's return value or WorkerFailure into JSON text, in the child.
 
 orjson silently writes NaN and infinities as ``null``, so non-finite numbers are rejected
-before encoding. Everything else (integer range, nesting, null, size) is checked again by the
-supervisor on the exact text with ``orbit_wire.jsonvalue.check_text``; the child only makes
-sure what it sends is the handler's value, unchanged, and small enough to frame.
+before encoding; the text is then checked against every value rule (integer range, nesting,
+size) with ``orbit_wire.jsonvalue.check_text``, on the exact text that is sent; null is a
+value (a handler that returns None succeeded). This is the one check on the worker's side: the supervisor passes the text on as it came (bounding
+only its size), and the server applies the rules again to whatever a worker reports.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from typing import Any
 import orjson
 
 from orbit_wire.errors import ErrorCode, ValueRejected
-from orbit_wire.jsonvalue import walk_json
-from orbit_wire.limits import MAX_VALUE_BYTES
+from orbit_wire.jsonvalue import check_text, walk_json
 
 from .api import RawJSON
 
@@ -24,7 +24,8 @@ __all__ = ["encode_json_value"]
 
 
 def encode_json_value(value: Any, *, what: str = "result") -> str:
-    """The JSON text of ``value``; raises ValueRejected when it cannot be carried as is.
+    """The JSON text of ``value``; raises ValueRejected when it breaks a value rule or cannot
+    be carried as is.
 
     ``RawJSON`` text is passed through untouched; ``Decimal`` keeps its exact digits.
     """
@@ -38,11 +39,7 @@ def encode_json_value(value: Any, *, what: str = "result") -> str:
             too_wide = "Integer" in str(exc)
             code = ErrorCode.NUMBER_OUT_OF_RANGE if too_wide else ErrorCode.INVALID_JSON
             raise ValueRejected(code, f"{what} cannot be encoded as JSON: {exc}") from None
-    size = len(text.encode())
-    if size > MAX_VALUE_BYTES:
-        raise ValueRejected(
-            ErrorCode.PAYLOAD_TOO_LARGE, f"{what} is {size} bytes; at most {MAX_VALUE_BYTES}"
-        )
+    check_text(text, what=what, allow_null=True)
     return text
 
 

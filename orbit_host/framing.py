@@ -71,24 +71,35 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         if self._broken:
             raise FrameError(ErrorCode.BAD_FRAME, "stream framing was already lost")
-        self._buf += data
+        # Whole frames are parsed where they lie (usually in ``data`` itself, with nothing
+        # held); only an unfinished frame's bytes are kept for the next call.
+        buf = self._buf
+        if buf:
+            buf += data
+            held: bytes | bytearray = buf
+        else:
+            held = data
         frames: list[dict[str, Any]] = []
-        while len(self._buf) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self._buf)
+        pos, total = 0, len(held)
+        while total - pos >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(held, pos)
             if size > self._max:
                 self._broken = True
                 raise FrameError(
                     ErrorCode.FRAME_TOO_LARGE, f"frame is {size} bytes; at most {self._max}"
                 )
-            end = _HEADER.size + size
-            if len(self._buf) < end:
+            end = pos + _HEADER.size + size
+            if total < end:
                 break
-            body = bytes(self._buf[_HEADER.size : end])
-            del self._buf[:end]
-            frames.append(self._parse(body))
+            frames.append(self._parse(held[pos + _HEADER.size : end]))
+            pos = end
+        if held is buf:
+            del buf[:pos]
+        elif pos < total:
+            buf += data[pos:]
         return frames
 
-    def _parse(self, body: bytes) -> dict[str, Any]:
+    def _parse(self, body: bytes | bytearray) -> dict[str, Any]:
         try:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError as exc:

@@ -262,10 +262,13 @@ def _named(triple: Any) -> Any:
 
 def _lenient(obj: Any, *keys: str) -> Any:
     """``obj`` with the integer fields ``keys`` left out where they are not integers."""
-    if not isinstance(obj, dict) or all(opt_int(obj.get(k)) is not None or obj.get(k) is None
-                                        for k in keys):
+    if not isinstance(obj, dict):
         return obj
-    return {k: v for k, v in obj.items() if k not in keys or opt_int(v) is not None}
+    for key in keys:  # once per child answer: no generator while every field is fine
+        value = obj.get(key)
+        if value is not None and opt_int(value) is None:
+            return {k: v for k, v in obj.items() if k not in keys or opt_int(v) is not None}
+    return obj
 
 
 # Each direction of each channel: the messages it may carry, by tag. (Converting to the

@@ -9,7 +9,8 @@ first lane that fails ends the others at once (the shutdown-timeout path).
 Shutdown order (``_run``, top to bottom): every session says EndRun → the timers stop →
 children are killed if the run failed (a clean drain has none left) → each connection is
 closed (gracefully after a drain, aborted otherwise) and its connect task cancelled, its
-executions awaited → the pool is closed → the event stream is closed → return or raise.
+executions still running get a bounded wait, then are abandoned → the pool is closed → the
+event stream is closed → return or raise.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ from orbit_host.framing import FrameDecoder, FrameError
 
 __all__ = ["ChildChannel"]
 
-_READ_CHUNK = 256 * 1024
+# Under malloc's mmap threshold (128 KiB): a larger buffer costs an mmap, mremap and munmap
+# per read, that is per task; a large frame takes a few reads instead.
+_READ_CHUNK = 64 * 1024
 
 
 class ChildChannel:
@@ -59,6 +61,17 @@ class ChildChannel:
         socket ends the channel like an EOF (``on_eof`` with the error)."""
         if self._closed:
             return
+        if not self._outbuf:  # the usual case: the socket takes it all now, uncopied
+            try:
+                sent = self._sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                self._ended(exc)
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
         self._outbuf += data
         self._flush()
 
@@ -97,6 +110,8 @@ class ChildChannel:
                 if self._closed:  # an earlier frame made the pool forget this child
                     return
                 self._on_frame(frame)
+            if len(data) < _READ_CHUNK:
+                return  # all there was: the loop calls again when more comes
 
     def _flush(self) -> None:
         if self._closed:

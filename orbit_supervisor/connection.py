@@ -164,7 +164,7 @@ class Connection:
             try:
                 if data is None:
                     return
-                await self._ws.send(data.decode())
+                await self._ws.send(data, text=True)  # UTF-8 already: no decode
             except ConnectionClosed:
                 return
             except OSError as exc:

@@ -1,21 +1,22 @@
 """What the Supervisor does for the session's Execute, Kill and CancelChild actions.
 
 ``start`` hands the attempt to the child pool at once (so a Kill or a cancel that follows
-reaches it, waiting or on a child) and reports its outcome to the session from a task of
-the run. ``kill`` SIGKILLs the attempt's child synchronously and returns what the session
-says to the kill's facts (its report goes out at once); an execution still waiting for a
-child is stopped before any child gets it. ``end`` waits for the executions left at the end
-of the run, then cancels them. The kill latency (local expiry or kill decision -> the
-killed child's reaped outcome) is measured here.
+reaches it, waiting or on a child); its outcome's future calls back when the pool sets it,
+and the outcome goes to the session then (no task per attempt). ``kill`` SIGKILLs the
+attempt's child synchronously and returns what the session says to the kill's facts (its
+report goes out at once); an execution still waiting for a child is stopped before any
+child gets it. ``end`` waits for the executions left at the end of the run, then abandons
+them. The kill latency (local expiry or kill decision -> the killed child's reaped
+outcome) is measured here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from orbit_host.logs import fields
 from orbit_host.tally import Histogram
@@ -35,21 +36,20 @@ _EXECUTIONS_GRACE = 5.0  # after the pool is closed, executions end within this 
 
 
 class Executions:
-    """``spawn`` runs a coroutine as a task of the run; ``perform`` performs the session's
-    actions; ``timers_first`` runs a due session timer; ``on_error(where, exc)`` ends the
-    run on a bug."""
+    """``perform`` performs the session's actions; ``timers_first`` runs a due session
+    timer; ``on_error(where, exc)`` ends the run on a bug."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, session: Session, pool: ChildPool, *,
-                 log: logging.Logger,
-                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
-                 perform: Callable[[list[Action]], None], timers_first: Callable[[], None],
+                 log: logging.Logger, perform: Callable[[list[Action]], None],
+                 timers_first: Callable[[], None],
                  on_error: Callable[[str, BaseException], None], kill_latency: Histogram) -> None:
         self._loop, self._session, self._pool = loop, session, pool
         self._log = log
-        self._spawn, self._perform, self._timers_first = spawn, perform, timers_first
+        self._perform, self._timers_first = perform, timers_first
         self._on_error = on_error
         self._kill_latency = kill_latency
-        self._tasks: set[asyncio.Task[None]] = set()  # each reports one outcome
+        # The executions not yet reported, each with the callback its outcome calls.
+        self._running: dict[Attempt, Callable[[asyncio.Future[ChildOutcome]], None]] = {}
 
     def start(self, att: Attempt) -> None:
         res = att.reservation
@@ -58,9 +58,10 @@ class Executions:
                           "started (%s)", res.attempt_id, res.task_id, res.capability)
         started_at = self._loop.time()
         self._pool.submit(att)
-        task = self._spawn(self._report(att, started_at))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # No task per attempt: the outcome's future calls back once it is set.
+        outcome: asyncio.Future[ChildOutcome] = att.outcome
+        ended = self._running[att] = functools.partial(self._ended, att, started_at)
+        outcome.add_done_callback(ended)
 
     def kill(self, att: Attempt, reason: str, code: str, late_by: float) -> list[Action]:
         facts = self._pool.kill(att, reason, code=code)
@@ -98,52 +99,58 @@ class Executions:
             self._pool.cancel(att)
 
     async def end(self) -> None:
-        """Wait for the executions still running, then cancel what is left."""
-        tasks = [t for t in self._tasks if not t.done()]
-        if not tasks:
-            return
-        _, still = await asyncio.wait(tasks, timeout=_EXECUTIONS_GRACE)
-        for task in still:
-            task.cancel()
-        if still:
-            await asyncio.wait(still, timeout=_EXECUTIONS_GRACE)
+        """Wait for the executions still running; those still running after the grace are
+        abandoned (a waiting one stops, a running child is killed) without a report."""
+        futures = {att.outcome for att in self._running if not att.outcome.done()}
+        if futures:
+            await asyncio.wait(futures, timeout=_EXECUTIONS_GRACE)
+        for att, ended in list(self._running.items()):
+            if not att.outcome.done():
+                del self._running[att]
+                att.outcome.remove_done_callback(ended)
+                self._pool.abandon(att)
 
-    async def _report(self, att: Attempt, started_at: float) -> None:
+    def _ended(self, att: Attempt, started_at: float,
+               future: asyncio.Future[ChildOutcome]) -> None:
+        """The outcome of ``att`` is set: tell the session (a bug ends the run)."""
+        self._running.pop(att, None)
+        if future.cancelled():
+            return
         try:
-            await self._outcome_reported(att, started_at)
-        except asyncio.CancelledError:
-            raise
+            self._report(att, started_at, future)
         except Exception as exc:
             self._on_error(f"the execution of attempt {att.attempt_id}", exc)
 
-    async def _outcome_reported(self, att: Attempt, started_at: float) -> None:
+    def _report(self, att: Attempt, started_at: float,
+                future: asyncio.Future[ChildOutcome]) -> None:
         loop, res = self._loop, att.reservation
-        outcome: ChildOutcome
-        try:
-            outcome = await self._pool.outcome(att)
-        except PoolClosed:
+        if att.kill_timed_from is not None:
+            self._kill_latency.observe(max(0.0, loop.time() - att.kill_timed_from))
+        error = future.exception()
+        if error is None:
+            outcome = future.result()
+        elif isinstance(error, PoolClosed):
             outcome = not_run(UnknownCode.SHUTDOWN.value)
-        except Exception:  # never let one execution take the run down
+        else:  # never let one execution take the run down
             self._log_attempt(logging.ERROR, res, "attempt_execute_failed",
                               "attempt %s could not be executed", res.attempt_id,
-                              exc_info=True)
+                              exc_info=error)
             outcome = ChildOutcome(Outcome.UNKNOWN, UnknownCode.HANDLER_CRASHED.value, False,
                                    None, None, Report())
-        finally:
-            if att.kill_timed_from is not None:
-                self._kill_latency.observe(max(0.0, loop.time() - att.kill_timed_from))
-        self._log_attempt(logging.DEBUG if outcome.outcome is Outcome.SUCCEEDED
-                          else logging.INFO, res, "attempt_ended", "attempt %s ended %s%s",
-                          res.attempt_id, outcome.outcome.value,
-                          f"/{outcome.code}" if outcome.code else "",
-                          outcome=outcome.outcome.value, code=outcome.code,
-                          kill_reason=outcome.report.kill_reason,
-                          duration_ms=round((loop.time() - started_at) * 1000, 1))
+        level = logging.DEBUG if outcome.outcome is Outcome.SUCCEEDED else logging.INFO
+        if self._log.isEnabledFor(level):  # its fields are built only when it is written
+            self._log_attempt(level, res, "attempt_ended", "attempt %s ended %s%s",
+                              res.attempt_id, outcome.outcome.value,
+                              f"/{outcome.code}" if outcome.code else "",
+                              outcome=outcome.outcome.value, code=outcome.code,
+                              kill_reason=outcome.report.kill_reason,
+                              duration_ms=round((loop.time() - started_at) * 1000, 1))
         self._timers_first()
         self._perform(self._session.execution_finished(res.attempt_id, outcome, loop.time()))
 
     def _log_attempt(self, level: int, res: Reservation, event: str, message: str,
-                     *args: object, exc_info: bool = False, **values: object) -> None:
+                     *args: object, exc_info: BaseException | bool = False,
+                     **values: object) -> None:
         """One record about an attempt, with its IDs; nothing is built below the level
         (these run for every task)."""
         if self._log.isEnabledFor(level):

@@ -84,7 +84,7 @@ class Lane:
         self.timers = SessionTimers(parts.loop, session, parts.pool, perform=self.apply,
                                     on_error=self.internal_error, loop_lag=loop_lag)
         self.executions = Executions(
-            parts.loop, session, parts.pool, log=log, spawn=parts.spawn, perform=self.apply,
+            parts.loop, session, parts.pool, log=log, perform=self.apply,
             timers_first=self.timers.due_first, on_error=self.internal_error,
             kill_latency=parts.kill_latency)
 

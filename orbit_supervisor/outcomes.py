@@ -1,35 +1,45 @@
 """What an execution ended with, and how a child's ``TaskDone`` answer becomes one.
 
-``outcome_from_done`` is where the parent re-checks everything a child claims: the result
-text against the value rules (``check_text``, the exact text is kept), the WorkerFailure
-code, details and flag. It trusts nothing, so a handler that corrupts its own answer turns
-its attempt uncertain rather than falsely successful. Pure: no I/O, no clock.
+``outcome_from_done`` is where the parent checks what a child claims before it goes on the
+wire: the outcome, the WorkerFailure code, details and flag, and what an UNKNOWN may carry
+(an exception's type name, nothing else). A result's text is not parsed again here: the
+child checked it against the value rules (orbit_child/results.py) and the server applies
+them again to every report, so a handler that corrupts its own answer still turns its
+attempt UNKNOWN/INVALID_HANDLER_RESULT rather than falsely successful. The parent only
+bounds its size (a frame to the server must stay within the server's limit). Pure: no I/O,
+no clock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from orbit_host.messages import MalformedMessage, TaskDone
-from orbit_wire.errors import ValueRejected
+from orbit_wire.errors import ErrorCode, ValueRejected
 from orbit_wire.frames import Report
-from orbit_wire.jsonvalue import check_text, encode_value
+from orbit_wire.jsonvalue import check_text, encode_value, utf8_len
+from orbit_wire.limits import MAX_VALUE_BYTES
 from orbit_wire.model import Outcome, UnknownCode, kill_cause
 from orbit_wire.names import EXCEPTION_TYPE_MAX, EXCEPTION_TYPE_RE, is_code, message_first_line
 
 __all__ = ["ChildOutcome", "not_run", "outcome_from_done", "uncertain"]
 
+_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 _UNKNOWN_FROM_CHILD = frozenset({UnknownCode.HANDLER_ERROR.value,
                                  UnknownCode.INVALID_HANDLER_RESULT.value})
 
 
-@dataclass(frozen=True, slots=True)
-class ChildOutcome:
+class ChildOutcome(Struct, frozen=True):
+    """How one execution ended (a Struct: one is made per task, and a frozen dataclass
+    costs ten times as much to build)."""
+
     outcome: Outcome  # SUCCEEDED | FAILED | UNKNOWN
     code: str | None  # FAILED: the WorkerFailure code; UNKNOWN: an UnknownCode
     retryable: bool
-    result_json: str | None  # exact JSON text, validated in the parent (SUCCEEDED only)
+    result_json: str | None  # exact JSON text, as the child sent it (SUCCEEDED only)
     details_json: str | None  # JSON text, "{}" when empty (FAILED only)
     report: Report  # child_pid, exit_code / signal, cpu_ms, peak_rss_bytes, kill_reason
 
@@ -51,25 +61,25 @@ def outcome_from_done(done: TaskDone, report: Report, *,
     child's channel is corrupt).
 
     Values that break the rules are not garbage: they become UNKNOWN/INVALID_HANDLER_RESULT
-    (a result) or UNKNOWN/HANDLER_ERROR (a failure), and ``warn`` gets the reason (for the
-    worker's log; never the value). A null result is a result. ``exception_messages``: the
-    details of an exception's outcome also carry the first line of its message
+    (a result over the size limit) or UNKNOWN/HANDLER_ERROR (a failure), and ``warn`` gets
+    the reason (for the worker's log; never the value). A null result is a result (the child
+    checked every value rule on the text it sent). ``exception_messages``: the details of an
+    exception's outcome also carry the first line of its message
     (``orbit-supervise --report-exception-messages``); otherwise it is dropped here.
     """
     warn = warn or _ignore
     attempt = done.attempt_id
-    try:
-        outcome = Outcome(done.outcome)
-    except (ValueError, TypeError):
-        raise MalformedMessage("done frame without a valid outcome") from None
+    outcome = _OUTCOMES.get(done.outcome) if isinstance(done.outcome, str) else None
+    if outcome is None:
+        raise MalformedMessage("done frame without a valid outcome")
     if outcome is Outcome.SUCCEEDED:
         text = done.result_json
         if not isinstance(text, str):
             raise MalformedMessage("result_json must be text")
-        try:
-            check_text(text, what="result", allow_null=True)
-        except ValueRejected as exc:
-            warn(f"attempt {attempt}: invalid handler result ({exc.code.value}): {exc.message}")
+        size = utf8_len(text)
+        if size > MAX_VALUE_BYTES:
+            warn(f"attempt {attempt}: invalid handler result ({ErrorCode.PAYLOAD_TOO_LARGE.value}"
+                 f"): {size} bytes; at most {MAX_VALUE_BYTES}")
             return uncertain(UnknownCode.INVALID_HANDLER_RESULT.value, report)
         return ChildOutcome(Outcome.SUCCEEDED, None, False, text, None, report)
     if outcome is Outcome.FAILED:

@@ -157,7 +157,9 @@ class ChildPool(ChildFrames):
         """Hand ``att`` to the pool now, once per attempt: it runs at once on an idle child,
         or waits for the next free one (oldest first). From here on ``kill``, ``cancel``
         and ``stop_waiting`` reach it; ``outcome`` returns how it ended."""
-        att.outcome = outcome = asyncio.get_running_loop().create_future()
+        # The pool's own loop once started (asking asyncio for it costs a getpid() call).
+        loop = self._loop if self._loop is not None else asyncio.get_running_loop()
+        att.outcome = outcome = loop.create_future()
         if self._closing or not self._started:
             outcome.set_exception(PoolClosed())
             return
@@ -176,11 +178,16 @@ class ChildPool(ChildFrames):
         try:
             return await asyncio.shield(outcome)
         except asyncio.CancelledError:
-            if self._alloc.unwait(att):
-                att.move_run(RunEvent.STOPPED)
-            elif (slot := self._slot_of(att)) is not None:
-                self._kill_slot(slot, UnknownCode.SHUTDOWN.value, UnknownCode.SHUTDOWN.value)
+            self.abandon(att)
             raise
+
+    def abandon(self, att: Attempt) -> None:
+        """Nobody waits for the outcome of ``att`` any more (the run ends): its wait for a
+        child stops, or the child running it is killed."""
+        if self._alloc.unwait(att):
+            att.move_run(RunEvent.STOPPED)
+        elif (slot := self._slot_of(att)) is not None:
+            self._kill_slot(slot, UnknownCode.SHUTDOWN.value, UnknownCode.SHUTDOWN.value)
 
     def kill(self, att: Attempt, reason: str, *,
              code: str = UnknownCode.LEASE_LOST.value) -> KillFacts | None:

@@ -27,7 +27,15 @@ from common_handlers import (
     write_pids,
 )
 
-from orbit_child import Execution, Handler, Handlers, Retryable, TaskType, WorkerFailure
+from orbit_child import (
+    Execution,
+    Handler,
+    Handlers,
+    RawJSON,
+    Retryable,
+    TaskType,
+    WorkerFailure,
+)
 
 
 def upper(execution: Execution) -> Any:
@@ -151,6 +159,15 @@ def declared(execution: Execution) -> Any:
     raise errors[execution.payload["kind"]]
 
 
+def unchecked_result(execution: Execution) -> Any:
+    """Switches off its own child's value check, then answers text that breaks the rules
+    (``payload["text"]``): what a corrupted child would send."""
+    import orbit_child.loop
+
+    orbit_child.loop.encode_json_value = lambda value, what="result": value.text
+    return RawJSON(str(execution.payload["text"]))
+
+
 def polls_cancelled(execution: Execution) -> Any:
     """Works in small steps, looking at ``cancelled()`` between them, and returns early
     when asked to stop (at most 30 s)."""
@@ -200,6 +217,7 @@ HANDLERS = [
     Handler("sup.whoami", "v1", "v1", whoami),
     Handler("sup.kills_its_template", "v1", "v1", kills_its_template),
     Handler("sup.key_error", "v1", "v1", key_error),
+    Handler("sup.unchecked_result", "v1", "v1", unchecked_result),
     Handler("sup.polls_cancelled", "v1", "v1", polls_cancelled),
     Handler("sup.awaits_cancel", "v1", "v1", awaits_cancel),
     Handler("sup.ignores_cancel", "v1", "v1", ignores_cancel),

@@ -42,3 +42,20 @@ def test_large_payloads_and_results_on_many_slots(sup_env: SupEnv) -> None:
     assert all(len(attempts(sup_env.producer, t)["attempts"]) == 1 for t in ids)
     log = sup.log()  # never cut off for a frame too large
     assert "connection lost" not in log and "event disconnected" not in log
+
+
+def test_a_result_that_escaped_the_childs_check_ends_uncertain_at_the_server(
+        sup_env: SupEnv) -> None:
+    # The child checks a result against the value rules; the supervisor passes the text on
+    # unparsed, and the server checks it again: a corrupted child cannot make a task
+    # succeed with a result that breaks the rules.
+    sup = sup_env.start(workers=1)
+    for text in ('{"n":123456789012345678901234567890}', "[NaN]", "null"):
+        task_id = submit(sup_env.producer, sup_env.queue_id, "unchecked_result",
+                         {"text": text}, max_attempts=1)
+        task = wait_task(sup_env.producer, task_id)
+        assert task["state"] == "NEEDS_REVIEW" and task["result"] is None, text
+        (att,) = attempts(sup_env.producer, task_id)["attempts"]
+        assert (att["outcome"], att["code"]) == ("UNKNOWN", "INVALID_HANDLER_RESULT"), text
+    sup.send(signal.SIGTERM)
+    assert sup.wait(20) == 0

@@ -136,3 +136,30 @@ def test_options_are_checked_at_construction(sup_env: SupEnv) -> None:
     sup = make()
     assert "secret" not in repr(sup).lower()
     assert os.fspath(Path(sup_env.credentials_file)) not in repr(sup)
+
+
+def test_running_attempts_add_no_asyncio_tasks(sup_env: SupEnv, in_fixtures: None) -> None:
+    # Each execution reports its outcome from its future's callback: four handlers running
+    # at once leave the loop with the tasks it has when nothing runs.
+    body = {"tasks": [spec("sleep", {"seconds": 1.5}) for _ in range(4)]}
+    resp = sup_env.producer.post(f"/v1/queues/{sup_env.queue_id}/tasks/batch", json=body)
+    assert resp.status_code == 201, resp.text
+    ids = [t["id"] for t in resp.json()["tasks"]]
+    sup = Supervisor(HANDLERS, sup_env.queue_id, sup_env.credentials_file, workers=4,
+                     shutdown_timeout=20)
+    bearer = sup_env.producer.headers["Authorization"].removeprefix("Bearer ")
+
+    async def scenario() -> tuple[int, int, int]:
+        runner = asyncio.create_task(sup.run())
+        await wait_until_async(lambda: sup.stats().running == 4, timeout=30,
+                               what="four handlers running")
+        running, during = sup.stats().running, len(asyncio.all_tasks())
+        await _wait_done(sup_env.orbit.server.url, bearer, ids)
+        after = len(asyncio.all_tasks())
+        sup.stop()
+        await asyncio.wait_for(runner, 30 * UNIT)
+        return running, during, after
+
+    running, during, after = asyncio.run(scenario())
+    assert running == 4 and during == after
+    assert sup.stats().reports_confirmed == 4

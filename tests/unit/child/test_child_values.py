@@ -53,6 +53,13 @@ def test_a_registry_whose_handlers_is_a_method_is_rejected() -> None:
     ({"x": float("nan")}, ErrorCode.NUMBER_OUT_OF_RANGE),
     ([Decimal("Infinity")], ErrorCode.NUMBER_OUT_OF_RANGE),
     (2**64, ErrorCode.NUMBER_OUT_OF_RANGE),
+    (2**63, ErrorCode.NUMBER_OUT_OF_RANGE),
+    ({"n": -(2**63) - 1}, ErrorCode.NUMBER_OUT_OF_RANGE),
+    (RawJSON("[1e999]"), ErrorCode.NUMBER_OUT_OF_RANGE),
+    (RawJSON('{"a":'), ErrorCode.INVALID_JSON),
+    ({"r": RawJSON("[12345678901234567890]")}, ErrorCode.NUMBER_OUT_OF_RANGE),
+    ([Decimal("1e999")], ErrorCode.NUMBER_OUT_OF_RANGE),
+    (RawJSON("[" * 33 + "]" * 33), ErrorCode.NESTING_TOO_DEEP),
     ({1, 2}, ErrorCode.INVALID_JSON),
     ("x" * (256 * 1024 + 1), ErrorCode.PAYLOAD_TOO_LARGE),
 ])
@@ -74,8 +81,9 @@ def test_exact_texts_survive_encoding() -> None:
     assert encode_json_value(RawJSON("1.10")) == "1.10"
     value = {"d": Decimal("1.10"), "r": RawJSON("[1.0]")}
     assert encode_json_value(value) == '{"d":1.10,"r":[1.0]}'
-    # The child does not judge integer range or null: the parent does, on the text.
-    assert encode_json_value(2**63) == "9223372036854775808"
+    assert encode_json_value(2**63 - 1) == "9223372036854775807"
+    assert encode_json_value({"n": None}) == '{"n":null}'
+    # A handler that returns None succeeded: its result is JSON null.
     assert encode_json_value(None) == "null"
 
 

@@ -1,4 +1,4 @@
-"""The parent's re-check of a child's answer (orbit_supervisor.outcomes), without processes."""
+"""The parent's checks of a child's answer (orbit_supervisor.outcomes), without processes."""
 
 from __future__ import annotations
 
@@ -34,12 +34,20 @@ def test_a_null_result_is_a_result() -> None:
     assert (out.outcome, out.code, out.result_json) == (Outcome.SUCCEEDED, None, "null")
 
 
-@pytest.mark.parametrize("text", ["12345678901234567890", '{"a":', "[NaN]",
-                                  "[" * 40 + "]" * 40, '"' + "x" * (256 * 1024) + '"'])
-def test_results_that_break_the_rules_are_invalid_handler_results(text: str) -> None:
+def test_a_result_over_the_size_limit_is_an_invalid_handler_result() -> None:
+    text = '"' + "x" * (256 * 1024) + '"'
     out = outcome_from_done(done(outcome="SUCCEEDED", result_json=text), REPORT)
     assert (out.outcome, out.code, out.result_json) == (
         Outcome.UNKNOWN, "INVALID_HANDLER_RESULT", None)
+
+
+@pytest.mark.parametrize("text", ["null", "12345678901234567890", '{"a":', "[NaN]",
+                                  "[" * 40 + "]" * 40])
+def test_a_result_is_not_parsed_again_in_the_parent(text: str) -> None:
+    # The child checked it; the server checks every report again (tests/integration/
+    # supervisor/test_supervise_basic.py follows a corrupted child's answer there).
+    out = outcome_from_done(done(outcome="SUCCEEDED", result_json=text), REPORT)
+    assert (out.outcome, out.result_json) == (Outcome.SUCCEEDED, text)
 
 
 def test_a_valid_failure() -> None:
