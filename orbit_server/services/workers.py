@@ -44,7 +44,7 @@ from orbit_wire.model import AttemptState, Disposition, Role, TaskState
 from .. import domain
 from ..auth import hash_secret, principal_from_row, require_queue, secret_matches
 from ..store import instances
-from ..store.credentials import credential_row, touch_credential
+from ..store.credentials import touch_credential
 from ..store.receipts import Receipt, answer_result, load_receipts, receipt_row, replay
 from ..store.retry import transactional
 from ..store.rows import UnitOfWork
@@ -102,7 +102,7 @@ class WorkerService:
                                 f"protocol {hello.protocol} is not supported")
         now = self._tx.clock()
         with self._tx.write() as conn:
-            row = credential_row(conn, hello.credential_id)
+            row = self._tx.credentials.read(conn, hello.credential_id, now)
             principal = principal_from_row(row, hello.credential_secret, now)
             if principal.role is not Role.WORKER:
                 raise AuthError(ErrorCode.PERMISSION_DENIED, "only a worker credential may connect")
@@ -131,6 +131,7 @@ class WorkerService:
             else:
                 instances.update_instance(conn, hello.instance_id, connection)
             touch_credential(conn, hello.credential_id, now)
+            self._tx.credentials.used(hello.credential_id, now)
             self._forget_offers()
         return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
                              tuple(dict.fromkeys(hello.capabilities)),
@@ -188,11 +189,11 @@ class WorkerService:
             return Reservations()
         with self._tx.write() as conn:
             now = self._tx.clock()
-            if not credential_holds(conn, binding, now):
+            if not credential_holds(self._tx.credentials, conn, binding, now):
                 return Reservations()  # the session is closed by the revocation's push
             uow = UnitOfWork(conn, now)
             effects = Effects()
-            reservations = reserve_for(uow, binding, count, effects)
+            reservations = reserve_for(uow, binding, count, effects, self._tx.credentials)
             reservations.effects = effects
             uow.flush()
         return reservations
@@ -215,7 +216,7 @@ class WorkerService:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
-            if not credential_holds(conn, binding, now):
+            if not credential_holds(self._tx.credentials, conn, binding, now):
                 # Fenced: nothing a revoked or expired credential's session sends is applied
                 # (its running attempts end by their leases, as for a vanished worker).
                 raise AuthError(ErrorCode.UNAUTHENTICATED,
