@@ -7,14 +7,16 @@ it, and a retransmitted ``msg_id`` gets the stored answer (a lease in it re-base
 stored expiry, so a replay never lengthens a lease; ``store.receipts``).
 
 ``reserve`` and ``apply_ops`` are hot paths: a handful of set-based statements per call (one
-SELECT each for receipts and for attempts with their tasks, one executemany per table
-written), never one SELECT per op.
+SELECT for attempts with their tasks, one executemany per table written; receipts are read
+only when an op turns out to be a resend), never one SELECT per op.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from sqlalchemy.exc import IntegrityError
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
@@ -212,7 +214,19 @@ class WorkerService:
 
         ``watched(task_id)`` (optional, called on this thread) says whether a long poll
         waits on a task; the views of such tasks that became terminal are read in the same
-        transaction into ``effects.terminal_views``."""
+        transaction into ``effects.terminal_views``.
+
+        Receipts are read only for a resend: ops are first applied as new, and the receipts'
+        unique key refuses one that was applied before (receipts are written first); that
+        transaction is rolled back and the request runs again with its receipts read."""
+        try:
+            return self._apply_ops(binding, ops, room, watched, resent=False)
+        except IntegrityError:
+            return self._apply_ops(binding, ops, room, watched, resent=True)
+
+    def _apply_ops(self, binding: WorkerBinding, ops: Sequence[Op], room: ClaimRoom,
+                   watched: Callable[[str], bool] | None, *, resent: bool
+                   ) -> tuple[list[OpResult], Effects]:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
@@ -222,8 +236,8 @@ class WorkerService:
                 raise AuthError(ErrorCode.UNAUTHENTICATED,
                                 "the worker's credential was revoked or has expired")
             uow = UnitOfWork(conn, now)
-            stored = load_receipts(conn, binding.instance_id,
-                                   [op.msg_id for op in ops if not isinstance(op, ResumeOp)])
+            stored = load_receipts(conn, binding.instance_id, [
+                op.msg_id for op in ops if not isinstance(op, ResumeOp)]) if resent else {}
             wanted: list[str] = []
             for op in ops:
                 if isinstance(op, ResumeOp):
