@@ -78,7 +78,7 @@ class TextFormatter(logging.Formatter):
         if second != kept:
             text = time.strftime(self.default_time_format, self.converter(record.created))
             self._second = (second, text)
-        return self.default_msec_format % (text, record.msecs)
+        return f"{text},{int(record.msecs):03d}"  # the stdlib's default_msec_format
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)

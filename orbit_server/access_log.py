@@ -83,7 +83,7 @@ class _Template:
         fixed = cls.fixed
         if fixed is None:
             fixed = cls.fixed = vars(log.makeRecord(log.name, logging.INFO, __file__, 0, "",
-                                                    None, None, "log_request")).copy()
+                                                    (), None, "log_request")).copy()
         record = logging.LogRecord.__new__(logging.LogRecord)
         values = record.__dict__
         values.update(fixed)
