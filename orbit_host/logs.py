@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import IO, Any
 
 import orjson
@@ -73,6 +74,18 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._second: tuple[int, str] = (-1, "")  # the last second formatted, and its text
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        # The date and time change once a second: formatted then, not for every record.
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        kept, text = self._second
+        if second != kept:
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = (second, text)
+        return f"{text},{int(record.msecs):03d}"  # the stdlib's default_msec_format
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         text = super().formatMessage(record)

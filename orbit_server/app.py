@@ -35,6 +35,7 @@ from .dashboard import dashboard_routes
 from .dispatcher import Dispatcher
 from .domain.listing import WarnOnce
 from .http_api import http_routes
+from .http_hot import HotRoutes
 from .http_plumbing import http_exception_handlers
 from .http_schedules import schedule_routes
 from .parts import ServerParts
@@ -88,7 +89,8 @@ def wall_clock_ms() -> int:
 
 
 class OrbitServer:
-    """Every long-lived part of one server process. Build, then serve ``self.app`` (ASGI)."""
+    """Every long-lived part of one server process. Build, then serve ``self.asgi`` (ASGI:
+    the hot routes, then the Starlette app ``self.app``)."""
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
@@ -141,6 +143,8 @@ class OrbitServer:
                              middleware=[Middleware(ObservedRequests, observers)],
                              exception_handlers=http_exception_handlers(),
                              lifespan=self._lifespan)
+        # What uvicorn serves: the hot routes without the app's middleware, then the app.
+        self.asgi = HotRoutes(self.app, observers)
 
     # -------------------------------------------------------------- effects of a transaction
 
@@ -369,7 +373,8 @@ def _version() -> str:
 
 
 def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Config:
-    """The uvicorn configuration that serves ``server.app``: uvloop and httptools, the
+    """The uvicorn configuration that serves ``server.asgi`` (the app behind the hot
+    routes): uvloop and httptools, the
     WebSocket limits, TLS when configured, and a bounded graceful shutdown."""
     import uvicorn
 
@@ -378,7 +383,7 @@ def uvicorn_config(server: OrbitServer, log_level: str = "info") -> uvicorn.Conf
 
     cfg = server.config
     return uvicorn.Config(
-        server.app,
+        server.asgi,
         host=cfg.host,
         port=cfg.port,
         loop="uvloop",

@@ -60,13 +60,17 @@ class AdminService:
         cached = self._auth_cache.get(key)
         if cached is not None and cached[1] > now:
             return cached[0]
-        with self._tx.read() as conn:
-            row = stored.credential_row(conn, credential_id)
+        table = self._tx.credentials
+        row = table.kept(credential_id, now)
+        if row is None:  # no transaction at all while the row is kept in memory
+            with self._tx.read() as conn:
+                row = table.read(conn, credential_id, now)
         principal = principal_from_row(row, secret, now)
         assert row is not None
         if row["last_used_at_ms"] is None or row["last_used_at_ms"] < now - LAST_USED_STEP_MS:
             with self._tx.write() as conn:
                 stored.touch_credential(conn, credential_id, now)
+            table.used(credential_id, now)
         if len(self._auth_cache) >= _AUTH_CACHE_MAX:
             self._auth_cache.clear()
         cached_until = now + self._tx.config.auth_cache_ms
@@ -76,7 +80,9 @@ class AdminService:
         return principal
 
     def forget(self, credential_id: str) -> None:
-        """Drop the credential's verified tokens (after a revocation or rotation)."""
+        """Drop the credential's verified tokens and its row kept in memory (after a
+        revocation or rotation)."""
+        self._tx.credentials.forget(credential_id)
         for key in [k for k in self._auth_cache if k[0] == credential_id]:
             self._auth_cache.pop(key, None)
 

@@ -31,6 +31,7 @@ from orbit_wire.errors import OrbitError
 from ..config import ServerConfig
 from ..store.retry import is_retryable_conflict, no_retries, translate
 from ..wal_sync import CommitCounter
+from .credential_table import CredentialTable
 
 # (True, value) or (False, exception), per call.
 CallOutcome = tuple[bool, Any]
@@ -66,6 +67,13 @@ class TxContext:
                                                       compare=False)
     # Commits made so far: the WAL sync thread covers each before its answers leave.
     commits: CommitCounter = field(default_factory=CommitCounter, repr=False, compare=False)
+    # Credential rows in memory (authentication and the worker requests' fence).
+    credentials: CredentialTable = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        table = CredentialTable(self.config.auth_cache_ms)
+        object.__setattr__(self, "credentials", table)
+        self._rollback_hooks.append(table.clear)
 
     def on_group_rollback(self, hook: Callable[[], None]) -> None:
         self._rollback_hooks.append(hook)

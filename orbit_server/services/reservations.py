@@ -22,10 +22,10 @@ from orbit_wire.model import IDEMPOTENCY_OF, AttemptState, Capability, TaskState
 from .. import domain
 from ..auth import secret_opens
 from ..store import claims
-from ..store.credentials import credential_row
 from ..store.instances import holds_connection
 from ..store.rows import UnitOfWork
 from .binding import WorkerBinding, worker_actor
+from .credential_table import CredentialTable
 from .effects import Effects
 
 # A reserved task: its record, its new RESERVED attempt and the task row it was read from.
@@ -44,7 +44,7 @@ class Reservations(list[Reservation]):
 
 
 def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
-                effects: Effects) -> Reservations:
+                effects: Effects, credentials: CredentialTable) -> Reservations:
     """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives; for
     a binding with grants each is also started (``domain.grant``, its lease in the
     reservation), once the instance's row shows the connection still holds it (a hello of
@@ -54,7 +54,7 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
     if binding.grants and not (
             holds_connection(uow.conn, binding.instance_id, binding.connected_at_ms,
                              binding.replica)
-            and credential_holds(uow.conn, binding, uow.now_ms)):
+            and credential_holds(credentials, uow.conn, binding, uow.now_ms)):
         return Reservations()
     # On SQLite (one writer) one more row tells whether the queue is drained; on a shared
     # database that row would be locked, and skipped by another replica's claim, so a claim
@@ -119,10 +119,12 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     return out, more, size, drained and not more
 
 
-def credential_holds(conn: Any, binding: WorkerBinding, now: int) -> bool:
+def credential_holds(credentials: CredentialTable, conn: Any, binding: WorkerBinding,
+                     now: int) -> bool:
     """Whether the secret the session's hello presented still opens its credential (not
-    revoked, expired or rotated out): nothing is granted to a session that lost it."""
-    row = credential_row(conn, binding.credential_id)
+    revoked, expired or rotated out): nothing is granted to a session that lost it. The row
+    comes from memory (``CredentialTable``: a revocation here drops it at once)."""
+    row = credentials.row(conn, binding.credential_id, now)
     return secret_opens(row, binding.secret_hash, now)[0]
 
 

@@ -118,7 +118,8 @@ class TaskService:
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
-                    reservations = reserve_for(uow, binding, count, effects)
+                    reservations = reserve_for(uow, binding, count, effects,
+                                               self._tx.credentials)
                     uow.flush()
                 if binding is None:  # else a live worker serves them: nothing to say
                     offers = self._offers.offers(conn, queue_id, now)

@@ -7,14 +7,16 @@ it, and a retransmitted ``msg_id`` gets the stored answer (a lease in it re-base
 stored expiry, so a replay never lengthens a lease; ``store.receipts``).
 
 ``reserve`` and ``apply_ops`` are hot paths: a handful of set-based statements per call (one
-SELECT each for receipts and for attempts with their tasks, one executemany per table
-written), never one SELECT per op.
+SELECT for attempts with their tasks, one executemany per table written; receipts are read
+only when an op turns out to be a resend), never one SELECT per op.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from sqlalchemy.exc import IntegrityError
 
 from orbit_wire.errors import AuthError, ErrorCode, OrbitError, ProtocolError
 from orbit_wire.frames import (
@@ -44,7 +46,7 @@ from orbit_wire.model import AttemptState, Disposition, Role, TaskState
 from .. import domain
 from ..auth import hash_secret, principal_from_row, require_queue, secret_matches
 from ..store import instances
-from ..store.credentials import credential_row, touch_credential
+from ..store.credentials import touch_credential
 from ..store.receipts import Receipt, answer_result, load_receipts, receipt_row, replay
 from ..store.retry import transactional
 from ..store.rows import UnitOfWork
@@ -107,7 +109,7 @@ class WorkerService:
         now = self._tx.clock()
         policies = self._policies
         with self._tx.write() as conn:
-            row = credential_row(conn, hello.credential_id)
+            row = self._tx.credentials.read(conn, hello.credential_id, now)
             principal = principal_from_row(row, hello.credential_secret, now)
             if principal.role is not Role.WORKER:
                 raise AuthError(ErrorCode.PERMISSION_DENIED, "only a worker credential may connect")
@@ -139,6 +141,7 @@ class WorkerService:
             else:
                 instances.update_instance(conn, hello.instance_id, connection)
             touch_credential(conn, hello.credential_id, now)
+            self._tx.credentials.used(hello.credential_id, now)
             self._forget_offers()
         policies.learn(hello.queue_id, registered, now)
         return WorkerBinding(hello.instance_id, hello.credential_id, hello.queue_id,
@@ -197,11 +200,11 @@ class WorkerService:
             return Reservations()
         with self._tx.write() as conn:
             now = self._tx.clock()
-            if not credential_holds(conn, binding, now):
+            if not credential_holds(self._tx.credentials, conn, binding, now):
                 return Reservations()  # the session is closed by the revocation's push
             uow = UnitOfWork(conn, now)
             effects = Effects()
-            reservations = reserve_for(uow, binding, count, effects)
+            reservations = reserve_for(uow, binding, count, effects, self._tx.credentials)
             reservations.effects = effects
             uow.flush()
         return reservations
@@ -220,18 +223,30 @@ class WorkerService:
 
         ``watched(task_id)`` (optional, called on this thread) says whether a long poll
         waits on a task; the views of such tasks that became terminal are read in the same
-        transaction into ``effects.terminal_views``."""
+        transaction into ``effects.terminal_views``.
+
+        Receipts are read only for a resend: ops are first applied as new, and the receipts'
+        unique key refuses one that was applied before (receipts are written first); that
+        transaction is rolled back and the request runs again with its receipts read."""
+        try:
+            return self._apply_ops(binding, ops, room, watched, resent=False)
+        except IntegrityError:
+            return self._apply_ops(binding, ops, room, watched, resent=True)
+
+    def _apply_ops(self, binding: WorkerBinding, ops: Sequence[Op], room: ClaimRoom,
+                   watched: Callable[[str], bool] | None, *, resent: bool
+                   ) -> tuple[list[OpResult], Effects]:
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
-            if not credential_holds(conn, binding, now):
+            if not credential_holds(self._tx.credentials, conn, binding, now):
                 # Fenced: nothing a revoked or expired credential's session sends is applied
                 # (its running attempts end by their leases, as for a vanished worker).
                 raise AuthError(ErrorCode.UNAUTHENTICATED,
                                 "the worker's credential was revoked or has expired")
             uow = UnitOfWork(conn, now)
-            stored = load_receipts(conn, binding.instance_id,
-                                   [op.msg_id for op in ops if not isinstance(op, ResumeOp)])
+            stored = load_receipts(conn, binding.instance_id, [
+                op.msg_id for op in ops if not isinstance(op, ResumeOp)]) if resent else {}
             wanted: list[str] = []
             for op in ops:
                 if isinstance(op, ResumeOp):

@@ -256,8 +256,11 @@ class UnitOfWork:
     # ------------------------------------------------------------------ writing
 
     def flush(self) -> None:
-        """Write everything; raise UNAVAILABLE (retryable) if a compare-and-set lost a race."""
+        """Write everything; raise UNAVAILABLE (retryable) if a compare-and-set lost a race.
+        Receipts go first: an op applied before fails their unique key before anything
+        else is written (``WorkerService.apply_ops`` then answers it from its receipt)."""
         conn = self.conn
+        INSERT_RECEIPT.run(conn, self.receipt_rows)
         new_ids = {a.id for a in self.new_attempts}
         if self.new_attempts:
             INSERT_ATTEMPT.run(conn, [attempt_row(a) for a in self.new_attempts])
@@ -269,7 +272,6 @@ class UnitOfWork:
         self._flush_changed(self.attempts, self._attempt_snap, _ATTEMPT_SNAP, ATTEMPT_MUTABLE,
                             "attempt", skip=new_ids)
         INSERT_EVIDENCE.run(conn, self.evidence_rows)
-        INSERT_RECEIPT.run(conn, self.receipt_rows)
         INSERT_AUDIT.run(conn, self.audit_rows)
 
     def _flush_changed(self, recs: Mapping[str, Any], snaps: Mapping[str, tuple[Any, ...]],

@@ -207,3 +207,28 @@ def test_query_parameters_are_refused_as_the_document_refuses_them(orbit: OrbitE
                  "BAD_REQUEST")
     expect_error(orbit.admin_http.get("/v1/workers", params={"queue_id": ""}), 400,
                  "BAD_REQUEST")
+
+
+def test_the_hot_routes_answer_as_the_rest_of_the_app(orbit: OrbitEnv) -> None:
+    """The submit and the task read are served ahead of the app's router (http_hot.py); at
+    and around their paths every answer is the router's."""
+    queue = orbit.queue()
+    producer = orbit.producer(queue)
+    task = expect(producer.post(f"/v1/queues/{queue}/tasks", json=task_spec()), 201)
+    assert expect(producer.get(f"/v1/tasks/{task['id']}"), 200)["id"] == task["id"]
+    expect_error(producer.post("/v1/queues/not-an-id/tasks", json=task_spec()), 400,
+                 "BAD_REQUEST")
+    expect_error(producer.get(f"/v1/tasks/{task['id']}", params={"wait": "1"}), 400,
+                 "BAD_REQUEST")
+    expect_error(orbit.client().get(f"/v1/tasks/{task['id']}"), 401, "UNAUTHENTICATED")
+    expect_error(producer.get("/v1/tasks/"), 404, "NOT_FOUND")
+    # A trailing slash is the router's redirect, as on every other route.
+    for slashed in (producer.get(f"/v1/tasks/{task['id']}/"),
+                    producer.post(f"/v1/queues/{queue}/tasks/", json=task_spec())):
+        assert slashed.status_code == 307, slashed
+        assert not slashed.headers["location"].endswith("/")
+    wrong = producer.put(f"/v1/tasks/{task['id']}", json={})
+    assert wrong.status_code == 405 and "GET" in wrong.headers["allow"].split(", ")
+    listed = expect(producer.get(f"/v1/queues/{queue}/tasks"), 200)
+    assert [t["id"] for t in listed["tasks"]] == [task["id"]]
+    assert expect(producer.get(f"/v1/tasks/{task['id']}/attempts"), 200)["attempts"] == []

@@ -106,3 +106,12 @@ def test_a_diagnostic_line_round_trips_and_anything_else_is_plain_text() -> None
                    b'"event":"Not Snake","message":"m"}'):
         assert parse_line(forged, "child_output").event == "child_output"
     assert parse_line(b"\xff\xfe", "child_output").message == "\ufffd\ufffd"
+
+
+def test_the_text_time_is_the_stdlibs_across_seconds() -> None:
+    ours, stdlib = TextFormatter(), logging.Formatter("%(asctime)s")
+    for created in (1_796_206_517.001, 1_796_206_517.999, 1_796_206_518.5, 1_796_206_517.25):
+        record = _record()
+        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+        assert ours.formatTime(record) == stdlib.formatTime(record)
+    assert ours.formatTime(record, "%Y") == stdlib.formatTime(record, "%Y")
