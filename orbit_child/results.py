@@ -3,8 +3,9 @@
 orjson silently writes NaN and infinities as ``null``, so non-finite numbers are rejected
 before encoding; the text is then checked against every value rule (integer range, nesting,
 size) with ``orbit_wire.jsonvalue.check_text``, on the exact text that is sent; null is a
-value (a handler that returns None succeeded). This is the one check on the worker's side: the supervisor passes the text on as it came (bounding
-only its size), and the server applies the rules again to whatever a worker reports.
+value (a handler that returns None succeeded). This is the one check on the worker's side:
+the supervisor passes the text on as it came (bounding only its size), and the server
+applies the rules again to whatever a worker reports.
 """
 
 from __future__ import annotations
