@@ -111,6 +111,9 @@ CASES: dict[tuple[str, str], list[Case]] = {
     # Allowed, but the task is not in NEEDS_REVIEW.
     ("POST", "/v1/tasks/{task_id}/review"): [Case(QUEUE, body={"action": "retry"},
                                                   allowed=frozenset({409}))],
+    # Allowed, but the task has not ended FAILED or CANCELLED.
+    ("POST", "/v1/tasks/{task_id}/retry"): [Case(QUEUE, body={}, allowed=frozenset({409}))],
+    ("POST", "/v1/queues/{queue_id}/tasks/retry"): [Case(QUEUE, body={"dry_run": True})],
     ("POST", "/v1/tasks/{task_id}/cancel"): [Case(QUEUE, body={})],
     ("POST", "/v1/queues/{queue_id}/schedules"): [Case(QUEUE, body=_schedule_body())],
     ("GET", "/v1/queues/{queue_id}/schedules"): [Case(QUEUE)],
