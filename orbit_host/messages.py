@@ -7,12 +7,13 @@ Two channels carry them, both JSON objects with a kind ``t``:
     is ignored by both ends)
         supervisor → child   RunTask    t=run    {a, task_id, epoch, attempt_number,
                                                   capability, payload, deadline_at_ms,
-                                                  idempotency}
+                                                  idempotency, checkpoint?}
                              CancelTask t=cancel {a}   cooperative stop for the attempt
                              LeaveChild t=exit         leave the loop (recycling)
         child → supervisor   ChildReady t=ready  {pid}
                              TaskDone   t=done   {a, outcome, code, retryable, result_json,
                                                   details_json, cpu_ms, peak_rss_bytes}
+                             ProgressNote t=progress {a, fraction?, details_json?}
 
     template control socket (SOCK_SEQPACKET, one JSON object per packet)
         template → supervisor  HandlersLoaded   t=caps       {caps: [[h, hv, pv], ...],
@@ -56,6 +57,7 @@ __all__ = [
     "HandlersRejected",
     "LeaveChild",
     "MalformedMessage",
+    "ProgressNote",
     "RunTask",
     "StopTemplate",
     "TaskDone",
@@ -125,6 +127,8 @@ class RunTask(_Message, frozen=True, tag="run"):
     payload: Any  # a parsed JSON value
     deadline_at_ms: int  # the task's total deadline, wall-clock ms (informational)
     idempotency: str
+    # The previous attempt's last progress details (``execution.checkpoint``); None: none.
+    checkpoint: Any = None
 
 
 class CancelTask(_Message, frozen=True, tag="cancel"):
@@ -159,6 +163,16 @@ class TaskDone(_Message, frozen=True, tag="done"):
     exception_message: Any = None
 
 
+class ProgressNote(_Message, frozen=True, tag="progress"):
+    """A handler's progress (``execution.progress``), as the child sent it: the supervisor
+    checks it (fraction in [0, 1], details by the value rules) and keeps only the latest."""
+
+    generation: int = msgspec.field(name="g")
+    attempt_id: Any = msgspec.field(default=None, name="a")
+    fraction: Any = None
+    details_json: Any = None
+
+
 def decode_for_child(obj: dict[str, Any]) -> RunTask | CancelTask | LeaveChild:
     """A frame the supervisor sent to a child; MalformedMessage if it is not one."""
     if isinstance(obj, dict) and isinstance(obj.get("capability"), list):
@@ -167,11 +181,11 @@ def decode_for_child(obj: dict[str, Any]) -> RunTask | CancelTask | LeaveChild:
     return message
 
 
-def decode_from_child(obj: dict[str, Any]) -> ChildReady | TaskDone:
+def decode_from_child(obj: dict[str, Any]) -> ChildReady | TaskDone | ProgressNote:
     """A frame a child sent; MalformedMessage if it is not one. Rusage that is not an
     integer is left out rather than refused: the answer beside it still counts."""
-    message: ChildReady | TaskDone = _convert(_lenient(obj, "cpu_ms", "peak_rss_bytes"),
-                                              _FROM_CHILD)
+    message: ChildReady | TaskDone | ProgressNote = _convert(
+        _lenient(obj, "cpu_ms", "peak_rss_bytes"), _FROM_CHILD)
     return message
 
 
@@ -274,6 +288,6 @@ def _lenient(obj: Any, *keys: str) -> Any:
 # Each direction of each channel: the messages it may carry, by tag. (Converting to the
 # union of them directly costs three times as much: msgspec studies a union on every call.)
 _FOR_CHILD = _by_tag(RunTask, CancelTask, LeaveChild)
-_FROM_CHILD = _by_tag(ChildReady, TaskDone)
+_FROM_CHILD = _by_tag(ChildReady, TaskDone, ProgressNote)
 _FROM_TEMPLATE = _by_tag(HandlersLoaded, HandlersRejected, ChildForked, ChildReaped)
 _FOR_TEMPLATE = _by_tag(ForkChild, StopTemplate)

@@ -34,6 +34,9 @@ from .limits import (
     MAX_FEATURES,
     MAX_FRAME_BYTES,
     MAX_KILL_AGE_MS,
+    MAX_LABEL_LEN,
+    MAX_LABELS,
+    MAX_PROGRESS_BYTES,
     MAX_RESERVATIONS_PER_FRAME,
     MIN_CANCEL_GRACE_MS,
 )
@@ -62,6 +65,11 @@ Status = Annotated[str, Meta(max_length=16)]
 Message = Annotated[str, Meta(max_length=4096)]
 JsonText = Annotated[str, Meta(max_length=1 << 22)]  # JSON text, checked by the value rules
 EndedBy = Annotated[str, Meta(pattern=whole(f"{ENDED_COOPERATIVE}|{ENDED_KILLED}"))]
+ProgressText = Annotated[str, Meta(max_length=MAX_PROGRESS_BYTES)]  # JSON text, value rules
+LabelText = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_LEN,
+                                pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")]
+# A worker's labels (``orbit-supervise --label gpu=a100``): what its host offers.
+Labels = Annotated[dict[LabelText, LabelText], Meta(max_length=MAX_LABELS)]
 # Protocol features (``hello`` asks, ``welcome`` grants); a name the server does not know is
 # not granted, never refused.
 Features = Annotated[tuple[Annotated[str, Meta(max_length=32)], ...],
@@ -114,6 +122,15 @@ class Report(_Part, frozen=True):
     ended_by: EndedBy | None = None
 
 
+class Progress(_Part, frozen=True):
+    """A handler's latest progress (``execution.progress``): the fraction done and its
+    details, JSON text checked by the value rules. The last details of an attempt that did
+    not succeed are the next attempt's checkpoint."""
+
+    fraction: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None
+    details_json: ProgressText | None = None
+
+
 # --------------------------------------------------------------------------- worker → server
 
 
@@ -134,6 +151,9 @@ class Hello(_Frame, frozen=True, tag="hello"):
     # "Declared policies"): the server registers it for the queue, or refuses a hello whose
     # declaration differs from the one registered (POLICY_CONFLICT).
     policies: CapabilityPolicies | None = None
+    # What this worker's host offers; a task that ``requires`` labels is reserved only for a
+    # worker whose labels include them.
+    labels: Labels | None = None
 
 
 class Credit(_Frame, frozen=True, tag="credit"):
@@ -162,6 +182,8 @@ class RenewOp(_Op, frozen=True, tag="renew"):
     msg_id: MsgId
     attempt_id: Id
     epoch: Positive
+    # The handler's latest progress since the last renewal that carried one (None: no news).
+    progress: Progress | None = None
 
 
 class FinishOp(_Op, frozen=True, tag="finish"):
@@ -174,6 +196,8 @@ class FinishOp(_Op, frozen=True, tag="finish"):
     result_json: JsonText | None = None  # exact JSON text; only with SUCCEEDED
     details_json: JsonText | None = None  # exact JSON text; only with FAILED
     report: Report = msgspec.field(default_factory=Report)
+    # The handler's latest progress that no renewal carried yet (None: no news).
+    progress: Progress | None = None
 
 
 class DrainOp(_Op, frozen=True, tag="drain"):
@@ -246,6 +270,11 @@ class Reservation(_Part, frozen=True):
     # How long a cancel lets the handler stop by itself before the SIGKILL (0: at once).
     # Absent from an older server: its cancels kill at once.
     cancel_grace_ms: Grace = _written(0)
+    # The last progress details of the task's latest attempt that did not succeed, handed to
+    # the handler as ``execution.checkpoint`` (a JSON value; to send, msgspec.Raw). None: none.
+    checkpoint: Any = None
+    # An attempt that reports no progress for this long is killed (PROGRESS_TIMEOUT).
+    progress_timeout_ms: Positive | None = None
 
 
 class Reserve(_Frame, frozen=True, tag="reserve"):

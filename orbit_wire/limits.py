@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 MAX_VALUE_BYTES = 256 * 1024  # payload, result, details: encoded JSON text
+# A handler's progress details (and so the checkpoint the next attempt gets): encoded JSON.
+MAX_PROGRESS_BYTES = 64 * 1024
 MAX_VALUE_DEPTH = 32  # nesting of a value; a frame adds at most 4 levels around it
 MAX_FRAME_DEPTH = MAX_VALUE_DEPTH + 4
 # A frame may carry a result as a JSON string (escaping can grow it) plus a report.
@@ -30,6 +32,9 @@ PROTOCOL_VERSION = 1
 # Protocol features a worker may ask for in ``hello`` (``welcome`` lists those granted).
 FEATURE_GRANT = "grant"  # reservations arrive started, with a lease (docs/protocol.md)
 MAX_FEATURES = 16
+# A worker's labels (``orbit-supervise --label k=v``) and what a task requires of them.
+MAX_LABELS = 16
+MAX_LABEL_LEN = 64
 # Task priorities (docs/http-api.md "TaskSpec"): higher is dispatched first within a queue.
 MIN_PRIORITY = 0
 MAX_PRIORITY = 9
