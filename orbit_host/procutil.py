@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+from collections.abc import Callable
 
 __all__ = [
     "child_pids",
@@ -89,13 +90,16 @@ def kill_pid(pid: int, sig: int = signal.SIGKILL) -> bool:
     return True
 
 
-def kill_tree(pid: int) -> None:
+def kill_tree(pid: int, also: Callable[[], object] | None = None) -> None:
     """SIGKILL a child and everything it started: its process group (a child leads its own),
-    the child itself in case a handler moved it to another group, then every descendant
-    still found below it (those that left the group). Signal first, look after: the /proc
-    walk runs only once the group is already dying."""
+    the child itself in case a handler moved it to another group, ``also`` (the child's
+    cgroup.kill, which reaches what left the group at once), then every descendant still
+    found below it (those that left the group). Signal first, look after: the /proc walk
+    runs only once the group is already dying."""
     killpg(pid)
     kill_pid(pid)
+    if also is not None:
+        also()
     hasten_exit(pid)
     for victim in descendant_pids(pid):
         kill_pid(victim)

@@ -134,6 +134,8 @@ class Supervisor:
         prefetch: int = 0,
         grants: bool = True,
         report_exception_messages: bool = False,
+        child_memory_max: int | None = None,
+        child_cpu_max: float | None = None,
     ) -> None:
         queue_ids = (queue_id,) if isinstance(queue_id, str) else tuple(queue_id)
         self.options = SupervisorOptions(
@@ -142,6 +144,7 @@ class Supervisor:
             max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
             child_nice=child_nice, prefetch=prefetch, grants=grants,
             report_exception_messages=report_exception_messages,
+            child_memory_max=child_memory_max, child_cpu_max=child_cpu_max,
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
@@ -259,7 +262,9 @@ class Supervisor:
                          max_memory_bytes=opts.max_memory_per_child, logger=self._log,
                          on_child_ready=self._on_child_ready, reap_orphans=self._reap_orphans,
                          child_nice=opts.child_nice, capture_output=self._capture,
-                         exception_messages=opts.report_exception_messages)
+                         exception_messages=opts.report_exception_messages,
+                         child_memory_max=opts.child_memory_max,
+                         child_cpu_max=opts.child_cpu_max)
         self._pool = pool
         errors: list[SupervisorError | None] = []
         try:

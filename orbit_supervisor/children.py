@@ -39,6 +39,7 @@ from orbit_wire.model import UnknownCode, kill_cause
 
 from .allocation import Allocator
 from .attempts import Attempt, RunEvent, RunState
+from .cgroups import ChildCgroups
 from .channel import ChildChannel
 from .child_output import OutputReader, output_pipe
 from .memory import ChildMemory
@@ -70,6 +71,7 @@ class Child:
     kill_code: str | None = None
     killed_at: float | None = None  # loop time of the SIGKILL, for the reap's latency
     timer: asyncio.TimerHandle | None = None  # reap overdue, or a recycled child's exit
+    slot: int = -1  # the index of its slot (its cgroups are the slot's)
 
 
 @dataclass(eq=False)
@@ -153,6 +155,8 @@ class Children:
         self._crashed = 0
         self._reap_orphans = reap_orphans
         self._orphans = OrphanReaper(self._templates.pids, self._log)
+        # Each slot's control groups (cgroups.py), made at start when limits are asked for.
+        self._cgroups: ChildCgroups | None = None
         # Seconds from a kill to its slot's fresh child being ready (read by the metrics).
         self.replacement_latency = Histogram()
 
@@ -198,7 +202,7 @@ class Children:
         child = slot.child = Child(generation, ChildChannel(
             loop, parent_end, on_frame=functools.partial(self._on_child_frame, slot),
             on_eof=functools.partial(self._on_child_eof, slot),
-            on_broken=functools.partial(self._on_broken_frame, slot)))
+            on_broken=functools.partial(self._on_broken_frame, slot)), slot=slot.index)
         self._spawned += 1
         fds = [child_end.detach()]
         if self._capture:
@@ -213,6 +217,9 @@ class Children:
             return
         child = slot.child
         child.pid = pid
+        if self._cgroups is not None:
+            # Before the slot is ready: no task, hence no handler code, runs unconfined.
+            self._cgroups.place(slot.index, pid)
         if child.output is not None:
             child.output.pid = pid
         if child.channel is not None and child.channel.eof:
@@ -246,7 +253,9 @@ class Children:
         child = slot.child
         pid = None if child is None else child.pid
         if pid is not None:
-            procutil.kill_tree(pid)
+            groups = self._cgroups
+            procutil.kill_tree(pid, also=None if groups is None else functools.partial(
+                groups.kill, slot.index))
             slot.memory.kill_descendants()  # seen by the memory watch, maybe moved away
             if self._loop is not None and child is not None:
                 child.killed_at = slot.replacing_since = self._loop.time()
@@ -310,6 +319,7 @@ class Children:
         gone = dying if dying is not None else (slot.child if slot is not None else None)
         if gone is None or gone.generation != msg.generation:
             return
+        oom_kills = self._oom_kills(gone)
         if slot is not None and slot.state is SlotState.EXITING:
             self._recycled += 1
         elif gone.kill_reason is None and not self._closing:
@@ -326,7 +336,7 @@ class Children:
             reap_ms = max(0, round((self._require_loop().time() - gone.killed_at) * 1000))
         report = Report(child_pid=gone.pid, exit_code=msg.exit_code, signal=msg.signal,
                         cpu_ms=msg.cpu_ms, peak_rss_bytes=msg.peak_rss_bytes,
-                        kill_reason=gone.kill_reason, reap_ms=reap_ms)
+                        kill_reason=gone.kill_reason, reap_ms=reap_ms, oom_kills=oom_kills)
         if dying is not None:
             self._settle_dying(dying, report)
             return
@@ -335,6 +345,29 @@ class Children:
         self._end_execution(slot, report)
         self._retire(slot)
         self._respawn(slot, early_death=early_death)
+
+    def _oom_kills(self, gone: Child) -> int | None:
+        """The kernel's OOM kills in the slot's memory group since its last look; a child
+        we did not kill that the kernel did is ended MEMORY_LIMIT. None: not a cgroup's
+        limit, or none counted."""
+        if self._cgroups is None or self._cgroups.plan.memory is None or gone.slot < 0:
+            return None
+        kills = self._cgroups.oom_kills_since(gone.slot)
+        if not kills:
+            return None
+        if gone.kill_reason is None or gone.kill_code is None:
+            # Our own kill after its death (the socket's EOF) names no reason: the kernel's
+            # count does.
+            gone.kill_reason = gone.kill_code = UnknownCode.MEMORY_LIMIT.value
+            self._killed[gone.kill_reason] = self._killed.get(gone.kill_reason, 0) + 1
+            att = gone.attempt
+            self._log.warning(
+                "child %s was killed by the kernel over the memory limit (%d OOM kill%s)",
+                gone.pid, kills, "" if kills == 1 else "s", extra=fields(
+                    "child_oom_killed", pid=gone.pid, oom_kills=kills,
+                    attempt_id=None if att is None else att.attempt_id,
+                    task_id=None if att is None else att.task_id))
+        return kills
 
     def _respawn(self, slot: Slot, *, early_death: bool) -> None:
         if self._closing:

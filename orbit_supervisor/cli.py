@@ -34,6 +34,7 @@ from . import defaults
 from .app import Supervisor
 from .errors import FatalSessionError, ShutdownTimeoutError, SupervisorError
 from .options import (
+    CHILD_CPU_MAX_RANGE,
     RECONNECT_MAX_DELAY_CEILING,
     RECONNECT_MIN_DELAY_FLOOR,
     SHUTDOWN_TIMEOUT_RANGE,
@@ -142,6 +143,13 @@ def _fail(code: int, message: str) -> None:
               help="Recycle a child after this many tasks.")
 @click.option("--max-memory-per-child", type=_SizeType(),
               help="Kill/recycle a child over this RSS (bytes, or 512M, 2G).")
+@click.option("--child-memory-max", type=_SizeType(),
+              help="Memory each child may hold (bytes, or 512M, 2G), enforced by a control "
+                   "group per child; the kernel's OOM kill is recorded MEMORY_LIMIT. Where "
+                   "no memory cgroup is writable: the RSS watch (docs/supervisor.md).")
+@click.option("--child-cpu-max", type=click.FloatRange(*CHILD_CPU_MAX_RANGE),
+              help="CPUs each child may use (e.g. 1.5), enforced by a control group per "
+                   "child (cpu.max, or cfs_quota_us on cgroup v1).")
 @click.option("--child-user", metavar="USER[:GID]",
               help="Run the template and every child as this user (needs root).")
 @click.option("--child-rlimit-as", type=_SizeType(),
@@ -174,7 +182,8 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_ids:
          workers: int, prefetch: int, grants: bool, shutdown_timeout: float,
          reconnect_min_delay: float,
          reconnect_max_delay: float, max_tasks_per_child: int | None,
-         max_memory_per_child: int | None, child_user: str | None,
+         max_memory_per_child: int | None, child_memory_max: int | None,
+         child_cpu_max: float | None, child_user: str | None,
          child_rlimit_as: int | None, child_rlimit_cpu: int | None, child_nofile: int | None,
          ca_file: str | None, child_nice: int, report_exception_messages: bool,
          metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> None:
@@ -194,6 +203,7 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_ids:
             shutdown_timeout=shutdown_timeout, reconnect_min_delay=reconnect_min_delay,
             reconnect_max_delay=reconnect_max_delay, max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child, child_nice=child_nice,
+            child_memory_max=child_memory_max, child_cpu_max=child_cpu_max,
             prefetch=prefetch, grants=grants,
             report_exception_messages=report_exception_messages,
             reap_orphans=True,  # this process starts nothing but the template

@@ -18,6 +18,8 @@ SHUTDOWN_TIMEOUT_RANGE = (0.001, 300.0)
 RECONNECT_MIN_DELAY_FLOOR = 0.01
 RECONNECT_MAX_DELAY_CEILING = 30.0
 CHILD_NICE_RANGE = (0, 19)
+CHILD_MEMORY_MAX_RANGE = (1 << 20, 2**50)  # bytes a child's cgroup may hold
+CHILD_CPU_MAX_RANGE = (0.01, 1024.0)  # CPUs a child's cgroup may use
 
 
 class OptionError(OrbitError, ValueError):
@@ -62,6 +64,9 @@ class SupervisorOptions:
     reconnect_max_delay: float = defaults.RECONNECT_MAX_DELAY
     max_tasks_per_child: int | None = None
     max_memory_per_child: int | None = None
+    # Per-child control groups (docs/supervisor.md, "Child limits"): bytes and CPUs.
+    child_memory_max: int | None = None
+    child_cpu_max: float | None = None
     child_nice: int = defaults.CHILD_NICE
     prefetch: int = 0  # attempts started ahead of a free child, 0 to workers
     grants: bool = True  # ask for leases granted with the dispatch (docs/protocol.md)
@@ -94,6 +99,15 @@ class SupervisorOptions:
             _int_in("max_tasks_per_child", self.max_tasks_per_child, 1, 2**31)
         if self.max_memory_per_child is not None:
             _int_in("max_memory_per_child", self.max_memory_per_child, 1 << 20, 2**50)
+        if self.child_memory_max is not None:
+            _int_in("child_memory_max", self.child_memory_max, *CHILD_MEMORY_MAX_RANGE)
+        if self.child_cpu_max is not None:
+            ok = isinstance(self.child_cpu_max, int | float) and not isinstance(
+                self.child_cpu_max, bool) and math.isfinite(float(self.child_cpu_max))
+            lo, hi = CHILD_CPU_MAX_RANGE
+            if not ok or not lo <= float(self.child_cpu_max) <= hi:
+                raise OptionError(f"child_cpu_max must be a number of CPUs in [{lo:g}, "
+                                  f"{hi:g}], got {self.child_cpu_max!r}")
         if len(self.queue_ids) > self.workers:
             # Each queue keeps a child of its own (docs/supervisor.md, "Several queues").
             raise OptionError(f"workers must be at least the number of queues "

@@ -39,6 +39,7 @@ from orbit_wire.names import is_code
 from orbit_wire.policy import CapabilityPolicy
 
 from .attempts import Attempt, RunEvent, RunState
+from .cgroups import ChildCgroups
 from .child_frames import ChildFrames
 from .children import Slot
 from .outcomes import ChildOutcome, not_run
@@ -89,7 +90,9 @@ class ChildPool(ChildFrames):
                  logger: logging.Logger | None = None,
                  on_child_ready: Callable[[], None] | None = None,
                  reap_orphans: bool = False, child_nice: int = 0,
-                 capture_output: bool = False, exception_messages: bool = False) -> None:
+                 capture_output: bool = False, exception_messages: bool = False,
+                 child_memory_max: int | None = None,
+                 child_cpu_max: float | None = None) -> None:
         """``on_child_ready`` (optional) is called, on the loop, each time a fresh child
         becomes ready (so ``being_replaced`` may have dropped); it must not raise or block.
         ``reap_orphans``: this process becomes a subreaper and kills what a lost template's
@@ -98,7 +101,11 @@ class ChildPool(ChildFrames):
         ``capture_output``: read the template's and each child's stdout and stderr and log
         every line with the attempt it belongs to (child_output.py); otherwise they write to
         this process's own stdout and stderr. ``exception_messages``: an outcome ended by an
-        exception also carries its message's first line (outcomes.py)."""
+        exception also carries its message's first line (outcomes.py).
+        ``child_memory_max`` (bytes) and ``child_cpu_max`` (CPUs): each slot's children
+        run in control groups of the slot holding them to these (cgroups.py), made at
+        ``start``; without a writable memory cgroup the RSS watch enforces the memory
+        limit."""
         if size < 1:
             raise ValueError("size must be at least 1")
         if max_tasks_per_child is not None and max_tasks_per_child < 1:
@@ -109,6 +116,10 @@ class ChildPool(ChildFrames):
             raise ValueError("memory_check_interval must be positive")
         if not 0 <= child_nice <= 19:
             raise ValueError("child_nice must be in [0, 19]")
+        if child_memory_max is not None and child_memory_max < 1:
+            raise ValueError("child_memory_max must be positive")
+        if child_cpu_max is not None and not child_cpu_max > 0:
+            raise ValueError("child_cpu_max must be positive")
         super().__init__(handlers, size, max_tasks_per_child=max_tasks_per_child,
                          max_memory_bytes=max_memory_bytes,
                          logger=logger or logging.getLogger("orbit.pool"),
@@ -116,6 +127,7 @@ class ChildPool(ChildFrames):
                          child_nice=child_nice, capture_output=capture_output,
                          exception_messages=exception_messages)
         self._interval = memory_check_interval
+        self._limits = (child_memory_max, child_cpu_max)
 
     # ------------------------------------------------------------------------ public API
 
@@ -137,6 +149,7 @@ class ChildPool(ChildFrames):
         if self._reap_orphans:
             self._orphans.enable()
         try:
+            self._open_cgroups()  # before the template: the supervisor may move (v2)
             caps = await self._templates.start()
             for slot in self._slots:
                 self._spawn(slot)
@@ -147,6 +160,21 @@ class ChildPool(ChildFrames):
             await self.close()
             raise
         return caps
+
+    def _open_cgroups(self) -> None:
+        memory_max, cpu_max = self._limits
+        if memory_max is None and cpu_max is None:
+            return
+        groups = ChildCgroups.open(memory_max, cpu_max, self._size, self._log)
+        if groups.plan.uses_cgroups:
+            self._cgroups = groups
+        if groups.plan.rss_limit is not None and self._max_memory is None:
+            self._max_memory = groups.plan.rss_limit  # no memory cgroup: the RSS watch
+
+    @property
+    def cgroups(self) -> ChildCgroups | None:
+        """The children's control groups, when limits placed them in some."""
+        return self._cgroups
 
     async def execute(self, att: Attempt) -> ChildOutcome:
         """``submit`` then ``outcome``: run ``att`` and return how it ended."""
@@ -310,6 +338,8 @@ class ChildPool(ChildFrames):
             slot.memory.stop()
             slot.fire(SlotEvent.CLOSE)
         await self._orphans.close()
+        if self._cgroups is not None:
+            await self._cgroups.aclose()  # the children are reaped: their groups are empty
 
     # ------------------------------------------------------------------ running on a child
 

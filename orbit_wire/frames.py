@@ -120,6 +120,9 @@ class Report(_Part, frozen=True):
     # After a cancel reached the attempt: COOPERATIVE (the child ended by itself within the
     # cancel grace) or KILLED (SIGKILLed: after the grace, or at a lease kill that came first).
     ended_by: EndedBy | None = None
+    # OOM kills the kernel counted in the child's memory cgroup while it lived (a cgroup
+    # memory limit, --child-memory-max); None where no cgroup holds the limit.
+    oom_kills: Count | None = None
 
 
 class Progress(_Part, frozen=True):

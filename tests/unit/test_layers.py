@@ -86,6 +86,7 @@ PURE = (
     "orbit_supervisor/outbox.py",
     "orbit_supervisor/slots.py",
     "orbit_supervisor/outcomes.py",
+    "orbit_supervisor/cgroup_plan.py",
     "orbit_client/calls.py",
     "orbit_client/capabilities.py",
     "orbit_client/channel_core.py",
