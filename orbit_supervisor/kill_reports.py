@@ -47,7 +47,7 @@ def _with_reap(first: Report, reap: Report) -> Report:
         cpu_ms=reap.cpu_ms if reap.cpu_ms is not None else first.cpu_ms,
         peak_rss_bytes=(reap.peak_rss_bytes if reap.peak_rss_bytes is not None
                         else first.peak_rss_bytes),
-        reap_ms=reap.reap_ms)
+        reap_ms=reap.reap_ms, oom_kills=reap.oom_kills)
 
 
 class KillReports:
