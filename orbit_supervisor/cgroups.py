@@ -71,8 +71,7 @@ def probe_host() -> HostCgroups:
         v2_dir = own_dir(mounts[""], groups[""])
         if v2_dir is not None and os.path.basename(v2_dir) == _LEAF:
             v2_dir = os.path.dirname(v2_dir)  # an earlier move: its parent is ours
-    v2_writable = v2_dir is not None and os.access(v2_dir, os.W_OK) and os.access(
-        os.path.join(v2_dir, "cgroup.procs"), os.W_OK)
+    v2_writable = v2_dir is not None and _v2_ours(v2_dir)
     controllers: frozenset[str] = frozenset()
     if v2_dir is not None:
         with contextlib.suppress(OSError):
@@ -86,6 +85,24 @@ def probe_host() -> HostCgroups:
         v1_memsw=memory_dir is not None and os.path.exists(
             os.path.join(memory_dir, "memory.memsw.limit_in_bytes")),
         v1_cpu_dir=cpu_dir)
+
+
+def _v2_ours(v2_dir: str) -> bool:
+    """Whether we may make groups below our v2 group: writable, and under systemd delegated
+    to us (systemd 251+ marks such a group with a ``delegate`` attribute; an undelegated
+    group is systemd's to move and remove, root or not)."""
+    if not (os.access(v2_dir, os.W_OK)
+            and os.access(os.path.join(v2_dir, "cgroup.procs"), os.W_OK)):
+        return False
+    if not os.path.isdir("/run/systemd/system"):
+        return True  # no systemd manages the tree
+    for attr in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(v2_dir, attr).strip() in (b"1", b"yes", b"true"):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _has_kill(v2_dir: str, writable: bool) -> bool:

@@ -272,6 +272,37 @@ def compare_metrics(env: Env, tasks: int, rounds: int) -> dict[str, Any]:
             "cost_pct": (off - on) / off * 100, "scrapes": scrapes, "tasks": tasks}
 
 
+def compare_cgroups(env: Env, tasks: int, rounds: int, limits: tuple[str, ...]
+                    ) -> dict[str, Any]:
+    """(1) by a supervisor without and with per-child control groups (``limits``: the
+    --child-memory-max / --child-cpu-max flags), side by side, ``rounds`` times each; a
+    fresh queue and supervisor per run, the order swapped every round."""
+    runs: dict[str, list[float]] = {"off": [], "on": []}
+    for r in range(rounds):
+        for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            queue, producer, creds_path, _ = env.new_queue(f"bench-cgroups-{mode}")
+            log = env.workdir / f"supervise-{queue}.log"
+            # info on both sides: the start line that names the mode is an info record
+            sup = SuperviseProcess(creds_path, queue, log, extra=(
+                "--log-level", "info", *(limits if mode == "on" else ())))
+            try:
+                submit_all(producer, queue, [task_spec("noop", i) for i in range(20)])
+                wait_counts(producer, queue, "SUCCEEDED", 20)
+                result = timed_run(env, sup, producer, queue, "noop", tasks, 20)
+            finally:
+                sup.stop()
+                producer.close()
+            if mode == "on":  # the mode the supervisor put in force (its start line)
+                line = next((ln for ln in log.read_text(errors="replace").splitlines()
+                             if "child limits:" in ln), "child limits: (not said)")
+                print(line[line.index("child limits:"):], flush=True)
+            runs[mode].append(result["per_s"])
+            print(f"round {r + 1} cgroups {mode}: {result['per_s']:.0f} tasks/s", flush=True)
+    off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
+    return {"off": runs["off"], "on": runs["on"], "median_off": off, "median_on": on,
+            "ratio": on / off, "cost_pct": (off - on) / off * 100, "tasks": tasks}
+
+
 def bench_cpu_oversubscribed(env: Env, count: int, workers: int) -> dict[str, Any]:
     """The 10 ms CPU tasks again with more children than cores: while one child of a core
     waits for its finish to be confirmed and its next task, another computes."""
@@ -658,12 +689,43 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--metrics-compare", action="store_true",
                         help="measure (1) without and with --metrics-port, side by side")
+    parser.add_argument("--cgroups-compare", action="store_true",
+                        help="measure (1) without and with per-child control groups "
+                             "(--child-memory-max, --child-cpu-max), side by side")
+    parser.add_argument("--child-memory-max", default=None, metavar="SIZE",
+                        help="per-child memory cgroup limit for every supervisor (or, with "
+                             "--cgroups-compare, for the 'on' side; default there 1G)")
+    parser.add_argument("--child-cpu-max", default=None, metavar="CPUS",
+                        help="per-child CPU limit, as --child-memory-max")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 1000 no-op tasks, 2 rounds, nothing written")
     args = parser.parse_args()
     if args.quick:
         args.noop_tasks, args.cpu_tasks, args.kills, args.rounds = 1000, 100, 10, 2
         args.round_trips, args.no_write = 200, True
+    limits: tuple[str, ...] = ()
+    if args.child_memory_max:
+        limits += ("--child-memory-max", args.child_memory_max)
+    if args.child_cpu_max:
+        limits += ("--child-cpu-max", args.child_cpu_max)
+    if args.cgroups_compare:
+        with tempfile.TemporaryDirectory(prefix="orbit-bench-sup-") as tmp:
+            server = Server(Path(tmp))
+            server.start()
+            try:
+                env = Env(server, server.admin_bearer(), Path(tmp))
+                g = compare_cgroups(env, args.noop_tasks, args.rounds,
+                                    limits or ("--child-memory-max", "1G"))
+            finally:
+                server.stop()
+        print(f"cgroups off: median {g['median_off']:.0f}/s, on: median {g['median_on']:.0f}/s"
+              f": {g['ratio']:.2f}x")
+        print(render_compare(g, f"`bench_supervisor.py` (1) no-op, {g['tasks']} tasks, "
+                                f"without and with per-child cgroups", "tasks/s"))
+        return
+    if limits:  # every supervisor of the run below
+        os.environ["BENCH_SUPERVISE_ARGS"] = " ".join(
+            [os.environ.get("BENCH_SUPERVISE_ARGS", ""), *limits]).strip()
     if args.metrics_compare:
         with tempfile.TemporaryDirectory(prefix="orbit-bench-sup-") as tmp:
             server = Server(Path(tmp))
