@@ -46,13 +46,17 @@ class HostCgroups:
 
     ``v2_dir``: our own cgroup v2 directory, None without a v2 mount; ``v2_writable``: we
     may create groups below it (delegated); ``v2_controllers``: its cgroup.controllers;
-    ``v2_kill``: cgroup.kill exists. ``v1_memory_dir`` / ``v1_cpu_dir``: our own group of
-    that v1 controller when writable, else None; ``v1_memsw``: the memsw files exist."""
+    ``v2_kill``: cgroup.kill exists; ``v2_root``: it is the host's root group, whose
+    processes (every process of the host, kernel threads among them) cannot move into a
+    leaf, so it hands no controller down (groups for cgroup.kill need none).
+    ``v1_memory_dir`` / ``v1_cpu_dir``: our own group of that v1 controller when writable,
+    else None; ``v1_memsw``: the memsw files exist."""
 
     v2_dir: str | None = None
     v2_writable: bool = False
     v2_controllers: frozenset[str] = frozenset()
     v2_kill: bool = False
+    v2_root: bool = False
     v1_memory_dir: str | None = None
     v1_memsw: bool = False
     v1_cpu_dir: str | None = None
@@ -117,14 +121,15 @@ def choose(host: HostCgroups, memory_max: int | None, cpu_max: float | None) -> 
     if memory_max is None and cpu_max is None:
         return CgroupPlan(Mode.NONE)
     v2 = host.v2_dir is not None and host.v2_writable
+    v2_limits = v2 and not host.v2_root
     memory = cpu = None
     if memory_max is not None:
-        if v2 and "memory" in host.v2_controllers:
+        if v2_limits and "memory" in host.v2_controllers:
             memory = "v2"
         elif host.v1_memory_dir is not None:
             memory = "v1"
     if cpu_max is not None:
-        if v2 and "cpu" in host.v2_controllers:
+        if v2_limits and "cpu" in host.v2_controllers:
             cpu = "v2"
         elif host.v1_cpu_dir is not None:
             cpu = "v1"
@@ -135,7 +140,7 @@ def choose(host: HostCgroups, memory_max: int | None, cpu_max: float | None) -> 
         mode = Mode.V1
     else:
         mode = Mode.RSS if memory_max is not None else Mode.NONE
-    kill_v2 = v2 and host.v2_kill and (memory is not None or cpu is not None)
+    kill_v2 = v2 and host.v2_kill  # even when the limits found no group of their own
     return CgroupPlan(mode, memory_max=memory_max, cpu_max=cpu_max, memory=memory, cpu=cpu,
                       memsw=memory == "v1" and host.v1_memsw, kill_v2=kill_v2,
                       rss_limit=memory_max if memory is None else None)

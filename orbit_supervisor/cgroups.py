@@ -81,6 +81,8 @@ def probe_host() -> HostCgroups:
     return HostCgroups(
         v2_dir=v2_dir, v2_writable=v2_writable, v2_controllers=controllers,
         v2_kill=v2_dir is not None and _has_kill(v2_dir, v2_writable),
+        # Every group but the root has cgroup.type (Linux 4.14+).
+        v2_root=v2_dir is not None and not os.path.exists(os.path.join(v2_dir, "cgroup.type")),
         v1_memory_dir=memory_dir,
         v1_memsw=memory_dir is not None and os.path.exists(
             os.path.join(memory_dir, "memory.memsw.limit_in_bytes")),

@@ -442,6 +442,8 @@ class Children:
             self._settle_dying(dying, None)
         for slot in self._slots:
             child = slot.child
+            if self._cgroups is not None:
+                self._cgroups.kill(slot.index)  # what they started, wherever it went
             if child is not None and child.pid is not None:
                 procutil.killpg(child.pid)
                 if slot.state is not SlotState.SPAWNING:

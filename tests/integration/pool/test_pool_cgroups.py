@@ -12,6 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import msgspec
 import orjson
 import pytest
 from pool_support import (
@@ -23,10 +24,11 @@ from pool_support import (
     wait_for_pids,
 )
 
+from orbit_supervisor.attempts import Attempt
 from orbit_supervisor.cgroup_plan import choose
 from orbit_supervisor.cgroups import ChildCgroups, probe_host
 from orbit_supervisor.pool import ChildOutcome, PoolStats
-from orbit_wire.model import Outcome
+from orbit_wire.model import Capability, Outcome
 
 MIB = 1024 * 1024
 HOST = probe_host()
@@ -36,6 +38,14 @@ needs_memory_cgroup = pytest.mark.skipif(
     "cgroup v2 group with the memory controller nor cgroup v1's memory controller)")
 needs_cgroup_kill = pytest.mark.skipif(
     not PLAN.kill_v2, reason="no writable cgroup v2 group with cgroup.kill on this host")
+
+
+def _sup_request(handler: str, payload: dict[str, str]) -> Attempt:
+    """An attempt of a handler of supervisor_handlers (version v1)."""
+    att = request(handler, payload)
+    return Attempt(msgspec.structs.replace(att.reservation,
+                                           capability=Capability(handler, "v1", "v1")),
+                   att.lease)
 
 
 def _procs(path: str) -> list[int]:
@@ -129,3 +139,25 @@ def test_groups_of_a_dead_run_are_removed_at_start(caplog: pytest.LogCaptureFixt
         assert f"child limits: {PLAN.mode.value}" in caplog.text  # the line said at start
     finally:
         run(groups.aclose())
+
+
+@needs_cgroup_kill
+def test_a_lost_templates_detached_grandchild_dies_with_its_slots_group(
+        tmp_path: Path) -> None:
+    # Without the orphan reaper (reap_orphans=False) only the slot's group still reaches
+    # the grandchild that left the child's process group and session.
+    pid_file = tmp_path / "pids"
+
+    async def scenario() -> tuple[ChildOutcome, list[int], list[int], ChildOutcome]:
+        async with running_pool(1, spec="supervisor_handlers:HANDLERS",
+                                child_memory_max=200 * MIB) as pool:
+            lost = await pool.execute(_sup_request("sup.kills_its_template",
+                                                   {"pid_file": str(pid_file)}))
+            pids = await wait_for_pids(pid_file, 3)
+            left = await asyncio.to_thread(wait_all_gone, snapshot(pids), 2.0)
+            after = await pool.execute(_sup_request("sup.upper", {"text": "x"}))
+            return lost, pids, left, after
+    lost, pids, left, after = run(scenario())
+    assert lost.report.kill_reason == "TEMPLATE_LOST" and len(pids) == 3
+    assert left == [], f"still running after 2 s: {left}"
+    assert after.outcome is Outcome.SUCCEEDED

@@ -60,6 +60,14 @@ def test_v2_without_the_memory_controller_uses_v1_memory_and_v2_cpu() -> None:
         Mode.V1, "v1", "v2", ("cpu",))
 
 
+def test_the_hosts_root_v2_group_kills_but_hands_no_controller_down() -> None:
+    root = HostCgroups(v2_dir="/sys/fs/cgroup", v2_writable=True, v2_root=True,
+                       v2_controllers=frozenset({"cpu", "memory"}), v2_kill=True)
+    plan = choose(root, G, 1.0)
+    assert (plan.mode, plan.memory, plan.cpu, plan.kill_v2) == (Mode.RSS, None, None, True)
+    assert plan.rss_limit == G and plan.v2_controllers == ()
+
+
 def test_only_a_cpu_limit_names_its_own_mode_and_none_is_none() -> None:
     assert choose(PURE_V2, None, 1.0).mode is Mode.V2
     assert choose(NOTHING, None, 1.0).mode is Mode.NONE
