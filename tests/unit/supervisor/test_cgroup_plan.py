@@ -1,5 +1,5 @@
 """Which control groups hold the children (cgroup_plan.py): the mode choice per host, the
-line said at start, and the parsers of the kernel's files."""
+line said at start, the parsers of the kernel's files, and the limits' option ranges."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from orbit_supervisor.cgroup_plan import (
     parse_mounts,
     parse_proc_cgroup,
 )
+from orbit_supervisor.options import OptionError, SupervisorOptions
+from orbit_wire.errors import ErrorCode
 
 G = 1 << 30
 PURE_V2 = HostCgroups(v2_dir="/sys/fs/cgroup/system.slice/orbit.service", v2_writable=True,
@@ -111,3 +113,18 @@ def test_oom_counts_read_from_either_version() -> None:
     assert oom_kills("low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\noom_group_kill 0\n") == 2
     assert oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n") == 7
     assert oom_kills("oom_kill_disable 0\nunder_oom 0\n") is None
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("child_memory_max", 1000), ("child_memory_max", 2**51), ("child_memory_max", True),
+    ("child_cpu_max", 0), ("child_cpu_max", 2048), ("child_cpu_max", float("nan")),
+    ("child_cpu_max", "1.5")])
+def test_child_limits_out_of_range_are_a_typed_error(field: str, value: object) -> None:
+    with pytest.raises(OptionError) as err:
+        SupervisorOptions(queue_ids=("a" * 32,), **{field: value})  # type: ignore[arg-type]
+    assert err.value.code is ErrorCode.BAD_REQUEST and field in err.value.message
+
+
+def test_child_limits_in_range_are_kept() -> None:
+    opts = SupervisorOptions(queue_ids=("a" * 32,), child_memory_max=2 * G, child_cpu_max=1.5)
+    assert (opts.child_memory_max, opts.child_cpu_max) == (2 * G, 1.5)
