@@ -3,7 +3,8 @@
 Which hierarchy holds which limit is cgroup_plan.py's choice; this module reads the host,
 makes the groups and writes to them. The layout, below our own group on each hierarchy:
 
-    <own>/orbit-<pid>/slot-<n>      one group per pool slot, made once at start; every
+    <own>/orbit-<pid>/slot-<n>      one group per pool slot, made once at start (a second
+                                    pool of the same process: orbit-<pid>.<n>); every
                                     child of the slot is moved in when forked, so a group
                                     is never made per task
     <own>/supervisor                (v2 with controllers only) the leaf the supervisor and
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import re
@@ -46,7 +48,9 @@ from .cgroup_plan import (
 __all__ = ["ChildCgroups", "probe_host"]
 
 _LEAF = "supervisor"
-_BASE_RE = re.compile(r"orbit-(\d+)")
+# orbit-<pid>, orbit-<pid>.<n> (a second pool of one process), orbit-probe-<pid>.
+_BASE_RE = re.compile(r"orbit-(?:probe-)?(\d+)(?:\.\d+)?")
+_instances = itertools.count()
 
 
 def _read(path: str) -> str:
@@ -176,7 +180,8 @@ class ChildCgroups:
 
     def _make(self) -> None:
         plan, host = self.plan, self._host
-        name = f"orbit-{os.getpid()}"
+        nth = next(_instances)
+        name = f"orbit-{os.getpid()}" + (f".{nth}" if nth else "")
         if plan.kill_v2 or plan.v2_controllers:
             assert host.v2_dir is not None
             if plan.v2_controllers:
