@@ -161,3 +161,40 @@ def test_a_lost_templates_detached_grandchild_dies_with_its_slots_group(
     assert lost.report.kill_reason == "TEMPLATE_LOST" and len(pids) == 3
     assert left == [], f"still running after 2 s: {left}"
     assert after.outcome is Outcome.SUCCEEDED
+
+
+@pytest.mark.skipif(PLAN.memory is None or choose(HOST, None, 0.5).cpu is None,
+                    reason="no writable memory and cpu cgroups on this host")
+def test_each_slot_holds_its_child_under_both_limits() -> None:
+    async def scenario() -> tuple[list[int], dict[str, dict[str, str]], list[list[int]]]:
+        async with running_pool(2, child_memory_max=64 * MIB, child_cpu_max=0.5) as pool:
+            groups = pool.cgroups
+            assert groups is not None
+            pids = sorted(pool.child_pids().values())
+            files: dict[str, dict[str, str]] = {}
+            members: list[list[int]] = []
+            for index in range(2):
+                for kind in ("v2", "memory", "cpu"):
+                    path = groups.slot_dir(index, kind)
+                    if path is None:
+                        continue
+                    members.append(_procs(path))
+                    for name in ("memory.max", "cpu.max", "memory.limit_in_bytes",
+                                 "memory.memsw.limit_in_bytes", "cpu.cfs_quota_us"):
+                        if os.path.exists(os.path.join(path, name)):
+                            with open(os.path.join(path, name)) as fh:
+                                files.setdefault(f"{kind}/{index}", {})[name] = fh.read().strip()
+            return pids, files, members
+    pids, files, members = run(scenario())
+    assert all(len(m) == 1 and m[0] in pids for m in members)  # one child per slot group
+    assert sorted({m[0] for m in members}) == pids
+    for index in range(2):
+        if PLAN.memory == "v1":
+            assert files[f"memory/{index}"]["memory.limit_in_bytes"] == str(64 * MIB)
+            if HOST.v1_memsw:
+                assert files[f"memory/{index}"]["memory.memsw.limit_in_bytes"] == str(64 * MIB)
+        else:
+            assert files[f"v2/{index}"]["memory.max"] == str(64 * MIB)
+        cpu = files.get(f"cpu/{index}", {}).get("cpu.cfs_quota_us") or files[
+            f"v2/{index}"]["cpu.max"].split()[0]
+        assert cpu == "50000"
