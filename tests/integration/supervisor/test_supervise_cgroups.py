@@ -1,16 +1,18 @@
 """``orbit-supervise --child-memory-max`` with real processes: the mode said at start, a
 handler past the limit OOM-killed by the kernel in its own cgroup and recorded
 MEMORY_LIMIT (the count in the log), the parent alive and serving the next task, and the
-groups gone once the supervisor exits. Skipped where the host has no writable memory
+groups gone once the supervisor exits; a cancel's kill taking a grandchild that left the
+process group, from the slot's group. Skipped where the host has no writable memory
 cgroup."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
-from supervisor_support import SupEnv, attempts, submit, wait_task
+from supervisor_support import SupEnv, alive, attempts, submit, wait_pids, wait_task
 from support.waiting import wait_until
 
 from orbit_supervisor.cgroup_plan import choose
@@ -54,3 +56,21 @@ def test_a_handler_past_the_limit_is_oom_killed_and_recorded_memory_limit(
     sup.wait(20)
     wait_until(lambda: not any(os.path.exists(b) for b in bases), timeout=5,
                what=lambda: f"the groups removed at exit: {bases}")
+
+
+@pytest.mark.skipif(not PLAN.kill_v2, reason="no writable cgroup v2 group with cgroup.kill")
+def test_a_cancel_kills_the_detached_grandchild_through_the_slots_group(
+        sup_env: SupEnv, tmp_path: Path) -> None:
+    sup = sup_env.start(workers=1, extra=("--child-memory-max", "500M"))
+    sup.wait_log("kills through cgroup.kill")
+    pid_file = tmp_path / "cancel.pids"
+    task_id = submit(sup_env.producer, sup_env.queue_id, "blocked_read",
+                     {"pid_file": str(pid_file)}, lease_ttl_ms=30000, cancel_grace_ms=0)
+    pids = wait_pids(pid_file, "handler running")  # child, same group, own session
+    assert HOST.v2_dir is not None
+    with open(os.path.join(HOST.v2_dir, f"orbit-{sup.pid}", "slot-0", "cgroup.procs")) as fh:
+        in_group = {int(x) for x in fh.read().split()}
+    assert set(pids) <= in_group and os.getpgid(pids[2]) != os.getpgid(pids[0])
+    cancelled = sup_env.producer.post(f"/v1/tasks/{task_id}/cancel", json={"reason": "test"})
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
+    wait_until(lambda: not alive(pids), timeout=10, what="the child and its grandchildren")
