@@ -283,3 +283,20 @@ def test_checkpoint_reaches_the_handler_and_its_last_progress_the_attempt() -> N
     # Resumed after its checkpoint, and its last note arrived before its answer.
     assert att.progress.latest == Progress(1.0, '{"i":1500}')
     assert att.progress.alive_at is not None
+
+
+def test_bench_handlers_report_progress_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/bench_supervisor.py --progress-every-ms: the no-op reports once, the 10 ms
+    task at its start and every N ms of its work."""
+    monkeypatch.setenv("ORBIT_BENCH_PROGRESS_MS", "2")
+    noop, cpu = request("noop"), request("cpu10")
+
+    async def scenario() -> list[ChildOutcome]:
+        async with running_pool(1, spec="supervisor_bench:handlers") as pool:
+            return [await pool.execute(noop), await pool.execute(cpu)]
+
+    outs = run(scenario())
+    assert [o.outcome for o in outs] == [Outcome.SUCCEEDED] * 2
+    assert noop.progress.latest == Progress(1.0, '{"done":1}')
+    latest = cpu.progress.latest
+    assert latest is not None and latest.fraction is not None and latest.fraction < 1.0
