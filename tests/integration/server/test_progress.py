@@ -12,8 +12,10 @@ as its cause.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import msgspec
+from support.cli import Cli
 from support.lanes import NO_BACKOFF, Lane
 from support.orbit_http import OrbitEnv, expect, expect_error, task_spec
 from support.protocol_client import ECHO, ProtocolClient
@@ -189,5 +191,27 @@ async def test_a_declared_progress_timeout_fills_a_submit_that_left_it_out(
         assert task["policy_source"] == "registered"
         own = lane.submit(progress_timeout_ms=60_000)
         assert own["policy"]["progress_timeout_ms"] == 60_000
+    finally:
+        await wc.close()
+
+
+async def test_the_cli_shows_a_running_attempts_progress_and_the_policy(
+        lane: Lane, tmp_path: Path) -> None:
+    cli = Cli.producer_of(lane, tmp_path)
+    task_id = (await asyncio.to_thread(
+        cli.ok, "tasks", "submit", "--handler", "test.echo", "--handler-version", "v1",
+        "--payload-version", "v1", "--payload", "{}", "--progress-timeout", "30s")).strip()
+    wc = await lane.connect(credit=1)
+    try:
+        [res] = await wc.reservations(1)
+        assert res.progress_timeout_ms == 30_000
+        assert (await wc.start(res)).ok
+        assert (await wc.one(_renew(wc, res.attempt_id, res.epoch,
+                                    Progress(0.42, '{"row": 420}')))).ok
+        shown = (await asyncio.to_thread(cli.tty, "tasks", "get", task_id)).text
+        assert "progress timeout 30 s" in shown, shown
+        assert '42% · {"row":420}' in shown, shown
+        table = (await asyncio.to_thread(cli.tty, "tasks", "attempts", task_id)).text
+        assert "progress" in table and "42%" in table, table
     finally:
         await wc.close()
