@@ -356,8 +356,8 @@ def attempts_view(history: Mapping[str, Any], now_ms: int) -> RenderableType:
             peak = a.get("peak_rss_bytes")
             table.add_row(str(a.get("attempt_number")), _short(a.get("instance_id")),
                           str(a.get("child_pid") or "-"), ago(started, now_ms), duration(ran),
-                          _progress_cell(a.get("progress")), outcome, _how(a), duration(a.get("cpu_ms")),
-                          size(peak) if peak else "-", then)
+                          _progress_cell(a.get("progress")), outcome, _how(a),
+                          duration(a.get("cpu_ms")), size(peak) if peak else "-", then)
         body = table
     evidence: Sequence[Mapping[str, Any]] = history.get("evidence") or []
     if not evidence:
