@@ -172,7 +172,10 @@ def reservation(task: domain.TaskRec, attempt: domain.AttemptRec, row: Mapping[s
 
 def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch: int,
                    attempt_number: int, lease_ms: int | None) -> Reservation:
-    """A reservation from a row holding the task's capability, payload and policy."""
+    """A reservation from a row holding the task's capability, payload, policy and
+    checkpoint (tasks.checkpoint: the last details of an earlier attempt that did not
+    succeed; a first attempt has none)."""
+    checkpoint = row["checkpoint"] if attempt_number > 1 else None
     return Reservation(
         attempt_id=attempt_id, task_id=task_id, epoch=epoch,
         attempt_number=attempt_number,
@@ -184,4 +187,6 @@ def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch:
         deadline_at_ms=row["deadline_at_ms"],
         cancel_grace_ms=row["cancel_grace_ms"],
         lease_ms=lease_ms,
+        checkpoint=None if checkpoint is None else Raw(checkpoint),
+        progress_timeout_ms=row["progress_timeout_ms"],
     )
