@@ -48,6 +48,8 @@ def check_progress(fraction: Any, details: Any) -> tuple[float | None, str | Non
             # What cannot be encoded at all is a wrong type; the rest breaks a value rule.
             kind = TypeError if exc.code is ErrorCode.INVALID_JSON else ValueError
             raise kind(f"execution.progress: {exc.message}") from None
+        if text == "null":  # None (not given) already means "keep the details"
+            raise ValueError("execution.progress: details must not be JSON null")
         size = len(text.encode())
         if size > MAX_PROGRESS_BYTES:
             raise ValueError(f"execution.progress: details are {size} bytes encoded; at most "

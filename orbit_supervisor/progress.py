@@ -48,8 +48,8 @@ def checked_progress(fraction: Any, details_json: Any) -> Progress:
     if details_json is not None:
         if not isinstance(details_json, str):
             raise ValueRejected(ErrorCode.BAD_FRAME, "progress details are not JSON text")
-        check_text(details_json, what="progress details", max_bytes=MAX_PROGRESS_BYTES,
-                   allow_null=True)
+        # Null is refused as the server refuses it: None already means "keep the details".
+        check_text(details_json, what="progress details", max_bytes=MAX_PROGRESS_BYTES)
     return Progress(fraction=checked, details_json=details_json)
 
 

@@ -32,6 +32,7 @@ def _execution(**kw: Any) -> Execution:
     (None, {"x": float("inf")}, ValueError),
     (None, {"n": 2**70}, ValueError),
     (None, "x" * MAX_PROGRESS_BYTES, ValueError),
+    (None, RawJSON("null"), ValueError),
 ])
 def test_bad_arguments_raise_in_the_handler(fraction: Any, details: Any,
                                             error: type[Exception]) -> None:
