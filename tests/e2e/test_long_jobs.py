@@ -10,6 +10,7 @@ orbit-supervise processes and real children running handlers that report progres
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from support.cli import Cli
+from support.examples import run_example
 from support.lanes import Lane
 from support.orbit_http import OrbitEnv, expect
 from support.supervisor_helpers import SupervisorProcess, spec, wait_task
@@ -156,3 +158,17 @@ def test_a_handler_that_stops_reporting_is_killed_at_its_progress_timeout(
     # checkpoint.
     assert attempt["progress"]["details"] == {"i": 2}
     assert task["checkpoint"] == {"i": 2}
+
+
+@pytest.mark.timeout(180)
+def test_the_long_job_example_resumes_after_its_crash(orbit: OrbitEnv, tmp_path: Path) -> None:
+    """examples/long_job (docs/handlers.md): SIGKILLed after item 12 of 30, it resumes after
+    item 12 with the sum so far and no item runs twice."""
+    lines = run_example("long_job", orbit, tmp_path)
+    assert len(lines) == 5, lines
+    assert re.fullmatch(r'task=\w+ state=SUCCEEDED result=\{"resumed_after":12,"sum":9455\}',
+                        lines[0]), lines
+    assert lines[1:4] == ["attempt=1 outcome=UNKNOWN code=HANDLER_CRASHED",
+                          "attempt=2 outcome=SUCCEEDED code=None",
+                          "items=30 run_twice=0"], lines
+    assert lines[4] == "worker_drained=true started=2 confirmed=2 running=0", lines
