@@ -63,9 +63,10 @@ class ChildLoop:
         self._running: str | None = None
         self._cancel_requested = False
         self._runner: Any = None  # asyncio.Runner, made on the first async handler
-        # The running attempt's progress messages; a handler's thread may send one, so
-        # every write of a frame during a run takes the lock.
+        # The running attempt's progress messages (made on its first note); a handler's
+        # thread may send one, so every write of a frame during a run takes the lock.
         self._progress: ProgressSender | None = None
+        self._progress_open = False  # the running attempt may still report progress
         self._send_lock = threading.Lock()
 
     def serve(self) -> NoReturn:
@@ -99,9 +100,7 @@ class ChildLoop:
         attempt_id = str(frame.get("a"))
         self._running = attempt_id
         self._cancel_requested = False
-        self._progress = ProgressSender(
-            lambda fraction, details: self._send_progress(attempt_id, fraction, details),
-            time.monotonic)
+        self._progress_open = True
         before = _cpu_seconds()
         try:
             answer = self._run(frame)
@@ -111,6 +110,7 @@ class ChildLoop:
                 os._exit(0)
             with self._send_lock:
                 progress, self._progress = self._progress, None
+                self._progress_open = False
             # The last progress goes before the answer: a failed attempt's last details
             # are the next attempt's checkpoint.
             self._flush_progress(progress)
@@ -134,9 +134,14 @@ class ChildLoop:
         if os.getpid() != self._pid:
             return
         with self._send_lock:
-            sender = self._progress
-            if sender is None:
+            if not self._progress_open:
                 return
+            sender = self._progress
+            if sender is None:  # the attempt's first note
+                attempt_id = str(self._running)
+                sender = self._progress = ProgressSender(
+                    lambda fraction, text: self._send_progress(attempt_id, fraction, text),
+                    time.monotonic)
             # The supervisor gone, the answer's send says so (and it kills us anyway).
             with contextlib.suppress(OSError):
                 sender.note(fraction, details)
