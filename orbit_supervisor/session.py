@@ -34,6 +34,11 @@ Rules it keeps (docs/protocol.md, docs/supervisor.md):
   the Kill (TASK_CANCELLED) follows at the end of the reservation's cancel grace, or at once
   for a grace of 0. The lease's expiry still kills first if it comes earlier. The finish
   says which ended the child: ``report.ended_by`` COOPERATIVE (it ended by itself) or KILLED.
+- A handler's progress (kept on its attempt by the pool, progress.py) rides the next
+  renewal as of its send, at most once, and the finish what no confirmed renewal carried;
+  it never makes a request. With the reservation's ``progress_timeout_ms`` an attempt whose
+  handler gave no sign of life for that long is killed (PROGRESS_TIMEOUT) by the timer, as
+  at its attempt timeout; a note only moves that instant later.
 - Credit = free slots - outstanding credit, free slots = capacity + prefetch - executing -
   reserved not yet running - results not yet confirmed - slots being replaced - slots a
   ``claim`` in flight asks for. Known attempts stay <= 2 x capacity; reservations beyond
