@@ -66,3 +66,22 @@ def test_notes_breaking_the_rules_are_dropped_and_the_task_succeeds(
     sup.wait_log("dropped a progress note")
     # Said once per attempt, not once per note.
     assert sup.log().count("dropped a progress note") == 1
+
+
+def test_progress_alone_never_makes_a_request(
+        sup_env: SupEnv, tap_proxy: tuple[OpTap, TcpProxy]) -> None:
+    """A handler reporting every 5 ms for a second under the default lease (no renewal is
+    due within it): the only request of the attempt is its finish, which carries the last
+    progress."""
+    tap, proxy = tap_proxy
+    sup_env.start(workers=1, url=proxy.url)
+    task_id = submit(sup_env.producer, sup_env.queue_id, "reports_progress",
+                     {"steps": 200, "step_s": 0.005})
+    task = wait_task(sup_env.producer, task_id)
+    assert task["state"] == "SUCCEEDED", task
+    assert tap.ops_of("renew") == {}
+    (finish,) = tap.ops_of("finish").values()
+    assert finish["progress"] == {"fraction": 1.0, "details_json": '{"i":200}'}
+    requests = [s for s in tap.seen("request", "to_server")
+                if any(op.get("op") != "claim" for op in s.message.get("ops", []))]
+    assert len(requests) == 1, requests  # the finish's (its claim rides in it)
