@@ -102,7 +102,7 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     more = False
     size = 0
     for i, row in enumerate(rows):
-        row_bytes = utf8_len(row["payload"])
+        row_bytes = reserved_bytes(row)
         if size + row_bytes > budget and (i or budget < MAX_PAYLOAD_BYTES_PER_FRAME):
             rows, more = rows[:i], True
             break
@@ -117,6 +117,13 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
                   TaskState.PENDING.value, task.state.value, None)
         out.append((task, attempt, row))
     return out, more, size, drained and not more
+
+
+def reserved_bytes(row: Mapping[Any, Any]) -> int:
+    """What a reservation of ``row`` adds to a frame's payload budget: its payload and its
+    checkpoint (up to 64 KiB each retry), so a frame of retries stays under its bound."""
+    checkpoint = row["checkpoint"]
+    return utf8_len(row["payload"]) + (0 if checkpoint is None else utf8_len(checkpoint))
 
 
 def credential_holds(credentials: CredentialTable, conn: Any, binding: WorkerBinding,

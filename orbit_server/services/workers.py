@@ -35,7 +35,6 @@ from orbit_wire.frames import (
     StartOp,
 )
 from orbit_wire.ids import new_id
-from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import (
     FEATURE_GRANT,
     MAX_PAYLOAD_BYTES_PER_FRAME,
@@ -69,6 +68,7 @@ from .reservations import (
     reservation_of,
     reserve_for,
     reserve_in,
+    reserved_bytes,
     start_granted,
 )
 from .wakeups import Wakeups
@@ -433,7 +433,7 @@ def _replay_claim(uow: UnitOfWork, msg_id: str, seen: Receipt) -> tuple[OpResult
         row = rows.get(attempt_id)
         if row is None:
             continue
-        used += utf8_len(row["payload"])
+        used += reserved_bytes(row)
         expires = row["lease_expires_at_ms"]
         held = row["attempt_state"] == AttemptState.RUNNING.value and expires is not None
         claimed.append(reservation_of(row, row["task_id"], attempt_id, row["epoch"],

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 from support.cli import Cli
-from support.lanes import NO_BACKOFF, Lane
+from support.lanes import NO_BACKOFF, Lane, wait_for_state
 from support.orbit_http import OrbitEnv, expect, expect_error, task_spec
 from support.protocol_client import ECHO, ProtocolClient
 from support.waiting import UNIT
@@ -215,3 +215,25 @@ async def test_the_cli_shows_a_running_attempts_progress_and_the_policy(
         assert "progress" in table and "42%" in table, table
     finally:
         await wc.close()
+
+
+async def test_a_worker_lost_mid_loop_leaves_its_last_details_to_the_next_attempt(
+        lane: Lane) -> None:
+    task = lane.submit(max_attempts=2, idempotency="IDEMPOTENT", lease_ttl_ms=500)
+    wc = await lane.connect(credit=1)
+    try:
+        [first] = await wc.reservations(1)
+        assert (await wc.start(first)).ok
+        assert (await wc.one(_renew(wc, first.attempt_id, first.epoch,
+                                    Progress(0.5, '{"done": 5}')))).ok
+    finally:
+        await wc.abort()  # vanishes: no finish, the reaper ends the attempt at its lease end
+    await wait_for_state(lane, task["id"], {"PENDING"}, timeout_s=20)
+    [lost] = lane.attempts(task["id"])["attempts"]
+    assert lost["code"] == "LEASE_EXPIRED" and lost["progress"]["details"] == {"done": 5}
+    again = await lane.connect(credit=1)
+    try:
+        [second] = await again.reservations(1, timeout=20)
+        assert second.attempt_number == 2 and second.checkpoint == {"done": 5}
+    finally:
+        await again.close()
