@@ -151,7 +151,13 @@ class Execution:
     payload: Any
     deadline_at_ms: int
     idempotency: str
+    # The last progress details of the task's previous attempt that did not succeed (a JSON
+    # value), to resume from; None on a first attempt or when that attempt reported none.
+    checkpoint: Any = None
     _cancel_check: Callable[[], bool] = field(default=lambda: False, repr=False)
+    # Where checked progress goes (the child's loop); by default it is only checked.
+    _progress_sink: Callable[[float | None, str | None], None] = field(
+        default=lambda fraction, details: None, repr=False)
 
     def cancelled(self) -> bool:
         """True once the supervisor asked this attempt to stop.
@@ -160,3 +166,16 @@ class Execution:
         whether or not the handler checked. A long loop may call this to stop early.
         """
         return self._cancel_check()
+
+    def progress(self, fraction: float | None = None, details: Any = None) -> None:
+        """Report how far the handler got: ``fraction`` done (a number in [0, 1]) and
+        ``details``, a JSON value (at most 64 KiB encoded) the next attempt receives as
+        ``checkpoint`` if this one does not succeed. None leaves a field as it was; a call
+        with neither is a sign of life for the progress timeout. Raises TypeError or
+        ValueError at once for a bad argument. Cheap to call often: the child sends at most
+        one message per 50 ms, the latest value winning (docs/handlers.md)."""
+        # progress.py imports results.py, which imports this module: no import at the top.
+        from .progress import check_progress
+
+        checked, text = check_progress(fraction, details)
+        self._progress_sink(checked, text)

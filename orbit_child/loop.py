@@ -1,7 +1,9 @@
 """The child's frame loop: one task at a time, frames over one stream socket.
 
-The messages (``RunTask``, ``CancelTask``, ``LeaveChild`` in; ``ChildReady``, ``TaskDone``
-out) are listed in orbit_host/messages.py; every frame carries the child's generation.
+The messages (``RunTask``, ``CancelTask``, ``LeaveChild`` in; ``ChildReady``, ``TaskDone``,
+``ProgressNote`` out) are listed in orbit_host/messages.py; every frame carries the child's
+generation. A handler's progress is spaced by progress.py and its last note always goes out
+before the attempt's answer.
 
 The loop never lets handler exception text out of the worker's host: tracebacks go to stderr
 (the worker's local log); the first line of a message goes to the supervisor, which records
@@ -10,6 +12,7 @@ it only when its operator opted in. Processes a handler started are killed when 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import resource
@@ -17,6 +20,8 @@ import select
 import signal
 import socket
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -26,6 +31,7 @@ from orbit_host.messages import (
     CancelTask,
     ChildReady,
     MalformedMessage,
+    ProgressNote,
     RunTask,
     TaskDone,
     decode_for_child,
@@ -38,6 +44,7 @@ from orbit_wire.names import EXCEPTION_TYPE_MAX, message_first_line
 
 from .api import Execution, Handler, WorkerFailure
 from .diag import report
+from .progress import ProgressSender
 from .results import encode_json_value
 
 __all__ = ["ChildLoop"]
@@ -56,6 +63,11 @@ class ChildLoop:
         self._running: str | None = None
         self._cancel_requested = False
         self._runner: Any = None  # asyncio.Runner, made on the first async handler
+        # The running attempt's progress messages (made on its first note); a handler's
+        # thread may send one, so every write of a frame during a run takes the lock.
+        self._progress: ProgressSender | None = None
+        self._progress_open = False  # the running attempt may still report progress
+        self._send_lock = threading.Lock()
 
     def serve(self) -> NoReturn:
         send_frame(self._sock, ChildReady(self._gen, self._pid).to_wire())
@@ -88,6 +100,7 @@ class ChildLoop:
         attempt_id = str(frame.get("a"))
         self._running = attempt_id
         self._cancel_requested = False
+        self._progress_open = True
         before = _cpu_seconds()
         try:
             answer = self._run(frame)
@@ -95,6 +108,12 @@ class ChildLoop:
             if os.getpid() != self._pid:
                 # A handler forked and its copy returned here; only the real child may answer.
                 os._exit(0)
+            with self._send_lock:
+                progress, self._progress = self._progress, None
+                self._progress_open = False
+            # The last progress goes before the answer: a failed attempt's last details
+            # are the next attempt's checkpoint.
+            self._flush_progress(progress)
             self._running = None
             _kill_descendants(self._pid)
             _flush_stdio()  # the process may be killed or recycled before it would flush
@@ -104,7 +123,41 @@ class ChildLoop:
             peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             **answer,
         )
-        send_frame(self._sock, done.to_wire())
+        with self._send_lock:
+            send_frame(self._sock, done.to_wire())
+
+    # ----------------------------------------------------------------------------- progress
+
+    def _note_progress(self, fraction: float | None, details: str | None) -> None:
+        """``execution.progress`` after its checks: spaced by the attempt's sender. A call
+        from a forked copy of the child, or once the attempt is over, is ignored."""
+        if os.getpid() != self._pid:
+            return
+        with self._send_lock:
+            if not self._progress_open:
+                return
+            sender = self._progress
+            if sender is None:  # the attempt's first note
+                attempt_id = str(self._running)
+                sender = self._progress = ProgressSender(
+                    lambda fraction, text: self._send_progress(attempt_id, fraction, text),
+                    time.monotonic)
+            # The supervisor gone, the answer's send says so (and it kills us anyway).
+            with contextlib.suppress(OSError):
+                sender.note(fraction, details)
+
+    def _send_progress(self, attempt_id: str, fraction: float | None,
+                       details: str | None) -> None:
+        note = ProgressNote(self._gen, attempt_id, fraction, details)
+        send_frame(self._sock, note.to_wire())
+
+    def _flush_progress(self, sender: ProgressSender | None) -> None:
+        if sender is None or not sender.pending:
+            return
+        try:
+            sender.flush()
+        except OSError as exc:  # the answer's send fails the same way, and says so
+            _log("child_cannot_answer", f"child {self._pid}: cannot send progress: {exc}")
 
     def _run(self, frame: dict[str, Any]) -> dict[str, Any]:
         """The outcome fields of a ``TaskDone`` for one run frame."""
@@ -124,7 +177,8 @@ class ChildLoop:
             task_id=run.task_id, attempt_id=run.attempt_id, epoch=run.epoch,
             attempt_number=run.attempt_number, capability=cap, payload=run.payload,
             deadline_at_ms=run.deadline_at_ms, idempotency=run.idempotency,
-            _cancel_check=self._cancelled,
+            checkpoint=run.checkpoint, _cancel_check=self._cancelled,
+            _progress_sink=self._note_progress,
         )
         try:
             value = self._call(handler, execution)

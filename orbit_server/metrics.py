@@ -84,6 +84,7 @@ class ServerTally:
         self.grants = Counts()  # (queue,)
         self.grants_given_back = Counts()  # (queue, rule)
         self.grants_expired_unconfirmed = Counts()  # (queue,)
+        self.progress = Counts()  # (queue, result)
         self.requests = Counts()  # (method, route, status)
         self.request_time = LabeledHistograms(LONG_BOUNDS)  # (method, route)
         self._code = Bounded(MAX_CODES)
@@ -116,6 +117,8 @@ class ServerTally:
             self.grants_given_back.add((queue, rule))
         for queue in counted.grants_expired_unconfirmed:
             self.grants_expired_unconfirmed.add((queue,))
+        for queue, result in counted.progress:
+            self.progress.add((queue, result))
 
 
 class RequestMetrics:
@@ -271,6 +274,10 @@ class ServerCollector(Collector):
                        "Granted attempts whose lease the reaper ended before the worker "
                        "confirmed the grant (its process may have died with it unread).",
                        ("queue",), t.grants_expired_unconfirmed)
+        yield counter("orbit_progress_reports_total",
+                       "Handler progress reports received on a renew or finish: result "
+                       "\"stored\", or the value rule code their refused details broke.",
+                       ("queue", "result"), t.progress)
         yield counter("orbit_http_requests_total", "HTTP requests by route and status.",
                        ("method", "route", "status"), t.requests)
         yield histogram("orbit_http_request_duration_seconds",

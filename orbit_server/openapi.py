@@ -56,7 +56,16 @@ _SCHEMAS: dict[str, Any] = {
         "max_attempts": {"type": "integer"}, "backoff": _ref("Backoff"),
         "attempt_timeout_ms": _MS, "lease_ttl_ms": _MS, "schedule_to_start_ms": _NULLABLE_INT,
         "cancel_grace_ms": {"type": "integer"},
+        "progress_timeout_ms": {"type": ["integer", "null"], "description": (
+            "an attempt reporting no progress this long is killed (PROGRESS_TIMEOUT); "
+            "null: no bound")},
     }),
+    "Progress": {"oneOf": [{"type": "null"}, _obj({
+        "fraction": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+        "details": {"description": "the handler's JSON details exactly as reported, or null"},
+        "at_ms": _MS,
+    }, ["fraction", "details", "at_ms"])], "description": (
+        "the handler's latest progress (a renew's or the finish's); null until it reports")},
     "Waiting": {"oneOf": [{"type": "null"}, _obj({
         "reason": {"type": "string", "enum": ["NO_LIVE_WORKER"]},
         "capability": _ref("Capability"), "since": _MS,
@@ -73,6 +82,9 @@ _SCHEMAS: dict[str, Any] = {
             "retry and by each retry of the ended task")},
         "epoch": {"type": "integer"},
         "result": {"description": "the handler's JSON exactly as produced, or null"},
+        "checkpoint": {"description": (
+            "the last progress details of an attempt that did not succeed, handed to the next "
+            "attempt's handler; null: none (not in task lists)")},
         "failure": {"oneOf": [{"type": "null"}, _obj({"code": {"type": "string"}, "details": {}})]},
         "cancel_requested": {"type": "boolean"}, "finished_at_ms": _NULLABLE_INT,
         "waiting": _ref("Waiting"),
@@ -108,6 +120,7 @@ _SCHEMAS: dict[str, Any] = {
                                     "stopped by itself (COOPERATIVE) or its child was "
                                     "SIGKILLed (KILLED)"},
         "decision": _NULLABLE_STR, "decision_rule": _NULLABLE_STR,
+        "progress": _ref("Progress"),
     }, ["id", "task_id", "attempt_number", "epoch", "state"]),
     "Evidence": _obj({
         "id": {"type": "string"}, "task_id": _ID, "attempt_id": _ID,

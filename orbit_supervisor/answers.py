@@ -114,6 +114,9 @@ class SessionAnswers(SessionCore):
         att = self._attempts.get(op.attempt_id)
         if att is None:
             return
+        # Applied or not, its progress is settled: the next renewal or the finish carries
+        # what it did not.
+        att.progress.renewal_answered(result.ok)
         if att.phase is not Phase.RUNNING:
             att.lease.renewal_dropped()
             return

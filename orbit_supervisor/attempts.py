@@ -41,6 +41,7 @@ from orbit_wire.frames import Report, Reservation
 
 from .lease import Lease
 from .machine import next_state
+from .progress import AttemptProgress
 
 __all__ = [
     "CANCELS", "KILLS", "PHASES", "RUNS", "Attempt", "AttemptTable", "CancelEvent",
@@ -164,7 +165,8 @@ class Attempt:
 
     __slots__ = ("_cancel", "_cancel_at", "_index", "_kill", "_kill_msg", "_kill_reason",
                  "_kill_report", "_killed_at", "_phase", "_run", "_running_since", "child",
-                 "kill_timed_from", "lease", "outcome", "reservation")
+                 "kill_timed_from", "lease", "outcome", "progress", "progress_refused",
+                 "reservation")
 
     def __init__(self, reservation: Reservation, lease: Lease) -> None:
         self.reservation = reservation
@@ -180,6 +182,10 @@ class Attempt:
         self._killed_at: float | None = None
         self._running_since: float | None = None
         self._run = RunState.IDLE
+        # Its handler's latest progress and last sign of life (progress.py): the pool
+        # writes the notes its child sends, renewals and the finish carry them.
+        self.progress = AttemptProgress()
+        self.progress_refused = 0  # notes of its child that broke the rules (dropped)
         # The pool's handles: the child that runs it, and the future its execute() awaits.
         self.child: Any = None
         self.outcome: Any = None
@@ -222,6 +228,7 @@ class Attempt:
         """STARTED: its start was confirmed at ``now`` and it executes from now on."""
         self.fire(Event.STARTED)
         self._running_since = now
+        self.progress.alive(now)  # the progress timeout counts from here (or a child's start)
 
     # ------------------------------------------------------------------ cancel
 

@@ -19,13 +19,21 @@ from typing import Any
 from orbit_host import procutil
 from orbit_host.framing import FrameError, encode_frame
 from orbit_host.logs import fields
-from orbit_host.messages import ChildReady, LeaveChild, MalformedMessage, decode_from_child
+from orbit_host.messages import (
+    ChildReady,
+    LeaveChild,
+    MalformedMessage,
+    ProgressNote,
+    decode_from_child,
+)
+from orbit_wire.errors import ValueRejected
 from orbit_wire.frames import Report
 from orbit_wire.model import UnknownCode
 
 from .attempts import Attempt, RunEvent
 from .children import Child, Children, Slot
 from .outcomes import outcome_from_done
+from .progress import checked_progress
 from .slots import SlotEvent, SlotState
 
 __all__ = ["ChildFrames"]
@@ -77,6 +85,9 @@ class ChildFrames(Children):
                 self._maybe_ready(slot)
             return
         att = child.attempt
+        if isinstance(message, ProgressNote):
+            self._on_progress(slot, att, message)
+            return
         if slot.state is not SlotState.BUSY or att is None or message.attempt_id != att.attempt_id:
             self._log.info("dropped a result for attempt %r: no longer running on child %s",
                            message.attempt_id, child.pid, extra=fields(
@@ -103,6 +114,25 @@ class ChildFrames(Children):
         self._after_task(slot, child)
         if future is not None and not future.done():
             future.set_result(outcome)
+
+    def _on_progress(self, slot: Slot, att: Attempt | None, note: ProgressNote) -> None:
+        """A handler's progress: checked and kept, the latest only, on its attempt's record
+        (renewals and the finish carry it); a note breaking the rules is dropped, and said
+        once per attempt. One for an attempt the child no longer runs is dropped quietly."""
+        if slot.state is not SlotState.BUSY or att is None or note.attempt_id != att.attempt_id:
+            return
+        now = self._require_loop().time()
+        try:
+            progress = checked_progress(note.fraction, note.details_json)
+        except ValueRejected as exc:
+            att.progress.alive(now)  # a child that talks is not stuck
+            att.progress_refused += 1
+            if att.progress_refused == 1:
+                self._warn(slot, "child_invalid_progress",
+                           f"attempt {att.attempt_id}: dropped a progress note from child "
+                           f"{slot.pid} ({exc.code}): {exc.message}")
+            return
+        att.progress.note(progress, now)
 
     def _after_task(self, slot: Slot, child: Child) -> None:
         """Recycle after max tasks or over the memory limit; otherwise the slot is ready."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from itertools import islice
 
+from msgspec.structs import replace
+
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import (
     Cancel,
@@ -362,12 +364,15 @@ class SessionCore:
             self._outbox.queue_first(batch.pop())
         for pending in batch:
             self._kill_reports.stamp(pending, now)
-            # A renewal's first send is what spaces the next one (lease.py); a resend
-            # after a reconnect keeps the first.
+            # A renewal's first send is what spaces the next one (lease.py), and it carries
+            # the handler's latest progress as of now; a resend after a reconnect keeps both.
             if pending.sent_at is None and isinstance(pending.op, RenewOp):
                 att = self._attempts.get(pending.op.attempt_id)
                 if att is not None:
                     att.lease.renew_sent(now)
+                    progress = att.progress.for_renewal()
+                    if progress is not None:
+                        pending.op = replace(pending.op, progress=progress)
         count = self._claim_count(batch)
         if count and len(batch) < self._link.max_batch:
             claim = ClaimOp(self._outbox.new_msg_id(), count)

@@ -64,8 +64,11 @@ class KillReports:
         is what was known of the child then."""
         report = replace(known, kill_reason=att.kill_reason, renewals=att.lease.renewals,
                          ended_by=ended_by(att, att.kill_reason))
+        # What the handler reported last and no renewal carried: a killed attempt's last
+        # details are the next attempt's checkpoint.
         finish = FinishOp(msg_id, att.attempt_id, att.reservation.epoch, Outcome.UNKNOWN,
-                          code=kill_code(att.kill_reason), report=report)
+                          code=kill_code(att.kill_reason), report=report,
+                          progress=att.progress.for_finish())
         att.kill_reported(msg_id, report, now)
         self._signalled_at[msg_id] = now
         return finish

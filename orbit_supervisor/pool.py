@@ -368,7 +368,7 @@ class ChildPool(ChildFrames):
                 generation=child.generation, attempt_id=res.attempt_id, task_id=res.task_id,
                 epoch=res.epoch, attempt_number=res.attempt_number, capability=res.capability,
                 payload=res.payload, deadline_at_ms=res.deadline_at_ms,
-                idempotency=str(res.idempotency),
+                idempotency=str(res.idempotency), checkpoint=res.checkpoint,
             ).to_wire())
         except (FrameError, TypeError) as exc:
             self._finish_attempt(slot)
@@ -378,6 +378,8 @@ class ChildPool(ChildFrames):
             self._release(slot)
             return
         self._send_child(slot, data)
+        # Its handler starts now: a prefetched attempt's progress timeout counts from here.
+        att.progress.alive(self._require_loop().time())
         if told:
             self.cancel(att)  # a cancel reached it while it waited for this child
         if self._max_memory is not None and not att.outcome.done():

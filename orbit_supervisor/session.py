@@ -34,6 +34,11 @@ Rules it keeps (docs/protocol.md, docs/supervisor.md):
   the Kill (TASK_CANCELLED) follows at the end of the reservation's cancel grace, or at once
   for a grace of 0. The lease's expiry still kills first if it comes earlier. The finish
   says which ended the child: ``report.ended_by`` COOPERATIVE (it ended by itself) or KILLED.
+- A handler's progress (kept on its attempt by the pool, progress.py) rides the next
+  renewal as of its send, at most once, and the finish what no confirmed renewal carried;
+  it never makes a request. With the reservation's ``progress_timeout_ms`` an attempt whose
+  handler gave no sign of life for that long is killed (PROGRESS_TIMEOUT) by the timer, as
+  at its attempt timeout; a note only moves that instant later.
 - Credit = free slots - outstanding credit, free slots = capacity + prefetch - executing -
   reserved not yet running - results not yet confirmed - slots being replaced - slots a
   ``claim`` in flight asks for. Known attempts stay <= 2 x capacity; reservations beyond
@@ -81,7 +86,7 @@ from orbit_wire.model import KILL_CAUSES, Outcome
 
 from .actions import Action, CloseConnection, Connect, EndRun
 from .answers import SessionAnswers
-from .attempts import Event, Phase
+from .attempts import Attempt, Event, Phase, RunState
 from .core import event
 from .kill_reports import ended_by
 from .lease import Lease
@@ -90,6 +95,7 @@ from .outbox import Pending
 from .session_types import (
     KILL_ATTEMPT_TIMEOUT,
     KILL_LEASE_LOST,
+    KILL_PROGRESS_TIMEOUT,
     KILL_SHUTDOWN,
     KILL_TASK_CANCELLED,
     LATE_KILL_BOUND,
@@ -100,9 +106,9 @@ from .session_types import (
 )
 
 __all__ = [
-    "KILL_ATTEMPT_TIMEOUT", "KILL_LEASE_LOST", "KILL_SHUTDOWN", "KILL_TASK_CANCELLED",
-    "LATE_KILL_BOUND", "REPORT_MARGIN", "Conn", "ExecutionOutcome", "Phase", "Session",
-    "SessionConfig", "SessionStats",
+    "KILL_ATTEMPT_TIMEOUT", "KILL_LEASE_LOST", "KILL_PROGRESS_TIMEOUT", "KILL_SHUTDOWN",
+    "KILL_TASK_CANCELLED", "LATE_KILL_BOUND", "REPORT_MARGIN", "Conn", "ExecutionOutcome",
+    "Phase", "Session", "SessionConfig", "SessionStats",
 ]
 
 
@@ -219,6 +225,8 @@ class Session(SessionAnswers):
                                         None if cpu_ms is None else cpu_ms / 1000,
                                         self._in_children)
         kill_reason = result.report.kill_reason or (att.kill_reason if killed else None)
+        # The child's last note (sent before its answer) has been read by now.
+        progress = att.progress.for_finish()
         report = replace(result.report, renewals=att.lease.renewals, kill_reason=kill_reason,
                          ended_by=ended_by(att, kill_reason))
         finish = FinishOp(
@@ -226,7 +234,7 @@ class Session(SessionAnswers):
             outcome=result.outcome, code=result.code, retryable=result.retryable,
             result_json=result.result_json if result.outcome is Outcome.SUCCEEDED else None,
             details_json=result.details_json if result.outcome is not Outcome.SUCCEEDED else None,
-            report=report,
+            report=report, progress=progress,
         )
         # Its start was answered, so a queued renewal is all there can be: one it is waiting
         # for, or one resent after a reconnect although the kill came first.
@@ -318,6 +326,9 @@ class Session(SessionAnswers):
             elif att.cancel_at is not None and now >= att.cancel_at:
                 att.lease.lose()  # the grace is over: the handler did not stop
                 self._kill(att, KILL_TASK_CANCELLED, actions)
+            elif (stuck_at := _stuck_at(att)) is not None and now >= stuck_at:
+                att.lease.lose()  # silent for its progress timeout: stuck
+                self._kill(att, KILL_PROGRESS_TIMEOUT, actions)
             elif att.lease.renewal_due(now):
                 renew = RenewOp(self._outbox.new_msg_id(), att.attempt_id, att.reservation.epoch)
                 att.lease.renewal_queued()
@@ -352,6 +363,10 @@ class Session(SessionAnswers):
                 times.append(deadline)
             if att.cancel_at is not None:
                 times.append(att.cancel_at)
+            elif (stuck_at := _stuck_at(att)) is not None:
+                # A note that came since only moves it later: the timer then finds nothing
+                # due and is armed again for the new instant.
+                times.append(stuck_at)
         return min(times) if times else None
 
     def _on_welcome(self, frame: Welcome, now: float, actions: list[Action]) -> None:
@@ -449,3 +464,15 @@ class Session(SessionAnswers):
     def _check_stopped_idle(self) -> bool:
         return (self.stop_deadline is not None and not self._attempts
                 and self._outbox.idle)
+
+
+def _stuck_at(att: Attempt) -> float | None:
+    """When a running attempt whose handler reports no progress is killed: its progress
+    timeout after the last sign of life. None: no timeout, a cancel's grace decides, or
+    it still waits for a child (prefetch), where no handler of it runs."""
+    if att.cancel_at is not None or att.run_state in _WAITING:
+        return None
+    return att.progress.deadline(att.reservation.progress_timeout_ms)
+
+
+_WAITING = (RunState.WAITING, RunState.WAITING_TOLD)

@@ -18,14 +18,16 @@ from orbit_wire.policy import CapabilityPolicy
 from . import defaults
 
 __all__ = [
-    "KILL_ATTEMPT_TIMEOUT", "KILL_LEASE_LOST", "KILL_SHUTDOWN", "KILL_TASK_CANCELLED",
-    "LATE_KILL_BOUND", "REPORT_MARGIN", "ExecutionOutcome", "SessionConfig", "SessionStats",
+    "KILL_ATTEMPT_TIMEOUT", "KILL_LEASE_LOST", "KILL_PROGRESS_TIMEOUT", "KILL_SHUTDOWN",
+    "KILL_TASK_CANCELLED", "LATE_KILL_BOUND", "REPORT_MARGIN", "ExecutionOutcome",
+    "SessionConfig", "SessionStats",
 ]
 
 # Reasons the session kills a child (report.kill_reason), each the finish's code as well
 # (orbit_wire.model.KILL_CAUSES).
 KILL_LEASE_LOST = UnknownCode.LEASE_LOST.value
 KILL_ATTEMPT_TIMEOUT = UnknownCode.ATTEMPT_TIMEOUT.value
+KILL_PROGRESS_TIMEOUT = UnknownCode.PROGRESS_TIMEOUT.value  # no progress within its timeout
 KILL_TASK_CANCELLED = UnknownCode.TASK_CANCELLED.value
 KILL_SHUTDOWN = UnknownCode.SHUTDOWN.value
 

@@ -70,6 +70,7 @@ class UnknownCode(StrEnum):
     LEASE_LOST = "LEASE_LOST"  # killed: the lease could not be kept (renewal refused, expired)
     LEASE_EXPIRED = "LEASE_EXPIRED"  # the server's reaper: no report before the lease expiry
     ATTEMPT_TIMEOUT = "ATTEMPT_TIMEOUT"  # killed at the policy's attempt timeout
+    PROGRESS_TIMEOUT = "PROGRESS_TIMEOUT"  # killed: no progress within progress_timeout_ms
     TASK_CANCELLED = "TASK_CANCELLED"  # killed (or never run) because the task was cancelled
     MEMORY_LIMIT = "MEMORY_LIMIT"  # killed over the worker's memory limit per child
     SHUTDOWN = "SHUTDOWN"  # killed (or never run) when the worker stopped
@@ -78,6 +79,7 @@ class UnknownCode(StrEnum):
 # The kills whose reason is the attempt's code. Any other reason a worker kills a child for
 # (a broken frame, a lost template) keeps the code it came with, HANDLER_CRASHED.
 KILL_CAUSES = frozenset({UnknownCode.LEASE_LOST.value, UnknownCode.ATTEMPT_TIMEOUT.value,
+                         UnknownCode.PROGRESS_TIMEOUT.value,
                          UnknownCode.TASK_CANCELLED.value, UnknownCode.MEMORY_LIMIT.value,
                          UnknownCode.SHUTDOWN.value})
 

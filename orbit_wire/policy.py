@@ -63,11 +63,14 @@ CancelGraceMs = Annotated[int, Meta(
     ge=MIN_CANCEL_GRACE_MS, le=MAX_CANCEL_GRACE_MS,
     description="a cancel of a running attempt asks its handler to stop, then SIGKILLs "
     "its child after this long (0: at once)")]
+ProgressTimeoutMs = Annotated[int, Meta(
+    ge=100, le=DAY_MS, description="an attempt that reports no progress for this long is "
+    "killed (PROGRESS_TIMEOUT); null or absent: no bound")]
 
 # The policy fields of a TaskSpec, by their TaskSpec names.
 POLICY_FIELDS: Final = ("idempotency", "max_attempts", "backoff", "attempt_timeout_ms",
                         "deadline_ms", "lease_ttl_ms", "schedule_to_start_ms",
-                        "cancel_grace_ms", "priority")
+                        "cancel_grace_ms", "priority", "progress_timeout_ms")
 
 
 class Backoff(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -93,8 +96,9 @@ class Backoff(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=Tru
 
 
 class DeclaredPolicy(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """A capability's declared policy; None: not declared. ``schedule_to_start_ms`` cannot
-    declare "no bound" (that is what leaving it out gives)."""
+    """A capability's declared policy; None: not declared. ``schedule_to_start_ms`` and
+    ``progress_timeout_ms`` cannot declare "no bound" (that is what leaving them out
+    gives)."""
 
     idempotency: Idempotency | None = None
     max_attempts: MaxAttempts | None = None
@@ -105,6 +109,7 @@ class DeclaredPolicy(Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     schedule_to_start_ms: ScheduleToStartMs | None = None
     cancel_grace_ms: CancelGraceMs | None = None
     priority: Priority | None = None
+    progress_timeout_ms: ProgressTimeoutMs | None = None
 
     def declared(self) -> dict[str, Any]:
         """The declared fields (TaskSpec names and JSON values), backoff in full."""

@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench_supervisor.py [--noop-tasks 5000] [--cpu-tasks 600]
                                                  [--rounds 3] [--kills 60] [--no-write]
     .venv/bin/python scripts/bench_supervisor.py --metrics-compare [--rounds 3] [--quick]
+    .venv/bin/python scripts/bench_supervisor.py --progress-every-ms 100 [...]
 
 Measures (all with --workers 2 unless stated)
   (1) no-op throughput: submit -> confirmed result (the server's task SUCCEEDED), counted
@@ -20,6 +21,10 @@ Measures (all with --workers 2 unless stated)
   (6) the RSS of the orbit-supervise parent process (psutil, peak over runs 1 and 2).
 The "Supervisor" section of docs/benchmarks.md (between its markers) is replaced; the other
 sections are kept. Every process started here is stopped by PID, and every wait is bounded.
+
+``--progress-every-ms N`` makes the bench handlers report progress (``execution.progress``):
+the no-op once per task, the 10 ms task every N ms of its work (so at its start); compare
+its (1) with a run without it. The docs are then not written.
 
 ``--metrics-compare`` measures only (1), alternately by a supervisor without and with
 ``--metrics-port`` (scraped every second), a fresh supervisor each run and the order swapped
@@ -699,7 +704,16 @@ def main() -> None:
                         help="per-child CPU limit, as --child-memory-max")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 1000 no-op tasks, 2 rounds, nothing written")
+    parser.add_argument("--progress-every-ms", type=int, default=None, metavar="N",
+                        help="handlers report progress: the no-op once per task, the 10 ms "
+                             "task every N ms; nothing written")
     args = parser.parse_args()
+    if args.progress_every_ms is not None:
+        if args.progress_every_ms < 1:
+            parser.error("--progress-every-ms must be at least 1")
+        # The supervisors' templates (and the in-process pools) read it at import.
+        os.environ["ORBIT_BENCH_PROGRESS_MS"] = str(args.progress_every_ms)
+        args.no_write = True
     if args.quick:
         args.noop_tasks, args.cpu_tasks, args.kills, args.rounds = 1000, 100, 10, 2
         args.round_trips, args.no_write = 200, True

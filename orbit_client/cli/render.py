@@ -117,7 +117,10 @@ def task_summary(
                              f" · {idem}")
     source = _POLICY_SOURCES.get(str(task.get("policy_source")))
     timeout = policy.get("attempt_timeout_ms")
+    progress_timeout = policy.get("progress_timeout_ms")
     grid.add_row("policy", f"attempt timeout {duration(timeout)}"
+                           + ("" if progress_timeout is None
+                              else f" · progress timeout {duration(progress_timeout)}")
                            + ("" if source is None else f" · {source}"))
     if task.get("priority") not in (None, DEFAULT_PRIORITY):
         grid.add_row("priority", str(task["priority"]))
@@ -159,7 +162,28 @@ def task_summary(
         grid.add_row("failure", Text(text, style="red"))
     if last_attempt is not None:
         grid.add_row("last attempt", attempt_story(last_attempt, now_ms))
+        progress = last_attempt.get("progress")
+        if isinstance(progress, Mapping):
+            grid.add_row("progress", progress_words(progress, now_ms))
+    if task.get("checkpoint") is not None:
+        grid.add_row("checkpoint", compact(task["checkpoint"]) + " (the next attempt's)")
     return Group(head, grid)
+
+
+def percent(fraction: Any) -> str:
+    """A progress fraction as a percentage ("-" when the handler gave none)."""
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+        return "-"
+    return f"{fraction * 100:.0f}%"
+
+
+def progress_words(progress: Mapping[str, Any], now_ms: int) -> str:
+    """An attempt's latest progress: the percentage, its details, when it came."""
+    words = [percent(progress.get("fraction"))]
+    if progress.get("details") is not None:
+        words.append(compact(progress["details"], 120))
+    words.append(f"reported {ago(progress.get('at_ms'), now_ms)}")
+    return " · ".join(words)
 
 
 def _waiting_words(waiting: Mapping[str, Any], now_ms: int) -> str:
@@ -304,13 +328,17 @@ def _table(*columns: str, title: str | None = None) -> Table:
     return table
 
 
+def _progress_cell(progress: Any) -> str:
+    return percent(progress.get("fraction")) if isinstance(progress, Mapping) else "-"
+
+
 def attempts_view(history: Mapping[str, Any], now_ms: int) -> RenderableType:
     attempts: Sequence[Mapping[str, Any]] = history.get("attempts") or []
     if not attempts:
         body: RenderableType = Text("No attempts yet.")
     else:
-        table = _table("#", "worker", "pid", "started", "ran", "outcome", "how", "cpu",
-                       "memory", "then")
+        table = _table("#", "worker", "pid", "started", "ran", "progress", "outcome", "how",
+                       "cpu", "memory", "then")
         for a in attempts:
             started, finished = a.get("started_at_ms"), a.get("finished_at_ms")
             ran = (None if started is None else
@@ -328,8 +356,8 @@ def attempts_view(history: Mapping[str, Any], now_ms: int) -> RenderableType:
             peak = a.get("peak_rss_bytes")
             table.add_row(str(a.get("attempt_number")), _short(a.get("instance_id")),
                           str(a.get("child_pid") or "-"), ago(started, now_ms), duration(ran),
-                          outcome, _how(a), duration(a.get("cpu_ms")),
-                          size(peak) if peak else "-", then)
+                          _progress_cell(a.get("progress")), outcome, _how(a),
+                          duration(a.get("cpu_ms")), size(peak) if peak else "-", then)
         body = table
     evidence: Sequence[Mapping[str, Any]] = history.get("evidence") or []
     if not evidence:

@@ -73,6 +73,9 @@ def tasks() -> None:
 @click.option("--cancel-grace", default=None,
               help="How long a cancel lets a running handler stop by itself before the "
                    "kill: 0 to 60s (default 2s; 0 kills at once).")
+@click.option("--progress-timeout", default=None,
+              help="Kill an attempt that reports no progress for this long "
+                   "(PROGRESS_TIMEOUT): 100ms to 1d (default: no bound).")
 @json_option
 @wait_option
 @click.pass_context
@@ -94,6 +97,7 @@ def tasks_submit(
     priority: int | None,
     schedule_to_start: str | None,
     cancel_grace: str | None,
+    progress_timeout: str | None,
     as_json: bool,
     wait_s: float | None,
 ) -> None:
@@ -118,6 +122,8 @@ def tasks_submit(
         else parse_duration_ms(schedule_to_start, "--schedule-to-start"),
         "cancel_grace_ms": None if cancel_grace is None
         else parse_duration_ms(cancel_grace, "--cancel-grace"),
+        "progress_timeout_ms": None if progress_timeout is None
+        else parse_duration_ms(progress_timeout, "--progress-timeout"),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     s = settings(ctx)

@@ -11,6 +11,7 @@ Everything that decides a state lives in this package (h11 style), one concern a
     records       TaskRec, AttemptRec (what the rules read and mutate)
     decisions     Decision, Rule, Verdict, decide (the retry policy), lease arithmetic
     reports       FinishReport, CheckedReport, check_report (a worker's finish report)
+    progress      CheckedProgress, check_progress, apply_progress (a handler's progress)
     transitions   reserve, release, start, renew, finish, expire, cancel, the deadline,
                   review, rerun (an ended task run again), resume
 
@@ -28,6 +29,7 @@ Import from this package; the modules are its layout, not its interface.
 from .bodies import ReviewAction
 from .decisions import Decision, Rule, Verdict, decide, lease_holds, lease_ms
 from .policies import Registration, registration, resolve_policy
+from .progress import CheckedProgress, apply_progress, check_progress
 from .records import AttemptRec, TaskRec
 from .reports import (
     CheckedReport,
@@ -80,6 +82,7 @@ __all__ = [
     "AttemptEvent",
     "AttemptRec",
     "Backoff",
+    "CheckedProgress",
     "CheckedReport",
     "Decision",
     "EvidenceReason",
@@ -96,8 +99,10 @@ __all__ = [
     "TaskRec",
     "TaskSpec",
     "Verdict",
+    "apply_progress",
     "apply_report_facts",
     "cancel",
+    "check_progress",
     "check_report",
     "confirm_grant",
     "decide",

@@ -37,6 +37,7 @@ from orbit_wire.policy import (
     LeaseTtlMs,
     MaxAttempts,
     Priority,
+    ProgressTimeoutMs,
     ScheduleToStartMs,
 )
 
@@ -74,6 +75,7 @@ class ScheduledTask(_Body, frozen=True):
     schedule_to_start_ms: ScheduleToStartMs | None = None
     priority: Priority = DEFAULT_PRIORITY
     cancel_grace_ms: CancelGraceMs = DEFAULT_CANCEL_GRACE_MS
+    progress_timeout_ms: ProgressTimeoutMs | None = None
 
 
 class TaskSpec(ScheduledTask, frozen=True):

@@ -95,6 +95,7 @@ def resolve_policy(spec: TaskSpec, registered: DeclaredPolicy | None) -> TaskSpe
         lease_ttl_ms=fields.get("lease_ttl_ms", policy.lease_ttl_ms),
         schedule_to_start_ms=fields.get("schedule_to_start_ms", policy.schedule_to_start_ms),
         cancel_grace_ms=fields.get("cancel_grace_ms", policy.cancel_grace_ms),
+        progress_timeout_ms=fields.get("progress_timeout_ms", policy.progress_timeout_ms),
     )
     return replace(spec, policy=policy, priority=fields.get("priority", priority),
                    policy_source=PolicySource.REGISTERED)

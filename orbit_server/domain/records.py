@@ -36,6 +36,9 @@ class TaskRec:
     updated_at_ms: int = 0
     finished_at_ms: int | None = None  # set by the store when the task becomes terminal
     start_by_at_ms: int | None = None  # policy schedule_to_start_ms; cleared once moot
+    # Never loaded (None: left as stored); set when an attempt that did not succeed ends
+    # with progress details, which become the next attempt's checkpoint.
+    checkpoint: str | None = None
 
 
 @dataclass(slots=True)
@@ -72,3 +75,7 @@ class AttemptRec:
     # finish, decline or resume entry seen): the connected_at_ms of the connection it was
     # granted to. None otherwise (docs/protocol.md, "Grants").
     grant_connection: int | None = None
+    # The handler's latest progress (a renew's or the finish's): None until it reports one.
+    progress_fraction: float | None = None
+    progress_json: str | None = None
+    progress_at_ms: int | None = None

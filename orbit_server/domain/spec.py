@@ -79,6 +79,9 @@ class Policy:
     # A cancel of a running attempt first asks its handler to stop; its child is SIGKILLed
     # after this long (0: at once), and never later than its local lease expiry.
     cancel_grace_ms: int = DEFAULT_CANCEL_GRACE_MS
+    # None: no bound. Else the worker kills an attempt that reports no progress for this
+    # long (PROGRESS_TIMEOUT).
+    progress_timeout_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +147,7 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
         idempotency=body.idempotency, max_attempts=body.max_attempts, backoff=backoff,
         attempt_timeout_ms=body.attempt_timeout_ms, deadline_ms=body.deadline_ms,
         lease_ttl_ms=body.lease_ttl_ms, schedule_to_start_ms=body.schedule_to_start_ms,
-        cancel_grace_ms=body.cancel_grace_ms,
+        cancel_grace_ms=body.cancel_grace_ms, progress_timeout_ms=body.progress_timeout_ms,
     )
     key = None if body.operation_key is UNSET else body.operation_key
     delay_ms = None if body.delay_ms is UNSET else body.delay_ms
@@ -172,6 +175,8 @@ def _digest(capability: Capability, payload: object, policy: Policy, priority: i
     if policy.cancel_grace_ms != DEFAULT_CANCEL_GRACE_MS:
         # Only when set otherwise: digests stored before the field existed stay valid.
         digested_policy["cancel_grace_ms"] = policy.cancel_grace_ms
+    if policy.progress_timeout_ms is not None:
+        digested_policy["progress_timeout_ms"] = policy.progress_timeout_ms
     return hashlib.sha256(orjson.dumps({
         "capability": capability.to_dict(), "payload": payload, "policy": digested_policy,
         "priority": priority, "delay_ms": delay_ms, "not_before_at_ms": not_before_at_ms,

@@ -16,6 +16,7 @@ from orbit_wire.model import AttemptState, Outcome, TaskState, UnknownCode, kill
 
 from .bodies import ReviewAction
 from .decisions import Decision, Rule, Verdict, decide, lease_holds, lease_ms
+from .progress import CheckedProgress, apply_progress
 from .records import AttemptRec, TaskRec
 from .reports import CheckedReport
 from .states import (
@@ -232,11 +233,13 @@ class FinishResult:
 
 
 def finish(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
-           report: CheckedReport, now_ms: int, draw: float) -> FinishResult:
+           report: CheckedReport, now_ms: int, draw: float,
+           progress: CheckedProgress | None = None) -> FinishResult:
     """Decide an attempt from a worker's report, or classify it as evidence.
 
     Raises NOT_FOUND for another instance's attempt; every other non-authoritative
     report is returned as evidence and changes nothing (never the task's ``uncertain``).
+    ``progress``, the handler's last not yet renewed, is kept on a decided attempt only.
     """
     _check_owner(attempt, instance_id, task.queue_id)
     if epoch != attempt.epoch:
@@ -250,7 +253,7 @@ def finish(task: TaskRec, attempt: AttemptRec, epoch: int, instance_id: str,
         return FinishResult(evidence=EvidenceReason.NOT_STARTED)
     if not lease_holds(attempt, now_ms):
         return FinishResult(evidence=EvidenceReason.LEASE_EXPIRED)
-    return _close(task, attempt, report, now_ms, draw, not_before_ms=0)
+    return _close(task, attempt, report, now_ms, draw, not_before_ms=0, progress=progress)
 
 
 def expire(task: TaskRec, attempt: AttemptRec, now_ms: int, draw: float,
@@ -266,11 +269,11 @@ def expire(task: TaskRec, attempt: AttemptRec, now_ms: int, draw: float,
 
 
 def _close(task: TaskRec, attempt: AttemptRec, report: CheckedReport, now_ms: int, draw: float,
-           not_before_ms: int) -> FinishResult:
+           not_before_ms: int, progress: CheckedProgress | None = None) -> FinishResult:
     new_attempt = next_attempt_state(attempt.state, AttemptEvent.FINISH)
     if task.state is TaskState.CANCELLED:
         attempt.state = new_attempt
-        _record(attempt, report, now_ms)
+        _record(task, attempt, report, now_ms, progress)
         attempt.decision = Decision.CANCELLED
         attempt.decision_rule = Rule.TASK_CANCELLED
         if report.outcome is Outcome.UNKNOWN:
@@ -287,7 +290,7 @@ def _close(task: TaskRec, attempt: AttemptRec, report: CheckedReport, now_ms: in
     if report.outcome is Outcome.UNKNOWN:
         task.uncertain = True
     attempt.state = new_attempt
-    _record(attempt, report, now_ms)
+    _record(task, attempt, report, now_ms, progress)
     attempt.decision = verdict.decision
     attempt.decision_rule = verdict.rule
     task.state = new_task
@@ -333,12 +336,19 @@ def name_late_cause(task: TaskRec, attempt: AttemptRec) -> bool:
     return True
 
 
-def _record(attempt: AttemptRec, report: CheckedReport, now_ms: int) -> None:
+def _record(task: TaskRec, attempt: AttemptRec, report: CheckedReport, now_ms: int,
+            progress: CheckedProgress | None) -> None:
     attempt.finished_at_ms = now_ms
     attempt.outcome = report.outcome
     attempt.code = report.code
     attempt.retryable = report.retryable
     attempt.details = report.details
+    if progress is not None:
+        apply_progress(attempt, progress, now_ms)
+    if report.outcome is not Outcome.SUCCEEDED and attempt.progress_json is not None:
+        # The next attempt (a retry, a review's or an operator's) resumes from here; an
+        # attempt that reported no details leaves an earlier attempt's checkpoint.
+        task.checkpoint = attempt.progress_json
 
 
 def cancel(task: TaskRec, attempt: AttemptRec | None, now_ms: int) -> bool:

@@ -29,6 +29,8 @@ class Counted:
     grants: list[str] = field(default_factory=list)
     grants_given_back: list[tuple[str, str]] = field(default_factory=list)
     grants_expired_unconfirmed: list[str] = field(default_factory=list)
+    # (queue, "stored" or the code its refused details broke) of each progress report kept.
+    progress: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass

@@ -102,7 +102,7 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     more = False
     size = 0
     for i, row in enumerate(rows):
-        row_bytes = utf8_len(row["payload"])
+        row_bytes = reserved_bytes(row)
         if size + row_bytes > budget and (i or budget < MAX_PAYLOAD_BYTES_PER_FRAME):
             rows, more = rows[:i], True
             break
@@ -117,6 +117,13 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
                   TaskState.PENDING.value, task.state.value, None)
         out.append((task, attempt, row))
     return out, more, size, drained and not more
+
+
+def reserved_bytes(row: Mapping[Any, Any]) -> int:
+    """What a reservation of ``row`` adds to a frame's payload budget: its payload and its
+    checkpoint (up to 64 KiB each retry), so a frame of retries stays under its bound."""
+    checkpoint = row["checkpoint"]
+    return utf8_len(row["payload"]) + (0 if checkpoint is None else utf8_len(checkpoint))
 
 
 def credential_holds(credentials: CredentialTable, conn: Any, binding: WorkerBinding,
@@ -172,7 +179,10 @@ def reservation(task: domain.TaskRec, attempt: domain.AttemptRec, row: Mapping[s
 
 def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch: int,
                    attempt_number: int, lease_ms: int | None) -> Reservation:
-    """A reservation from a row holding the task's capability, payload and policy."""
+    """A reservation from a row holding the task's capability, payload, policy and
+    checkpoint (tasks.checkpoint: the last details of an earlier attempt that did not
+    succeed; a first attempt has none)."""
+    checkpoint = row["checkpoint"] if attempt_number > 1 else None
     return Reservation(
         attempt_id=attempt_id, task_id=task_id, epoch=epoch,
         attempt_number=attempt_number,
@@ -184,4 +194,6 @@ def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch:
         deadline_at_ms=row["deadline_at_ms"],
         cancel_grace_ms=row["cancel_grace_ms"],
         lease_ms=lease_ms,
+        checkpoint=None if checkpoint is None else Raw(checkpoint),
+        progress_timeout_ms=row["progress_timeout_ms"],
     )

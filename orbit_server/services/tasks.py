@@ -396,6 +396,7 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "dispatch_rank": rank_of(spec.priority),
         "cancel_grace_ms": policy.cancel_grace_ms,
         "policy_source": spec.policy_source.value,
+        "progress_timeout_ms": policy.progress_timeout_ms, "checkpoint": None,
     }
 
 

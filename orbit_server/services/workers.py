@@ -27,6 +27,7 @@ from orbit_wire.frames import (
     Hello,
     Op,
     OpResult,
+    Progress,
     RenewOp,
     Reservation,
     ResumeEntry,
@@ -34,7 +35,6 @@ from orbit_wire.frames import (
     StartOp,
 )
 from orbit_wire.ids import new_id
-from orbit_wire.jsonvalue import utf8_len
 from orbit_wire.limits import (
     FEATURE_GRANT,
     MAX_PAYLOAD_BYTES_PER_FRAME,
@@ -68,6 +68,7 @@ from .reservations import (
     reservation_of,
     reserve_for,
     reserve_in,
+    reserved_bytes,
     start_granted,
 )
 from .wakeups import Wakeups
@@ -340,6 +341,9 @@ class WorkerService:
             return {"ok": True}
         if isinstance(op, RenewOp):
             granted = domain.renew(task, attempt, op.epoch, binding.instance_id, uow.now_ms)
+            if op.progress is not None:  # None: the attempt's row gets no progress columns
+                checked = _checked_progress(uow, binding, task, attempt, op.progress, effects)
+                domain.apply_progress(attempt, checked, uow.now_ms)
             effects.due(attempt.lease_expires_at_ms)
             return {"ok": True, "lease_ms": granted,
                     "lease_expires_at_ms": attempt.lease_expires_at_ms}
@@ -353,8 +357,10 @@ class WorkerService:
         checked = domain.check_report(report)
         before_task = task.state
         known_kill = attempt.kill_reason
+        progress = (None if op.progress is None else
+                    _checked_progress(uow, binding, task, attempt, op.progress, effects))
         result = domain.finish(task, attempt, op.epoch, binding.instance_id, checked, now,
-                               self._tx.rng.random())
+                               self._tx.rng.random(), progress)
         if result.evidence is not None:
             if result.evidence in _LATE_FACTS_KEPT and domain.keep_late_facts(
                     attempt, report, now):
@@ -427,7 +433,7 @@ def _replay_claim(uow: UnitOfWork, msg_id: str, seen: Receipt) -> tuple[OpResult
         row = rows.get(attempt_id)
         if row is None:
             continue
-        used += utf8_len(row["payload"])
+        used += reserved_bytes(row)
         expires = row["lease_expires_at_ms"]
         held = row["attempt_state"] == AttemptState.RUNNING.value and expires is not None
         claimed.append(reservation_of(row, row["task_id"], attempt_id, row["epoch"],
@@ -481,6 +487,21 @@ def _record_given_back(uow: UnitOfWork, actor: str, task: domain.TaskRec,
             fail_at_deadline(uow, task, effects)
         else:
             effects.ready_queues.add(task.queue_id)
+
+
+def _checked_progress(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
+                      attempt: domain.AttemptRec, progress: Progress, effects: Effects
+                      ) -> domain.CheckedProgress:
+    """A renew's or finish's progress after the value rules: counted, and details that
+    break one dropped with an audit row naming the code (the op itself still applies)."""
+    checked = domain.check_progress(progress)
+    refused = checked.refused
+    effects.counted().progress.append(
+        (task.queue_id, "stored" if refused is None else refused.value))
+    if refused is not None:
+        uow.audit(task.id, attempt.id, binding.actor, "progress_refused", task.state.value,
+                  task.state.value, {"code": refused.value})
+    return checked
 
 
 def _count_kill(counted: Counted, task: domain.TaskRec, attempt: domain.AttemptRec,

@@ -33,8 +33,9 @@ from .tables import PENDING, attempts, instances, open_attempt, state_is, tasks
 
 _PENDING = state_is(tasks.c.state, PENDING)
 _INDEX_HINT = "FORCE INDEX (ix_tasks_queue_state_created)"
-# What a page row shows: everything but the payload and the result (each up to 256 KiB).
-LIST_COLUMNS = [c for c in tasks.c if c.name not in ("payload", "result")]
+# What a page row shows: everything but the payload, the result (each up to 256 KiB) and
+# the checkpoint (up to 64 KiB).
+LIST_COLUMNS = [c for c in tasks.c if c.name not in ("payload", "result", "checkpoint")]
 _SCAN_EXTRA = (tasks.c.handler, tasks.c.handler_version, tasks.c.payload_version,
                tasks.c.finished_at_ms)
 

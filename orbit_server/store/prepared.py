@@ -87,7 +87,7 @@ class SparseInsert:
     def run(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
         if not rows:
             return 0
-        present = tuple(c for c in self.optional if any(r[c] is not None for r in rows))
+        present = tuple(c for c in self.optional if any(r.get(c) is not None for r in rows))
         return self.with_columns(present).run(conn, rows)
 
     def with_columns(self, present: tuple[str, ...]) -> Prepared:

@@ -36,13 +36,14 @@ IN_CHUNK = 500
 TASK_MUTABLE = (
     "state", "max_attempts", "deadline_at_ms", "available_at_ms", "epoch", "attempts_started",
     "uncertain", "cancel_requested", "current_attempt_id", "result", "failure_code",
-    "failure_details", "updated_at_ms", "finished_at_ms", "start_by_at_ms",
+    "failure_details", "updated_at_ms", "finished_at_ms", "start_by_at_ms", "checkpoint",
 )
 ATTEMPT_MUTABLE = (
     "state", "child_pid", "started_at_ms", "finished_at_ms", "lease_expires_at_ms",
     "attempt_deadline_at_ms", "renewals", "outcome", "code", "retryable", "details",
     "exit_code", "signal", "cpu_ms", "peak_rss_bytes", "kill_reason", "decision",
     "decision_rule", "killed_at_ms", "reap_ms", "ended_by", "grant_connection",
+    "progress_fraction", "progress_json", "progress_at_ms",
 )
 ATTEMPT_COLUMNS = ("id", "task_id", "queue_id", "epoch", "attempt_number", "instance_id",
                    "reserved_at_ms", *ATTEMPT_MUTABLE)
@@ -76,7 +77,7 @@ INSERT_RECEIPT = Prepared(receipts.insert(), [c.name for c in receipts.c if c.na
 INSERT_TASK = SparseInsert(tasks, [c for c in TASK_COLUMN_NAMES if not c.startswith("run_")], [
     "operation_key", "result", "failure_code", "failure_details", "current_attempt_id",
     "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest",
-    "policy_source"])
+    "policy_source", "progress_timeout_ms", "checkpoint"])
 # One compiled CAS update per set of changed columns, made on first use.
 _cas_cache: dict[tuple[str, tuple[str, ...]], Prepared] = {}
 

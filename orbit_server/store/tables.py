@@ -214,6 +214,10 @@ tasks = Table(
     # review or an operator's retry first raised max_attempts (null: as submitted; 0014).
     Column("run_max_attempts", Integer, nullable=True),
     Column("run_deadline_ms", BigInteger, nullable=True),
+    # The policy's progress_timeout_ms (null: no bound), and the last progress details an
+    # attempt that did not succeed reported: the next attempt's checkpoint (migration 0015).
+    Column("progress_timeout_ms", BigInteger, nullable=True),
+    Column("checkpoint", JsonText, nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.
@@ -268,6 +272,11 @@ attempts = Table(
     Column("ended_by", String(16), nullable=True),
     # An unconfirmed lease granted with the dispatch: its connection (migration 0011).
     Column("grant_connection", BigInteger, nullable=True),
+    # The handler's latest progress, from a renew or the finish (migration 0015): the
+    # fraction done, its details (JSON text) and when the server received them.
+    Column("progress_fraction", Ratio, nullable=True),
+    Column("progress_json", JsonText, nullable=True),
+    Column("progress_at_ms", BigInteger, nullable=True),
     Index("ix_attempts_task", "task_id"),
     **MYSQL_OPTIONS,
 )

@@ -52,6 +52,8 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
             "lease_ttl_ms": row["lease_ttl_ms"],
             "schedule_to_start_ms": row["schedule_to_start_ms"],
             "cancel_grace_ms": row["cancel_grace_ms"],
+            # Null: no bound (and for tasks made before the server knew the field).
+            "progress_timeout_ms": row.get("progress_timeout_ms"),
         },
         # Where the policy came from: submit, registered, default (null: made before the
         # server recorded it).
@@ -77,6 +79,9 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
     if full:
         view["payload"] = fragment(row["payload"])
         view["result"] = fragment(row["result"])
+        # What the next attempt's handler gets as ``execution.checkpoint``: the last
+        # progress details of an attempt that did not succeed (null: none yet).
+        view["checkpoint"] = fragment(row.get("checkpoint"))
     return view
 
 
@@ -111,7 +116,17 @@ def attempt_view(row: Mapping[Any, Any]) -> dict[str, Any]:
         "ended_by": row["ended_by"],
         "decision": row["decision"],
         "decision_rule": row["decision_rule"],
+        "progress": progress_view(row),
     }
+
+
+def progress_view(row: Mapping[Any, Any]) -> dict[str, Any] | None:
+    """The handler's latest progress on an attempt (null until it reported one)."""
+    at_ms = row.get("progress_at_ms")
+    if at_ms is None:
+        return None
+    return {"fraction": row["progress_fraction"], "details": fragment(row["progress_json"]),
+            "at_ms": at_ms}
 
 
 def _difference(at_ms: int | None, since_ms: int | None) -> int | None:

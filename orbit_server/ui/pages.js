@@ -271,6 +271,19 @@ function failureText(failure) {
   return kind ? `${failure.code}: ${kind}` : failure.code;
 }
 
+// An attempt's latest progress: a bar (a native <progress>, no inline style under the
+// CSP) with its percentage, the details beside it, when it was reported as the tooltip.
+function progressCell(progress) {
+  if (!progress) return "";
+  const { fraction, details, at_ms: at } = progress;
+  const shown = fraction === null ? "-" : `${Math.round(fraction * 100)}%`;
+  return h("div", { class: "progress", "data-progress": fraction === null ? "" : String(fraction),
+    title: `reported ${isoTime(at)}` },
+  fraction === null ? null : h("progress", { max: "1", value: String(fraction) }),
+  h("span", { class: "num" }, shown),
+  details === null || details === undefined ? null : h("div", { class: "muted" }, json(details)));
+}
+
 export async function renderTask(ctx, id) {
   const [task, history, audit] = await Promise.all([
     get(`/v1/tasks/${id}`), get(`/v1/tasks/${id}/attempts`), get(`/v1/tasks/${id}/audit`)]);
@@ -286,6 +299,7 @@ export async function renderTask(ctx, id) {
     h("td", { class: "num" }, a.cpu_ms === null ? "" : duration(a.cpu_ms)),
     h("td", { class: "num" }, bytes(a.peak_rss_bytes)),
     h("td", { class: "num" }, String(a.renewals)),
+    h("td", {}, progressCell(a.progress)),
     h("td", {}, a.signal === null ? (a.exit_code === null ? "" : `exit ${a.exit_code}`)
       : `signal ${a.signal}`),
     h("td", { "data-kill-reason": a.kill_reason || "" }, a.kill_reason ? h("code", {}, a.kill_reason) : ""),
@@ -322,6 +336,10 @@ export async function renderTask(ctx, id) {
       ["operation key", task.operation_key],
       ["failure", task.failure ? h("div", {}, h("code", { id: "failure-code" }, task.failure.code),
         json(task.failure.details)) : null],
+      ["progress timeout", policy.progress_timeout_ms == null ? null
+        : duration(policy.progress_timeout_ms)],
+      // What the next attempt resumes from: the last details of one that did not succeed.
+      ["checkpoint", task.checkpoint == null ? null : json(task.checkpoint)],
       ["waiting", task.waiting ? `${task.waiting.reason} since ${isoTime(task.waiting.since)}` : null],
       // A handler that returned None succeeded with a null result: shown as null.
       ["result", task.state === "SUCCEEDED" ? json(task.result ?? null)
@@ -335,7 +353,7 @@ export async function renderTask(ctx, id) {
       attemptTimeline(task, history.attempts, now)),
     h("section", { class: "card" }, h("h2", {}, "Attempts"),
       table(["#", "attempt", "state", "outcome", "instance", "pid", "started", "ended",
-        "ran", "CPU", "peak RSS", "renewals", "signal / exit", "kill reason",
+        "ran", "CPU", "peak RSS", "renewals", "progress", "signal / exit", "kill reason",
         "kill after lease end", "reap", "decision", "rule"], attemptRows, { id: "attempts" })),
     evidenceRows.length ? h("section", { class: "card" }, h("h2", {}, "Evidence"),
       h("p", { class: "muted" }, "Reports that arrived when their attempt was no longer authoritative."),

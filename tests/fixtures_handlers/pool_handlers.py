@@ -170,7 +170,20 @@ def memory_hog_grandchild(execution: Execution) -> Any:
     return {"held": mib}
 
 
+def progress_then_fail(execution: Execution) -> Any:
+    """Reports ``payload["notes"]`` notes in a tight loop (the child spaces them), starting
+    after its checkpoint's ``i``, then fails: its last details must still reach the pool
+    before the answer. ``payload["ok"]``: succeeds instead, returning the checkpoint."""
+    start = int((execution.checkpoint or {}).get("i", 0))
+    for i in range(start + 1, start + int(execution.payload["notes"]) + 1):
+        execution.progress(min(1.0, i / 1000), {"i": i})
+    if execution.payload.get("ok"):
+        return {"checkpoint": execution.checkpoint}
+    raise WorkerFailure("STOPPED", {"at": i})
+
+
 handlers = [
+    Handler("progress_then_fail", "1", "1", progress_then_fail),
     Handler("echo", "1", "1", echo),
     Handler("async_echo", "1", "1", async_echo),
     Handler("whoami", "1", "1", whoami),

@@ -202,6 +202,47 @@ def ignores_cancel(execution: Execution) -> Any:
     return {"stopped": "done"}
 
 
+def reports_progress(execution: Execution) -> Any:
+    """``payload["steps"]`` steps of ``payload["step_s"]`` seconds, each reported as
+    progress with ``{"i": done}``; resumes after ``checkpoint["i"]`` when it has one, and
+    appends each step it does to ``payload["path"]`` (when given) so a test sees what was
+    redone. With ``payload["silent_after"]`` it stops reporting after that step and sleeps
+    ``payload["silent_s"]``."""
+    steps = int(execution.payload["steps"])
+    start = int((execution.checkpoint or {}).get("i", 0))
+    path = execution.payload.get("path")
+    for i in range(start + 1, steps + 1):
+        time.sleep(float(execution.payload.get("step_s", 0.05)))
+        if path:
+            with open(path, "a") as fh:
+                fh.write(f"{execution.attempt_number} {i}\n")
+        execution.progress(i / steps, {"i": i})
+        if i == execution.payload.get("silent_after"):
+            time.sleep(float(execution.payload.get("silent_s", 30)))
+    return {"steps": steps, "resumed_from": start}
+
+
+async def reports_progress_async(execution: Execution) -> Any:
+    """As ``reports_progress``, awaiting between the steps."""
+    steps = int(execution.payload["steps"])
+    for i in range(1, steps + 1):
+        await asyncio.sleep(float(execution.payload.get("step_s", 0.05)))
+        execution.progress(i / steps, {"i": i})
+    return {"steps": steps}
+
+
+def bad_progress(execution: Execution) -> Any:
+    """Writes progress notes that break the rules, past the handler API's own checks (what
+    a corrupted child would send), then a good one, and succeeds."""
+    sink = execution._progress_sink
+    sink(7.5, None)
+    time.sleep(0.06)  # past the child's spacing: each note goes out
+    sink(None, "{not json")
+    time.sleep(0.06)
+    sink(0.5, '{"ok":true}')
+    return {"ok": True}
+
+
 HANDLERS = [
     Handler("sup.upper", "v1", "v1", upper),
     Handler("sup.sleep", "v1", "v1", sleep),
@@ -223,6 +264,9 @@ HANDLERS = [
     Handler("sup.ignores_cancel", "v1", "v1", ignores_cancel),
     Handler("sup.chatter", "v1", "v1", chatter),
     Handler("sup.returns_none", "v1", "v1", returns_none),
+    Handler("sup.reports_progress", "v1", "v1", reports_progress),
+    Handler("sup.reports_progress_async", "v1", "v1", reports_progress_async),
+    Handler("sup.bad_progress", "v1", "v1", bad_progress),
     *typed.handlers,
 ]
 

@@ -83,6 +83,7 @@ PURE = (
     "orbit_supervisor/answers.py",
     "orbit_supervisor/credit.py",
     "orbit_supervisor/kill_reports.py",
+    "orbit_supervisor/progress.py",
     "orbit_supervisor/outbox.py",
     "orbit_supervisor/slots.py",
     "orbit_supervisor/outcomes.py",

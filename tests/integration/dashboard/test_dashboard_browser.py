@@ -7,6 +7,7 @@ page logged no console error and threw no uncaught error.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +26,14 @@ from support.dashboard import (
 )
 from support.mariadb import MariaDBPool, must_run, unavailable_reason
 from support.orbit_http import expect
+from support.protocol_client import ProtocolClient
 
 from orbit_server.dashboard import CSP
+from orbit_wire.frames import Progress, RenewOp
+from orbit_wire.model import Capability
+
+# A capability only the progress test's scripted worker offers.
+_PROGRESS_CAP = Capability("report.progress", "v1", "v1")
 
 # xdist_group: one xdist worker runs the module, so its module-scoped browser and servers
 # start once.
@@ -334,3 +341,33 @@ def test_a_producer_sees_its_queue_and_a_worker_is_refused(browser: Any, scene: 
         assert page.locator("#nav").is_hidden()
     finally:
         page.close()
+
+
+async def _report_progress(scene: Scene, task_id: str) -> str:
+    """A scripted worker (its own capability, so the scene's supervisor never takes it)
+    starts the task and renews with progress; returns the attempt ID."""
+    worker = scene.env.worker_credential(scene.queue_id)
+    async with await ProtocolClient.connect(scene.server.ws_url) as wc:
+        await wc.hello_as(worker, capacity=1, capabilities=(_PROGRESS_CAP,))
+        await wc.credit(1)
+        [res] = await wc.reservations(1)
+        assert res.task_id == task_id and (await wc.start(res)).ok
+        renew = RenewOp(wc.msg_id(), res.attempt_id, res.epoch,
+                        progress=Progress(0.6, '{"rows": 600, "note": "<b>x</b>"}'))
+        assert (await wc.one(renew)).ok
+        return res.attempt_id
+
+
+def test_task_page_shows_an_attempts_progress_as_a_bar(page: Any, scene: Scene) -> None:
+    made = expect(scene.producer.post(f"/v1/queues/{scene.queue_id}/tasks", json={
+        **_PROGRESS_CAP.to_dict(), "payload": {"n": 1}, "max_attempts": 1,
+        "progress_timeout_ms": 45_000}), 201)
+    attempt_id = asyncio.run(_report_progress(scene, made["id"]))
+    _goto(page, scene, f"task/{made['id']}", "#attempts [data-progress]")
+    cell = page.locator(f"#attempts tr[data-attempt-row='{attempt_id}'] [data-progress]")
+    assert cell.get_attribute("data-progress") == "0.6"
+    assert cell.locator("progress").get_attribute("value") == "0.6"
+    text = cell.text_content()
+    assert "60%" in text and '"rows": 600' in text and "<b>x</b>" in text  # details as text
+    assert cell.locator("b").count() == 0
+    assert page.locator("[data-fact='progress timeout']").text_content() == "45.0 s"

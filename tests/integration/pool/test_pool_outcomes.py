@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import orjson
 import pytest
 from pool_support import FIXTURES, request, run, running_pool, wait_busy
 from support.waiting import UNIT
 
 from orbit_supervisor.pool import ChildOutcome
+from orbit_wire.frames import Progress
 from orbit_wire.model import Outcome
 
 SECRET_TEXT = "s3cr3t-should-never-leave-the-child"
@@ -254,3 +256,47 @@ def test_handler_output_is_neither_lost_nor_duplicated() -> None:
     assert lines.count("IMPORT-MARK") == 1
     assert sorted(line for line in lines if line.startswith("TASK-MARK")) == [
         f"TASK-MARK {n}" for n in range(6)]
+
+
+def test_checkpoint_reaches_the_handler_and_its_last_progress_the_attempt() -> None:
+    """The reservation's checkpoint is the handler's ``execution.checkpoint``; of a tight
+    loop of notes the child sends few, and the last (sent before the answer) is what the
+    attempt's record holds when its outcome is known."""
+    att = request("progress_then_fail", {"notes": 500})
+    att.reservation = msgspec.structs.replace(att.reservation, checkpoint={"i": 1000})
+    first = request("progress_then_fail", {"notes": 3, "ok": True})
+
+    async def scenario() -> tuple[ChildOutcome, ChildOutcome, int]:
+        async with running_pool(1) as pool:
+            ok = await pool.execute(first)
+            before = pool.stats().messages_received
+            out = await pool.execute(att)
+            return ok, out, pool.stats().messages_received - before
+
+    ok, out, received = run(scenario())
+    # 500 calls within ~50 ms: a handful of notes (one per 50 ms, the last), and the answer.
+    assert received <= 6, received
+    assert orjson.loads(ok.result_json or "") == {"checkpoint": None}
+    assert first.progress.latest == Progress(0.003, '{"i":3}')
+    assert out.outcome is Outcome.FAILED and out.code == "STOPPED"
+    assert orjson.loads(out.details_json or "") == {"at": 1500}
+    # Resumed after its checkpoint, and its last note arrived before its answer.
+    assert att.progress.latest == Progress(1.0, '{"i":1500}')
+    assert att.progress.alive_at is not None
+
+
+def test_bench_handlers_report_progress_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/bench_supervisor.py --progress-every-ms: the no-op reports once, the 10 ms
+    task at its start and every N ms of its work."""
+    monkeypatch.setenv("ORBIT_BENCH_PROGRESS_MS", "2")
+    noop, cpu = request("noop"), request("cpu10")
+
+    async def scenario() -> list[ChildOutcome]:
+        async with running_pool(1, spec="supervisor_bench:handlers") as pool:
+            return [await pool.execute(noop), await pool.execute(cpu)]
+
+    outs = run(scenario())
+    assert [o.outcome for o in outs] == [Outcome.SUCCEEDED] * 2
+    assert noop.progress.latest == Progress(1.0, '{"done":1}')
+    latest = cpu.progress.latest
+    assert latest is not None and latest.fraction is not None and latest.fraction < 1.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from store_support import World
 
 from orbit_server.services import ClaimRoom
-from orbit_wire.frames import ClaimOp, FinishOp, Report
+from orbit_wire.frames import ClaimOp, FinishOp, Progress, RenewOp, Report
 from orbit_wire.limits import MAX_PAYLOAD_BYTES_PER_FRAME
 from orbit_wire.model import Outcome
 
@@ -87,3 +87,30 @@ def test_claims_in_one_request_share_the_answers_payload_budget(world: World) ->
     # 4 x 250 KiB fit in the response's 1 MiB; the second claim gets the fourth only.
     assert len(first.claimed or ()) == 3 and len(second.claimed or ()) == 1
     assert second.credited == 2
+
+
+def test_checkpoints_count_in_the_frames_payload_budget(world: World) -> None:
+    # Twenty small tasks, each retried after its attempt left 60 KiB of progress details:
+    # their checkpoints ride in the reservations, so a frame (1 MiB of payloads and
+    # checkpoints) takes seventeen and says more are ready; every checkpoint arrives whole.
+    no_backoff = {"initial_ms": 0, "max_ms": 0, "multiplier": 1.0, "jitter": 0.0}
+    ids = {world.submit(idempotency="IDEMPOTENT", backoff=no_backoff)["id"] for _ in range(20)}
+    b = world.hello()
+    details = '{"rows": "' + "r" * (60 * 1024) + '"}'
+    taken = world.service.workers.reserve(b, 20)
+    assert {r.task_id for r in taken} == ids and all(r.checkpoint is None for r in taken)
+    for res in taken:
+        attempt_id, epoch = res.attempt_id, res.epoch
+        assert world.start(b, attempt_id, epoch).ok
+        results, _ = world.service.workers.apply_ops(b, [
+            RenewOp(world.msg(), attempt_id, epoch, progress=Progress(0.5, details)),
+            FinishOp(world.msg(), attempt_id, epoch, Outcome.UNKNOWN, "HANDLER_CRASHED",
+                     report=Report(signal=9))])
+        assert all(r.ok for r in results), results
+    first = world.service.workers.reserve(b, 20)
+    assert len(first) == 17 and first.more  # 17 x 61 KiB fit in 1 MiB, the 18th does not
+    second = world.service.workers.reserve(b, 20)
+    assert len(second) == 3 and not second.more
+    assert {r.task_id for r in [*first, *second]} == ids
+    assert all(r.attempt_number == 2 and bytes(r.checkpoint) == details.encode()
+               for r in [*first, *second])

@@ -329,8 +329,8 @@ def test_stats_attempts_and_audit_views_have_their_heads() -> None:
     stats = {"queue_id": "b" * 32, "counts": {"SUCCEEDED": 1}, "running_attempts": 0}
     assert text_of(render.stats_view(stats, NOW)).startswith(f"Queue {'b' * 32}")
     header = text_of(render.attempts_view({"attempts": [ATTEMPT]}, NOW), 240).splitlines()[0]
-    assert header.split() == ["#", "worker", "pid", "started", "ran", "outcome", "how", "cpu",
-                              "memory", "then"]
+    assert header.split() == ["#", "worker", "pid", "started", "ran", "progress", "outcome",
+                              "how", "cpu", "memory", "then"]
     events = [{"at_ms": NOW - 2_000, "actor": "producer:" + "d" * 32, "kind": "task_submitted",
                "from_state": None, "to_state": "PENDING", "detail": None},
               {"at_ms": NOW - 1_000, "actor": "worker:" + "c" * 32, "kind": "attempt_finished",
@@ -418,3 +418,25 @@ def test_the_capabilities_view_shows_each_declared_policy() -> None:
     assert "none (server defaults)" in text and "2 min ago" in text
     empty = text_of(render.registered_view({"capabilities": []}, NOW))
     assert empty.startswith("No capability registered")
+
+
+def test_progress_shows_as_a_percentage_with_its_details_and_the_checkpoint() -> None:
+    running = {"id": "a" * 32, "attempt_number": 2, "state": "RUNNING",
+               "started_at_ms": NOW - 60_000, "lease_expires_at_ms": NOW + 20_000,
+               "progress": {"fraction": 0.425, "details": {"row": 425}, "at_ms": NOW - 2_000}}
+    task = {"id": "t" * 32, "state": "RUNNING", "capability": {"handler": "h",
+            "handler_version": "1", "payload_version": "1"}, "queue_id": "q" * 32,
+            "created_at_ms": NOW - 90_000, "attempts": 2, "deadline_at_ms": NOW + 86_400_000,
+            "policy": {"max_attempts": 3, "attempt_timeout_ms": 3_600_000,
+                       "progress_timeout_ms": 30_000},
+            "checkpoint": {"row": 300}}
+    summary = text_of(render.task_summary(task, running, NOW), 200)
+    assert "progress timeout 30 s" in summary
+    assert '42% · {"row":425} · reported 2 s ago' in summary
+    assert '{"row":300} (the next attempt\'s)' in summary
+    table = text_of(render.attempts_view({"attempts": [running, {**running, "progress": None,
+                                                                  "attempt_number": 1}]}, NOW), 240)
+    rows = table.splitlines()
+    assert rows[1].split()[0] == "2" and "42%" in rows[1].split()
+    assert rows[2].split()[0] == "1" and "42%" not in rows[2]
+    assert render.percent(None) == "-" and render.percent(1) == "100%"
