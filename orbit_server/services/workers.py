@@ -27,7 +27,6 @@ from orbit_wire.frames import (
     Hello,
     Op,
     OpResult,
-    Progress,
     RenewOp,
     Reservation,
     ResumeEntry,
@@ -342,7 +341,8 @@ class WorkerService:
         if isinstance(op, RenewOp):
             granted = domain.renew(task, attempt, op.epoch, binding.instance_id, uow.now_ms)
             if op.progress is not None:  # None: the attempt's row gets no progress columns
-                checked = _checked_progress(uow, binding, task, attempt, op.progress, effects)
+                checked = domain.check_progress(op.progress)
+                _record_progress(uow, binding, task, attempt, checked, effects)
                 domain.apply_progress(attempt, checked, uow.now_ms)
             effects.due(attempt.lease_expires_at_ms)
             return {"ok": True, "lease_ms": granted,
@@ -357,10 +357,11 @@ class WorkerService:
         checked = domain.check_report(report)
         before_task = task.state
         known_kill = attempt.kill_reason
-        progress = (None if op.progress is None else
-                    _checked_progress(uow, binding, task, attempt, op.progress, effects))
+        progress = None if op.progress is None else domain.check_progress(op.progress)
         result = domain.finish(task, attempt, op.epoch, binding.instance_id, checked, now,
                                self._tx.rng.random(), progress)
+        if progress is not None and result.evidence is None:  # kept on a decided attempt only
+            _record_progress(uow, binding, task, attempt, progress, effects)
         if result.evidence is not None:
             if result.evidence in _LATE_FACTS_KEPT and domain.keep_late_facts(
                     attempt, report, now):
@@ -489,19 +490,17 @@ def _record_given_back(uow: UnitOfWork, actor: str, task: domain.TaskRec,
             effects.ready_queues.add(task.queue_id)
 
 
-def _checked_progress(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
-                      attempt: domain.AttemptRec, progress: Progress, effects: Effects
-                      ) -> domain.CheckedProgress:
-    """A renew's or finish's progress after the value rules: counted, and details that
-    break one dropped with an audit row naming the code (the op itself still applies)."""
-    checked = domain.check_progress(progress)
+def _record_progress(uow: UnitOfWork, binding: WorkerBinding, task: domain.TaskRec,
+                     attempt: domain.AttemptRec, checked: domain.CheckedProgress,
+                     effects: Effects) -> None:
+    """A progress report kept: counted, and details the value rules refused audited with
+    their code (the fraction and the op itself still apply)."""
     refused = checked.refused
     effects.counted().progress.append(
         (task.queue_id, "stored" if refused is None else refused.value))
     if refused is not None:
         uow.audit(task.id, attempt.id, binding.actor, "progress_refused", task.state.value,
                   task.state.value, {"code": refused.value})
-    return checked
 
 
 def _count_kill(counted: Counted, task: domain.TaskRec, attempt: domain.AttemptRec,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -362,7 +363,9 @@ def test_task_page_shows_an_attempts_progress_as_a_bar(page: Any, scene: Scene) 
     made = expect(scene.producer.post(f"/v1/queues/{scene.queue_id}/tasks", json={
         **_PROGRESS_CAP.to_dict(), "payload": {"n": 1}, "max_attempts": 1,
         "progress_timeout_ms": 45_000}), 201)
-    attempt_id = asyncio.run(_report_progress(scene, made["id"]))
+    # Playwright's sync API holds this thread's event loop: the worker runs on its own.
+    with ThreadPoolExecutor(1) as pool:
+        attempt_id = pool.submit(asyncio.run, _report_progress(scene, made["id"])).result(60)
     _goto(page, scene, f"task/{made['id']}", "#attempts [data-progress]")
     cell = page.locator(f"#attempts tr[data-attempt-row='{attempt_id}'] [data-progress]")
     assert cell.get_attribute("data-progress") == "0.6"
