@@ -8,7 +8,9 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     pushes         PushService     cancels and revocations read by every replica
     workers        WorkerService   hello, release, reserve, a control request's ops, presence
     listing        ListingService  task pages, queues with counts, live workers, unserved work
-    retries        RetryService    FAILED or CANCELLED tasks run again, by ID or by filter
+    retries        RetryService    FAILED or CANCELLED tasks run again, by ID or by filter;
+                                   every bulk action by filter (cancel, review) walks there
+    pauses         PauseService    queues, capabilities and versions paused and resumed
     retention      Retention       old finished tasks and long-unseen instances deleted
     schedules      ScheduleService periodic schedules and the firing loop's pass
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from .effects import Effects
     from .listing import ListingService
     from .offers import OfferCache
+    from .pauses import PauseService
     from .pushes import PushService
     from .reaper import Reaper
     from .reservations import Reservations
@@ -58,7 +61,7 @@ _LAZY = {
     "AdminService": "admin", "NO_CLAIMS": "binding", "ClaimRoom": "binding",
     "WorkerBinding": "binding", "TxContext": "context", "Effects": "effects",
     "ListingService": "listing", "OfferCache": "offers", "PushService": "pushes",
-    "Reaper": "reaper",
+    "Reaper": "reaper", "PauseService": "pauses",
     "Reservations": "reservations", "Retention": "retention", "RetryService": "retries",
     "ScheduleService": "schedules",
     "Submitted": "tasks", "TaskService": "tasks", "Wakeups": "wakeups",
@@ -72,6 +75,7 @@ __all__ = [
     "Effects",
     "ListingService",
     "OfferCache",
+    "PauseService",
     "PushService",
     "Reaper",
     "Reservations",
@@ -107,6 +111,7 @@ class Services:
         from .context import TxContext
         from .listing import ListingService
         from .offers import OfferCache
+        from .pauses import PauseService
         from .policies import PolicyCache
         from .pushes import PushService
         from .reaper import Reaper
@@ -131,3 +136,4 @@ class Services:
         self.retention = Retention(self.tx, offers)
         self.schedules = ScheduleService(self.tx, self.policies)
         self.retries = RetryService(self.tx, wakeups)
+        self.pauses = PauseService(self.tx)
