@@ -14,8 +14,9 @@ from .tables import pause_log, pauses
 __all__ = ["all_pauses", "delete_pause", "log_pause", "pause_log_of", "pauses_of_queues",
            "put_pause"]
 
-_KEY = and_(pauses.c.queue_id == bindparam("queue_id"), pauses.c.handler == bindparam("handler"),
-            pauses.c.handler_version == bindparam("handler_version"))
+# Bound under names of their own: an UPDATE reserves its columns' names for its SET clause.
+_KEY = and_(pauses.c.queue_id == bindparam("k_queue"), pauses.c.handler == bindparam("k_handler"),
+            pauses.c.handler_version == bindparam("k_version"))
 ALL_PAUSES = select(pauses)
 PAUSE_BY_KEY = select(pauses.c.queue_id).where(_KEY)
 INSERT_PAUSE = insert(pauses)
@@ -31,6 +32,10 @@ LOG_OF_QUEUE = (select(pause_log).where(pause_log.c.queue_id == bindparam("queue
 
 def _key(key: tuple[str, str, str]) -> dict[str, str]:
     return {"queue_id": key[0], "handler": key[1], "handler_version": key[2]}
+
+
+def _where(key: tuple[str, str, str]) -> dict[str, str]:
+    return {"k_queue": key[0], "k_handler": key[1], "k_version": key[2]}
 
 
 def all_pauses(conn: Connection) -> list[RowMapping]:
@@ -49,18 +54,18 @@ def put_pause(conn: Connection, key: tuple[str, str, str], reason: str, actor: s
               now: int) -> bool:
     """Pause ``key`` (a pause already in force takes the new reason, actor and instant).
     True when it was not paused before."""
-    if conn.execute(PAUSE_BY_KEY, _key(key)).first() is None:
+    if conn.execute(PAUSE_BY_KEY, _where(key)).first() is None:
         conn.execute(INSERT_PAUSE, {**_key(key), "reason": reason, "paused_by": actor,
                                     "paused_at_ms": now})
         return True
-    conn.execute(UPDATE_PAUSE, {**_key(key), "new_reason": reason, "new_paused_by": actor,
+    conn.execute(UPDATE_PAUSE, {**_where(key), "new_reason": reason, "new_paused_by": actor,
                                 "new_paused_at_ms": now})
     return False
 
 
 def delete_pause(conn: Connection, key: tuple[str, str, str]) -> bool:
     """Resume ``key``; True when a pause was in force."""
-    return bool(conn.execute(DELETE_PAUSE, _key(key)).rowcount)
+    return bool(conn.execute(DELETE_PAUSE, _where(key)).rowcount)
 
 
 def log_pause(conn: Connection, key: tuple[str, str, str], action: str, actor: str,

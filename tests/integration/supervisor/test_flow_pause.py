@@ -37,6 +37,8 @@ def test_a_paused_queue_starts_nothing_new_and_a_resume_restarts_it(sup_env: Sup
     running = submit(producer, queue_id, "sleep", {"seconds": 1.5 * UNIT})
     wait_task(producer, running, until=lambda t: t["state"] == "RUNNING")
 
+    expect(producer.post(f"/v1/queues/{queue_id}/pause", json={"reason": "incident 41"}), 200)
+    # Paused again: the same pause with the new reason (both logged).
     paused = expect(producer.post(f"/v1/queues/{queue_id}/pause",
                                   json={"reason": "incident 42"}), 200)
     assert [(p["scope"], p["reason"]) for p in paused["paused"]] == [("queue", "incident 42")]
@@ -65,8 +67,8 @@ def test_a_paused_queue_starts_nothing_new_and_a_resume_restarts_it(sup_env: Sup
     for task_id in waiting:
         assert wait_task(producer, task_id)["state"] == "SUCCEEDED"
     log = expect(producer.get(f"/v1/queues/{queue_id}/pauses"), 200)["log"]
-    assert [(e["action"], e["reason"]) for e in log] == [("resumed", "fixed"),
-                                                         ("paused", "incident 42")]
+    assert [(e["action"], e["reason"]) for e in log] == [
+        ("resumed", "fixed"), ("paused", "incident 42"), ("paused", "incident 41")]
     assert all(e["actor"].startswith("operator:") for e in log)
     # A second resume finds nothing paused; a pause needs a reason.
     again = expect(producer.post(f"/v1/queues/{queue_id}/resume", json={}), 200)
