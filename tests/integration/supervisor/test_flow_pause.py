@@ -104,3 +104,15 @@ def test_a_capability_version_pause_leaves_the_other_version_running(sup_env: Su
         "handler": "flow.work", "handler_version": "v1"}), 200)
     for task_id in v1:
         assert wait_task(producer, task_id)["state"] == "SUCCEEDED"
+
+
+def test_a_task_that_waited_for_a_pause_past_its_start_bound_says_so(sup_env: SupEnv) -> None:
+    producer, queue_id = sup_env.producer, sup_env.queue_id
+    sup_env.start(workers=1, handlers=FLOW_HANDLERS)
+    expect(producer.post(f"/v1/queues/{queue_id}/pause",
+                         json={"handler": "sup.upper", "reason": "hold"}), 200)
+    task_id = submit(producer, queue_id, "upper", {"text": "late"}, schedule_to_start_ms=300)
+    failed = wait_task(producer, task_id)
+    assert (failed["state"], failed["failure"]["code"]) == ("FAILED", "NOT_STARTED_IN_TIME")
+    waited = failed["failure"]["details"]["waiting"]
+    assert waited["reason"] == "PAUSED" and waited["pause"]["reason"] == "hold"
