@@ -17,7 +17,8 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
 attempt), ``effects`` (what the adapters do after a transaction), ``binding`` (a worker
-connection's identity).
+connection's identity), ``pause_board`` (the pauses in force, in memory: every claim narrows
+by them).
 
 Every public method of a group is exactly one transaction, retried by
 ``store.retry.transactional`` when it lost to another writer. The adapters call every method
