@@ -169,6 +169,7 @@ def test_a_bulk_retry_of_5000_failed_tasks_while_a_worker_runs_others(
     assert len(retried) == BULK
     assert {count for _task, count, _actor in retried} == {1}
     assert all(actor.startswith("operator:") for _task, _count, actor in retried)
-    if ended_ms - began_ms > 2_000 and others_left > 0:
+    # More left than the two slots hold running: the worker had tasks to start meanwhile.
+    if ended_ms - began_ms > 2_000 and others_left > 10:
         # A long walk (one page per transaction) left the worker served between its pages.
         assert served > 0
