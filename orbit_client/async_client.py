@@ -333,6 +333,29 @@ class AsyncOrbitClient(ClientBase):
         "dry_run", "complete"}``."""
         return await self._send(calls.retry_tasks(queue_id, **filters))
 
+    async def cancel_tasks(self, queue_id: str, **filters: Any) -> dict[str, Any]:
+        """Cancel the queue's PENDING, RUNNING and NEEDS_REVIEW tasks that ``filters`` select
+        (the task list's filters, plus reason and dry_run)."""
+        return await self._send(calls.cancel_tasks(queue_id, **filters))
+
+    async def review_tasks(self, queue_id: str, action: str, result: Any = None,
+                           **filters: Any) -> dict[str, Any]:
+        """Resolve the queue's NEEDS_REVIEW tasks that ``filters`` select alike."""
+        return await self._send(calls.review_tasks(queue_id, action, result, **filters))
+
+    async def pause(self, queue_id: str, reason: str, handler: str | None = None,
+                    handler_version: str | None = None) -> dict[str, Any]:
+        """Pause the queue, a capability or a capability version (no new starts)."""
+        return await self._send(calls.pause(queue_id, reason, handler, handler_version))
+
+    async def resume(self, queue_id: str, handler: str | None = None,
+                     handler_version: str | None = None, reason: str | None = None
+                     ) -> dict[str, Any]:
+        return await self._send(calls.resume(queue_id, handler, handler_version, reason))
+
+    async def pauses(self, queue_id: str) -> dict[str, Any]:
+        return await self._send(calls.pauses(queue_id))
+
     async def review(
         self, task_id: str, action: str, result: Any = None, reason: str | None = None
     ) -> dict[str, Any]:

@@ -250,6 +250,79 @@ def retry_tasks(
                 body=_dumps(body))
 
 
+def cancel_tasks(queue_id: str, *, reason: str | None = None, dry_run: bool = False,
+                 **filters: Any) -> Call:
+    """Cancel the queue's PENDING, RUNNING and NEEDS_REVIEW tasks the filter selects (the
+    task list's filters; ``dry_run``: only count them): ``{"action", "matched",
+    "changed", "cancelled", "skipped", "dry_run", "complete"}``."""
+    return _bulk(queue_id, "cancel", {}, reason, dry_run, filters)
+
+
+def review_tasks(queue_id: str, action: str, result: Any = None, *,
+                 reason: str | None = None, dry_run: bool = False, **filters: Any) -> Call:
+    """Resolve the queue's NEEDS_REVIEW tasks the filter selects alike (``action`` retry,
+    succeed with ``result``, or fail): ``{"action", "matched", "changed", "skipped",
+    "dry_run", "complete"}``."""
+    if action not in REVIEW_ACTIONS:
+        raise _local(f"review action must be one of {', '.join(REVIEW_ACTIONS)}, not {action!r}")
+    body: dict[str, Any] = {"action": action}
+    if result is not None:
+        if action != "succeed":
+            raise _local("a result may only be given with the 'succeed' action")
+        body["result"] = _checked_value(result, "result")
+    elif action == "succeed":
+        raise _local("succeed needs a result")
+    return _bulk(queue_id, "review", body, reason, dry_run, filters)
+
+
+def _bulk(queue_id: str, what: str, body: dict[str, Any], reason: str | None, dry_run: bool,
+          filters: dict[str, Any]) -> Call:
+    unknown = set(filters) - set(_FILTER_NAMES)
+    if unknown:
+        raise _local(f"unknown filter {sorted(unknown)[0]!r}")
+    params = _filter_params(*(filters.get(name) for name in _FILTER_NAMES))
+    body = {**body, "dry_run": bool(dry_run)}
+    if reason is not None:
+        body["reason"] = reason
+    return Call("POST", f"/v1/queues/{_id(queue_id, 'queue')}/tasks/{what}", params=params,
+                body=_dumps(body))
+
+
+_FILTER_NAMES = ("state", "handler", "handler_version", "payload_version", "created_after",
+                 "created_before", "finished_after", "finished_before")
+
+
+def pause(queue_id: str, reason: str, handler: str | None = None,
+          handler_version: str | None = None) -> Call:
+    """Pause the queue, a capability (``handler``) or one of its versions: the queue's
+    ``{"queue_id", "paused", "log"}``."""
+    return Call("POST", f"/v1/queues/{_id(queue_id, 'queue')}/pause",
+                body=_dumps(_pause_body(handler, handler_version, reason)))
+
+
+def resume(queue_id: str, handler: str | None = None, handler_version: str | None = None,
+           reason: str | None = None) -> Call:
+    """Lift the pause of exactly this key; ``resumed`` says whether one was in force."""
+    return Call("POST", f"/v1/queues/{_id(queue_id, 'queue')}/resume",
+                body=_dumps(_pause_body(handler, handler_version, reason)))
+
+
+def pauses(queue_id: str) -> Call:
+    return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/pauses")
+
+
+def _pause_body(handler: str | None, handler_version: str | None,
+                reason: str | None) -> dict[str, Any]:
+    if handler_version is not None and handler is None:
+        raise _local("a handler version goes with a handler")
+    body: dict[str, Any] = {}
+    for key, value in (("handler", handler), ("handler_version", handler_version),
+                       ("reason", reason)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
 def attempts(task_id: str) -> Call:
     return Call("GET", f"/v1/tasks/{_id(task_id, 'task')}/attempts")
 

@@ -321,6 +321,29 @@ class OrbitClient(ClientBase):
         "dry_run", "complete"}``."""
         return self._send(calls.retry_tasks(queue_id, **filters))
 
+    def cancel_tasks(self, queue_id: str, **filters: Any) -> dict[str, Any]:
+        """Cancel the queue's PENDING, RUNNING and NEEDS_REVIEW tasks that ``filters`` select
+        (the task list's filters, plus reason and dry_run)."""
+        return self._send(calls.cancel_tasks(queue_id, **filters))
+
+    def review_tasks(self, queue_id: str, action: str, result: Any = None,
+                     **filters: Any) -> dict[str, Any]:
+        """Resolve the queue's NEEDS_REVIEW tasks that ``filters`` select alike."""
+        return self._send(calls.review_tasks(queue_id, action, result, **filters))
+
+    def pause(self, queue_id: str, reason: str, handler: str | None = None,
+              handler_version: str | None = None) -> dict[str, Any]:
+        """Pause the queue, a capability or a capability version (no new starts)."""
+        return self._send(calls.pause(queue_id, reason, handler, handler_version))
+
+    def resume(self, queue_id: str, handler: str | None = None,
+               handler_version: str | None = None, reason: str | None = None
+               ) -> dict[str, Any]:
+        return self._send(calls.resume(queue_id, handler, handler_version, reason))
+
+    def pauses(self, queue_id: str) -> dict[str, Any]:
+        return self._send(calls.pauses(queue_id))
+
     def review(
         self, task_id: str, action: str, result: Any = None, reason: str | None = None
     ) -> dict[str, Any]:

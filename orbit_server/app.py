@@ -35,6 +35,7 @@ from .dashboard import dashboard_routes
 from .dispatcher import Dispatcher
 from .domain.listing import WarnOnce
 from .http_api import http_routes
+from .http_flow import flow_routes
 from .http_hot import HotRoutes
 from .http_plumbing import http_exception_handlers
 from .http_schedules import schedule_routes
@@ -126,8 +127,9 @@ class OrbitServer:
                             submits=TokenBuckets(config.submits_per_s, config.submits_burst),
                             act_on=self.act_on, traffic=self.traffic)
         self.producers = ProducerChannels()  # what a revocation closes, besides workers
-        routes = [*http_routes(parts), *schedule_routes(parts), *ws_routes(parts),
-                  *producer_routes(parts, self.producers), *dashboard_routes()]
+        routes = [*http_routes(parts), *schedule_routes(parts), *flow_routes(parts),
+                  *ws_routes(parts), *producer_routes(parts, self.producers),
+                  *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
         self.metrics: ServerMetrics | None = None
         if config.metrics:  # prometheus_client is loaded only then
@@ -312,6 +314,19 @@ class OrbitServer:
                             capability=f"{cap['handler']}@{cap['handler_version']}/"
                                        f"{cap['payload_version']}"))
 
+    async def _pause_loop(self) -> None:
+        """Read the pauses in force into memory now and then twice per heartbeat interval
+        (a pause or resume taken through another replica holds here within a heartbeat); a
+        queue some pause left is dispatched at once."""
+        period = self.config.heartbeat_ms / 2000
+        while True:
+            # the next read runs anyway
+            with faults_logged(log, "reading pauses failed", event="pause_refresh_failed"):
+                resumed = await self.store.call(self.services.pauses.refresh)
+                if resumed:
+                    self.dispatcher.queues_ready(resumed)
+            await asyncio.sleep(period)
+
     async def _dispatch_poll_loop(self) -> None:
         period = DISPATCH_POLL_SQLITE_S if is_sqlite(self.config.db_url) else DISPATCH_POLL_S
         while True:
@@ -325,6 +340,7 @@ class OrbitServer:
         self.store.start()
         self.dispatcher.start()
         tasks = self._tasks
+        tasks.start(self._pause_loop(), "orbit-pauses")  # first: no claim before it reads
         tasks.start(self._reaper_loop(), "orbit-reaper")
         tasks.start(self._dispatch_poll_loop(), "orbit-dispatch-poll")
         tasks.start(self._receipt_prune_loop(), "orbit-receipt-prune")

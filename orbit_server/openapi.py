@@ -22,6 +22,7 @@ from .domain import bodies
 from .domain.fields import Body
 from .domain.listing import MAX_LIMIT
 from .domain.schedules import SCHEDULE
+from .openapi_flow import FLOW_BODIES, FLOW_SCHEMAS, flow_paths
 
 _ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 _MS = {"type": "integer", "minimum": 0}
@@ -67,8 +68,9 @@ _SCHEMAS: dict[str, Any] = {
     }, ["fraction", "details", "at_ms"])], "description": (
         "the handler's latest progress (a renew's or the finish's); null until it reports")},
     "Waiting": {"oneOf": [{"type": "null"}, _obj({
-        "reason": {"type": "string", "enum": ["NO_LIVE_WORKER"]},
+        "reason": {"type": "string", "enum": ["NO_LIVE_WORKER", "PAUSED"]},
         "capability": _ref("Capability"), "since": _MS,
+        "pause": {"description": "PAUSED: the pause's scope, reason and who paused"},
     }, ["reason", "capability", "since"])]},
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
@@ -141,9 +143,11 @@ _SCHEMAS: dict[str, Any] = {
         "running_attempts": {"type": "integer"}, "oldest_pending_age_ms": _NULLABLE_INT,
         "capabilities": {"type": "array", "items": _obj({
             "capability": _ref("Capability"), "pending": {"type": "integer"},
-            "live_workers": {"type": "integer"}, "waiting": _ref("Waiting")})},
+            "live_workers": {"type": "integer"}, "waiting": _ref("Waiting"),
+            "paused": {"oneOf": [{"type": "null"}, _ref("Pause")]}})},
         "pending_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pending_delayed": {"type": "integer"},
+        "paused": {"type": "array", "items": _ref("Pause"), "description": "pauses in force"},
     }, ["queue_id", "counts"]),
     "Schedule": _obj({
         "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
@@ -176,6 +180,7 @@ _SCHEMAS: dict[str, Any] = {
         "queue_id": _ID, "id": _ID, "name": _NULLABLE_STR, "created_at": _MS,
         "created_at_ms": _MS,
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "paused": {"type": "array", "items": _ref("Pause"), "description": "pauses in force"},
     }, ["queue_id", "name", "created_at", "counts"])}}, ["queues"]),
     "Throughput": _obj({
         "queue_id": _ID, "window_ms": _MS, "until_at_ms": _MS,
@@ -261,7 +266,9 @@ def _body_schemas(*loaded: Body[Any]) -> dict[str, Any]:
 _SCHEMAS.update(_body_schemas(
     bodies.TASK_SPEC, bodies.BATCH, SCHEDULE, bodies.QUEUE_REQUEST, bodies.CREDENTIAL_REQUEST,
     bodies.ROTATE_REQUEST, bodies.CANCEL_REQUEST, bodies.REVIEW_REQUEST, bodies.RETRY_REQUEST,
-    bodies.BULK_RETRY_REQUEST))
+    bodies.BULK_RETRY_REQUEST, *FLOW_BODIES))
+# Flow control's (pause, resume, bulk actions: openapi_flow.py).
+_SCHEMAS.update(FLOW_SCHEMAS)
 # A registered capability's declared policy (GET /v1/queues/{queue_id}/capabilities).
 _SCHEMAS.update(msgspec.json.schema_components(
     [DeclaredPolicy], ref_template="#/components/schemas/{name}")[1])
@@ -469,6 +476,7 @@ def openapi_document() -> dict[str, Any]:
                 "101": {"description": "switching protocols (a WebSocket upgrade)"},
                 "426": _json(_ref("Error"), "not a WebSocket upgrade")}}},
     }
+    paths.update(flow_paths(_op, _query, _state_list, _LIST_QUERY))
     return {
         "openapi": "3.1.0",
         "info": {"title": "Orbit HTTP API", "version": "1",
@@ -482,3 +490,4 @@ def openapi_document() -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
     }
+

@@ -20,6 +20,7 @@ from .exits import exit_code_for
 from .health import health
 from .queues import queues
 from .schedules import schedules
+from .task_bulk import tasks_cancel, tasks_review
 from .task_list import tasks_list
 from .task_retry import tasks_retry
 from .tasks import tasks
@@ -27,6 +28,8 @@ from .workers import workers
 
 tasks.add_command(tasks_list)
 tasks.add_command(tasks_retry)
+tasks.add_command(tasks_cancel)
+tasks.add_command(tasks_review)
 for _command in (health, queues, credentials, tasks, workers, schedules):
     cli.add_command(_command)
 

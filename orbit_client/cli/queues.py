@@ -84,3 +84,95 @@ def queues_list(ctx: click.Context, as_json: bool) -> None:
         out.show(queues_table(answer.get("queues") or [], int(time.time() * 1000)))
     else:
         out.json(answer)
+
+
+def _pause_key(handler: str | None, handler_version: str | None) -> str:
+    if handler is None:
+        return "the queue"
+    return f"{handler}" + ("" if handler_version is None else f"@{handler_version}")
+
+
+def _pause_options(fn: Any) -> Any:
+    for option in reversed((
+        click.option("--handler", default=None,
+                     help="Only this capability (handler), every version unless "
+                          "--handler-version names one."),
+        click.option("--handler-version", default=None,
+                     help="With --handler: only this version."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+@queues.command("pause")
+@click.argument("queue_arg", metavar="[QUEUE]", required=False)
+@queue_option
+@_pause_options
+@click.option("--reason", required=True, help="Why (kept with who paused, in the log).")
+@json_option
+@click.pass_context
+def queues_pause(ctx: click.Context, queue_arg: str | None, queue_id: str | None,
+                 handler: str | None, handler_version: str | None, reason: str,
+                 as_json: bool) -> None:
+    """Pause a queue, or one capability (--handler), or one capability version: no new
+    attempts start (running ones finish, the tasks stay PENDING) until resumed."""
+    if handler_version is not None and handler is None:
+        raise click.UsageError("--handler-version goes with --handler")
+    s = settings(ctx)
+    queue = s.queue(queue_arg or queue_id)
+    answer = s.client(ctx).pause(queue, reason, handler, handler_version)
+    out = s.output(as_json)
+    if out.human:
+        out.line(f"paused {_pause_key(handler, handler_version)} in queue {queue}")
+    else:
+        out.json(answer)
+
+
+@queues.command("resume")
+@click.argument("queue_arg", metavar="[QUEUE]", required=False)
+@queue_option
+@_pause_options
+@click.option("--reason", default=None, help="Why, for the log.")
+@json_option
+@click.pass_context
+def queues_resume(ctx: click.Context, queue_arg: str | None, queue_id: str | None,
+                  handler: str | None, handler_version: str | None, reason: str | None,
+                  as_json: bool) -> None:
+    """Lift the pause of exactly this key (the queue's, a capability's or a version's):
+    its tasks start again at once."""
+    if handler_version is not None and handler is None:
+        raise click.UsageError("--handler-version goes with --handler")
+    s = settings(ctx)
+    queue = s.queue(queue_arg or queue_id)
+    answer = s.client(ctx).resume(queue, handler, handler_version, reason)
+    out = s.output(as_json)
+    if out.human:
+        what = _pause_key(handler, handler_version)
+        out.line(f"resumed {what} in queue {queue}" if answer.get("resumed")
+                 else f"{what} was not paused in queue {queue}")
+    else:
+        out.json(answer)
+
+
+@queues.command("pauses")
+@click.argument("queue_arg", metavar="[QUEUE]", required=False)
+@queue_option
+@json_option
+@click.pass_context
+def queues_pauses(ctx: click.Context, queue_arg: str | None, queue_id: str | None,
+                  as_json: bool) -> None:
+    """The queue's pauses in force, and its last pauses and resumes (who and why)."""
+    s = settings(ctx)
+    answer = s.client(ctx).pauses(s.queue(queue_arg or queue_id))
+    out = s.output(as_json)
+    if not out.human:
+        out.json(answer)
+        return
+    if not answer["paused"]:
+        out.line("nothing paused")
+    for p in answer["paused"]:
+        out.line(f"paused: {_pause_key(p['handler'], p['handler_version'])} by "
+                 f"{p['paused_by']}: {p['reason']}")
+    for entry in answer["log"]:
+        out.line(f"{entry['action']} {_pause_key(entry['handler'], entry['handler_version'])}"
+                 f" by {entry['actor']}" + (f": {entry['reason']}" if entry["reason"] else ""))

@@ -195,7 +195,18 @@ def _waiting_words(waiting: Mapping[str, Any], now_ms: int) -> str:
     since = waiting.get("since") or waiting.get("since_ms")
     if isinstance(since, int):
         words += f", since {ago(since, now_ms)}"
+    pause = waiting.get("pause")
+    if isinstance(pause, Mapping):  # PAUSED: who paused it and why
+        words += f" (by {pause.get('paused_by')}: {pause.get('reason')})"
     return words
+
+
+def pause_words(pause: Mapping[str, Any]) -> str:
+    """A pause in force: what it covers, who and why."""
+    what = ("the queue" if pause.get("handler") is None else str(pause.get("handler"))
+            + ("" if pause.get("handler_version") is None
+               else f" {pause.get('handler_version')}"))
+    return f"{what} by {pause.get('paused_by')}: {pause.get('reason')}"
 
 
 def attempt_story(attempt: Mapping[str, Any], now_ms: int) -> str:
@@ -403,6 +414,8 @@ def stats_view(stats: Mapping[str, Any], now_ms: int) -> RenderableType:
     facts.add_row("running attempts", str(stats.get("running_attempts", 0)))
     oldest = stats.get("oldest_pending_age_ms")
     facts.add_row("oldest pending", "-" if oldest is None else f"waiting {duration(oldest)}")
+    for pause in stats.get("paused") or ():
+        facts.add_row("paused", Text(pause_words(pause), style="yellow"))
     by_priority = stats.get("pending_by_priority")
     if isinstance(by_priority, Mapping) and by_priority:
         order = sorted(by_priority, key=lambda p: -int(p) if str(p).isdigit() else 0)
@@ -455,7 +468,8 @@ def queues_table(queues: Sequence[Mapping[str, Any]], now_ms: int) -> Renderable
     for q in queues:
         counts: Mapping[str, int] = q.get("counts") or {}
         created = q.get("created_at", q.get("created_at_ms"))
-        table.add_row(str(q.get("queue_id", q.get("id"))), str(q.get("name") or "-"),
+        name = str(q.get("name") or "-") + (" (paused)" if q.get("paused") else "")
+        table.add_row(str(q.get("queue_id", q.get("id"))), name,
                       ago(created if isinstance(created, int) else None, now_ms),
                       *(str(counts.get(s, 0)) for s in ORDERED_STATES))
     return table

@@ -3,13 +3,12 @@ count first, and a confirmation)."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from .app import settings
+from ..client import OrbitClient
 from .args import queue_option
 from .output import json_option
+from .task_bulk import by_filter
 from .task_list import filter_options, task_filters
 from .tasks import for_each_task
 
@@ -52,30 +51,6 @@ def tasks_retry(
     if not filtered:
         raise click.UsageError("give task IDs, or a filter: e.g. --state FAILED --handler X "
                                "--created-after 1h (orbit tasks retry --help)")
-    s = settings(ctx)
-    queue = s.queue(queue_id)
-    client = s.client(ctx)
-    out = s.output(as_json)
-    counted = client.retry_tasks(queue, **filters, dry_run=True)
-    matched = int(counted["matched"])
-    if dry_run or matched == 0:
-        if out.human:
-            out.line(f"{matched} task{'' if matched == 1 else 's'} would be retried"
-                     + ("" if counted["complete"] else " (at least: the count stopped)"))
-        else:
-            out.json(counted)
-        return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError(f"{matched} tasks match: add --yes to retry them "
-                                   "(or --dry-run to count only)")
-        click.confirm(f"Retry {matched} task{'' if matched == 1 else 's'}?", abort=True,
-                      err=True)
-    done = client.retry_tasks(queue, **filters, reason=reason)
-    if not out.human:
-        out.json(done)
-        return
-    out.line(f"retried {done['retried']} of {done['matched']} matching tasks"
-             + (f"; {done['skipped']} moved on meanwhile and were left" if done["skipped"]
-                else "")
-             + ("" if done["complete"] else "; more match: run the command again"))
+    by_filter(ctx, queue_id, filters, dry_run, yes, as_json, "retried",
+              lambda client, queue, **kw: OrbitClient.retry_tasks(
+                  client, queue, reason=reason, **kw))

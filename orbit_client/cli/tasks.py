@@ -196,54 +196,6 @@ def tasks_audit(ctx: click.Context, task_id: str, as_json: bool) -> None:
         out.json(answer)
 
 
-@tasks.command("cancel")
-@click.argument("task_id")
-@click.option("--reason", default=None)
-@json_option
-@click.pass_context
-def tasks_cancel(ctx: click.Context, task_id: str, reason: str | None, as_json: bool) -> None:
-    """Cancel a task (a running one is killed on its worker) and show it."""
-    s = settings(ctx)
-    client = s.client(ctx)
-    show_task(s.output(as_json), client, client.cancel(task_id, reason))
-
-
-@tasks.command("review")
-@click.argument("task_ids", metavar="ID...", nargs=-1, required=True)
-@click.option("--retry", is_flag=True, help="Run it once more.")
-@click.option("--succeed", is_flag=True, help="Mark it succeeded.")
-@click.option("--fail", is_flag=True, help="Mark it failed.")
-@click.option("--result", default=None, help="With --succeed: result JSON, @FILE or @-.")
-@click.option("--reason", default=None, help="Why, for the audit trail.")
-@json_option
-@click.pass_context
-def tasks_review(
-    ctx: click.Context,
-    task_ids: tuple[str, ...],
-    retry: bool,
-    succeed: bool,
-    fail: bool,
-    result: str | None,
-    reason: str | None,
-    as_json: bool,
-) -> None:
-    """Resolve tasks in NEEDS_REVIEW, one or several; each decision is audited.
-
-    With several IDs each is resolved on its own: one that fails is reported on stderr and
-    the others still go ahead."""
-    chosen = [name for name, on in (("retry", retry), ("succeed", succeed), ("fail", fail)) if on]
-    if len(chosen) != 1:
-        raise click.UsageError("choose exactly one of --retry, --succeed, --fail")
-    action = chosen[0]
-    if result is not None and action != "succeed":
-        raise click.UsageError("--result goes with --succeed only")
-    if result is None and action == "succeed":
-        raise click.UsageError("--succeed needs --result JSON: the result the task ends with")
-    value = None if result is None else json_argument(result, "result")
-    for_each_task(ctx, task_ids, as_json,
-                  lambda client, task_id: client.review(task_id, action, value, reason))
-
-
 def for_each_task(ctx: click.Context, task_ids: Sequence[str], as_json: bool,
                   act: Callable[[OrbitClient, str], dict[str, Any]]) -> None:
     """``act`` on each task, each on its own: one ID shows the task; with several, one that

@@ -200,11 +200,26 @@ RETRY_QUERY: Final[tuple[Param, ...]] = (
     *(p for p in LIST_QUERY if p.name not in ("state", "order", "limit", "cursor")))
 
 
-def retry_filter(q: Mapping[str, Any], page: int, now_ms: int) -> TaskFilter:
-    """A TaskFilter from ``RETRY_QUERY``'s parsed parameters: FAILED and CANCELLED tasks (or
-    those of the states asked), oldest first, ``page`` a page, created at the latest
-    ``now_ms`` (a task created during the retry is not part of it)."""
-    states = q["state"] or RETRYABLE
+# The other bulk actions' filters (docs/flow-control.md "Bulk actions"): the same
+# parameters, with the states each action takes tasks from. Keys (issue 31's limits) join
+# here as one more parameter of _BULK_FILTERS once TaskFilter can match them.
+CANCELLABLE: Final = (TaskState.PENDING, TaskState.RUNNING, TaskState.NEEDS_REVIEW)
+_BULK_FILTERS: Final = tuple(p for p in RETRY_QUERY if p.name != "state")
+CANCEL_QUERY: Final[tuple[Param, ...]] = (
+    States(allowed=CANCELLABLE, why=": only PENDING, RUNNING and NEEDS_REVIEW tasks can "
+           "be cancelled"), *_BULK_FILTERS)
+REVIEW_QUERY: Final[tuple[Param, ...]] = (
+    States(allowed=(TaskState.NEEDS_REVIEW,), why=": only NEEDS_REVIEW tasks are reviewed"),
+    *_BULK_FILTERS)
+
+
+def retry_filter(q: Mapping[str, Any], page: int, now_ms: int,
+                 default: tuple[TaskState, ...] = RETRYABLE) -> TaskFilter:
+    """A TaskFilter from ``RETRY_QUERY``'s (or another bulk action's) parsed parameters:
+    tasks of the ``default`` states (FAILED and CANCELLED for a retry) or of those asked,
+    oldest first, ``page`` a page, created at the latest ``now_ms`` (a task created during
+    the action is not part of it)."""
+    states = q["state"] or default
     before = now_ms if q["created_before"] is None else min(q["created_before"], now_ms)
     return TaskFilter(
         states=tuple(states), handler=q["handler"], handler_version=q["handler_version"],

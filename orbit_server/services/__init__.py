@@ -8,14 +8,17 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     pushes         PushService     cancels and revocations read by every replica
     workers        WorkerService   hello, release, reserve, a control request's ops, presence
     listing        ListingService  task pages, queues with counts, live workers, unserved work
-    retries        RetryService    FAILED or CANCELLED tasks run again, by ID or by filter
+    retries        RetryService    FAILED or CANCELLED tasks run again, by ID or by filter;
+                                   every bulk action by filter (cancel, review) walks there
+    pauses         PauseService    queues, capabilities and versions paused and resumed
     retention      Retention       old finished tasks and long-unseen instances deleted
     schedules      ScheduleService periodic schedules and the firing loop's pass
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
 attempt), ``effects`` (what the adapters do after a transaction), ``binding`` (a worker
-connection's identity).
+connection's identity), ``pause_board`` (the pauses in force, in memory: every claim narrows
+by them).
 
 Every public method of a group is exactly one transaction, retried by
 ``store.retry.transactional`` when it lost to another writer. The adapters call every method
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from .effects import Effects
     from .listing import ListingService
     from .offers import OfferCache
+    from .pauses import PauseService
     from .pushes import PushService
     from .reaper import Reaper
     from .reservations import Reservations
@@ -58,7 +62,7 @@ _LAZY = {
     "AdminService": "admin", "NO_CLAIMS": "binding", "ClaimRoom": "binding",
     "WorkerBinding": "binding", "TxContext": "context", "Effects": "effects",
     "ListingService": "listing", "OfferCache": "offers", "PushService": "pushes",
-    "Reaper": "reaper",
+    "Reaper": "reaper", "PauseService": "pauses",
     "Reservations": "reservations", "Retention": "retention", "RetryService": "retries",
     "ScheduleService": "schedules",
     "Submitted": "tasks", "TaskService": "tasks", "Wakeups": "wakeups",
@@ -72,6 +76,7 @@ __all__ = [
     "Effects",
     "ListingService",
     "OfferCache",
+    "PauseService",
     "PushService",
     "Reaper",
     "Reservations",
@@ -107,6 +112,7 @@ class Services:
         from .context import TxContext
         from .listing import ListingService
         from .offers import OfferCache
+        from .pauses import PauseService
         from .policies import PolicyCache
         from .pushes import PushService
         from .reaper import Reaper
@@ -131,3 +137,4 @@ class Services:
         self.retention = Retention(self.tx, offers)
         self.schedules = ScheduleService(self.tx, self.policies)
         self.retries = RetryService(self.tx, wakeups)
+        self.pauses = PauseService(self.tx)

@@ -32,6 +32,7 @@ from ..config import ServerConfig
 from ..store.retry import is_retryable_conflict, no_retries, translate
 from ..wal_sync import CommitCounter
 from .credential_table import CredentialTable
+from .pause_board import PauseBoard
 
 # (True, value) or (False, exception), per call.
 CallOutcome = tuple[bool, Any]
@@ -69,6 +70,8 @@ class TxContext:
     commits: CommitCounter = field(default_factory=CommitCounter, repr=False, compare=False)
     # Credential rows in memory (authentication and the worker requests' fence).
     credentials: CredentialTable = field(init=False, repr=False, compare=False)
+    # The pauses in force (services.pause_board): every claim narrows by them.
+    pauses: PauseBoard = field(default_factory=PauseBoard, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         table = CredentialTable(self.config.auth_cache_ms)

@@ -21,12 +21,14 @@ from orbit_wire.model import Capability, Role, TaskState
 
 from ..auth import Principal, queue_not_found, require_role, require_visible_queue
 from ..domain.listing import TaskFilter, cut_page, encode_cursor, waiting_fact
+from ..domain.pauses import PauseSet, paused_fact
 from ..store import listing as q
 from ..store.policies import policies_of_queue
 from ..store.queues import queue_exists, queue_rows
 from ..store.retry import transactional
 from ..store.views import queue_list_view, task_view
 from .context import TxContext
+from .pauses import paused_views
 from .policies import policy_view
 
 _READERS = (Role.ADMIN, Role.PRODUCER)
@@ -58,7 +60,8 @@ class ListingService:
             offers = self._offers(conn, queue_id) if any(
                 r["state"] == "PENDING" for r in by_id.values()) else {}
         seen: dict[tuple[Any, ...], Any] = {}
-        views = [with_waiting(task_view(by_id[i], full=False), offers, seen)
+        pauses = self._tx.pauses.current
+        views = [with_waiting(task_view(by_id[i], full=False), offers, seen, pauses)
                  for i in ids if i in by_id]
         return {"tasks": views, "next_cursor": None if nxt is None else encode_cursor(filt, nxt)}
 
@@ -68,7 +71,9 @@ class ListingService:
         with self._tx.read() as conn:
             rows = queue_rows(conn, None if principal.role is Role.ADMIN else principal.queues)
             counts = q.task_counts_of_queues(conn, [r["id"] for r in rows])
-        return {"queues": [queue_list_view(r, counts.get(r["id"], {})) for r in rows]}
+            paused = paused_views(conn, [r["id"] for r in rows])
+        return {"queues": [{**queue_list_view(r, counts.get(r["id"], {})),
+                            "paused": paused.get(r["id"], [])} for r in rows]}
 
     def list_workers(self, principal: Principal, queue_id: str | None) -> dict[str, Any]:
         """The live worker instances of one queue, or of every queue the principal may see,
@@ -172,8 +177,8 @@ def queue_offers_until(conn: Connection, queue_id: str, now: int,
     return offers, until
 
 
-def capability_stats(conn: Connection, queue_id: str, now: int,
-                     ttl_ms: int) -> list[dict[str, Any]]:
+def capability_stats(conn: Connection, queue_id: str, now: int, ttl_ms: int,
+                     pauses: PauseSet | None = None) -> list[dict[str, Any]]:
     """Pending tasks per capability beside the live workers offering it (the queue's
     capabilities either way), read in the caller's transaction."""
     live: dict[Capability, int] = {}
@@ -188,24 +193,34 @@ def capability_stats(conn: Connection, queue_id: str, now: int,
     out = []
     for cap in sorted(set(live) | set(pending), key=str):
         n, oldest = pending.get(cap, (0, None))
+        pause = pauses.pause_of(queue_id, cap) if pauses else None
         out.append({"capability": cap.to_dict(), "pending": n, "live_workers": live.get(cap, 0),
+                    "paused": pause.view() if pause else None,
                     "waiting": None if oldest is None
+                    else paused_fact(pause, cap, oldest) if pause
                     else waiting_fact("PENDING", cap, oldest, offers)})
     return out
 
 
 def with_waiting(view: dict[str, Any], offers: Offers,
-                 seen: dict[tuple[Any, ...], Any] | None = None) -> dict[str, Any]:
-    """Fill ``view["waiting"]``. ``seen`` (one per answer) shares the fact among views of
-    one capability and submit instant: a batch of a thousand is mostly one of each."""
+                 seen: dict[tuple[Any, ...], Any] | None = None,
+                 pauses: PauseSet | None = None) -> dict[str, Any]:
+    """Fill ``view["waiting"]``: the pause that holds a PENDING task (``pauses``: those in
+    force), else whether a live worker offers its capability. ``seen`` (one per answer, of
+    one queue) shares the fact among views of one capability and submit instant: a batch
+    of a thousand is mostly one of each."""
     cap = view["capability"]
     key = (cap["handler"], cap["handler_version"], cap["payload_version"], view["state"],
            view["created_at_ms"])
     if seen is not None and key in seen:
         view["waiting"] = seen[key]
         return view
-    view["waiting"] = waiting_fact(view["state"], Capability(*key[:3]), view["created_at_ms"],
-                                   offers)
+    capability = Capability(*key[:3])
+    pause = (pauses.pause_of(view["queue_id"], capability)
+             if pauses and view["state"] == TaskState.PENDING.value else None)
+    view["waiting"] = (paused_fact(pause, capability, view["created_at_ms"]) if pause
+                       else waiting_fact(view["state"], capability, view["created_at_ms"],
+                                         offers))
     if seen is not None:
         seen[key] = view["waiting"]
     return view

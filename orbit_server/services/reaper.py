@@ -13,6 +13,7 @@ from orbit_wire.model import Capability, Outcome, TaskState
 
 from .. import domain
 from ..domain.listing import waiting_fact
+from ..domain.pauses import paused_fact
 from ..store import reaping
 from ..store.receipts import prune_receipts
 from ..store.retry import transactional
@@ -123,11 +124,16 @@ class Reaper:
             task = uow.adopt_task_row(row)
             waiting = None
             if task.state is TaskState.PENDING:
-                if task.queue_id not in offers:
-                    offers[task.queue_id] = queue_offers(uow.conn, task.queue_id, now, ttl)
-                waiting = waiting_fact(task.state.value, Capability(
-                    row["handler"], row["handler_version"], row["payload_version"]),
-                    row["created_at_ms"], offers[task.queue_id])
+                cap = Capability(row["handler"], row["handler_version"], row["payload_version"])
+                pause = (self._tx.pauses.current.pause_of(task.queue_id, cap)
+                         if self._tx.pauses.current else None)
+                if pause is not None:  # it waited for a pause, not for a worker
+                    waiting = paused_fact(pause, cap, row["created_at_ms"])
+                else:
+                    if task.queue_id not in offers:
+                        offers[task.queue_id] = queue_offers(uow.conn, task.queue_id, now, ttl)
+                    waiting = waiting_fact(task.state.value, cap, row["created_at_ms"],
+                                           offers[task.queue_id])
             if domain.expire_start_by(task, now, row["schedule_to_start_ms"], waiting):
                 uow.audit(task.id, None, SERVER, "task_not_started_in_time",
                           TaskState.PENDING.value, task.state.value,

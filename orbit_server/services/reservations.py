@@ -90,6 +90,8 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
              probe: bool) -> tuple[list[Reserved], bool, int, bool]:
     """``reserve_in``, and with ``probe`` whether no claimable task was left over."""
     now = uow.now_ms
+    if not binding.capabilities:  # every one paused (services.pause_board)
+        return [], False, 0, True
     # Rows this transaction changed are not written yet, so the query still sees them
     # PENDING (and our own locks never skip them): ask for enough to make up for those.
     taken = uow.moved_from_pending()

@@ -1,17 +1,20 @@
 """Running ended tasks again: a FAILED or CANCELLED task back to PENDING with a new run's
 budget (docs/http-api.md "Retrying ended tasks"), one task by ID or a queue's tasks that
-match a filter, one page per transaction. Every public method is one transaction.
+match a filter, one page per transaction; and every other bulk action by filter (cancel, a
+review's retry / succeed / fail: docs/flow-control.md "Bulk actions") walks the same way.
+Every public method is one transaction.
 
-A bulk retry walks the task list's own index order (``domain.listing``: the same filter,
+A bulk action walks the task list's own index order (``domain.listing``: the same filter,
 keyset position and page cut as ``GET /v1/queues/{id}/tasks``), oldest first; its driver
-(orbit_server/retrying.py) calls ``retry_page`` until the list ends, so the store thread
-serves workers between pages. Each retried task gets its own ``task_retried`` audit row.
+(orbit_server/retrying.py) calls ``act_page`` until the list ends, so the store thread
+serves workers between pages. Each changed task gets its own audit row (``bulk``: true).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection
@@ -30,12 +33,49 @@ from ..store.rows import UnitOfWork
 from ..store.views import task_view
 from .context import TxContext
 from .effects import Effects
-from .tasks import _check_reason, _task_row, keep_budget, run_start
+from .tasks import (
+    _check_reason,
+    _task_row,
+    cancel_adopted,
+    keep_budget,
+    review_row,
+    reviewed,
+    run_start,
+)
 from .wakeups import Wakeups
 
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
 # The states a retry takes a task from.
 RETRYABLE_STATES = (TaskState.FAILED, TaskState.CANCELLED)
+
+
+class BulkAction(StrEnum):
+    """What a bulk action does to each matching task."""
+
+    RETRY = "retry"  # FAILED or CANCELLED run again
+    CANCEL = "cancel"
+    REVIEW_RETRY = "review_retry"  # NEEDS_REVIEW resolved as a review would
+    REVIEW_SUCCEED = "review_succeed"
+    REVIEW_FAIL = "review_fail"
+
+    @property
+    def review(self) -> domain.ReviewAction | None:
+        return _REVIEWS.get(self)
+
+
+_REVIEWS = {BulkAction.REVIEW_RETRY: domain.ReviewAction.RETRY,
+            BulkAction.REVIEW_SUCCEED: domain.ReviewAction.SUCCEED,
+            BulkAction.REVIEW_FAIL: domain.ReviewAction.FAIL}
+
+
+@dataclass(frozen=True, slots=True)
+class BulkChange:
+    """One bulk action with what it records: the reason, and the result a review's succeed
+    stores (JSON text, checked by the caller)."""
+
+    action: BulkAction
+    reason: str | None = None
+    result_json: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,21 +112,28 @@ class RetryService:
             uow.flush()
             out = task_rows.task_row(conn, task_id)
             assert out is not None
-        self._after([task], now, effects)
+        self._retried([task], now, effects)
         return task_view(out), effects
 
     def retry_page(self, principal: Principal, queue_id: str, filt: TaskFilter,
                    reason: str | None, dry_run: bool) -> tuple[RetryPage, Effects]:
-        """The next page of the queue's tasks matching ``filt`` (whose states are FAILED or
-        CANCELLED; its ``after`` is where this page starts), counted, and retried unless
-        ``dry_run``. A task that moved on since the page was read is left (skipped)."""
+        """The next page of a bulk retry (``act_page`` with RETRY)."""
+        return self.act_page(principal, queue_id, filt, BulkChange(BulkAction.RETRY, reason),
+                             dry_run)
+
+    def act_page(self, principal: Principal, queue_id: str, filt: TaskFilter,
+                 change: BulkChange, dry_run: bool) -> tuple[RetryPage, Effects]:
+        """The next page of the queue's tasks matching ``filt`` (its states those the
+        action takes tasks from; its ``after`` is where this page starts), counted, and
+        changed unless ``dry_run``. A task that moved on since the page was read is left
+        (skipped)."""
         require_role(principal, _PRODUCERS)
         require_visible_queue(principal, queue_id)
-        _check_reason(reason)
+        _check_reason(change.reason)
         now = self._tx.clock()
         effects = Effects()
         context = self._tx.read() if dry_run else self._tx.write()
-        retried: list[domain.TaskRec] = []
+        changed: list[domain.TaskRec] = []
         with context as conn:
             if not queue_exists(conn, queue_id):
                 raise queue_not_found(queue_id)
@@ -95,13 +142,29 @@ class RetryService:
                 uow = UnitOfWork(conn, now)
                 for row in task_rows.task_rows(conn, [str(r["id"]) for r in page]):
                     try:
-                        retried.append(self._rerun(conn, uow, row, principal, reason, True))
+                        task = self._step(conn, uow, row, principal, change, effects)
                     except OrbitError:
                         continue  # moved on since the page was read: left as it is
+                    if task is not None:
+                        changed.append(task)
                 uow.flush()
-        self._after(retried, now, effects)
-        skipped = 0 if dry_run else len(page) - len(retried)
-        return RetryPage(len(page), len(retried), skipped, after), effects
+        self._after(changed, change, now, effects)
+        skipped = 0 if dry_run else len(page) - len(changed)
+        return RetryPage(len(page), len(changed), skipped, after), effects
+
+    def _step(self, conn: Connection, uow: UnitOfWork, row: Mapping[Any, Any],
+              principal: Principal, change: BulkChange, effects: Effects
+              ) -> domain.TaskRec | None:
+        """One task's change, audited; None when there was nothing to change."""
+        review = change.action.review
+        if review is not None:
+            return review_row(conn, uow, row, principal.operator, review, change.result_json,
+                              change.reason, self._tx.config.kill_grace_ms, bulk=True)
+        if change.action is BulkAction.CANCEL:
+            task = uow.adopt_task_row(row)
+            return task if cancel_adopted(conn, uow, task, principal.actor, change.reason,
+                                          effects, bulk=True) else None
+        return self._rerun(conn, uow, row, principal, change.reason, True)
 
     def _rerun(self, conn: Connection, uow: UnitOfWork, row: Mapping[Any, Any],
                principal: Principal, reason: str | None, bulk: bool) -> domain.TaskRec:
@@ -119,7 +182,16 @@ class RetryService:
                   detail)
         return task
 
-    def _after(self, retried: list[domain.TaskRec], now: int, effects: Effects) -> None:
+    def _after(self, changed: list[domain.TaskRec], change: BulkChange, now: int,
+               effects: Effects) -> None:
+        """After a page: a review's effects, or those of the retries below."""
+        review = change.action.review
+        if review is not None:
+            reviewed(changed, review, self._wakeups, now, effects)
+        elif change.action is BulkAction.RETRY:
+            self._retried(changed, now, effects)
+
+    def _retried(self, retried: list[domain.TaskRec], now: int, effects: Effects) -> None:
         """Make the retried tasks' queues dispatchable and the reaper watch their
         deadlines."""
         for queue_id in {t.queue_id for t in retried}:

@@ -47,6 +47,7 @@ from .context import TxContext
 from .effects import Effects
 from .listing import capability_stats, with_waiting
 from .offers import OfferCache
+from .pauses import paused_views
 from .policies import PolicyCache
 from .pushes import PushKind, record_push
 from .reservations import Reservations, reserve_for
@@ -118,15 +119,17 @@ class TaskService:
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
-                    reservations = reserve_for(uow, binding, count, effects,
-                                               self._tx.credentials)
+                    reservations = reserve_for(uow, self._tx.pauses.narrow(binding), count,
+                                               effects, self._tx.credentials)
                     uow.flush()
-                if binding is None:  # else a live worker serves them: nothing to say
+                pauses = self._tx.pauses.current
+                # A live worker serves them (binding): nothing to say, unless paused.
+                if binding is None or pauses:
                     offers = self._offers.offers(conn, queue_id, now)
                     seen: dict[tuple[Any, ...], Any] = {}
                     for view, _created in out:
                         if view["state"] == _PENDING:
-                            with_waiting(view, offers, seen)
+                            with_waiting(view, offers, seen, pauses)
         except IntegrityError:
             # Another replica inserted the same operation key first; a retry finds it.
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
@@ -160,7 +163,8 @@ class TaskService:
             view = task_view(_task_row(conn, principal, task_id))
             if view["state"] == TaskState.PENDING.value:
                 with_waiting(view, self._offers.offers(conn, view["queue_id"],
-                                                       self._tx.clock()))
+                                                       self._tx.clock()),
+                             pauses=self._tx.pauses.current)
             return view
 
     def get_tasks(self, principal: Principal, task_ids: Sequence[str]
@@ -198,23 +202,7 @@ class TaskService:
         effects = Effects()
         with self._tx.write() as conn:
             uow, task = _adopt_task(conn, principal, task_id, now)
-            attempt = None
-            if task.current_attempt_id is not None:
-                uow.load_attempts([task.current_attempt_id])
-                attempt = uow.attempts.get(task.current_attempt_id)
-            before = task.state
-            before_attempt = attempt.state if attempt is not None else None
-            if domain.cancel(task, attempt, now):
-                detail: dict[str, Any] = {"reason": reason} if reason else {}
-                if attempt is not None and before is TaskState.RUNNING:
-                    detail["attempt_state"] = [before_attempt, attempt.state]
-                    effects.cancels.append((attempt.instance_id, attempt.id, attempt.epoch))
-                    # For the replica the worker is connected to, if it is another one.
-                    record_push(conn, now, PushKind.CANCEL, instance_id=attempt.instance_id,
-                                attempt_id=attempt.id, epoch=attempt.epoch)
-                uow.audit(task.id, attempt.id if attempt else None, principal.actor,
-                          "task_cancelled", before, task.state, detail)
-                effects.terminal_tasks.append(task.id)
+            if cancel_adopted(conn, uow, task, principal.actor, reason, effects):
                 uow.flush()
             out = _written_task_row(conn, task_id)
         return task_view(out), effects
@@ -233,27 +221,16 @@ class TaskService:
             if result is None:
                 raise OrbitError(ErrorCode.BAD_REQUEST, "succeed needs a non-null result")
             result_json = encode_value(result, what="result").decode()
-        reason_json = orjson.dumps({"reason": reason} if reason else {}).decode()
         now = self._tx.clock()
         effects = Effects()
         with self._tx.write() as conn:
             row = _task_row(conn, principal, task_id)
             uow = UnitOfWork(conn, now)
-            task = uow.adopt_task_row(row)
-            before = task.state
-            budget, not_before = run_start(conn, uow, row, self._tx.config.kill_grace_ms)
-            domain.review(task, review_action, result_json, reason_json, now, not_before)
-            if review_action is domain.ReviewAction.RETRY:  # its limits may have risen
-                keep_budget(conn, row, budget)
-            uow.audit(task.id, None, principal.operator, "task_reviewed", before, task.state,
-                      {"action": review_action.value, **({"reason": reason} if reason else {})})
+            task = review_row(conn, uow, row, principal.operator, review_action, result_json,
+                              reason, self._tx.config.kill_grace_ms)
             uow.flush()
             out = _written_task_row(conn, task_id)
-        if task.state is not TaskState.PENDING:
-            effects.terminal_tasks.append(task.id)
-        else:
-            self._wakeups.schedule(task.queue_id, task.available_at_ms, now, effects)
-        effects.counted().reviews.append((task.queue_id, review_action.value))
+        reviewed([task], review_action, self._wakeups, now, effects)
         return task_view(out), effects
 
     def queue_stats(self, principal: Principal, queue_id: str) -> dict[str, Any]:
@@ -268,7 +245,9 @@ class TaskService:
             counts.update(state_counts_of_queue(conn, queue_id))
             running = running_attempts_of_queue(conn, queue_id)
             oldest = oldest_pending_created(conn, queue_id)
-            by_capability = capability_stats(conn, queue_id, now, self._tx.config.session_ttl_ms)
+            by_capability = capability_stats(conn, queue_id, now, self._tx.config.session_ttl_ms,
+                                             self._tx.pauses.current)
+            paused = paused_views(conn, [queue_id])[queue_id]
             by_priority: dict[str, int] = {}
             delayed = 0
             for rank, later, count in pending_by_rank(conn, queue_id, now):
@@ -285,7 +264,69 @@ class TaskService:
             # delay or a retry backoff (available_at_ms still ahead).
             "pending_by_priority": dict(sorted(by_priority.items(), key=lambda kv: -int(kv[0]))),
             "pending_delayed": delayed,
+            # The pauses in force (docs/flow-control.md "Pause and resume").
+            "paused": paused,
         }
+
+
+def cancel_adopted(conn: Connection, uow: UnitOfWork, task: domain.TaskRec, actor: str,
+                   reason: str | None, effects: Effects, bulk: bool = False) -> bool:
+    """Cancel a task ``uow`` holds (its running attempt's worker told, here or through its
+    replica's push) and audit it; False when it was CANCELLED already. CONFLICT on
+    SUCCEEDED or FAILED (the state tables say)."""
+    now = uow.now_ms
+    attempt = None
+    if task.current_attempt_id is not None:
+        uow.load_attempts([task.current_attempt_id])
+        attempt = uow.attempts.get(task.current_attempt_id)
+    before = task.state
+    before_attempt = attempt.state if attempt is not None else None
+    if not domain.cancel(task, attempt, now):
+        return False
+    detail: dict[str, Any] = {"reason": reason} if reason else {}
+    if bulk:
+        detail["bulk"] = True
+    if attempt is not None and before is TaskState.RUNNING:
+        detail["attempt_state"] = [before_attempt, attempt.state]
+        effects.cancels.append((attempt.instance_id, attempt.id, attempt.epoch))
+        # For the replica the worker is connected to, if it is another one.
+        record_push(conn, now, PushKind.CANCEL, instance_id=attempt.instance_id,
+                    attempt_id=attempt.id, epoch=attempt.epoch)
+    uow.audit(task.id, attempt.id if attempt else None, actor, "task_cancelled", before,
+              task.state, detail)
+    effects.terminal_tasks.append(task.id)
+    return True
+
+
+def review_row(conn: Connection, uow: UnitOfWork, row: Mapping[Any, Any], actor: str,
+               action: domain.ReviewAction, result_json: str | None, reason: str | None,
+               kill_grace_ms: int, bulk: bool = False) -> domain.TaskRec:
+    """Resolve the NEEDS_REVIEW task of ``row`` in ``uow`` and audit it (CONFLICT in any
+    other state); the caller flushes and calls ``reviewed``."""
+    reason_json = orjson.dumps({"reason": reason} if reason else {}).decode()
+    task = uow.adopt_task_row(row)
+    before = task.state
+    budget, not_before = run_start(conn, uow, row, kill_grace_ms)
+    domain.review(task, action, result_json, reason_json, uow.now_ms, not_before)
+    if action is domain.ReviewAction.RETRY:  # its limits may have risen
+        keep_budget(conn, row, budget)
+    detail: dict[str, Any] = {"action": action.value, **({"reason": reason} if reason else {})}
+    if bulk:
+        detail["bulk"] = True
+    uow.audit(task.id, None, actor, "task_reviewed", before, task.state, detail)
+    return task
+
+
+def reviewed(tasks: Sequence[domain.TaskRec], action: domain.ReviewAction, wakeups: Wakeups,
+             now: int, effects: Effects) -> None:
+    """After reviews committed: wake the waiters of ended tasks, make retried ones
+    dispatchable, count them."""
+    for task in tasks:
+        if task.state is not TaskState.PENDING:
+            effects.terminal_tasks.append(task.id)
+        else:
+            wakeups.schedule(task.queue_id, task.available_at_ms, now, effects)
+        effects.counted().reviews.append((task.queue_id, action.value))
 
 
 def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec], actor: str,

@@ -196,6 +196,7 @@ class WorkerService:
         session's credit on them and acts on their ``effects`` (a grant's lease falls
         due)."""
         count = max(0, min(count, MAX_RESERVATIONS_PER_FRAME))
+        binding = self._tx.pauses.narrow(binding)  # paused capabilities start nothing
         if count == 0 or not binding.capabilities:
             return Reservations()
         with self._tx.write() as conn:
@@ -292,8 +293,9 @@ class WorkerService:
         now = uow.now_ms
         wanted = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
         claimed: list[Reservation] = []
-        made, more, used = (reserve_in(uow, binding, wanted, payload_left) if wanted
-                            else ([], False, 0))
+        # Paused capabilities start nothing (the claim's slots become credit).
+        made, more, used = (reserve_in(uow, self._tx.pauses.narrow(binding), wanted,
+                                       payload_left) if wanted else ([], False, 0))
         if more:  # the answer's payload budget, not the queue, ended the claim
             effects.ready_queues.add(binding.queue_id)
         for task, attempt, row in made:

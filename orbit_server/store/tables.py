@@ -382,3 +382,34 @@ schedule_firings = Table(
     Column("missed", Boolean, nullable=False),  # earlier due ticks were passed over
     **MYSQL_OPTIONS,
 )
+
+# Paused dispatch (migration 0018, docs/flow-control.md "Pause and resume"): a queue
+# (handler ""), a capability (handler_version "") or a capability version starts no new
+# attempts while its row exists. Every server keeps the rows in memory (services.pauses).
+pauses = Table(
+    "pauses",
+    metadata,
+    Column("queue_id", String(ID), primary_key=True),
+    Column("handler", String(NAME), primary_key=True),
+    Column("handler_version", String(NAME), primary_key=True),
+    Column("reason", String(1024), nullable=False),
+    Column("paused_by", String(CODE + ID), nullable=False),
+    Column("paused_at_ms", BigInteger, nullable=False),
+    **MYSQL_OPTIONS,
+)
+
+# Every pause and resume, who and why (the pauses' audit).
+pause_log = Table(
+    "pause_log",
+    metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("queue_id", String(ID), nullable=False),
+    Column("handler", String(NAME), nullable=False),
+    Column("handler_version", String(NAME), nullable=False),
+    Column("action", String(STATE), nullable=False),  # "paused" or "resumed"
+    Column("actor", String(CODE + ID), nullable=False),
+    Column("reason", String(1024), nullable=True),
+    Column("at_ms", BigInteger, nullable=False),
+    Index("ix_pause_log_queue_at", "queue_id", "at_ms"),
+    **MYSQL_OPTIONS,
+)

@@ -3,6 +3,7 @@
 
 import { get, post } from "./api.js";
 import { attemptTimeline, throughputChart } from "./charts.js";
+import { bulkBar, pauseControls } from "./flow.js";
 import {
   ago, bytes, capability, duration, facts, h, isoTime, json, shortId, stateBadge, table,
 } from "./dom.js";
@@ -71,6 +72,7 @@ export async function renderQueues(ctx) {
             unserved.map((c) => `${capability(c.capability)} (${c.pending} pending)`).join(", "))
           : "—"],
       ]),
+      pauseControls(ctx, q.id, stats.paused || []),
       h("h3", {}, "Throughput"),
       throughputChart(throughput),
       h("p", {},
@@ -162,8 +164,13 @@ export async function renderTasks(ctx) {
       onclick: () => { stack.push(cursor); go({ cursor: page.next_cursor }); } }, "Next"),
     h("span", { class: "muted", id: "page-info" },
       `page ${stack.length + 1}, ${page.tasks.length} task(s)`));
+  // The bulk actions take the list's filters, not its order, page size or cursor.
+  const bulkFilter = { state: params.state, handler: (cap || {}).handler,
+    handler_version: (cap || {}).handler_version, payload_version: (cap || {}).payload_version,
+    created_after: params.created_after, finished_after: params.finished_after };
   return h("div", {}, h("h1", {}, "Tasks"), form,
-    cap === null ? h("p", { class: "error" }, "capability: handler[@version[/payload]]") : null,
+    cap === null ? h("p", { class: "error" }, "capability: handler[@version[/payload]]")
+      : bulkBar(ctx, queue, bulkFilter),
     h("div", { class: "card" },
       table(["task", "state", "capability", "priority", "attempts", "submitted", "finished",
         "failure / waiting"], rows, { id: "task-table" }),

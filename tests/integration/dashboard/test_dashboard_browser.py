@@ -238,6 +238,47 @@ def test_task_page_retries_a_cancelled_task(page: Any, scene: Scene) -> None:
     expect(scene.producer.post(f"/v1/tasks/{task_id}/cancel", json={}), 200)  # as it was
 
 
+def test_task_list_bulk_cancel_shows_the_count_before_it_acts(page: Any, scene: Scene) -> None:
+    made = expect(scene.producer.post(f"/v1/queues/{scene.queue_id}/tasks/batch", json={
+        "tasks": [{"handler": "bulk.nobody", "handler_version": "v1", "payload_version": "v1",
+                   "payload": {"n": n}} for n in range(2)]}), 201)["tasks"]
+    _goto(page, scene, f"tasks?queue={scene.queue_id}&capability=bulk.nobody", "#bulk-bar")
+    page.select_option("#bulk-bar select[name=bulk-action]", "cancel")
+    page.fill("#bulk-bar input[name=bulk-reason]", "from the dashboard")
+    page.click("#bulk-count-button")
+    page.wait_for_function("() => document.querySelector('#bulk-count')?.dataset.matched"
+                           " === '2'")
+    assert "2 task(s) match" in page.text_content("#bulk-count")
+    # Counted, not changed: the cancel waits for its confirmation.
+    assert {expect(scene.producer.get(f"/v1/tasks/{t['id']}"), 200)["state"]
+            for t in made} == {"PENDING"}
+    page.click("#bulk-confirm")
+    page.wait_for_function("() => (document.querySelector('#status')?.textContent || '')"
+                           ".includes('cancel: 2 of 2')")
+    for task in made:
+        assert expect(scene.producer.get(f"/v1/tasks/{task['id']}"), 200)["state"] == "CANCELLED"
+        events = expect(scene.producer.get(f"/v1/tasks/{task['id']}/audit"), 200)["events"]
+        assert events[-1]["detail"] == {"reason": "from the dashboard", "bulk": True}
+
+
+def test_a_queue_card_pauses_and_resumes_a_capability(page: Any, scene: Scene) -> None:
+    _goto(page, scene, "queues", f"section[data-queue='{scene.queue_id}'] [data-pauses]")
+    card = page.locator(f"section[data-queue='{scene.queue_id}']")
+    card.locator("input[name=pause-handler]").fill("bulk.nobody")
+    card.locator("input[name=pause-reason]").fill("dashboard pause")
+    card.locator("button[data-action=pause]").click()
+    paused = page.locator(f"section[data-queue='{scene.queue_id}'] li[data-handler='bulk.nobody']")
+    paused.wait_for()
+    assert "dashboard pause" in paused.text_content()
+    answer = expect(scene.producer.get(f"/v1/queues/{scene.queue_id}/pauses"), 200)
+    assert [(p["scope"], p["handler"]) for p in answer["paused"]] == [
+        ("capability", "bulk.nobody")]
+    paused.locator("button[data-action=resume]").click()
+    paused.wait_for(state="detached")
+    assert expect(scene.producer.get(f"/v1/queues/{scene.queue_id}/pauses"),
+                  200)["paused"] == []
+
+
 def test_schedules_page_shows_the_next_five_fire_times(page: Any, scene: Scene) -> None:
     made = expect(scene.producer.post(f"/v1/queues/{scene.queue_id}/schedules", json={
         "cron": "0 9 * * *", "timezone": "Europe/Paris", "name": "morning", "paused": True,
@@ -294,7 +335,8 @@ def test_ui_responses_carry_a_strict_csp_and_no_inline_script(scene: Scene) -> N
         assert missing.status_code == 404
         assert client.get("/ui/nope.js").json()["error"]["code"] == "NOT_FOUND"
         # The assets never hold markup built from strings.
-        for name in ("app.js", "pages.js", "charts.js", "dom.js", "api.js", "schedules.js"):
+        for name in ("app.js", "pages.js", "charts.js", "dom.js", "api.js", "schedules.js",
+                     "flow.js"):
             assert "innerHTML" not in client.get(f"/ui/{name}").text, name
 
 

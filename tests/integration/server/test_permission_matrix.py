@@ -114,6 +114,14 @@ CASES: dict[tuple[str, str], list[Case]] = {
     # Allowed, but the task has not ended FAILED or CANCELLED.
     ("POST", "/v1/tasks/{task_id}/retry"): [Case(QUEUE, body={}, allowed=frozenset({409}))],
     ("POST", "/v1/queues/{queue_id}/tasks/retry"): [Case(QUEUE, body={"dry_run": True})],
+    ("POST", "/v1/queues/{queue_id}/tasks/cancel"): [Case(QUEUE, body={"dry_run": True})],
+    ("POST", "/v1/queues/{queue_id}/tasks/review"): [
+        Case(QUEUE, body={"action": "fail", "dry_run": True})],
+    ("GET", "/v1/queues/{queue_id}/pauses"): [Case(QUEUE)],
+    # A pause of a handler no task has, lifted by the resume after it.
+    ("POST", "/v1/queues/{queue_id}/pause"): [
+        Case(QUEUE, body={"handler": "matrix-nothing", "reason": "permission matrix"})],
+    ("POST", "/v1/queues/{queue_id}/resume"): [Case(QUEUE, body={"handler": "matrix-nothing"})],
     ("POST", "/v1/tasks/{task_id}/cancel"): [Case(QUEUE, body={})],
     ("POST", "/v1/queues/{queue_id}/schedules"): [Case(QUEUE, body=_schedule_body())],
     ("GET", "/v1/queues/{queue_id}/schedules"): [Case(QUEUE)],

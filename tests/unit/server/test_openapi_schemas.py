@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from orbit_server.domain import bodies, parse_task_spec
+from orbit_server.domain import bodies, flow_bodies, parse_task_spec
 from orbit_server.domain.listing import parse_filter
 from orbit_server.domain.schedules import parse_schedule
 from orbit_server.openapi import openapi_document
@@ -50,6 +50,10 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "ReviewRequest": bodies.parse_review_request,
     "RetryRequest": lambda v: bodies.RETRY_REQUEST.parse(v, "request body"),
     "BulkRetryRequest": lambda v: bodies.BULK_RETRY_REQUEST.parse(v, "request body"),
+    "PauseRequest": flow_bodies.parse_pause_request,
+    "ResumeRequest": flow_bodies.parse_resume_request,
+    "BulkCancelRequest": lambda v: flow_bodies.BULK_CANCEL_REQUEST.parse(v, "request body"),
+    "BulkReviewRequest": flow_bodies.parse_bulk_review_request,
 }
 
 
