@@ -2,7 +2,7 @@
 every pause and resume (who and why).
 
 Revision ID: 0018
-Revises: 0014
+Revises: 0015
 Create Date: 2026-12-06
 
 A row of ``pauses`` stops new starts of the queue's matching tasks: ``handler`` "" pauses
