@@ -56,10 +56,14 @@ _SCHEMAS: dict[str, Any] = {
         "max_attempts": {"type": "integer"}, "backoff": _ref("Backoff"),
         "attempt_timeout_ms": _MS, "lease_ttl_ms": _MS, "schedule_to_start_ms": _NULLABLE_INT,
         "cancel_grace_ms": {"type": "integer"},
+        "requires": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
+                     "description": "label pairs its worker must have; null: any worker"},
     }),
     "Waiting": {"oneOf": [{"type": "null"}, _obj({
-        "reason": {"type": "string", "enum": ["NO_LIVE_WORKER"]},
+        "reason": {"type": "string", "enum": ["NO_LIVE_WORKER", "NO_MATCHING_WORKER"]},
         "capability": _ref("Capability"), "since": _MS,
+        "requires": {"type": "object", "additionalProperties": {"type": "string"},
+                     "description": "NO_MATCHING_WORKER: the labels no live worker has"},
     }, ["reason", "capability", "since"])]},
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
@@ -186,6 +190,8 @@ _SCHEMAS: dict[str, Any] = {
         "instance_id": _ID, "queue_id": _ID, "replica": _NULLABLE_STR,
         "version": _NULLABLE_STR, "capabilities": {"type": "array", "items": _ref("Capability")},
         "slots": {"type": "integer"}, "credit": {"type": "integer"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"},
+                   "description": "orbit-supervise --label pairs ({} for none)"},
         "connected_at": _MS, "connected_at_ms": _MS, "last_heartbeat_at": _MS,
         "last_heartbeat_at_ms": _MS, "last_seen_at_ms": _MS,
         "running": {"type": "array", "items": _obj({

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id, new_id
 from orbit_wire.jsonvalue import encode_value
+from orbit_wire.labels import requires_key
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME, MAX_SUBMIT_BATCH
 from orbit_wire.model import Role, TaskState
 
@@ -396,6 +397,7 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "dispatch_rank": rank_of(spec.priority),
         "cancel_grace_ms": policy.cancel_grace_ms,
         "policy_source": spec.policy_source.value,
+        "requires": policy.requires, "requires_key": requires_key(policy.requires),
     }
 
 
