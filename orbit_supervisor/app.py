@@ -134,6 +134,7 @@ class Supervisor:
         prefetch: int = 0,
         grants: bool = True,
         report_exception_messages: bool = False,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         queue_ids = (queue_id,) if isinstance(queue_id, str) else tuple(queue_id)
         self.options = SupervisorOptions(
@@ -142,6 +143,7 @@ class Supervisor:
             max_tasks_per_child=max_tasks_per_child, max_memory_per_child=max_memory_per_child,
             child_nice=child_nice, prefetch=prefetch, grants=grants,
             report_exception_messages=report_exception_messages,
+            labels=tuple(sorted((labels or {}).items())),
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
@@ -326,7 +328,7 @@ class Supervisor:
                 reconnect_min_delay=opts.reconnect_min_delay,
                 reconnect_max_delay=opts.reconnect_max_delay,
                 report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
-                agent=_agent(), prefetch=opts.prefetch, grants=opts.grants,
+                agent=_agent(), prefetch=opts.prefetch, grants=opts.grants, labels=opts.labels,
             ), random.random, share=share)
             # With several queues each lane's records name its queue (logger and field).
             lane_log = _queue_logger(self._log, queue_id) if several else self._log

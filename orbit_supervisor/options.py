@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id
+from orbit_wire.labels import parse_labels
 from orbit_wire.limits import MAX_CAPACITY
 
 from . import defaults
@@ -67,6 +68,8 @@ class SupervisorOptions:
     grants: bool = True  # ask for leases granted with the dispatch (docs/protocol.md)
     # Record the first line of a handler exception's message (docs/security.md).
     report_exception_messages: bool = False
+    # What this host offers (``--label gpu=a100``), sorted pairs; sent in every hello.
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def queue_id(self) -> str:
@@ -94,6 +97,10 @@ class SupervisorOptions:
             _int_in("max_tasks_per_child", self.max_tasks_per_child, 1, 2**31)
         if self.max_memory_per_child is not None:
             _int_in("max_memory_per_child", self.max_memory_per_child, 1 << 20, 2**50)
+        try:
+            parse_labels(f"{k}={v}" for k, v in self.labels)
+        except OrbitError as exc:
+            raise OptionError(exc.message) from None
         if len(self.queue_ids) > self.workers:
             # Each queue keeps a child of its own (docs/supervisor.md, "Several queues").
             raise OptionError(f"workers must be at least the number of queues "
