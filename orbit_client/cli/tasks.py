@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from orbit_wire.errors import OrbitError
+from orbit_wire.labels import parse_labels
 
 from ..client import OrbitClient
 from ..durations import parse_duration_ms, parse_instant_ms
@@ -73,6 +74,8 @@ def tasks() -> None:
 @click.option("--cancel-grace", default=None,
               help="How long a cancel lets a running handler stop by itself before the "
                    "kill: 0 to 60s (default 2s; 0 kills at once).")
+@click.option("--requires", "requires", multiple=True, metavar="NAME=VALUE",
+              help="A label its worker must have (repeatable; orbit-supervise --label).")
 @json_option
 @wait_option
 @click.pass_context
@@ -94,6 +97,7 @@ def tasks_submit(
     priority: int | None,
     schedule_to_start: str | None,
     cancel_grace: str | None,
+    requires: tuple[str, ...],
     as_json: bool,
     wait_s: float | None,
 ) -> None:
@@ -118,6 +122,7 @@ def tasks_submit(
         else parse_duration_ms(schedule_to_start, "--schedule-to-start"),
         "cancel_grace_ms": None if cancel_grace is None
         else parse_duration_ms(cancel_grace, "--cancel-grace"),
+        "requires": _requires(requires),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     s = settings(ctx)
@@ -266,3 +271,13 @@ def for_each_task(ctx: click.Context, task_ids: Sequence[str], as_json: bool,
     if not out.human:
         out.json({"tasks": [task_for_json(t) for t in done], "errors": errors})
     ctx.exit(exit_code)
+
+
+def _requires(texts: tuple[str, ...]) -> dict[str, str] | None:
+    """``--requires NAME=VALUE`` options as the TaskSpec's ``requires`` (None: none given)."""
+    if not texts:
+        return None
+    try:
+        return parse_labels(texts)
+    except OrbitError as exc:
+        raise OrbitError(exc.code, f"--requires: {exc.message}") from None

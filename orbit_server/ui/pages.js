@@ -322,7 +322,10 @@ export async function renderTask(ctx, id) {
       ["operation key", task.operation_key],
       ["failure", task.failure ? h("div", {}, h("code", { id: "failure-code" }, task.failure.code),
         json(task.failure.details)) : null],
-      ["waiting", task.waiting ? `${task.waiting.reason} since ${isoTime(task.waiting.since)}` : null],
+      ["waiting", task.waiting ? `${task.waiting.reason}${task.waiting.requires
+        ? ` (requires ${labelsText(task.waiting.requires)})` : ""} since ${isoTime(task.waiting.since)}`
+        : null],
+      ["requires", task.policy.requires ? labelsText(task.policy.requires) : null],
       // A handler that returned None succeeded with a null result: shown as null.
       ["result", task.state === "SUCCEEDED" ? json(task.result ?? null)
         : task.result === null || task.result === undefined ? null : json(task.result)],
@@ -347,6 +350,10 @@ export async function renderTask(ctx, id) {
 
 // ------------------------------------------------------------------ workers
 
+// {gpu: "a100"} as "gpu=a100" (pairs by name, joined by commas; "" for none).
+const labelsText = (labels) => Object.keys(labels || {}).sort()
+  .map((k) => `${k}=${labels[k]}`).join(",");
+
 export async function renderWorkers(ctx) {
   const queue = ctx.params.get("queue") || null;
   const answer = await get("/v1/workers", { queue_id: queue });
@@ -357,6 +364,7 @@ export async function renderWorkers(ctx) {
     h("td", {}, names.get(w.queue_id) || w.queue_id),
     h("td", { class: "mono" }, w.replica || ""), h("td", { class: "mono" }, w.version || ""),
     h("td", {}, w.capabilities.map((c) => h("div", { class: "mono" }, capability(c)))),
+    h("td", { class: "mono", "data-labels": labelsText(w.labels) }, labelsText(w.labels) || "-"),
     h("td", { class: "num" }, `${w.running.length} / ${w.slots}`),
     h("td", { class: "num" }, String(w.credit)),
     h("td", {}, ago(w.connected_at_ms, now)), h("td", {}, ago(w.last_heartbeat_at_ms, now)),
@@ -365,7 +373,7 @@ export async function renderWorkers(ctx) {
       : h("span", { class: "muted" }, "idle"))));
   return h("div", {}, h("h1", {}, "Live workers"),
     h("div", { class: "card" },
-      table(["instance", "queue", "replica", "version", "capabilities", "busy / slots", "credit",
-        "connected", "heartbeat", "running attempts"], rows, { id: "workers" }),
+      table(["instance", "queue", "replica", "version", "capabilities", "labels", "busy / slots",
+        "credit", "connected", "heartbeat", "running attempts"], rows, { id: "workers" }),
       rows.length ? null : h("p", { class: "muted" }, "No live worker.")));
 }
