@@ -122,7 +122,8 @@ class TaskService:
                     reservations = reserve_for(uow, binding, count, effects,
                                                self._tx.credentials)
                     uow.flush()
-                if binding is None:  # else a live worker serves them: nothing to say
+                # A live worker serves them, unless they require labels it may lack.
+                if binding is None or any(v["policy"]["requires"] for v, _ in out):
                     offers = self._offers.offers(conn, queue_id, now)
                     seen: dict[tuple[Any, ...], Any] = {}
                     for view, _created in out:

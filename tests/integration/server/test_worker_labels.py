@@ -57,6 +57,10 @@ async def test_tasks_go_only_to_workers_with_their_labels(lane: Lane) -> None:
         # labelled worker, one that requires nothing to either.
         late = _submit(lane, requires={"gpu": "a100"})
         assert [r.task_id for r in await gpu.only_reserved(1, among=[late])] == [late]
+        # The submit's own answer says so too, though workers wait with credit.
+        answer = expect(lane.producer.post(f"/v1/queues/{lane.queue}/tasks", json=task_spec(
+            requires={"gpu": "h100"})), 201)
+        assert answer["waiting"]["reason"] == "NO_MATCHING_WORKER", answer
 
         view = _task(lane, nobody)
         assert view["state"] == "PENDING"
