@@ -6,6 +6,7 @@ claim drained the queue counts only the tasks the worker could take."""
 
 from __future__ import annotations
 
+import orjson
 from store_support import CAP, World
 
 from orbit_server.store import claims
@@ -93,3 +94,16 @@ def test_the_requirement_walk_is_bounded(world: World) -> None:
         found = claims.matching_requirements(conn, world.queue_id, CAP,
                                              {"k": "v1", "gpu": "a100"})
     assert 1 <= len(found) <= 2
+
+
+def test_an_unmatched_task_not_started_in_time_names_its_labels(world: World) -> None:
+    task = world.submit(requires={"gpu": "h100"}, schedule_to_start_ms=1_000)
+    world.hello(labels=GPU)  # live, offers the capability, lacks the label
+    world.clock.advance(1_000)
+    assert task["id"] in world.service.reaper.reap().terminal_tasks
+    failed = world.task(task["id"])
+    assert failed["state"] == "FAILED" and failed["failure"]["code"] == "NOT_STARTED_IN_TIME"
+    details = orjson.loads(orjson.dumps(failed["failure"]["details"]))
+    assert details["waiting"]["reason"] == "NO_MATCHING_WORKER"
+    assert details["waiting"]["requires"] == {"gpu": "h100"}
+    assert "labels it requires" in details["reason"]
