@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
@@ -31,6 +31,7 @@ from typing import TypeVar
 from orbit_host.task_owner import TaskOwner
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import Cancel, ClaimOp, Op, OpResult, Reserve, ServerFrame
+from orbit_wire.labels import labels_match
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME
 from orbit_wire.model import Capability
 
@@ -256,12 +257,14 @@ class Dispatcher:
 
     async def with_claim(self, queue_id: str, capability: Capability | None,
                          transaction: Callable[[WorkerBinding | None, int],
-                                               tuple[T, Reservations]]) -> T:
+                                               tuple[T, Reservations]],
+                         requires: Mapping[str, str] | None = None) -> T:
         """Run ``transaction`` (new work of ``capability`` in ``queue_id``) on the store
-        thread; when a session of the queue waits with credit for that capability, through
-        the claim routine, so the same transaction reserves for it (``binding`` and a count
-        are then given; else None and 0)."""
-        session = None if capability is None else self._idle_session(queue_id, capability)
+        thread; when a session of the queue waits with credit for that capability (with the
+        labels the work ``requires``), through the claim routine, so the same transaction
+        reserves for it (``binding`` and a count are then given; else None and 0)."""
+        session = None if capability is None else self._idle_session(queue_id, capability,
+                                                                      requires)
         if session is None:
             value, _none = await self._store.call(transaction, None, 0)
             return value
@@ -275,13 +278,16 @@ class Dispatcher:
 
         return await self.claim(session, reserving)
 
-    def _idle_session(self, queue_id: str, capability: Capability) -> WorkerSession | None:
-        """A session of ``queue_id`` serving ``capability`` that waits with credit and is not
-        claiming right now (least recently served first), or None."""
+    def _idle_session(self, queue_id: str, capability: Capability,
+                      requires: Mapping[str, str] | None = None) -> WorkerSession | None:
+        """A session of ``queue_id`` serving ``capability`` (with every label ``requires``
+        names) that waits with credit and is not claiming right now (least recently served
+        first), or None."""
         best: WorkerSession | None = None
         for session in self._by_queue.get(queue_id, {}).values():
             if (session.wants_work and not session.lock.locked()
                     and capability in session.binding.capabilities
+                    and (not requires or labels_match(session.binding.labels, requires))
                     and (best is None or session.served_seq < best.served_seq)):
                 best = session
         return best

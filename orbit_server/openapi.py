@@ -60,6 +60,8 @@ _SCHEMAS: dict[str, Any] = {
         "progress_timeout_ms": {"type": ["integer", "null"], "description": (
             "an attempt reporting no progress this long is killed (PROGRESS_TIMEOUT); "
             "null: no bound")},
+        "requires": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
+                     "description": "label pairs its worker must have; null: any worker"},
     }),
     "Progress": {"oneOf": [{"type": "null"}, _obj({
         "fraction": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
@@ -68,9 +70,11 @@ _SCHEMAS: dict[str, Any] = {
     }, ["fraction", "details", "at_ms"])], "description": (
         "the handler's latest progress (a renew's or the finish's); null until it reports")},
     "Waiting": {"oneOf": [{"type": "null"}, _obj({
-        "reason": {"type": "string", "enum": ["NO_LIVE_WORKER", "PAUSED"]},
+        "reason": {"type": "string", "enum": ["NO_LIVE_WORKER", "PAUSED", "NO_MATCHING_WORKER"]},
         "capability": _ref("Capability"), "since": _MS,
         "pause": {"description": "PAUSED: the pause's scope, reason and who paused"},
+        "requires": {"type": "object", "additionalProperties": {"type": "string"},
+                     "description": "NO_MATCHING_WORKER: the labels no live worker has"},
     }, ["reason", "capability", "since"])]},
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
@@ -204,6 +208,8 @@ _SCHEMAS: dict[str, Any] = {
         "instance_id": _ID, "queue_id": _ID, "replica": _NULLABLE_STR,
         "version": _NULLABLE_STR, "capabilities": {"type": "array", "items": _ref("Capability")},
         "slots": {"type": "integer"}, "credit": {"type": "integer"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"},
+                   "description": "orbit-supervise --label pairs ({} for none)"},
         "connected_at": _MS, "connected_at_ms": _MS, "last_heartbeat_at": _MS,
         "last_heartbeat_at_ms": _MS, "last_seen_at_ms": _MS,
         "running": {"type": "array", "items": _obj({

@@ -71,7 +71,7 @@ class Submitter:
         # A worker of the queue waiting with credit for the task's capability gets it in
         # the submit's own transaction: one store hop and one commit less to its dispatch.
         made, effects = await parts.dispatcher.with_claim(queue_id, capability_of(specs[0]),
-                                                          submitting)
+                                                          submitting, requires_of(specs[0]))
         parts.act_on(effects)
         return made
 
@@ -102,6 +102,15 @@ class Submitter:
             return task
         finally:
             parts.waiters.unregister(task_id, event)
+
+
+def requires_of(spec: Any) -> dict[str, str] | None:
+    """The labels a task spec requires, when it says so in a usable form (else None: the
+    use case checks the spec)."""
+    requires = spec.get("requires") if isinstance(spec, dict) else None
+    if isinstance(requires, dict) and all(isinstance(v, str) for v in requires.values()):
+        return requires
+    return None
 
 
 def capability_of(spec: Any) -> Capability | None:

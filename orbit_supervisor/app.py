@@ -136,6 +136,7 @@ class Supervisor:
         report_exception_messages: bool = False,
         child_memory_max: int | None = None,
         child_cpu_max: float | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         queue_ids = (queue_id,) if isinstance(queue_id, str) else tuple(queue_id)
         self.options = SupervisorOptions(
@@ -145,6 +146,7 @@ class Supervisor:
             child_nice=child_nice, prefetch=prefetch, grants=grants,
             report_exception_messages=report_exception_messages,
             child_memory_max=child_memory_max, child_cpu_max=child_cpu_max,
+            labels=tuple(sorted((labels or {}).items())),
         )
         if not isinstance(credentials, Credentials):
             credentials = load_credentials(credentials)
@@ -331,7 +333,7 @@ class Supervisor:
                 reconnect_min_delay=opts.reconnect_min_delay,
                 reconnect_max_delay=opts.reconnect_max_delay,
                 report_margin=REPORT_MARGIN, cpus=len(os.sched_getaffinity(0)),
-                agent=_agent(), prefetch=opts.prefetch, grants=opts.grants,
+                agent=_agent(), prefetch=opts.prefetch, grants=opts.grants, labels=opts.labels,
             ), random.random, share=share)
             # With several queues each lane's records name its queue (logger and field).
             lane_log = _queue_logger(self._log, queue_id) if several else self._log

@@ -27,8 +27,9 @@ from orbit_host.isolation import (
 from orbit_host.logs import LOG_FORMATS, configure_logging, fields
 from orbit_host.tls import CaFileError
 from orbit_host.version import DISTRIBUTION, installed_version
-from orbit_wire.errors import HandlerSpecError
+from orbit_wire.errors import HandlerSpecError, OrbitError
 from orbit_wire.ids import is_id
+from orbit_wire.labels import parse_labels
 
 from . import defaults
 from .app import Supervisor
@@ -168,6 +169,10 @@ def _fail(code: int, message: str) -> None:
                    "exception that ends a handler, with its type, in the attempt's details "
                    "and the task's failure: a risk you take, since a message may hold "
                    "payload data or secrets (docs/security.md). Off: the type name only.")
+@click.option("--label", "labels", multiple=True, metavar="NAME=VALUE",
+              help="What this host offers (repeatable, e.g. --label gpu=a100 --label "
+                   "mem=64G): a task that requires labels is given only to a worker that has "
+                   "them all. Names and values: 1-64 of [A-Za-z0-9_.:/-].")
 @click.option("--metrics-port", type=click.IntRange(0, 65535),
               help="Serve Prometheus metrics over HTTP on this port (default: off).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
@@ -186,9 +191,14 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_ids:
          child_cpu_max: float | None, child_user: str | None,
          child_rlimit_as: int | None, child_rlimit_cpu: int | None, child_nofile: int | None,
          ca_file: str | None, child_nice: int, report_exception_messages: bool,
-         metrics_port: int | None, metrics_host: str, log_level: str, log_format: str) -> None:
+         labels: tuple[str, ...], metrics_port: int | None, metrics_host: str, log_level: str,
+         log_format: str) -> None:
     """Run handlers from MODULE:ATTR in isolated child processes for one queue or several."""
     _setup_logging(log_level, log_format)
+    try:
+        offered = parse_labels(labels)
+    except OrbitError as exc:
+        _fail(EXIT_USAGE, f"--label: {exc.message}")
     try:
         creds = load_credentials(credentials_file)
     except CredentialsFileError as exc:
@@ -205,7 +215,7 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_ids:
             max_memory_per_child=max_memory_per_child, child_nice=child_nice,
             child_memory_max=child_memory_max, child_cpu_max=child_cpu_max,
             prefetch=prefetch, grants=grants,
-            report_exception_messages=report_exception_messages,
+            report_exception_messages=report_exception_messages, labels=offered,
             reap_orphans=True,  # this process starts nothing but the template
             ca_file=ca_file, capture_child_output=True,
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id
+from orbit_wire.labels import parse_labels
 from orbit_wire.limits import MAX_CAPACITY
 
 from . import defaults
@@ -72,6 +73,8 @@ class SupervisorOptions:
     grants: bool = True  # ask for leases granted with the dispatch (docs/protocol.md)
     # Record the first line of a handler exception's message (docs/security.md).
     report_exception_messages: bool = False
+    # What this host offers (``--label gpu=a100``), sorted pairs; sent in every hello.
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def queue_id(self) -> str:
@@ -108,6 +111,10 @@ class SupervisorOptions:
             if not ok or not lo <= float(self.child_cpu_max) <= hi:
                 raise OptionError(f"child_cpu_max must be a number of CPUs in [{lo:g}, "
                                   f"{hi:g}], got {self.child_cpu_max!r}")
+        try:
+            parse_labels(f"{k}={v}" for k, v in self.labels)
+        except OrbitError as exc:
+            raise OptionError(exc.message) from None
         if len(self.queue_ids) > self.workers:
             # Each queue keeps a child of its own (docs/supervisor.md, "Several queues").
             raise OptionError(f"workers must be at least the number of queues "

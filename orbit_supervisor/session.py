@@ -136,7 +136,7 @@ class Session(SessionAnswers):
             instance_id=cfg.instance_id, instance_secret=cfg.instance_secret,
             queue_id=cfg.queue_id, capabilities=cfg.capabilities, capacity=cfg.capacity,
             agent=cfg.agent, features=(FEATURE_GRANT,) if cfg.grants else (),
-            policies=cfg.policies or None,
+            policies=cfg.policies or None, labels=dict(cfg.labels) or None,
         )
         return [self._send(hello, now)]
 

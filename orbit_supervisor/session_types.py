@@ -82,6 +82,9 @@ class SessionConfig:
     # arrives started, with its lease counted from a frame this side sent, and no separate
     # start round trip precedes its handler (docs/protocol.md, "Grants").
     grants: bool = True
+    # The host's labels (``--label``), sent in hello: a task that requires labels is given
+    # only to a worker that has them all.
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

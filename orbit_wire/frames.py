@@ -25,6 +25,7 @@ from msgspec import Meta, Raw, Struct
 
 from .errors import ErrorCode, ProtocolError
 from .explain import Refusal, explain
+from .labels import Labels
 from .limits import (
     INT64_MAX,
     MAX_BATCH_OPS,
@@ -34,8 +35,6 @@ from .limits import (
     MAX_FEATURES,
     MAX_FRAME_BYTES,
     MAX_KILL_AGE_MS,
-    MAX_LABEL_LEN,
-    MAX_LABELS,
     MAX_PROGRESS_BYTES,
     MAX_RESERVATIONS_PER_FRAME,
     MIN_CANCEL_GRACE_MS,
@@ -66,10 +65,6 @@ Message = Annotated[str, Meta(max_length=4096)]
 JsonText = Annotated[str, Meta(max_length=1 << 22)]  # JSON text, checked by the value rules
 EndedBy = Annotated[str, Meta(pattern=whole(f"{ENDED_COOPERATIVE}|{ENDED_KILLED}"))]
 ProgressText = Annotated[str, Meta(max_length=MAX_PROGRESS_BYTES)]  # JSON text, value rules
-LabelText = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_LEN,
-                                pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")]
-# A worker's labels (``orbit-supervise --label gpu=a100``): what its host offers.
-Labels = Annotated[dict[LabelText, LabelText], Meta(max_length=MAX_LABELS)]
 # Protocol features (``hello`` asks, ``welcome`` grants); a name the server does not know is
 # not granted, never refused.
 Features = Annotated[tuple[Annotated[str, Meta(max_length=32)], ...],

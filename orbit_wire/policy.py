@@ -18,6 +18,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from .errors import ErrorCode, OrbitError
 from .explain import explain
+from .labels import Requires
 from .limits import (
     MAX_CANCEL_GRACE_MS,
     MAX_CAPABILITIES,
@@ -70,7 +71,7 @@ ProgressTimeoutMs = Annotated[int, Meta(
 # The policy fields of a TaskSpec, by their TaskSpec names.
 POLICY_FIELDS: Final = ("idempotency", "max_attempts", "backoff", "attempt_timeout_ms",
                         "deadline_ms", "lease_ttl_ms", "schedule_to_start_ms",
-                        "cancel_grace_ms", "priority", "progress_timeout_ms")
+                        "cancel_grace_ms", "priority", "progress_timeout_ms", "requires")
 
 
 class Backoff(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -110,6 +111,8 @@ class DeclaredPolicy(Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     cancel_grace_ms: CancelGraceMs | None = None
     priority: Priority | None = None
     progress_timeout_ms: ProgressTimeoutMs | None = None
+    # Label pairs a worker must have to be given the task (orbit_wire/labels.py).
+    requires: Requires | None = None
 
     def declared(self) -> dict[str, Any]:
         """The declared fields (TaskSpec names and JSON values), backoff in full."""

@@ -35,7 +35,7 @@ R = TypeVar("R")  # the result
 # Policy fields a submit may set besides the payload (docs/http-api.md "TaskSpec").
 _POLICY_FIELDS = frozenset({"max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms",
                             "lease_ttl_ms", "schedule_to_start_ms", "cancel_grace_ms",
-                            "progress_timeout_ms"})
+                            "progress_timeout_ms", "requires"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,9 @@ class TaskType(Generic[P, R]):
     # An attempt that reports no progress (``execution.progress``) for this long is killed
     # with reason PROGRESS_TIMEOUT; None: no bound.
     progress_timeout_ms: int | None = None
+    # Label pairs a worker must have (``orbit-supervise --label``), e.g. {"gpu": "a100"};
+    # kept as sorted pairs so the TaskType stays hashable.
+    requires: Mapping[str, str] | tuple[tuple[str, str], ...] | None = None
     fails_on: FailsOn = ()
     # The policy fields above (not fails_on: the worker applies it), checked and encoded once.
     policy: DeclaredPolicy = field(init=False, repr=False, compare=False)
@@ -89,9 +92,13 @@ class TaskType(Generic[P, R]):
             "attempt_timeout_ms": self.attempt_timeout_ms, "deadline_ms": self.deadline_ms,
             "lease_ttl_ms": self.lease_ttl_ms, "schedule_to_start_ms": self.schedule_to_start_ms,
             "cancel_grace_ms": self.cancel_grace_ms,
-            "progress_timeout_ms": self.progress_timeout_ms}, f"TaskType {self.capability}")
+            "progress_timeout_ms": self.progress_timeout_ms,
+            "requires": None if self.requires is None else dict(self.requires)},
+            f"TaskType {self.capability}")
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "backoff", policy.backoff)  # a dict as its (hashable) Struct
+        object.__setattr__(self, "requires", None if policy.requires is None
+                           else tuple(sorted(policy.requires.items())))
 
     @property
     def capability(self) -> Capability:
@@ -104,8 +111,8 @@ class TaskType(Generic[P, R]):
         """The TaskSpec dict for one submit: the declared policy, then what this call sets.
         ``policy`` takes the other TaskSpec fields (max_attempts, backoff,
         attempt_timeout_ms, deadline_ms, lease_ttl_ms, schedule_to_start_ms,
-        cancel_grace_ms, progress_timeout_ms); an unknown one is BAD_REQUEST here rather
-        than at the server."""
+        cancel_grace_ms, progress_timeout_ms, requires); an unknown one is BAD_REQUEST here
+        rather than at the server."""
         unknown = sorted(set(policy) - _POLICY_FIELDS)
         if unknown:
             raise OrbitError(ErrorCode.BAD_REQUEST,

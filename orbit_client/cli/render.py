@@ -122,6 +122,8 @@ def task_summary(
                            + ("" if progress_timeout is None
                               else f" · progress timeout {duration(progress_timeout)}")
                            + ("" if source is None else f" · {source}"))
+    if policy.get("requires"):
+        grid.add_row("requires", labels_text(policy["requires"]))
     if task.get("priority") not in (None, DEFAULT_PRIORITY):
         grid.add_row("priority", str(task["priority"]))
     if task.get("operation_key"):
@@ -131,6 +133,8 @@ def task_summary(
         words = _waiting_words(waiting, now_ms)
         if waiting.get("reason") == "NO_LIVE_WORKER":
             words += ": check the handler and versions against `orbit workers list`"
+        elif waiting.get("reason") == "NO_MATCHING_WORKER":
+            words += ": no live worker has these labels (`orbit workers list`)"
         grid.add_row("waiting", Text(words, style="yellow"))
     nxt = task.get("next_attempt_at_ms")
     if state == "PENDING" and isinstance(nxt, int) and nxt > now_ms:
@@ -184,6 +188,11 @@ def progress_words(progress: Mapping[str, Any], now_ms: int) -> str:
         words.append(compact(progress["details"], 120))
     words.append(f"reported {ago(progress.get('at_ms'), now_ms)}")
     return " · ".join(words)
+def labels_text(labels: object) -> str:
+    """``{"gpu": "a100"}`` as ``gpu=a100`` (pairs joined by commas; "" for none)."""
+    if not isinstance(labels, Mapping):
+        return ""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 def _waiting_words(waiting: Mapping[str, Any], now_ms: int) -> str:
@@ -192,6 +201,8 @@ def _waiting_words(waiting: Mapping[str, Any], now_ms: int) -> str:
     words = reason.replace("_", " ").lower() if reason.isupper() else reason
     if isinstance(cap, Mapping):
         words += f" ({capability(cap)})"
+    if isinstance(waiting.get("requires"), Mapping):
+        words += f" requires {labels_text(waiting['requires'])}"
     since = waiting.get("since") or waiting.get("since_ms")
     if isinstance(since, int):
         words += f", since {ago(since, now_ms)}"
@@ -497,8 +508,8 @@ def workers_view(workers: Sequence[Mapping[str, Any]], now_ms: int) -> Renderabl
     """Live workers, then what each is running."""
     if not workers:
         return Text("No live workers.")
-    table = _table("instance", "queue", "replica", "version", "capabilities", "slots",
-                   "credit", "busy", "connected", "heartbeat")
+    table = _table("instance", "queue", "replica", "version", "capabilities", "labels",
+                   "slots", "credit", "busy", "connected", "heartbeat")
     running = _table("instance", "task", "attempt", "pid", "running for",
                      title="Running attempts")
     for w in workers:
@@ -507,7 +518,8 @@ def workers_view(workers: Sequence[Mapping[str, Any]], now_ms: int) -> Renderabl
         busy: Sequence[Mapping[str, Any]] = w.get("running") or []
         table.add_row(str(w.get("instance_id")), _short(w.get("queue_id")),
                       _short(w.get("replica")), _short(w.get("version")), caps or "-",
-                      str(w.get("slots", "-")), str(w.get("credit", "-")), str(len(busy)),
+                      labels_text(w.get("labels")) or "-", str(w.get("slots", "-")),
+                      str(w.get("credit", "-")), str(len(busy)),
                       ago(w.get("connected_at"), now_ms), ago(w.get("last_heartbeat_at"), now_ms))
         for r in busy:
             running.add_row(str(w.get("instance_id")), _short(r.get("task_id")),

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from orbit_wire.errors import OrbitError
+from orbit_wire.labels import parse_labels
 
 from ..client import OrbitClient
 from ..durations import parse_duration_ms, parse_instant_ms
@@ -76,6 +77,8 @@ def tasks() -> None:
 @click.option("--progress-timeout", default=None,
               help="Kill an attempt that reports no progress for this long "
                    "(PROGRESS_TIMEOUT): 100ms to 1d (default: no bound).")
+@click.option("--requires", "requires", multiple=True, metavar="NAME=VALUE",
+              help="A label its worker must have (repeatable; orbit-supervise --label).")
 @json_option
 @wait_option
 @click.pass_context
@@ -98,6 +101,7 @@ def tasks_submit(
     schedule_to_start: str | None,
     cancel_grace: str | None,
     progress_timeout: str | None,
+    requires: tuple[str, ...],
     as_json: bool,
     wait_s: float | None,
 ) -> None:
@@ -124,6 +128,7 @@ def tasks_submit(
         else parse_duration_ms(cancel_grace, "--cancel-grace"),
         "progress_timeout_ms": None if progress_timeout is None
         else parse_duration_ms(progress_timeout, "--progress-timeout"),
+        "requires": _requires(requires),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
     s = settings(ctx)
@@ -224,3 +229,13 @@ def for_each_task(ctx: click.Context, task_ids: Sequence[str], as_json: bool,
     if not out.human:
         out.json({"tasks": [task_for_json(t) for t in done], "errors": errors})
     ctx.exit(exit_code)
+
+
+def _requires(texts: tuple[str, ...]) -> dict[str, str] | None:
+    """``--requires NAME=VALUE`` options as the TaskSpec's ``requires`` (None: none given)."""
+    if not texts:
+        return None
+    try:
+        return parse_labels(texts)
+    except OrbitError as exc:
+        raise OrbitError(exc.code, f"--requires: {exc.message}") from None

@@ -16,6 +16,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.labels import Requires
 from orbit_wire.limits import (
     DEFAULT_CANCEL_GRACE_MS,
     DEFAULT_PRIORITY,
@@ -76,6 +77,7 @@ class ScheduledTask(_Body, frozen=True):
     priority: Priority = DEFAULT_PRIORITY
     cancel_grace_ms: CancelGraceMs = DEFAULT_CANCEL_GRACE_MS
     progress_timeout_ms: ProgressTimeoutMs | None = None
+    requires: Requires | None = None
 
 
 class TaskSpec(ScheduledTask, frozen=True):

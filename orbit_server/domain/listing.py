@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id
+from orbit_wire.labels import labels_match
 from orbit_wire.model import Capability, TaskState
 
 from .query import Choice, Int, Param, Query, Text, once, parse_query
@@ -258,20 +259,29 @@ def _pos(row: Mapping[Any, Any]) -> Position:
 # ------------------------------------------------------------------- silent waiting
 
 NO_LIVE_WORKER: Final = "NO_LIVE_WORKER"
+NO_MATCHING_WORKER: Final = "NO_MATCHING_WORKER"
 
 
 def waiting_fact(state: str, capability: Capability, created_at_ms: int,
-                 offered: Mapping[Capability, int | None]) -> dict[str, Any] | None:
+                 offered: Mapping[Capability, int | None],
+                 requires: Mapping[str, str] | None = None,
+                 live_labels: Sequence[Mapping[str, str]] = ()) -> dict[str, Any] | None:
     """What a PENDING task waits for, when no live worker of its queue offers its
-    capability: ``{"reason": "NO_LIVE_WORKER", "capability", "since"}``, else None.
+    capability: ``{"reason": "NO_LIVE_WORKER", "capability", "since"}``; when live ones
+    do but none has every label the task ``requires``: ``{"reason": "NO_MATCHING_WORKER",
+    "capability", "requires", "since"}`` (``since``: the submit); else None.
 
     ``offered`` maps each capability of the queue's instances to when the last one
-    offering it was seen, or None while one is live. ``since`` is the later of the task's
+    offering it was seen, or None while one is live; ``live_labels`` holds the labels of
+    each live instance offering ``capability``. ``since`` is the later of the task's
     submit and that last sighting."""
     if state != TaskState.PENDING.value:
         return None
     if capability in offered and offered[capability] is None:
-        return None
+        if not requires or any(labels_match(labels, requires) for labels in live_labels):
+            return None
+        return {"reason": NO_MATCHING_WORKER, "capability": capability.to_dict(),
+                "requires": dict(requires), "since": created_at_ms}
     last_seen = offered.get(capability)
     return {"reason": NO_LIVE_WORKER, "capability": capability.to_dict(),
             "since": created_at_ms if last_seen is None else max(created_at_ms, last_seen)}

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.labels import requires_text
 from orbit_wire.model import Capability, Idempotency
 from orbit_wire.policy import DeclaredPolicy, PolicySource
 
@@ -96,6 +97,8 @@ def resolve_policy(spec: TaskSpec, registered: DeclaredPolicy | None) -> TaskSpe
         schedule_to_start_ms=fields.get("schedule_to_start_ms", policy.schedule_to_start_ms),
         cancel_grace_ms=fields.get("cancel_grace_ms", policy.cancel_grace_ms),
         progress_timeout_ms=fields.get("progress_timeout_ms", policy.progress_timeout_ms),
+        requires=(requires_text(fields["requires"]) if "requires" in fields
+                  else policy.requires),
     )
     return replace(spec, policy=policy, priority=fields.get("priority", priority),
                    policy_source=PolicySource.REGISTERED)

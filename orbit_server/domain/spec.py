@@ -16,6 +16,7 @@ from msgspec import UNSET
 
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.jsonvalue import encode_value
+from orbit_wire.labels import requires_text
 from orbit_wire.limits import DEFAULT_CANCEL_GRACE_MS, DEFAULT_PRIORITY, MAX_DELAY_MS
 from orbit_wire.model import Capability, Idempotency
 from orbit_wire.policy import (
@@ -82,6 +83,9 @@ class Policy:
     # None: no bound. Else the worker kills an attempt that reports no progress for this
     # long (PROGRESS_TIMEOUT).
     progress_timeout_ms: int | None = None
+    # The label pairs a worker must have, canonical ("k=v,k=v", orbit_wire/labels.py);
+    # None: any worker of the queue.
+    requires: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,7 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
         attempt_timeout_ms=body.attempt_timeout_ms, deadline_ms=body.deadline_ms,
         lease_ttl_ms=body.lease_ttl_ms, schedule_to_start_ms=body.schedule_to_start_ms,
         cancel_grace_ms=body.cancel_grace_ms, progress_timeout_ms=body.progress_timeout_ms,
+        requires=requires_text(body.requires),
     )
     key = None if body.operation_key is UNSET else body.operation_key
     delay_ms = None if body.delay_ms is UNSET else body.delay_ms
@@ -177,6 +182,8 @@ def _digest(capability: Capability, payload: object, policy: Policy, priority: i
         digested_policy["cancel_grace_ms"] = policy.cancel_grace_ms
     if policy.progress_timeout_ms is not None:
         digested_policy["progress_timeout_ms"] = policy.progress_timeout_ms
+    if policy.requires is not None:
+        digested_policy["requires"] = policy.requires
     return hashlib.sha256(orjson.dumps({
         "capability": capability.to_dict(), "payload": payload, "policy": digested_policy,
         "priority": priority, "delay_ms": delay_ms, "not_before_at_ms": not_before_at_ms,

@@ -402,8 +402,12 @@ def expire_start_by(task: TaskRec, now_ms: int, schedule_to_start_ms: int,
         return False
     task.state = next_task_state(task.state, TaskEvent.DEADLINE)
     task.failure_code = "NOT_STARTED_IN_TIME"
-    reason = (f"no live worker offered the capability for {schedule_to_start_ms} ms"
-              if waiting is not None else f"no attempt started within {schedule_to_start_ms} ms")
+    if waiting is None:
+        reason = f"no attempt started within {schedule_to_start_ms} ms"
+    elif waiting.get("reason") == "NO_MATCHING_WORKER":
+        reason = (f"no live worker had the labels it requires for {schedule_to_start_ms} ms")
+    else:
+        reason = f"no live worker offered the capability for {schedule_to_start_ms} ms"
     task.failure_details = encode_value({
         "reason": reason, "schedule_to_start_ms": schedule_to_start_ms,
         "waiting": None if waiting is None else dict(waiting),

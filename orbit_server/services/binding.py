@@ -3,7 +3,8 @@ the answer to ``hello``) and what a claim for it may take (``ClaimRoom``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from orbit_wire.model import Capability
 
@@ -24,6 +25,9 @@ class WorkerBinding:
     replica: str = ""  # the server replica holding the connection (its row says so too)
     # The hello asked for leases granted with the dispatch (protocol feature "grant").
     grants: bool = False
+    # Its hello's labels: a task that requires labels is reserved only for a worker whose
+    # labels include them (store.claims.labelled_rows).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def actor(self) -> str:

@@ -35,8 +35,16 @@ _READERS = (Role.ADMIN, Role.PRODUCER)
 # The end states the throughput counts (finished_at_ms is set when a task reaches one).
 FINISHED_STATES = tuple(s.value for s in (TaskState.SUCCEEDED, TaskState.FAILED,
                                           TaskState.CANCELLED))
-# Capability -> None while a live worker offers it, else when one last offered it.
-Offers = dict[Capability, int | None]
+
+
+class Offers(dict[Capability, int | None]):
+    """Capability -> None while a live worker offers it, else when one last offered it;
+    ``labels``: the labels of each live worker offering a capability (the waiting fact of a
+    task that requires labels)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.labels: dict[Capability, list[dict[str, str]]] = {}
 
 
 @transactional  # deadlocks and lost races run again (bounded); DB faults -> UNAVAILABLE
@@ -58,7 +66,7 @@ class ListingService:
             ids = [str(row["id"]) for row in page]
             by_id = q.list_rows_by_id(conn, ids)
             offers = self._offers(conn, queue_id) if any(
-                r["state"] == "PENDING" for r in by_id.values()) else {}
+                r["state"] == "PENDING" for r in by_id.values()) else Offers()
         seen: dict[tuple[Any, ...], Any] = {}
         pauses = self._tx.pauses.current
         views = [with_waiting(task_view(by_id[i], full=False), offers, seen, pauses)
@@ -163,15 +171,16 @@ def queue_offers_until(conn: Connection, queue_id: str, now: int,
     """``queue_offers`` and the first instant it stops holding without a row changing (the
     earliest a live instance it counted stops being live; None: none was live)."""
     live_after = now - ttl_ms
-    offers: Offers = {}
+    offers = Offers()
     until: int | None = None
-    for caps, seen, gone in q.instance_offers_of_queue(conn, queue_id):
+    for caps, seen, gone, labels in q.instance_offers_of_queue(conn, queue_id):
         live = gone is None and seen >= live_after
         if live:
             until = seen + ttl_ms + 1 if until is None else min(until, seen + ttl_ms + 1)
         for cap in _capabilities(caps):
             if live:
                 offers[cap] = None
+                offers.labels.setdefault(cap, []).append(_labels(labels))
             elif cap not in offers or (offers[cap] is not None and offers[cap] < seen):
                 offers[cap] = seen
     return offers, until
@@ -189,7 +198,7 @@ def capability_stats(conn: Connection, queue_id: str, now: int, ttl_ms: int,
     pending: dict[Capability, tuple[int, int]] = {}
     for handler, version, payload_version, n, oldest in q.pending_by_capability(conn, queue_id):
         pending[Capability(handler, version, payload_version)] = (n, oldest)
-    offers = queue_offers(conn, queue_id, now, ttl_ms) if pending else {}
+    offers = queue_offers(conn, queue_id, now, ttl_ms) if pending else Offers()
     out = []
     for cap in sorted(set(live) | set(pending), key=str):
         n, oldest = pending.get(cap, (0, None))
@@ -210,8 +219,9 @@ def with_waiting(view: dict[str, Any], offers: Offers,
     one queue) shares the fact among views of one capability and submit instant: a batch
     of a thousand is mostly one of each."""
     cap = view["capability"]
+    requires = view["policy"]["requires"]
     key = (cap["handler"], cap["handler_version"], cap["payload_version"], view["state"],
-           view["created_at_ms"])
+           view["created_at_ms"], None if requires is None else tuple(sorted(requires.items())))
     if seen is not None and key in seen:
         view["waiting"] = seen[key]
         return view
@@ -220,7 +230,7 @@ def with_waiting(view: dict[str, Any], offers: Offers,
              if pauses and view["state"] == TaskState.PENDING.value else None)
     view["waiting"] = (paused_fact(pause, capability, view["created_at_ms"]) if pause
                        else waiting_fact(view["state"], capability, view["created_at_ms"],
-                                         offers))
+                                         offers, requires, offers.labels.get(capability, ())))
     if seen is not None:
         seen[key] = view["waiting"]
     return view
@@ -237,7 +247,7 @@ def worker_view(row: Mapping[Any, Any], running: list[dict[str, Any]]) -> dict[s
     return {
         "instance_id": row["id"], "queue_id": row["queue_id"], "replica": row["replica"],
         "version": row["agent"], "capabilities": [c.to_dict() for c in caps],
-        "slots": row["slots"], "credit": row["credit"],
+        "slots": row["slots"], "credit": row["credit"], "labels": _labels(row["labels"]),
         "connected_at": row["connected_at_ms"], "connected_at_ms": row["connected_at_ms"],
         "last_heartbeat_at": row["last_heartbeat_at_ms"],
         "last_heartbeat_at_ms": row["last_heartbeat_at_ms"],
@@ -247,6 +257,15 @@ def worker_view(row: Mapping[Any, Any], running: list[dict[str, Any]]) -> dict[s
 
 def capabilities_json(caps: Iterable[Capability]) -> str:
     return orjson.dumps([c.to_dict() for c in caps]).decode()
+
+
+def labels_json(labels: Mapping[str, str] | None) -> str | None:
+    """An instance row's labels column (null: none)."""
+    return orjson.dumps(dict(labels)).decode() if labels else None
+
+
+def _labels(text: str | None) -> dict[str, str]:
+    return orjson.loads(text) if text else {}
 
 
 def _capabilities(text: str | None) -> list[Capability]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from orbit_host.logs import fields
+from orbit_wire.labels import requires_from_text
 from orbit_wire.model import Capability, Outcome, TaskState
 
 from .. import domain
@@ -132,8 +133,10 @@ class Reaper:
                 else:
                     if task.queue_id not in offers:
                         offers[task.queue_id] = queue_offers(uow.conn, task.queue_id, now, ttl)
+                    queue_offers_now = offers[task.queue_id]
                     waiting = waiting_fact(task.state.value, cap, row["created_at_ms"],
-                                           offers[task.queue_id])
+                                           queue_offers_now, requires_from_text(row["requires"]),
+                                           queue_offers_now.labels.get(cap, ()))
             if domain.expire_start_by(task, now, row["schedule_to_start_ms"], waiting):
                 uow.audit(task.id, None, SERVER, "task_not_started_in_time",
                           TaskState.PENDING.value, task.state.value,

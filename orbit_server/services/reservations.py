@@ -63,9 +63,13 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
     made, more, _used, drained = _reserve(uow, binding, count, MAX_PAYLOAD_BYTES_PER_FRAME,
                                           probe)
     if not probe and not more:
-        drained = len(made) < count or not claims.any_left(
-            uow.conn, binding.queue_id, binding.capabilities, uow.now_ms,
-            set(uow.moved_from_pending()))
+        taken = set(uow.moved_from_pending())
+        drained = len(made) < count or not (
+            claims.labelled_left(uow.conn, binding.queue_id, binding.capabilities,
+                                 binding.labels, uow.now_ms, taken)
+            if binding.labels else
+            claims.any_left(uow.conn, binding.queue_id, binding.capabilities, uow.now_ms,
+                            taken))
     if binding.grants:
         out = Reservations(reservation(task, attempt, row, start_granted(
             uow, binding, task, attempt, effects, grant=True)) for task, attempt, row in made)
@@ -95,8 +99,11 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     # Rows this transaction changed are not written yet, so the query still sees them
     # PENDING (and our own locks never skip them): ask for enough to make up for those.
     taken = uow.moved_from_pending()
-    rows = claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now,
-                                 count + len(taken) + (1 if probe else 0))
+    want = count + len(taken) + (1 if probe else 0)
+    rows = (claims.labelled_rows(uow.conn, binding.queue_id, binding.capabilities,
+                                 binding.labels, now, want)
+            if binding.labels else
+            claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now, want))
     skip = set(taken)
     rows = [row for row in rows if row["id"] not in skip]
     drained = probe and len(rows) <= count

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.ids import is_id, new_id
 from orbit_wire.jsonvalue import encode_value
+from orbit_wire.labels import requires_key
 from orbit_wire.limits import MAX_RESERVATIONS_PER_FRAME, MAX_SUBMIT_BATCH
 from orbit_wire.model import Role, TaskState
 
@@ -123,8 +124,10 @@ class TaskService:
                                                effects, self._tx.credentials)
                     uow.flush()
                 pauses = self._tx.pauses.current
-                # A live worker serves them (binding): nothing to say, unless paused.
-                if binding is None or pauses:
+                # A live worker serves them (binding): nothing to say, unless paused or they
+                # require labels it may lack.
+                if (binding is None or pauses
+                        or any(v["policy"]["requires"] for v, _ in out)):
                     offers = self._offers.offers(conn, queue_id, now)
                     seen: dict[tuple[Any, ...], Any] = {}
                     for view, _created in out:
@@ -438,6 +441,7 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "cancel_grace_ms": policy.cancel_grace_ms,
         "policy_source": spec.policy_source.value,
         "progress_timeout_ms": policy.progress_timeout_ms, "checkpoint": None,
+        "requires": policy.requires, "requires_key": requires_key(policy.requires),
     }
 
 

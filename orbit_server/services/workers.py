@@ -54,7 +54,7 @@ from ..store.views import task_view
 from .binding import NO_CLAIMS, ClaimRoom, Presence, WorkerBinding, worker_actor
 from .context import TxContext
 from .effects import Counted, Effects
-from .listing import capabilities_json
+from .listing import capabilities_json, labels_json
 from .offers import OfferCache
 from .policies import PolicyCache
 from .recording import fail_at_deadline, record_close, release_all
@@ -120,6 +120,7 @@ class WorkerService:
                 "capabilities": capabilities_json(dict.fromkeys(hello.capabilities)),
                 "slots": hello.capacity, "credit": 0, "connected_at_ms": now,
                 "last_heartbeat_at_ms": now, "disconnected_at_ms": None,
+                "labels": labels_json(hello.labels),
             }
             if instance is not None and not (
                     secret_matches(hello.instance_secret, instance["secret_hash"])
@@ -149,7 +150,8 @@ class WorkerService:
                              secret_hash=principal.secret_hash,
                              valid_until_ms=principal.valid_until_ms, connected_at_ms=now,
                              replica=self._replica,
-                             grants=FEATURE_GRANT in hello.features)
+                             grants=FEATURE_GRANT in hello.features,
+                             labels=dict(hello.labels or {}))
 
     def _forget_offers(self) -> None:
         if self._offers is not None:

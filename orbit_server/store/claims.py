@@ -11,21 +11,32 @@ the locking clause; SQLite ignores it, having one writer): a row another server 
 right now is skipped rather than waited for or handed out twice. MySQL allows no locking
 clause inside a UNION, so several capabilities take one locking range each and the first
 ``n`` are kept; the extra rows stay locked only until this transaction ends.
+
+Tasks that require labels (``requires_key`` set) are not in those ranges: a worker with
+labels also reads them with ``labelled_rows`` and ``labelled_left``, kept apart from the
+common case so a worker without labels pays nothing for them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Select
 
+from orbit_wire.labels import labels_match, requires_from_text
 from orbit_wire.model import Capability
 
 from . import queries
 from .prepared import prepared_select
 
-__all__ = ["any_left", "claimable_rows", "dispatch_query", "lock_each"]
+__all__ = ["any_left", "claimable_rows", "dispatch_query", "labelled_left", "labelled_rows",
+           "lock_each", "matching_requirements"]
+
+# The distinct requirements read per capability and claim, each one index seek: a bound on
+# the work of one claim (a capability whose tasks hold more distinct requirements than this
+# serves the first ones, in key order, until they are done).
+MAX_REQUIREMENTS = 64
 
 
 def claimable_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
@@ -88,4 +99,64 @@ def any_left(conn: Connection, queue_id: str, caps: Sequence[Capability], now: i
         }).all()
         if any(row[0] not in taken for row in rows):
             return True
+    return False
+
+
+# ----------------------------------------------------------- tasks that require labels
+
+
+def matching_requirements(conn: Connection, queue_id: str, cap: Capability,
+                          labels: Mapping[str, str]) -> list[str]:
+    """The ``requires_key`` of each requirement the PENDING tasks of ``cap`` hold that
+    ``labels`` meet (at most MAX_REQUIREMENTS read, one index seek each)."""
+    found: list[str] = []
+    after = ""
+    params = {"queue_id": queue_id, "handler": cap.handler,
+              "handler_version": cap.handler_version, "payload_version": cap.payload_version}
+    for _ in range(MAX_REQUIREMENTS):
+        row = conn.execute(queries.NEXT_REQUIREMENT, {**params, "after": after}).first()
+        if row is None:
+            break
+        after = row[0]
+        if labels_match(labels, requires_from_text(row[1])):
+            found.append(after)
+    return found
+
+
+def labelled_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
+                  labels: Mapping[str, str], now: int, n: int) -> list[dict[str, Any]]:
+    """``claimable_rows`` for a worker with ``labels``: the rows that require nothing and
+    those of every requirement its labels meet, the first ``n`` in dispatch order. Each
+    requirement is a range of its own, so a task no worker can match never hides one that
+    this worker can."""
+    found = claimable_rows(conn, queue_id, caps, now, n)
+    for cap in caps:
+        for key in matching_requirements(conn, queue_id, cap, labels):
+            result = conn.execute(queries.DISPATCH_KEYED, {
+                "queue_id": queue_id, "handler": cap.handler,
+                "handler_version": cap.handler_version,
+                "payload_version": cap.payload_version, "requires_key": key,
+                "now": now, "n": n,
+            })
+            names = tuple(result.keys())
+            found.extend(dict(zip(names, r, strict=True)) for r in result.all())
+    found.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
+    return found[:n]
+
+
+def labelled_left(conn: Connection, queue_id: str, caps: Sequence[Capability],
+                  labels: Mapping[str, str], now: int, taken: Collection[str]) -> bool:
+    """``any_left`` for a worker with ``labels`` (requirements its labels meet count)."""
+    if any_left(conn, queue_id, caps, now, taken):
+        return True
+    for cap in caps:
+        for key in matching_requirements(conn, queue_id, cap, labels):
+            rows = conn.execute(queries.DISPATCH_KEYED_LEFT, {
+                "queue_id": queue_id, "handler": cap.handler,
+                "handler_version": cap.handler_version,
+                "payload_version": cap.payload_version, "requires_key": key,
+                "now": now, "n": len(taken) + 1,
+            }).all()
+            if any(row[0] not in taken for row in rows):
+                return True
     return False

@@ -117,6 +117,7 @@ INSTANCES_SEEN_SINCE = (
 # What each instance of a queue offered and when it was last seen (the waiting fact).
 INSTANCE_OFFERS_OF_QUEUE = select(
     instances.c.capabilities, instances.c.last_seen_at_ms, instances.c.disconnected_at_ms,
+    instances.c.labels,
 ).where(instances.c.queue_id == bindparam("queue_id"))
 RUNNING_OF_INSTANCES = (
     select(attempts.c.instance_id, attempts.c.task_id, attempts.c.id, attempts.c.child_pid,
@@ -231,7 +232,8 @@ def instances_seen_since(conn: Connection, since: int) -> list[RowMapping]:
 
 
 def instance_offers_of_queue(conn: Connection, queue_id: str) -> list[Any]:
-    """(capabilities JSON, last seen, disconnected at) of each instance of the queue."""
+    """(capabilities JSON, last seen, disconnected at, labels JSON) of each instance of the
+    queue."""
     return list(conn.execute(INSTANCE_OFFERS_OF_QUEUE, {"queue_id": queue_id}))
 
 

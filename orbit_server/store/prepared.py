@@ -87,6 +87,7 @@ class SparseInsert:
     def run(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
         if not rows:
             return 0
+        # .get: a row may leave out an optional column altogether (rows written by older code).
         present = tuple(c for c in self.optional if any(r.get(c) is not None for r in rows))
         return self.with_columns(present).run(conn, rows)
 

@@ -97,16 +97,21 @@ DISPATCH_ORDER = (tasks.c.dispatch_rank, tasks.c.available_at_ms)
 # a sort), which it would otherwise prefer over the ten-range IN above; the deadline is
 # checked on the rows the dispatch index yields. MySQL/MariaDB are told by FORCE INDEX.
 _LIVE = (tasks.c.deadline_at_ms + literal_column("0")) > bindparam("now")
+# Tasks that require no label (the common case) are one range of the dispatch index; those
+# that do are one range per requirement (claims.labelled_rows).
+_ANYONE = tasks.c.requires_key.is_(None)
 
 
-def _dispatch_range(*columns: Any, live_only: bool = True) -> Select[Any]:
-    """The dispatch range of one capability, in dispatch order, without a locking clause."""
+def _dispatch_range(*columns: Any, live_only: bool = True, keyed: bool = False) -> Select[Any]:
+    """The dispatch range of one capability (and with ``keyed`` one requirement, bind
+    ``requires_key``), in dispatch order, without a locking clause."""
     where = [
         tasks.c.queue_id == bindparam("queue_id"),
         _PENDING,
         tasks.c.handler == bindparam("handler"),
         tasks.c.handler_version == bindparam("handler_version"),
         tasks.c.payload_version == bindparam("payload_version"),
+        tasks.c.requires_key == bindparam("requires_key") if keyed else _ANYONE,
         _ANY_RANK,
         tasks.c.available_at_ms <= bindparam("now"),
     ]
@@ -130,6 +135,24 @@ DISPATCH_ONE = _dispatch_range(*DISPATCH_COLUMNS).with_for_update(skip_locked=Tr
 # checked: a task past it only costs one empty claim until the deadline sweep ends it).
 # Without locks: a locking read would make another server's claim skip these rows.
 DISPATCH_LEFT = _dispatch_range(tasks.c.id, live_only=False)
+# The same two for the tasks of one requirement (``requires_key``).
+DISPATCH_KEYED = _dispatch_range(*DISPATCH_COLUMNS, keyed=True).with_for_update(
+    skip_locked=True)
+DISPATCH_KEYED_LEFT = _dispatch_range(tasks.c.id, live_only=False, keyed=True)
+# The requirements a capability's PENDING tasks hold, one at a time: the next key after
+# ``after`` in the dispatch index (one seek each), with its text.
+NEXT_REQUIREMENT = (
+    select(tasks.c.requires_key, tasks.c.requires)
+    .where(tasks.c.queue_id == bindparam("queue_id"), _PENDING,
+           tasks.c.handler == bindparam("handler"),
+           tasks.c.handler_version == bindparam("handler_version"),
+           tasks.c.payload_version == bindparam("payload_version"),
+           tasks.c.requires_key > bindparam("after"))
+    .order_by(tasks.c.requires_key)
+    .limit(1)
+    .with_hint(tasks, "FORCE INDEX (ix_tasks_dispatch)", dialect_name="mysql")
+    .with_hint(tasks, "FORCE INDEX (ix_tasks_dispatch)", dialect_name="mariadb")
+)
 
 
 @functools.cache
@@ -149,6 +172,7 @@ def dispatch_many(count: int) -> Select[Any]:
                 tasks.c.handler == bindparam(f"handler_{i}"),
                 tasks.c.handler_version == bindparam(f"handler_version_{i}"),
                 tasks.c.payload_version == bindparam(f"payload_version_{i}"),
+                _ANYONE,
                 _ANY_RANK,
                 tasks.c.available_at_ms <= bindparam("now"),
                 _LIVE,

@@ -35,6 +35,7 @@ ID = 32  # orbit_wire.ids: 32 lowercase hex characters
 NAME = 128  # orbit_wire.limits.MAX_NAME_LEN
 CODE = 64  # orbit_wire.limits.MAX_CODE_LEN
 STATE = 16
+REQUIRES_KEY = 32  # orbit_wire.labels.requires_key: hex digest characters
 OPERATION_KEY = 255
 MSG_ID = 64
 
@@ -145,6 +146,8 @@ instances = Table(
     Column("connected_at_ms", BigInteger, nullable=True),
     Column("last_heartbeat_at_ms", BigInteger, nullable=True),
     Column("disconnected_at_ms", BigInteger, nullable=True),
+    # Its labels (orbit-supervise --label), JSON object text; null: none (migration 0016).
+    Column("labels", Text, nullable=True),
     # Live instances are a range of recent last_seen_at_ms; old rows are pruned by it.
     Index("ix_instances_seen", "last_seen_at_ms"),
     **MYSQL_OPTIONS,
@@ -218,6 +221,10 @@ tasks = Table(
     # attempt that did not succeed reported: the next attempt's checkpoint (migration 0015).
     Column("progress_timeout_ms", BigInteger, nullable=True),
     Column("checkpoint", JsonText, nullable=True),
+    # The labels a worker must have, canonical "k=v,k=v", and its digest, which the
+    # dispatch index holds (null, the common case: any worker; migration 0016).
+    Column("requires", Text, nullable=True),
+    Column("requires_key", String(REQUIRES_KEY), nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.
@@ -233,7 +240,8 @@ Index("uq_tasks_queue_operation_key", tasks.c.queue_id, tasks.c.operation_key, u
       sqlite_where=tasks.c.operation_key.is_not(None))
 # Partial on SQLite (migration 0010): dispatch and the deadline sweep read PENDING tasks only.
 Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
-      tasks.c.handler_version, tasks.c.payload_version, tasks.c.dispatch_rank,
+      tasks.c.handler_version, tasks.c.payload_version, tasks.c.requires_key,
+      tasks.c.dispatch_rank,
       tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
 Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
       sqlite_where=state_is(tasks.c.state, PENDING))

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from orbit_wire.labels import requires_from_text
 from orbit_wire.model import TaskState
 
 from .tables import priority_of
@@ -54,6 +55,8 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
             "cancel_grace_ms": row["cancel_grace_ms"],
             # Null: no bound (and for tasks made before the server knew the field).
             "progress_timeout_ms": row.get("progress_timeout_ms"),
+            # The labels a worker must have (null: any worker of the queue).
+            "requires": requires_from_text(row.get("requires")) or None,
         },
         # Where the policy came from: submit, registered, default (null: made before the
         # server recorded it).

@@ -347,7 +347,10 @@ export async function renderTask(ctx, id) {
         : duration(policy.progress_timeout_ms)],
       // What the next attempt resumes from: the last details of one that did not succeed.
       ["checkpoint", task.checkpoint == null ? null : json(task.checkpoint)],
-      ["waiting", task.waiting ? `${task.waiting.reason} since ${isoTime(task.waiting.since)}` : null],
+      ["waiting", task.waiting ? `${task.waiting.reason}${task.waiting.requires
+        ? ` (requires ${labelsText(task.waiting.requires)})` : ""} since ${isoTime(task.waiting.since)}`
+        : null],
+      ["requires", task.policy.requires ? labelsText(task.policy.requires) : null],
       // A handler that returned None succeeded with a null result: shown as null.
       ["result", task.state === "SUCCEEDED" ? json(task.result ?? null)
         : task.result === null || task.result === undefined ? null : json(task.result)],
@@ -372,6 +375,10 @@ export async function renderTask(ctx, id) {
 
 // ------------------------------------------------------------------ workers
 
+// {gpu: "a100"} as "gpu=a100" (pairs by name, joined by commas; "" for none).
+const labelsText = (labels) => Object.keys(labels || {}).sort()
+  .map((k) => `${k}=${labels[k]}`).join(",");
+
 export async function renderWorkers(ctx) {
   const queue = ctx.params.get("queue") || null;
   const answer = await get("/v1/workers", { queue_id: queue });
@@ -382,6 +389,7 @@ export async function renderWorkers(ctx) {
     h("td", {}, names.get(w.queue_id) || w.queue_id),
     h("td", { class: "mono" }, w.replica || ""), h("td", { class: "mono" }, w.version || ""),
     h("td", {}, w.capabilities.map((c) => h("div", { class: "mono" }, capability(c)))),
+    h("td", { class: "mono", "data-labels": labelsText(w.labels) }, labelsText(w.labels) || "-"),
     h("td", { class: "num" }, `${w.running.length} / ${w.slots}`),
     h("td", { class: "num" }, String(w.credit)),
     h("td", {}, ago(w.connected_at_ms, now)), h("td", {}, ago(w.last_heartbeat_at_ms, now)),
@@ -390,7 +398,7 @@ export async function renderWorkers(ctx) {
       : h("span", { class: "muted" }, "idle"))));
   return h("div", {}, h("h1", {}, "Live workers"),
     h("div", { class: "card" },
-      table(["instance", "queue", "replica", "version", "capabilities", "busy / slots", "credit",
-        "connected", "heartbeat", "running attempts"], rows, { id: "workers" }),
+      table(["instance", "queue", "replica", "version", "capabilities", "labels", "busy / slots",
+        "credit", "connected", "heartbeat", "running attempts"], rows, { id: "workers" }),
       rows.length ? null : h("p", { class: "muted" }, "No live worker.")));
 }

@@ -149,7 +149,8 @@ def dashboard_scene(workdir: Path, db_url: str | None = None) -> Iterator[Scene]
         lane = Lane.open(env, "orders")
         queue_id, producer = lane.queue, lane.producer
         creds = lane.credentials_file(workdir / "worker.json", "worker")
-        supervisor = SupervisorProcess(workdir, creds, queue_id, workers=2).start()
+        supervisor = SupervisorProcess(workdir, creds, queue_id, workers=2,
+                                       extra=("--label", "gpu=a100")).start()
         succeeded = [submit(producer, queue_id, "upper", {"text": f"order {i}"})
                      for i in range(6)]
         failed = submit(producer, queue_id, "reject", {"n": 1}, max_attempts=1)

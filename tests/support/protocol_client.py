@@ -170,12 +170,14 @@ class ProtocolClient:
     async def hello(self, credential_id: str, secret: str, queue_id: str, *,
                     capabilities: tuple[Capability, ...] = (ECHO,), capacity: int = 4,
                     protocol: int = 1, timeout: float = DEFAULT_TIMEOUT_S,
-                    agent: str | None = None, features: tuple[str, ...] = ()) -> Welcome:
+                    agent: str | None = None, features: tuple[str, ...] = (),
+                    labels: dict[str, str] | None = None,
+                    policies: tuple[Any, ...] | None = None) -> Welcome:
         await self.send(Hello(
             credential_id=credential_id, credential_secret=secret,
             instance_id=self.instance_id, instance_secret=self.instance_secret,
             queue_id=queue_id, capabilities=capabilities, capacity=capacity, protocol=protocol,
-            agent=agent, features=features,
+            agent=agent, features=features, labels=labels, policies=policies,
         ))
         self.welcome = await asyncio.wait_for(self.welcomes.get(), timeout * UNIT)
         return self.welcome

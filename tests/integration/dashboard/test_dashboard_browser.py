@@ -304,6 +304,9 @@ def test_workers_page_lists_the_running_attempt(page: Any, scene: Scene) -> None
     page.wait_for_selector(f"#workers a[data-task='{scene.running}']")
     row = page.locator("#workers tbody tr").first.text_content()
     assert "orbit-supervise/" in row and "sup.upper@v1/v1" in row
+    # Its labels (orbit-supervise --label gpu=a100).
+    labels = page.locator("#workers tbody tr").first.locator("td[data-labels]")
+    assert labels.get_attribute("data-labels") == "gpu=a100"
 
 
 def test_auto_refresh_shows_a_new_task_without_reload(page: Any, scene: Scene) -> None:

@@ -107,12 +107,14 @@ class World:
     def hello(self, instance_id: str | None = None, secret: str = "instance-secret",
               caps: tuple[Capability, ...] = (CAP,),
               policies: tuple[CapabilityPolicy, ...] | None = None,
-              service: Services | None = None) -> WorkerBinding:
+              service: Services | None = None,
+              labels: dict[str, str] | None = None) -> WorkerBinding:
         return (service or self.service).workers.worker_hello(Hello(
             credential_id=self.worker_cred["credential_id"],
             credential_secret=self.worker_cred["secret"],
             instance_id=instance_id or new_id(self.clock()), instance_secret=secret,
             queue_id=self.queue_id, capabilities=caps, capacity=4, policies=policies,
+            labels=labels,
         ))
 
     def msg(self) -> str:

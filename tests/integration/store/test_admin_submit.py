@@ -82,7 +82,7 @@ def test_submit_fills_defaults_and_view_matches_contract(world: World) -> None:
         "idempotency": "NON_IDEMPOTENT", "max_attempts": 3,
         "backoff": {"initial_ms": 1000, "max_ms": 60000, "multiplier": 2.0, "jitter": 0.2},
         "attempt_timeout_ms": 300000, "lease_ttl_ms": 30000, "schedule_to_start_ms": None,
-        "cancel_grace_ms": 2000, "progress_timeout_ms": None,
+        "cancel_grace_ms": 2000, "progress_timeout_ms": None, "requires": None,
     }
     assert t["deadline_at_ms"] == t["created_at_ms"] + 86_400_000
     assert t["next_attempt_at_ms"] == t["created_at_ms"]

@@ -115,6 +115,23 @@ def test_what_is_left_to_dispatch_reads_the_dispatch_index(big_db: Engine) -> No
     assert "ix_tasks_dispatch" in text or "ix_tasks_state_deadline" in text, text
 
 
+def test_tasks_that_require_labels_are_ranges_of_the_dispatch_index(big_db: Engine) -> None:
+    # Each requirement is a range of its own in dispatch order (claims.labelled_rows), and
+    # the requirements a capability holds are found one index seek at a time.
+    common = {"queue_id": Q, "handler": "h", "handler_version": "v1", "payload_version": "v1"}
+    for stmt in (queries.DISPATCH_KEYED, queries.DISPATCH_KEYED_LEFT):
+        text = plan(big_db, stmt, **common, requires_key="a" * 32, now=NOW, n=10)
+        assert_indexed(text, "ix_tasks_dispatch")
+        assert "requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text, text
+        assert "TEMP B-TREE" not in text, text
+    text = plan(big_db, queries.NEXT_REQUIREMENT, **common, after="")
+    assert_indexed(text, "ix_tasks_dispatch")
+    assert "requires_key>?" in text and "TEMP B-TREE" not in text, text
+    # The common case keeps its one range: requires_key IS NULL is an equality of the index.
+    text = plan(big_db, queries.DISPATCH_ONE, **common, now=NOW, n=10)
+    assert "requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text, text
+
+
 def test_reaper_queries_use_their_indexes(big_db: Engine) -> None:
     # Lapsed leases and stale reservations: each a range of one index, in its order.
     for stmt, params, search in (

@@ -26,6 +26,10 @@ def test_migration_renders_for_mysql_offline() -> None:
     assert "CREATE INDEX ix_tasks_dispatch ON tasks" in ddl
     assert "CONSTRAINT uq_tasks_queue_operation_key UNIQUE (queue_id, operation_key)" in ddl
     assert "id BIGINT NOT NULL AUTO_INCREMENT" in ddl  # audit ids
+    # 0016: the dispatch index holds the requirement's digest after the capability.
+    assert ("CREATE INDEX ix_tasks_dispatch ON tasks (queue_id, state, handler, "
+            "handler_version, payload_version, requires_key, dispatch_rank, "
+            "available_at_ms)") in ddl
 
 
 def test_hot_statements_render_for_both_dialects() -> None:

@@ -215,6 +215,22 @@ def test_workers_view_lists_what_each_runs() -> None:
     assert text_of(render.workers_view([], NOW)).strip() == "No live workers."
 
 
+def test_labels_show_on_workers_and_on_the_tasks_that_require_them() -> None:
+    worker = {"instance_id": "c" * 32, "queue_id": "b" * 32, "capabilities": [],
+              "labels": {"mem": "64G", "gpu": "a100"}, "slots": 2, "credit": 2, "running": []}
+    assert "gpu=a100,mem=64G" in text_of(render.workers_view([worker], NOW), 260)
+    plain = text_of(render.workers_view([{**worker, "labels": {}}], NOW), 260)
+    assert "gpu=" not in plain
+    policy = {**TASK["policy"], "requires": {"gpu": "h100"}}
+    waiting = {**TASK, "state": "PENDING", "attempts": 0, "policy": policy,
+               "waiting": {"reason": "NO_MATCHING_WORKER", "capability": TASK["capability"],
+                           "requires": {"gpu": "h100"}, "since": NOW - 60_000}}
+    text = text_of(render.task_summary(waiting, None, NOW))
+    assert "requires" in text and "gpu=h100" in text
+    assert "no matching worker (text.normalize v1 · payload v1) requires gpu=h100" in text
+    assert "no live worker has these labels" in text
+
+
 WORKER = {
     "instance_id": "c" * 32, "queue_id": "b" * 32, "replica": "orbit-replica-7.internal:8080",
     "version": "orbit-supervise/0.1.0",

@@ -87,6 +87,19 @@ def test_waiting_fact() -> None:
     assert waiting_fact("PENDING", CAP, 5, {CAP: 2})["since"] == 5
 
 
+def test_waiting_fact_of_a_task_that_requires_labels() -> None:
+    gpu = {"gpu": "a100"}
+    # A live worker has the labels: nothing to say.
+    assert waiting_fact("PENDING", CAP, 5, {CAP: None}, gpu, [{}, {"gpu": "a100"}]) is None
+    # Live workers offer the capability, none has the labels: which labels, since submit.
+    assert waiting_fact("PENDING", CAP, 5, {CAP: None}, gpu, [{}, {"gpu": "h100"}]) == {
+        "reason": "NO_MATCHING_WORKER", "capability": CAP.to_dict(), "requires": gpu,
+        "since": 5}
+    # No live worker at all: the usual fact, labels or not.
+    assert waiting_fact("PENDING", CAP, 5, {CAP: 9}, gpu)["reason"] == "NO_LIVE_WORKER"
+    assert waiting_fact("RUNNING", CAP, 5, {CAP: None}, gpu, []) is None
+
+
 def test_warn_once_per_capability_and_interval() -> None:
     warn = WarnOnce(300.0)
     a = {"queue_id": "q", "capability": CAP.to_dict()}

@@ -112,6 +112,10 @@ def _strategy(schema: dict[str, Any], root: dict[str, Any]) -> st.SearchStrategy
         return st.lists(_strategy(schema["items"], root), min_size=schema.get("minItems", 0),
                         max_size=min(schema.get("maxItems", 3), 3))
     assert kinds == "object", schema
+    if "properties" not in schema:  # a map (a task's ``requires``): keys and values by rule
+        return st.dictionaries(_strategy({"type": "string", **schema["propertyNames"]}, root),
+                               _strategy(schema["additionalProperties"], root),
+                               max_size=min(schema.get("maxProperties", 3), 3))
     props, required = schema["properties"], set(schema.get("required", ()))
     return st.fixed_dictionaries(
         {key: _strategy(props[key], root) for key in sorted(required)},

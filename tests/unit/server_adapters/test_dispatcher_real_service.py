@@ -44,10 +44,11 @@ class World:
     queue: str
     worker: dict[str, Any]
 
-    def session(self, capacity: int) -> tuple[WorkerSession, list[ServerFrame]]:
+    def session(self, capacity: int, labels: dict[str, str] | None = None
+                ) -> tuple[WorkerSession, list[ServerFrame]]:
         binding = self.service.workers.worker_hello(Hello(
             self.worker["credential_id"], self.worker["secret"], new_id(_now()), new_secret(),
-            self.queue, (CAP,), capacity))
+            self.queue, (CAP,), capacity, labels=labels))
         frames: list[ServerFrame] = []
         session = WorkerSession(new_id(_now()), binding, SessionCredit(capacity), frames.append,
                                 lambda code, reason: None, lambda code, message: None)
@@ -152,6 +153,30 @@ async def test_least_recently_served_session_claims_first(world: World) -> None:
         world.submit(1)
         await _reservations(i + 1, a_frames, b_frames)
     assert (_reserved(a_frames), _reserved(b_frames)) == (2, 2)
+
+
+async def test_a_submit_that_requires_labels_is_claimed_inline_only_where_they_are(
+        world: World) -> None:
+    plain, plain_frames = world.session(capacity=2)
+    gpu, gpu_frames = world.session(capacity=2, labels={"gpu": "a100"})
+    world.grant(plain, 4)
+    world.grant(gpu, 4)
+    await world.dispatcher.settled()
+    spec = {"handler": CAP.handler, "handler_version": CAP.handler_version,
+            "payload_version": CAP.payload_version, "payload": {}, "requires": {"gpu": "a100"}}
+    for requires, expected in (({"gpu": "a100"}, gpu), ({"gpu": "h100"}, None)):
+        assert world.dispatcher._idle_session(world.queue, CAP, requires) is expected
+    # Inline: the submit's own transaction reserves it for the labelled session.
+    def submit(binding: Any, count: int) -> tuple[Any, Any]:
+        made, _effects, reserved = world.service.tasks.submit_and_reserve(
+            world.principal, world.queue, [spec], binding, count)
+        return (made, binding, reserved), reserved
+
+    made, binding, reserved = await world.dispatcher.with_claim(world.queue, CAP, submit,
+                                                                spec["requires"])
+    assert binding is gpu.binding and [r.task_id for r in reserved] == [made[0][0]["id"]]
+    await _reservations(1, gpu_frames)
+    assert _reserved(plain_frames) == 0
 
 
 async def test_detach_reports_whether_the_session_was_current(world: World) -> None:

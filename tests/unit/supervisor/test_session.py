@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from supervisor_session_harness import (
     CAP,
@@ -25,7 +27,7 @@ from supervisor_session_harness import (
 from orbit_supervisor.actions import CloseConnection, Connect
 from orbit_supervisor.core import FINAL_REPORTS_WINDOW
 from orbit_supervisor.errors import FatalSessionError, ShutdownTimeoutError
-from orbit_supervisor.session import Phase
+from orbit_supervisor.session import Phase, Session
 from orbit_wire.errors import ErrorCode
 from orbit_wire.frames import (
     Cancel,
@@ -56,6 +58,17 @@ def test_hello_then_credit_only_after_welcome() -> None:
     acts = s.frame_received(welcome(), 0.1)
     assert credits(acts) == 3
     assert s.outstanding_credit == 3
+
+
+def test_hello_carries_the_labels_only_when_there_are_some() -> None:
+    s = make_session()
+    s.start(0.0)
+    (hello,) = frames(s.connected(0.0))
+    assert isinstance(hello, Hello) and hello.labels is None
+    s = Session(replace(s.config, labels=(("gpu", "a100"),)), lambda: 0.5)
+    s.start(0.0)
+    (hello,) = frames(s.connected(0.0))
+    assert isinstance(hello, Hello) and hello.labels == {"gpu": "a100"}
 
 
 def test_secrets_are_not_in_the_config_repr() -> None:

@@ -93,6 +93,13 @@ def test_max_delay_must_not_be_below_min() -> None:
     assert SupervisorOptions(queue_ids=(QUEUE,)).workers == 4
 
 
+def test_labels_are_checked_by_the_label_rule() -> None:
+    labels = (("gpu", "a100"), ("mem", "64G"))
+    assert SupervisorOptions(queue_ids=(QUEUE,), labels=labels).labels == labels
+    with pytest.raises(OptionError, match="its value must be"):
+        SupervisorOptions(queue_ids=(QUEUE,), labels=(("gpu", "a 100"),))
+
+
 def test_several_queues_need_a_child_each_and_distinct_ids() -> None:
     other = "0" * 31 + "1"
     assert SupervisorOptions(queue_ids=(QUEUE, other), workers=2).queue_id == QUEUE
