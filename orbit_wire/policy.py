@@ -18,6 +18,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from .errors import ErrorCode, OrbitError
 from .explain import explain
+from .flow import MAX_LIMIT_KEYS, LimitKey
 from .limits import (
     MAX_CANCEL_GRACE_MS,
     MAX_CAPABILITIES,
@@ -67,7 +68,9 @@ CancelGraceMs = Annotated[int, Meta(
 # The policy fields of a TaskSpec, by their TaskSpec names.
 POLICY_FIELDS: Final = ("idempotency", "max_attempts", "backoff", "attempt_timeout_ms",
                         "deadline_ms", "lease_ttl_ms", "schedule_to_start_ms",
-                        "cancel_grace_ms", "priority")
+                        "cancel_grace_ms", "priority", "limits")
+# A task's flow-control keys as a policy declares them (docs/flow-control.md).
+LimitKeyTuple = Annotated[tuple[LimitKey, ...], Meta(max_length=MAX_LIMIT_KEYS)]
 
 
 class Backoff(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -105,6 +108,7 @@ class DeclaredPolicy(Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     schedule_to_start_ms: ScheduleToStartMs | None = None
     cancel_grace_ms: CancelGraceMs | None = None
     priority: Priority | None = None
+    limits: LimitKeyTuple | None = None
 
     def declared(self) -> dict[str, Any]:
         """The declared fields (TaskSpec names and JSON values), backoff in full."""

@@ -34,7 +34,8 @@ R = TypeVar("R")  # the result
 
 # Policy fields a submit may set besides the payload (docs/http-api.md "TaskSpec").
 _POLICY_FIELDS = frozenset({"max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms",
-                            "lease_ttl_ms", "schedule_to_start_ms", "cancel_grace_ms"})
+                            "lease_ttl_ms", "schedule_to_start_ms", "cancel_grace_ms",
+                            "limits"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,8 @@ class TaskType(Generic[P, R]):
     lease_ttl_ms: int | None = None
     schedule_to_start_ms: int | None = None
     cancel_grace_ms: int | None = None
+    # Flow-control keys every task of the type carries (docs/flow-control.md).
+    limits: tuple[str, ...] | list[str] | None = None
     fails_on: FailsOn = ()
     # The policy fields above (not fails_on: the worker applies it), checked and encoded once.
     policy: DeclaredPolicy = field(init=False, repr=False, compare=False)
@@ -84,7 +87,9 @@ class TaskType(Generic[P, R]):
             "max_attempts": self.max_attempts, "backoff": self.backoff,
             "attempt_timeout_ms": self.attempt_timeout_ms, "deadline_ms": self.deadline_ms,
             "lease_ttl_ms": self.lease_ttl_ms, "schedule_to_start_ms": self.schedule_to_start_ms,
-            "cancel_grace_ms": self.cancel_grace_ms}, f"TaskType {self.capability}")
+            "cancel_grace_ms": self.cancel_grace_ms,
+            "limits": None if self.limits is None else tuple(self.limits)},
+            f"TaskType {self.capability}")
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "backoff", policy.backoff)  # a dict as its (hashable) Struct
 

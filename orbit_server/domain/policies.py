@@ -96,5 +96,7 @@ def resolve_policy(spec: TaskSpec, registered: DeclaredPolicy | None) -> TaskSpe
         schedule_to_start_ms=fields.get("schedule_to_start_ms", policy.schedule_to_start_ms),
         cancel_grace_ms=fields.get("cancel_grace_ms", policy.cancel_grace_ms),
     )
+    limit_keys = (tuple(dict.fromkeys(fields["limits"])) if "limits" in fields
+                  else spec.limit_keys)
     return replace(spec, policy=policy, priority=fields.get("priority", priority),
-                   policy_source=PolicySource.REGISTERED)
+                   policy_source=PolicySource.REGISTERED, limit_keys=limit_keys)

@@ -11,6 +11,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     retries        RetryService    FAILED or CANCELLED tasks run again, by ID or by filter
     retention      Retention       old finished tasks and long-unseen instances deleted
     schedules      ScheduleService periodic schedules and the firing loop's pass
+    limits         LimitService    a queue's flow-control limits (set, read, list, delete)
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
@@ -105,6 +106,7 @@ class Services:
                  rng: random.Random, replica: str = "local") -> None:
         from .admin import AdminService
         from .context import TxContext
+        from .limits import LimitService
         from .listing import ListingService
         from .offers import OfferCache
         from .policies import PolicyCache
@@ -131,3 +133,4 @@ class Services:
         self.retention = Retention(self.tx, offers)
         self.schedules = ScheduleService(self.tx, self.policies)
         self.retries = RetryService(self.tx, wakeups)
+        self.limits = LimitService(self.tx)

@@ -119,7 +119,7 @@ class TaskService:
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
                     reservations = reserve_for(uow, binding, count, effects,
-                                               self._tx.credentials)
+                                               self._tx.credentials, self._tx.limits)
                     uow.flush()
                 if binding is None:  # else a live worker serves them: nothing to say
                     offers = self._offers.offers(conn, queue_id, now)
@@ -396,6 +396,7 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "dispatch_rank": rank_of(spec.priority),
         "cancel_grace_ms": policy.cancel_grace_ms,
         "policy_source": spec.policy_source.value,
+        "limit_keys": orjson.dumps(list(spec.limit_keys)).decode() if spec.limit_keys else None,
     }
 
 

@@ -204,7 +204,8 @@ class WorkerService:
                 return Reservations()  # the session is closed by the revocation's push
             uow = UnitOfWork(conn, now)
             effects = Effects()
-            reservations = reserve_for(uow, binding, count, effects, self._tx.credentials)
+            reservations = reserve_for(uow, binding, count, effects, self._tx.credentials,
+                                       self._tx.limits)
             reservations.effects = effects
             uow.flush()
         return reservations
@@ -292,8 +293,8 @@ class WorkerService:
         now = uow.now_ms
         wanted = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
         claimed: list[Reservation] = []
-        made, more, used = (reserve_in(uow, binding, wanted, payload_left) if wanted
-                            else ([], False, 0))
+        made, more, used = (reserve_in(uow, binding, wanted, payload_left, self._tx.limits)
+                            if wanted else ([], False, 0))
         if more:  # the answer's payload budget, not the queue, ended the claim
             effects.ready_queues.add(binding.queue_id)
         for task, attempt, row in made:

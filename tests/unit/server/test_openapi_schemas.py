@@ -50,6 +50,7 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "ReviewRequest": bodies.parse_review_request,
     "RetryRequest": lambda v: bodies.RETRY_REQUEST.parse(v, "request body"),
     "BulkRetryRequest": lambda v: bodies.BULK_RETRY_REQUEST.parse(v, "request body"),
+    "LimitRequest": bodies.parse_limit_request,
 }
 
 

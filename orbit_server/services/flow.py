@@ -1,0 +1,82 @@
+"""Flow control inside a dispatch transaction (docs/flow-control.md): of the claimable rows
+a claim read, the ones that may start without putting a key over a limit, and the holds
+that count the ones that do. Called by ``reservations`` only for a queue that has limits
+(``LimitTable``): a queue without limits pays one dictionary look-up.
+
+The limit rows a claim applies are locked (FOR UPDATE on MySQL/MariaDB) before the keys'
+usage is read, and the holds are written in the same transaction as the attempts, so two
+replicas never both take a key's last slot or its last start of a rate window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection
+
+from ..domain.flow import Held, Limit, Usage, admit, limit_of_row, matching, usage_since
+from ..store import limits as stored
+from ..store.limits import PRUNE_AGE_MS
+
+# A claim with limits reads this many more claimable rows than it wants, so tasks held by
+# a limit do not block the ones behind them (beyond the window they wait for the next claim).
+HELD_WINDOW = 64
+PRUNE_BATCH = 50
+
+
+def row_keys(row: Mapping[str, Any]) -> tuple[str, ...]:
+    text = row.get("limit_keys")
+    return tuple(orjson.loads(text)) if text else ()
+
+
+def admit_rows(conn: Connection, queue_id: str, rows: Sequence[dict[str, Any]],
+               count: int, limits: Mapping[str, Limit], now: int
+               ) -> tuple[list[dict[str, Any]], dict[str, Held]]:
+    """Of ``rows`` (dispatch order), at most ``count`` that may start now, and why each row
+    looked at and left is held (by task ID). Locks the limits that apply, prunes their keys'
+    old holds."""
+    keys = [row_keys(row) for row in rows]
+    pairs = {pair for ks in keys for pair in matching(ks, limits)}
+    if not pairs:
+        return list(rows[:count]), {}
+    locked = {row["pattern"]: limit_of_row(row)
+              for row in stored.lock_limits(conn, queue_id, {p for _k, p in pairs})}
+    pairs = {(k, p) for k, p in pairs if p in locked}  # a limit deleted meanwhile
+    usage: dict[tuple[str, str], Usage] = {}
+    for key, pattern in sorted(pairs):
+        limit = locked[pattern]
+        stored.prune_holds(conn, queue_id, key, now - max(limit.rate_interval_ms or 0,
+                                                          PRUNE_AGE_MS), PRUNE_BATCH)
+        running, recent = stored.key_usage(conn, queue_id, key, usage_since(limit, now))
+        usage[(key, pattern)] = Usage(running, recent)
+    admitted, held = admit(keys, locked, usage, count)
+    return ([rows[i] for i in admitted],
+            {str(rows[i]["id"]): reason for i, reason in held.items()})
+
+
+def record_holds(conn: Connection, queue_id: str,
+                 started: Sequence[tuple[Mapping[str, Any], str]],
+                 limits: Mapping[str, Limit], now: int) -> None:
+    """A hold for each (key under a limit, attempt) of the (task row, attempt ID) pairs
+    reserved now."""
+    holds: list[dict[str, Any]] = []
+    for row, attempt_id in started:
+        keys = {key for key, _p in matching(row_keys(row), limits)}
+        holds.extend({"queue_id": queue_id, "limit_key": key, "attempt_id": attempt_id,
+                      "reserved_at_ms": now} for key in sorted(keys))
+    stored.insert_holds(conn, holds)
+
+
+def held_now(conn: Connection, queue_id: str, keys: Sequence[str],
+             limits: Mapping[str, Limit], now: int) -> Held | None:
+    """Why a PENDING task with ``keys`` would be held now, read without locks (the
+    ``waiting`` fact), or None."""
+    pairs = matching(keys, limits)
+    if not pairs:
+        return None
+    usage = {(k, p): Usage(*stored.key_usage(conn, queue_id, k, usage_since(limits[p], now)))
+             for k, p in pairs}
+    _admitted, held = admit([tuple(keys)], limits, usage, 1)
+    return held.get(0)
