@@ -182,7 +182,8 @@ def test_an_upgrade_to_partial_indexes_keeps_every_row(tmp_path: Path) -> None:
 
 # The attempts' columns that later revisions added (null in every row they kept).
 _ADDED_AFTER_0009 = {"attempts": ("grant_connection",),
-                     "tasks": ("policy_source", "run_max_attempts", "run_deadline_ms")}
+                     "tasks": ("policy_source", "run_max_attempts", "run_deadline_ms",
+                               "limit_keys")}
 
 
 def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
