@@ -62,7 +62,14 @@ _SCHEMAS: dict[str, Any] = {
     "Waiting": {"oneOf": [{"type": "null"}, _obj({
         "reason": {"type": "string", "enum": ["NO_LIVE_WORKER"]},
         "capability": _ref("Capability"), "since": _MS,
-    }, ["reason", "capability", "since"])]},
+    }, ["reason", "capability", "since"]), _obj({
+        "reason": {"type": "string", "enum": ["LIMIT_FULL"],
+                   "description": "a flow-control limit of the task's key is full (read "
+                                  "with one task, not in task lists)"},
+        "key": {"type": "string"}, "limit": {"type": "string", "description": "its pattern"},
+        "bound": {"type": "string", "enum": ["max_running", "rate"]},
+        "max": {"type": "integer"},
+    }, ["reason", "key", "limit", "bound", "max"])]},
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
         "capability": _ref("Capability"), "payload": {}, "policy": _ref("Policy"),

@@ -21,11 +21,12 @@ MAX_LIMIT_KEYS: Final = 8
 MAX_KEY_NAME_LEN: Final = 32
 MAX_KEY_VALUE_LEN: Final = 64
 _NAME = rf"[a-z][a-z0-9_.-]{{0,{MAX_KEY_NAME_LEN - 1}}}"
-_VALUE = rf"[A-Za-z0-9_.@/+=-]{{1,{MAX_KEY_VALUE_LEN}}}"
+_VALUE = rf"[A-Za-z0-9_.@+=-]{{1,{MAX_KEY_VALUE_LEN}}}"  # no "/": a pattern is a path segment
 KEY_RE: Final = re.compile(rf"{_NAME}:{_VALUE}")
 PATTERN_RE: Final = re.compile(rf"{_NAME}:(?:{_VALUE}|\*)")
-_KEY_RULE = (f"must be name:value (name 1-{MAX_KEY_NAME_LEN} of [a-z0-9_.-] starting with a "
-             f"letter, value 1-{MAX_KEY_VALUE_LEN} of [A-Za-z0-9_.@/+=-])")
+_KEY_FORM = (f"name:value (name 1-{MAX_KEY_NAME_LEN} of [a-z0-9_.-] starting with a letter, "
+             f"value 1-{MAX_KEY_VALUE_LEN} of [A-Za-z0-9_.@+=-])")
+_KEY_RULE = f"must be {_KEY_FORM}"
 # The longest rate interval, and the most starts one may allow.
 MAX_RATE_INTERVAL_MS: Final = 86_400_000
 MAX_RATE_COUNT: Final = 100_000
@@ -55,7 +56,7 @@ def check_pattern(pattern: object) -> str:
     """A limit's pattern: a key or ``name:*``; BAD_REQUEST otherwise."""
     if not isinstance(pattern, str) or PATTERN_RE.fullmatch(pattern) is None:
         raise OrbitError(ErrorCode.BAD_REQUEST,
-                         f"limit pattern {pattern!r} must be a key ({_KEY_RULE}) or name:*")
+                         f"limit pattern {pattern!r} must be {_KEY_FORM} or name:*")
     return pattern
 
 

@@ -73,6 +73,9 @@ def tasks() -> None:
 @click.option("--cancel-grace", default=None,
               help="How long a cancel lets a running handler stop by itself before the "
                    "kill: 0 to 60s (default 2s; 0 kills at once).")
+@click.option("--limit", "limit_keys", multiple=True, metavar="KEY",
+              help="A flow-control key, name:value (repeat, at most 8): the queue's limits "
+                   "that match it hold the task while they are full.")
 @json_option
 @wait_option
 @click.pass_context
@@ -94,6 +97,7 @@ def tasks_submit(
     priority: int | None,
     schedule_to_start: str | None,
     cancel_grace: str | None,
+    limit_keys: tuple[str, ...],
     as_json: bool,
     wait_s: float | None,
 ) -> None:
@@ -120,6 +124,8 @@ def tasks_submit(
         else parse_duration_ms(cancel_grace, "--cancel-grace"),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
+    if limit_keys:
+        spec["limits"] = list(limit_keys)
     s = settings(ctx)
     queue = s.queue(queue_id)
     client = s.client(ctx)

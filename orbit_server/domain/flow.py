@@ -17,7 +17,10 @@ from typing import Any
 
 from orbit_wire.flow import pattern_matches
 
-__all__ = ["Held", "Limit", "Usage", "admit", "limit_of_row", "matching", "usage_since"]
+LIMIT_FULL = "LIMIT_FULL"
+
+__all__ = ["LIMIT_FULL", "Held", "Limit", "Usage", "admit", "limit_of_row", "matching",
+           "usage_since"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +48,10 @@ class Held:
     bound: str  # "max_running" or "rate"
     limit: int
 
-    def to_dict(self) -> dict[str, object]:
-        return {"key": self.key, "limit": self.pattern, "bound": self.bound,
-                "max": self.limit}
+    def waiting(self) -> dict[str, object]:
+        """The ``waiting`` fact of a PENDING task held by this limit."""
+        return {"reason": LIMIT_FULL, "key": self.key, "limit": self.pattern,
+                "bound": self.bound, "max": self.limit}
 
 
 def limit_of_row(row: Mapping[Any, Any]) -> Limit:

@@ -42,6 +42,7 @@ from ..store.retry import transactional
 from ..store.rows import UnitOfWork
 from ..store.tables import priority_of, rank_of
 from ..store.views import attempt_view, audit_view, evidence_view, task_view
+from . import flow
 from .binding import WorkerBinding
 from .context import TxContext
 from .effects import Effects
@@ -157,10 +158,16 @@ class TaskService:
     def get_task(self, principal: Principal, task_id: str) -> dict[str, Any]:
         """The Task view; NOT_FOUND also for a task of a queue the principal may not use."""
         with self._tx.read() as conn:
-            view = task_view(_task_row(conn, principal, task_id))
+            row = _task_row(conn, principal, task_id)
+            view = task_view(row)
             if view["state"] == TaskState.PENDING.value:
-                with_waiting(view, self._offers.offers(conn, view["queue_id"],
-                                                       self._tx.clock()))
+                now = self._tx.clock()
+                with_waiting(view, self._offers.offers(conn, view["queue_id"], now))
+                if view["waiting"] is None and row["limit_keys"]:
+                    held = flow.held_now(conn, row["queue_id"], flow.row_keys(row),
+                                         self._tx.limits.limits(conn, row["queue_id"], now),
+                                         now)
+                    view["waiting"] = None if held is None else held.waiting()
             return view
 
     def get_tasks(self, principal: Principal, task_ids: Sequence[str]
