@@ -78,6 +78,7 @@ export async function renderQueues(ctx) {
         h("a", { href: `#/review?queue=${q.id}` }, `Review (${stats.counts.NEEDS_REVIEW || 0})`),
         " · ", h("a", { href: `#/workers?queue=${q.id}` }, "Workers"),
         " · ", h("a", { href: `#/schedules?queue=${q.id}` }, "Schedules"),
+        " · ", h("a", { href: `#/limits?queue=${q.id}` }, "Limits"),
         h("span", { class: "muted" }, ` · as of ${isoTime(now)}`)));
   });
   const spanSelect = h("form", { class: "filters card", onsubmit: (e) => e.preventDefault() },
