@@ -23,7 +23,7 @@ from ..store.limits import PRUNE_AGE_MS
 # A claim with limits reads this many more claimable rows than it wants, so tasks held by
 # a limit do not block the ones behind them (beyond the window they wait for the next claim).
 HELD_WINDOW = 64
-PRUNE_BATCH = 50
+PRUNE_BATCH = 512  # more than a claim adds (MAX_RESERVATIONS_PER_FRAME)
 
 
 def row_keys(row: Mapping[str, Any]) -> tuple[str, ...]:
@@ -44,16 +44,30 @@ def admit_rows(conn: Connection, queue_id: str, rows: Sequence[dict[str, Any]],
     locked = {row["pattern"]: limit_of_row(row)
               for row in stored.lock_limits(conn, queue_id, {p for _k, p in pairs})}
     pairs = {(k, p) for k, p in pairs if p in locked}  # a limit deleted meanwhile
-    usage: dict[tuple[str, str], Usage] = {}
-    for key, pattern in sorted(pairs):
-        limit = locked[pattern]
-        stored.prune_holds(conn, queue_id, key, now - max(limit.rate_interval_ms or 0,
-                                                          PRUNE_AGE_MS), PRUNE_BATCH)
-        running, recent = stored.key_usage(conn, queue_id, key, usage_since(limit, now))
-        usage[(key, pattern)] = Usage(running, recent)
+    usage = _usage(conn, queue_id, pairs, locked, now)
     admitted, held = admit(keys, locked, usage, count)
     return ([rows[i] for i in admitted],
             {str(rows[i]["id"]): reason for i, reason in held.items()})
+
+
+def _usage(conn: Connection, queue_id: str, pairs: set[tuple[str, str]],
+           limits: Mapping[str, Limit], now: int) -> dict[tuple[str, str], Usage]:
+    """Each (key, pattern)'s usage: old holds pruned first (a bounded batch), then one
+    statement per distinct rate window (mostly one)."""
+    keys = sorted({k for k, _p in pairs})
+    if not keys:
+        return {}
+    longest = max((limits[p].rate_interval_ms or 0) for _k, p in pairs)
+    stored.prune_holds(conn, queue_id, keys, now - max(longest, PRUNE_AGE_MS), PRUNE_BATCH)
+    by_since: dict[int, list[tuple[str, str]]] = {}
+    for key, pattern in pairs:
+        by_since.setdefault(usage_since(limits[pattern], now), []).append((key, pattern))
+    usage: dict[tuple[str, str], Usage] = {}
+    for since, group in by_since.items():
+        found = stored.keys_usage(conn, queue_id, sorted({k for k, _p in group}), since)
+        for key, pattern in group:
+            usage[(key, pattern)] = Usage(*found.get(key, (0, 0)))
+    return usage
 
 
 def record_holds(conn: Connection, queue_id: str,

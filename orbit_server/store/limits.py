@@ -19,8 +19,9 @@ from sqlalchemy import Connection, Integer, RowMapping, and_, bindparam, case, d
 
 from .tables import OPEN_ATTEMPT, attempts, limit_changes, limit_holds, queue_limits, state_is
 
-__all__ = ["delete_limit", "insert_holds", "insert_limit_change", "key_usage", "limit_changes_of",
-           "limit_row", "limits_of_queue", "lock_limits", "prune_holds", "upsert_limit"]
+__all__ = ["delete_limit", "insert_holds", "insert_limit_change", "key_usage", "keys_usage",
+           "limit_changes_of", "limit_row", "limits_of_queue", "lock_limits", "prune_holds",
+           "upsert_limit"]
 
 _QUEUE = queue_limits.c.queue_id == bindparam("queue_id")
 LIMITS_OF_QUEUE = select(queue_limits).where(_QUEUE).order_by(queue_limits.c.pattern)
@@ -39,7 +40,8 @@ _THIS_KEY = and_(limit_holds.c.queue_id == bindparam("queue_id"),
 # A key's open holds and its holds since an instant, in one pass over the key's holds. A
 # hold without its attempt counts as open: the attempt is written when this transaction's
 # unit of work flushes (a group commit may claim again before); a hold whose attempt is gone
-# for good (retention) is older than PRUNE_AGE_MS and pruned first.
+# for good (retention) is older than PRUNE_AGE_MS and pruned first (holds and attempts
+# commit together, so a hold lacks its attempt only inside the transaction that made both).
 _HOLDS_SLOT = (attempts.c.state.is_(None)) | _IS_OPEN
 KEY_USAGE = (
     select(func.coalesce(func.sum(case((_HOLDS_SLOT, 1), else_=0)), 0),
@@ -48,17 +50,28 @@ KEY_USAGE = (
     .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
     .where(_THIS_KEY)
 )
+# The same for several keys at once, one row per key that has holds.
+_THESE_KEYS = and_(limit_holds.c.queue_id == bindparam("queue_id"),
+                   limit_holds.c.limit_key.in_(bindparam("keys", expanding=True)))
+KEYS_USAGE = (
+    select(limit_holds.c.limit_key,
+           func.sum(case((_HOLDS_SLOT, 1), else_=0)),
+           func.sum(case((limit_holds.c.reserved_at_ms > bindparam("since"), 1), else_=0)))
+    .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
+    .where(_THESE_KEYS)
+    .group_by(limit_holds.c.limit_key)
+)
 # Holds past every window whose attempt has ended (or is gone): nothing counts them.
-PRUNE_AGE_MS = 60_000
+PRUNE_AGE_MS = 5_000
 PRUNABLE_HOLDS = (
     select(limit_holds.c.attempt_id)
     .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
-    .where(_THIS_KEY, limit_holds.c.reserved_at_ms <= bindparam("before"),
+    .where(_THESE_KEYS, limit_holds.c.reserved_at_ms <= bindparam("before"),
            (attempts.c.state.is_(None)) | ~_IS_OPEN)
     .limit(bindparam("n", type_=Integer))
 )
 DELETE_HOLDS = delete(limit_holds).where(
-    _THIS_KEY, limit_holds.c.attempt_id.in_(bindparam("ids", expanding=True)))
+    _THESE_KEYS, limit_holds.c.attempt_id.in_(bindparam("ids", expanding=True)))
 INSERT_HOLD = limit_holds.insert()
 INSERT_CHANGE = limit_changes.insert()
 CHANGES_OF = (
@@ -122,13 +135,24 @@ def key_usage(conn: Connection, queue_id: str, key: str, since: int) -> tuple[in
     return int(row[0]), int(row[1])
 
 
-def prune_holds(conn: Connection, queue_id: str, key: str, before: int, n: int) -> int:
-    """Delete up to ``n`` of the key's holds reserved at or before ``before`` whose attempt
-    has ended; how many."""
-    ids = [r[0] for r in conn.execute(PRUNABLE_HOLDS, {
-        "queue_id": queue_id, "key": key, "before": before, "n": n}).all()]
+def keys_usage(conn: Connection, queue_id: str, keys: Sequence[str],
+               since: int) -> dict[str, tuple[int, int]]:
+    """``key_usage`` of each of ``keys`` in one statement (a key without holds: absent)."""
+    rows = conn.execute(KEYS_USAGE, {"queue_id": queue_id, "keys": list(keys),
+                                     "since": since}).all()
+    return {str(r[0]): (int(r[1] or 0), int(r[2] or 0)) for r in rows}
+
+
+def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: int,
+                n: int) -> int:
+    """Delete up to ``n`` holds of ``keys`` reserved at or before ``before`` whose attempt
+    has ended (every hold of such an attempt: ``before`` is past every window of these
+    keys); how many attempts' holds."""
+    params = {"queue_id": queue_id, "keys": list(keys)}
+    ids = [r[0] for r in conn.execute(PRUNABLE_HOLDS, {**params, "before": before,
+                                                       "n": n}).all()]
     if ids:
-        conn.execute(DELETE_HOLDS, {"queue_id": queue_id, "key": key, "ids": ids})
+        conn.execute(DELETE_HOLDS, {**params, "ids": list(set(ids))})
     return len(ids)
 
 
