@@ -323,7 +323,9 @@ export async function renderTask(ctx, id) {
       ["operation key", task.operation_key],
       ["failure", task.failure ? h("div", {}, h("code", { id: "failure-code" }, task.failure.code),
         json(task.failure.details)) : null],
-      ["waiting", task.waiting ? `${task.waiting.reason} since ${isoTime(task.waiting.since)}` : null],
+      ["waiting", !task.waiting ? null : task.waiting.key
+        ? `${task.waiting.reason}: ${task.waiting.key} (${task.waiting.bound} ${task.waiting.max} of ${task.waiting.limit})`
+        : `${task.waiting.reason} since ${isoTime(task.waiting.since)}`],
       // A handler that returned None succeeded with a null result: shown as null.
       ["result", task.state === "SUCCEEDED" ? json(task.result ?? null)
         : task.result === null || task.result === undefined ? null : json(task.result)],

@@ -75,6 +75,8 @@ async def test_submit_with_keys_and_the_waiting_fact(orbit: OrbitEnv, tmp_path: 
         assert waiting is not None and waiting["reason"] == "LIMIT_FULL", waiting
         assert (waiting["key"], waiting["limit"], waiting["bound"], waiting["max"]) == (
             "gpu:a100", "gpu:*", "max_running", 1)
+        shown = producer.ok("--output", "human", "tasks", "get", held)
+        assert "limit full (gpu:a100: max_running 1 of gpu:*)" in shown, shown
         # Its slot freed (the attempt finished), the held task is reserved next.
         await worker.start(reserved)
         await worker.finish(reserved, "SUCCEEDED", result_json="1")
