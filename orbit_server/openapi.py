@@ -328,6 +328,8 @@ def _limit_op(summary: str, ok: str, schema: str, **kw: Any) -> dict[str, Any]:
     for param in op["parameters"]:
         if param["name"] == "pattern":
             param["schema"] = {"type": "string", "pattern": whole(PATTERN_RE.pattern)}
+    if "requestBody" in op:
+        op["requestBody"]["required"] = True  # a limit needs one bound at least
     return op
 
 
