@@ -20,6 +20,7 @@ class LimitApi:
         self.auth = auth
         self.store = parts.store
         self.limits = parts.services.limits
+        self.dispatcher = parts.dispatcher
 
     async def put(self, request: Request, q: Params) -> Response:
         queue_id = path_id(request, "queue_id")
@@ -27,6 +28,7 @@ class LimitApi:
         principal = await self.auth.principal(request)  # before the body is read
         body = await object_body(request, "LimitRequest")
         made = await self.store.call(self.limits.set_limit, principal, queue_id, pattern, body)
+        self.dispatcher.queues_ready([queue_id])  # a larger limit may let held tasks start
         return JSONResponse(made, status_code=201 if made["created"] else 200)
 
     async def get(self, request: Request, q: Params) -> Response:
@@ -42,8 +44,9 @@ class LimitApi:
     async def delete(self, request: Request, q: Params) -> Response:
         queue_id = path_id(request, "queue_id")
         pattern = str(request.path_params["pattern"])
-        return JSONResponse(await self.auth.run_as(request, self.limits.delete_limit, queue_id,
-                                                   pattern))
+        gone = await self.auth.run_as(request, self.limits.delete_limit, queue_id, pattern)
+        self.dispatcher.queues_ready([queue_id])  # the tasks it held may start
+        return JSONResponse(gone)
 
 
 def limit_routes(parts: ServerParts) -> list[Route]:
