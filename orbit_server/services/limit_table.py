@@ -6,7 +6,7 @@ on this server drops its queue's entry at once; on another replica it is seen on
 is older than that (the TTL is the whole cross-replica story: a dispatch that finds limits
 locks and re-reads the rows it applies, so a limit's *size* is always the committed one; only
 whether a queue has limits at all may lag by the TTL). Every entry is dropped when a group
-commit rolls back. Used on the store thread only.
+commit rolls back. Used on the store thread, but for ``limited``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ class LimitTable:
         return found
 
     def limited(self, queue_ids: Iterable[str]) -> set[str]:
-        """Those of the queues known (from memory, without a statement) to have limits."""
+        """Those of the queues known (from memory, without a statement) to have limits.
+        Called from the event loop (``OrbitServer.act_on``): single dict look-ups only, safe
+        beside the store thread's writes."""
         out: set[str] = set()
         for queue_id in queue_ids:
             kept = self._queues.get(queue_id)
