@@ -20,7 +20,7 @@ from orbit_wire.flow import pattern_matches
 LIMIT_FULL = "LIMIT_FULL"
 
 __all__ = ["LIMIT_FULL", "Held", "Limit", "Usage", "admit", "limit_of_row", "matching",
-           "usage_since"]
+           "rate_frees_at", "usage_since"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,16 @@ class Usage:
 
     running: int = 0
     recent_starts: int = 0
+    oldest_recent_ms: int | None = None  # the earliest of those starts
+
+
+def rate_frees_at(limit: Limit, usage: Usage, now: int) -> int | None:
+    """When a key held by this limit's rate may start again: its oldest start in the window
+    leaves it (a start made now, when this claim filled it); None without a rate."""
+    if limit.rate_interval_ms is None:
+        return None
+    oldest = usage.oldest_recent_ms if usage.recent_starts else None
+    return (now if oldest is None else oldest) + limit.rate_interval_ms
 
 
 @dataclass(frozen=True, slots=True)

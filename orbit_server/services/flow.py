@@ -16,7 +16,16 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection
 
-from ..domain.flow import Held, Limit, Usage, admit, limit_of_row, matching, usage_since
+from ..domain.flow import (
+    Held,
+    Limit,
+    Usage,
+    admit,
+    limit_of_row,
+    matching,
+    rate_frees_at,
+    usage_since,
+)
 from ..store import limits as stored
 from ..store.limits import PRUNE_AGE_MS
 
@@ -33,21 +42,24 @@ def row_keys(row: Mapping[str, Any]) -> tuple[str, ...]:
 
 def admit_rows(conn: Connection, queue_id: str, rows: Sequence[dict[str, Any]],
                count: int, limits: Mapping[str, Limit], now: int
-               ) -> tuple[list[dict[str, Any]], dict[str, Held]]:
-    """Of ``rows`` (dispatch order), at most ``count`` that may start now, and why each row
-    looked at and left is held (by task ID). Locks the limits that apply, prunes their keys'
-    old holds."""
+               ) -> tuple[list[dict[str, Any]], dict[str, Held], int | None]:
+    """Of ``rows`` (dispatch order), at most ``count`` that may start now, why each row
+    looked at and left is held (by task ID), and when the first task held by a rate may
+    start (None: none is). Locks the limits that apply, prunes their keys' old holds."""
     keys = [row_keys(row) for row in rows]
     pairs = {pair for ks in keys for pair in matching(ks, limits)}
     if not pairs:
-        return list(rows[:count]), {}
+        return list(rows[:count]), {}, None
     locked = {row["pattern"]: limit_of_row(row)
               for row in stored.lock_limits(conn, queue_id, {p for _k, p in pairs})}
     pairs = {(k, p) for k, p in pairs if p in locked}  # a limit deleted meanwhile
     usage = _usage(conn, queue_id, pairs, locked, now)
     admitted, held = admit(keys, locked, usage, count)
+    frees = [rate_frees_at(locked[h.pattern], usage.get((h.key, h.pattern), Usage()), now)
+             for h in held.values() if h.bound == "rate"]
+    wake = min((f for f in frees if f is not None), default=None)
     return ([rows[i] for i in admitted],
-            {str(rows[i]["id"]): reason for i, reason in held.items()})
+            {str(rows[i]["id"]): reason for i, reason in held.items()}, wake)
 
 
 def _usage(conn: Connection, queue_id: str, pairs: set[tuple[str, str]],
@@ -66,7 +78,7 @@ def _usage(conn: Connection, queue_id: str, pairs: set[tuple[str, str]],
     for since, group in by_since.items():
         found = stored.keys_usage(conn, queue_id, sorted({k for k, _p in group}), since)
         for key, pattern in group:
-            usage[(key, pattern)] = Usage(*found.get(key, (0, 0)))
+            usage[(key, pattern)] = Usage(*found.get(key, (0, 0, None)))
     return usage
 
 

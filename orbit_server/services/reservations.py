@@ -42,6 +42,9 @@ class Reservations(list[Reservation]):
 
     more: bool = False
     drained: bool = False
+    # When a task a rate held may start (None: none was held by a rate): the caller
+    # schedules a wake-up of the queue then (flow control, docs/flow-control.md).
+    wake_at_ms: int | None = None
     effects: Effects | None = None  # what the reserving transaction did besides (a pass's)
 
 
@@ -63,8 +66,8 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
     # database that row would be locked, and skipped by another replica's claim, so a claim
     # that filled its count asks the index, without locks, whether anything is left.
     probe = uow.conn.dialect.name == "sqlite"
-    made, more, _used, drained = _reserve(uow, binding, count, MAX_PAYLOAD_BYTES_PER_FRAME,
-                                          probe, limits)
+    made, more, _used, drained, wake = _reserve(uow, binding, count,
+                                                MAX_PAYLOAD_BYTES_PER_FRAME, probe, limits)
     if not probe and not more:
         drained = len(made) < count or not claims.any_left(
             uow.conn, binding.queue_id, binding.capabilities, uow.now_ms,
@@ -76,23 +79,24 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
         out = Reservations(reservation(*made_one) for made_one in made)
     out.more = more
     out.drained = drained
+    out.wake_at_ms = wake
     return out
 
 
 def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
                budget: int = MAX_PAYLOAD_BYTES_PER_FRAME, limits: LimitTable | None = None
-               ) -> tuple[list[Reserved], bool, int]:
+               ) -> tuple[list[Reserved], bool, int, int | None]:
     """Reserve up to ``count`` tasks in ``uow``: (task, RESERVED attempt, task row) each,
     whether more were ready than ``budget`` bytes of payload let in (a frame's whole
     budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
-    bytes taken."""
-    made, more, size, _drained = _reserve(uow, binding, count, budget, False, limits)
-    return made, more, size
+    bytes taken, and when a task a rate held may start (``Reservations.wake_at_ms``)."""
+    made, more, size, _drained, wake = _reserve(uow, binding, count, budget, False, limits)
+    return made, more, size, wake
 
 
 def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
              probe: bool, limits: LimitTable | None
-             ) -> tuple[list[Reserved], bool, int, bool]:
+             ) -> tuple[list[Reserved], bool, int, bool, int | None]:
     """``reserve_in``, and with ``probe`` whether no claimable task was left over."""
     now = uow.now_ms
     queue_limits = limits.limits(uow.conn, binding.queue_id, now) if limits else {}
@@ -105,9 +109,10 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
                                  + (flow.HELD_WINDOW if queue_limits else 0))
     skip = set(taken)
     rows = [row for row in rows if row["id"] not in skip]
+    wake = None
     if queue_limits:
-        rows, _held = flow.admit_rows(uow.conn, binding.queue_id, rows,
-                                      count + (1 if probe else 0), queue_limits, now)
+        rows, _held, wake = flow.admit_rows(uow.conn, binding.queue_id, rows,
+                                            count + (1 if probe else 0), queue_limits, now)
     drained = probe and len(rows) <= count
     rows = rows[:count]
     more = False
@@ -130,7 +135,7 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     if queue_limits and out:
         flow.record_holds(uow.conn, binding.queue_id,
                           [(row, attempt.id) for _t, attempt, row in out], queue_limits, now)
-    return out, more, size, drained and not more
+    return out, more, size, drained and not more, wake
 
 
 def credential_holds(credentials: CredentialTable, conn: Any, binding: WorkerBinding,

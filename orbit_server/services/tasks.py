@@ -121,6 +121,9 @@ class TaskService:
                     uow = UnitOfWork(conn, now)
                     reservations = reserve_for(uow, binding, count, effects,
                                                self._tx.credentials, self._tx.limits)
+                    if reservations.wake_at_ms is not None:  # a task a rate held
+                        self._wakeups.schedule(queue_id, reservations.wake_at_ms, now,
+                                               effects)
                     uow.flush()
                 if binding is None:  # else a live worker serves them: nothing to say
                     offers = self._offers.offers(conn, queue_id, now)

@@ -206,6 +206,8 @@ class WorkerService:
             effects = Effects()
             reservations = reserve_for(uow, binding, count, effects, self._tx.credentials,
                                        self._tx.limits)
+            if reservations.wake_at_ms is not None:  # a task a rate held
+                self._wakeups.schedule(binding.queue_id, reservations.wake_at_ms, now, effects)
             reservations.effects = effects
             uow.flush()
         return reservations
@@ -293,8 +295,11 @@ class WorkerService:
         now = uow.now_ms
         wanted = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
         claimed: list[Reservation] = []
-        made, more, used = (reserve_in(uow, binding, wanted, payload_left, self._tx.limits)
-                            if wanted else ([], False, 0))
+        made, more, used, wake = (
+            reserve_in(uow, binding, wanted, payload_left, self._tx.limits) if wanted
+            else ([], False, 0, None))
+        if wake is not None:  # a task a rate held: the queue is looked at again then
+            self._wakeups.schedule(binding.queue_id, wake, now, effects)
         if more:  # the answer's payload budget, not the queue, ended the claim
             effects.ready_queues.add(binding.queue_id)
         for task, attempt, row in made:

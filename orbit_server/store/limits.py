@@ -56,7 +56,9 @@ _THESE_KEYS = and_(limit_holds.c.queue_id == bindparam("queue_id"),
 KEYS_USAGE = (
     select(limit_holds.c.limit_key,
            func.sum(case((_HOLDS_SLOT, 1), else_=0)),
-           func.sum(case((limit_holds.c.reserved_at_ms > bindparam("since"), 1), else_=0)))
+           func.sum(case((limit_holds.c.reserved_at_ms > bindparam("since"), 1), else_=0)),
+           func.min(case((limit_holds.c.reserved_at_ms > bindparam("since"),
+                          limit_holds.c.reserved_at_ms), else_=None)))
     .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
     .where(_THESE_KEYS)
     .group_by(limit_holds.c.limit_key)
@@ -136,11 +138,13 @@ def key_usage(conn: Connection, queue_id: str, key: str, since: int) -> tuple[in
 
 
 def keys_usage(conn: Connection, queue_id: str, keys: Sequence[str],
-               since: int) -> dict[str, tuple[int, int]]:
-    """``key_usage`` of each of ``keys`` in one statement (a key without holds: absent)."""
+               since: int) -> dict[str, tuple[int, int, int | None]]:
+    """``key_usage`` of each of ``keys`` in one statement, with the earliest start after
+    ``since`` (a key without holds: absent)."""
     rows = conn.execute(KEYS_USAGE, {"queue_id": queue_id, "keys": list(keys),
                                      "since": since}).all()
-    return {str(r[0]): (int(r[1] or 0), int(r[2] or 0)) for r in rows}
+    return {str(r[0]): (int(r[1] or 0), int(r[2] or 0), None if r[3] is None else int(r[3]))
+            for r in rows}
 
 
 def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: int,

@@ -91,10 +91,17 @@ def test_a_rate_window_slides_with_the_clock(world: World) -> None:
     _limit(world, KEY, rate={"count": 2, "interval_ms": 1_000})
     world.submit_many(6, limits=[KEY])
     b = world.hello()
-    assert len(world.service.workers.reserve(b, 10)) == 2
+    start = world.clock.now
+    first = world.service.workers.reserve(b, 10)
+    assert len(first) == 2
+    # The held tasks' queue is woken when the window frees (no waiting for a poll).
+    assert first.wake_at_ms == start + 1_000
+    assert first.effects is not None and first.effects.next_due_ms == start + 1_000
     world.clock.advance(999)
-    assert len(world.service.workers.reserve(b, 10)) == 0  # both starts still in the window
+    later = world.service.workers.reserve(b, 10)
+    assert len(later) == 0 and later.wake_at_ms == start + 1_000  # both still in the window
     world.clock.advance(1)
+    assert world.queue_id in world.service.reaper.reap().ready_queues
     assert len(world.service.workers.reserve(b, 10)) == 2
     world.clock.advance(500)
     assert len(world.service.workers.reserve(b, 10)) == 0
