@@ -404,3 +404,20 @@ class AsyncOrbitClient(ClientBase):
 
     async def delete_schedule(self, schedule_id: str) -> dict[str, Any]:
         return await self._send(calls.delete_schedule(schedule_id))
+
+    # ------------------------------------------------------------------ limits
+
+    async def set_limit(self, queue_id: str, pattern: str, *, max_running: int | None = None,
+                        rate: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Set a flow-control limit (admin): ``pattern`` a key or ``name:*``, ``rate``
+        (count, interval_ms)."""
+        return await self._send(calls.set_limit(queue_id, pattern, max_running, rate))
+
+    async def get_limit(self, queue_id: str, pattern: str) -> dict[str, Any]:
+        return await self._send(calls.get_limit(queue_id, pattern))
+
+    async def list_limits(self, queue_id: str) -> list[dict[str, Any]]:
+        return list((await self._send(calls.list_limits(queue_id)))["limits"])
+
+    async def delete_limit(self, queue_id: str, pattern: str) -> dict[str, Any]:
+        return await self._send(calls.delete_limit(queue_id, pattern))

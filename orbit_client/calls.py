@@ -21,6 +21,7 @@ import msgspec
 import orjson
 
 from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.flow import check_pattern
 from orbit_wire.ids import is_id
 from orbit_wire.jsonvalue import check_value
 from orbit_wire.limits import MAX_SUBMIT_BATCH
@@ -379,6 +380,41 @@ def resume_schedule(schedule_id: str) -> Call:
 
 def delete_schedule(schedule_id: str) -> Call:
     return Call("DELETE", f"/v1/schedules/{_id(schedule_id, 'schedule')}")
+
+
+def set_limit(queue_id: str, pattern: str, max_running: int | None = None,
+              rate: tuple[int, int] | None = None) -> Call:
+    """A flow-control limit of the queue (docs/flow-control.md): ``pattern`` a key
+    (``licence:matlab``) or ``name:*``; ``rate`` (count, interval_ms); one bound at least."""
+    body: dict[str, Any] = {}
+    if max_running is not None:
+        body["max_running"] = max_running
+    if rate is not None:
+        body["rate"] = {"count": rate[0], "interval_ms": rate[1]}
+    if not body:
+        raise _local("a limit needs max_running, a rate or both")
+    return Call("PUT", _limit_path(queue_id, pattern), body=_dumps(body), expected=(200, 201))
+
+
+def get_limit(queue_id: str, pattern: str) -> Call:
+    return Call("GET", _limit_path(queue_id, pattern))
+
+
+def list_limits(queue_id: str) -> Call:
+    return Call("GET", f"/v1/queues/{_id(queue_id, 'queue')}/limits")
+
+
+def delete_limit(queue_id: str, pattern: str) -> Call:
+    return Call("DELETE", _limit_path(queue_id, pattern))
+
+
+def _limit_path(queue_id: str, pattern: str) -> str:
+    # The pattern goes into the URL path: checked here, it holds no '/', '?' or '..'.
+    try:
+        check_pattern(pattern)
+    except OrbitError as exc:
+        raise OrbitApiError(exc.code, exc.message) from None
+    return f"/v1/queues/{_id(queue_id, 'queue')}/limits/{pattern}"
 
 
 def decode(call: Call, status: int, body: bytes) -> dict[str, Any]:

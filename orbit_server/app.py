@@ -37,6 +37,7 @@ from .domain.listing import WarnOnce
 from .http_api import http_routes
 from .http_flow import flow_routes
 from .http_hot import HotRoutes
+from .http_limits import limit_routes
 from .http_plumbing import http_exception_handlers
 from .http_schedules import schedule_routes
 from .parts import ServerParts
@@ -128,7 +129,7 @@ class OrbitServer:
                             act_on=self.act_on, traffic=self.traffic)
         self.producers = ProducerChannels()  # what a revocation closes, besides workers
         routes = [*http_routes(parts), *schedule_routes(parts), *flow_routes(parts),
-                  *ws_routes(parts), *producer_routes(parts, self.producers),
+                  *limit_routes(parts), *ws_routes(parts), *producer_routes(parts, self.producers),
                   *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
         self.metrics: ServerMetrics | None = None
@@ -159,6 +160,11 @@ class OrbitServer:
             self.waiters.wake(effects.terminal_tasks, effects.terminal_views)
         if effects.ready_queues:
             self.dispatcher.queues_ready(effects.ready_queues)
+        if effects.counts is not None and effects.counts.ended:
+            # An ended attempt freed a slot of its keys: tasks a limit held may start now.
+            freed = self.services.tx.limits.limited(q for q, *_ in effects.counts.ended)
+            if freed:
+                self.dispatcher.queues_ready(freed)
         for instance_id, attempt_id, epoch in effects.cancels:
             self.dispatcher.push_cancel(instance_id, attempt_id, epoch)
         for credential_id in effects.revoked_credentials:

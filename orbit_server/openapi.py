@@ -15,7 +15,9 @@ from typing import Any
 import msgspec
 
 from orbit_wire.errors import ErrorCode
+from orbit_wire.flow import PATTERN_RE
 from orbit_wire.model import TaskState
+from orbit_wire.names import whole
 from orbit_wire.policy import DeclaredPolicy, PolicySource
 
 from .domain import bodies
@@ -75,7 +77,14 @@ _SCHEMAS: dict[str, Any] = {
         "pause": {"description": "PAUSED: the pause's scope, reason and who paused"},
         "requires": {"type": "object", "additionalProperties": {"type": "string"},
                      "description": "NO_MATCHING_WORKER: the labels no live worker has"},
-    }, ["reason", "capability", "since"])]},
+    }, ["reason", "capability", "since"]), _obj({
+        "reason": {"type": "string", "enum": ["LIMIT_FULL"],
+                   "description": "a flow-control limit of the task's key is full (read "
+                                  "with one task, not in task lists)"},
+        "key": {"type": "string"}, "limit": {"type": "string", "description": "its pattern"},
+        "bound": {"type": "string", "enum": ["max_running", "rate"]},
+        "max": {"type": "integer"},
+    }, ["reason", "key", "limit", "bound", "max"])]},
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
         "capability": _ref("Capability"), "payload": {}, "policy": _ref("Policy"),
@@ -100,6 +109,8 @@ _SCHEMAS: dict[str, Any] = {
                            "registered (the capability's declared policy filled a field the "
                            "submit left out), default; null for tasks made before it was "
                            "recorded"},
+        "limits": {"type": "array", "items": {"type": "string"},
+                   "description": "flow-control keys (docs/flow-control.md)"},
         "attempt_outcome_pending": {
             "type": "boolean",
             "description": "CANCELLED while its running attempt has no outcome yet"},
@@ -255,6 +266,24 @@ _SCHEMAS: dict[str, Any] = {
                      "description": "false: the request stopped at its page bound; ask "
                                     "again for the rest"},
     }, ["matched", "retried", "skipped", "dry_run", "complete"]),
+    "Limit": _obj({
+        "queue_id": _ID, "pattern": {"type": "string"},
+        "wildcard": {"type": "boolean", "description": "name:* (each key its own limit)"},
+        "max_running": _NULLABLE_INT,
+        "rate": {"oneOf": [{"type": "null"}, _obj({"count": {"type": "integer"},
+                                                   "interval_ms": {"type": "integer"}},
+                                                  ["count", "interval_ms"])]},
+        "created_at_ms": _MS, "updated_at_ms": _MS, "updated_by": {"type": "string"},
+        "created": {"type": "boolean", "description": "PUT: the limit is new"},
+        "usage": _obj({"running": {"type": "integer"}, "recent_starts": {"type": "integer"}}),
+        "changes": {"type": "array", "items": _obj({
+            "at_ms": _MS, "actor": {"type": "string"},
+            "action": {"type": "string", "enum": ["set", "delete"]}, "detail": {}})},
+    }, ["queue_id", "pattern", "wildcard", "max_running", "rate", "created_at_ms",
+        "updated_at_ms", "updated_by"]),
+    "LimitList": _obj({"limits": {"type": "array", "items": _ref("Limit")}}, ["limits"]),
+    "LimitDeleted": _obj({"queue_id": _ID, "pattern": {"type": "string"},
+                          "deleted": {"type": "boolean"}}),
 }
 
 
@@ -272,7 +301,7 @@ def _body_schemas(*loaded: Body[Any]) -> dict[str, Any]:
 _SCHEMAS.update(_body_schemas(
     bodies.TASK_SPEC, bodies.BATCH, SCHEDULE, bodies.QUEUE_REQUEST, bodies.CREDENTIAL_REQUEST,
     bodies.ROTATE_REQUEST, bodies.CANCEL_REQUEST, bodies.REVIEW_REQUEST, bodies.RETRY_REQUEST,
-    bodies.BULK_RETRY_REQUEST, *FLOW_BODIES))
+    bodies.BULK_RETRY_REQUEST, bodies.LIMIT_REQUEST, *FLOW_BODIES))
 # Flow control's (pause, resume, bulk actions: openapi_flow.py).
 _SCHEMAS.update(FLOW_SCHEMAS)
 # A registered capability's declared policy (GET /v1/queues/{queue_id}/capabilities).
@@ -316,6 +345,17 @@ def _op(summary: str, ok: str, schema: str, *, body: str | None = None,
                              "content": {"application/json": {"schema": _ref(body)}}}
     if not auth:
         op["security"] = []
+    return op
+
+
+def _limit_op(summary: str, ok: str, schema: str, **kw: Any) -> dict[str, Any]:
+    """An operation on one limit: its path's ``pattern`` is a key or name:*."""
+    op = _op(summary, ok, schema, params=["queue_id", "pattern"], **kw)
+    for param in op["parameters"]:
+        if param["name"] == "pattern":
+            param["schema"] = {"type": "string", "pattern": whole(PATTERN_RE.pattern)}
+    if "requestBody" in op:
+        op["requestBody"]["required"] = True  # a limit needs one bound at least
     return op
 
 
@@ -461,6 +501,16 @@ def openapi_document() -> dict[str, Any]:
         "/v1/schedules/{schedule_id}/resume": {"post": _op(
             "Resume a schedule from its next tick", "the schedule", "Schedule",
             params=["schedule_id"])},
+        "/v1/queues/{queue_id}/limits": {"get": _op(
+            "A queue's flow-control limits (docs/flow-control.md)", "limits", "LimitList",
+            params=["queue_id"])},
+        "/v1/queues/{queue_id}/limits/{pattern}": {
+            "put": _limit_op("Set a limit (admin): 201 when new, 200 when replaced",
+                             "the limit", "Limit", body="LimitRequest",
+                             extra={"201": _json(_ref("Limit"), "the new limit")}),
+            "get": _limit_op("A limit with its usage (a key) and recent changes",
+                             "the limit", "Limit"),
+            "delete": _limit_op("Delete a limit (admin)", "deleted", "LimitDeleted")},
         "/v1/worker": {"get": {
             "summary": "Worker WebSocket endpoint (docs/protocol.md)",
             "description": "With Upgrade: websocket, 101 and the worker protocol; a plain "

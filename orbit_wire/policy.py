@@ -18,6 +18,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from .errors import ErrorCode, OrbitError
 from .explain import explain
+from .flow import MAX_LIMIT_KEYS, LimitKey
 from .labels import Requires
 from .limits import (
     MAX_CANCEL_GRACE_MS,
@@ -71,7 +72,10 @@ ProgressTimeoutMs = Annotated[int, Meta(
 # The policy fields of a TaskSpec, by their TaskSpec names.
 POLICY_FIELDS: Final = ("idempotency", "max_attempts", "backoff", "attempt_timeout_ms",
                         "deadline_ms", "lease_ttl_ms", "schedule_to_start_ms",
-                        "cancel_grace_ms", "priority", "progress_timeout_ms", "requires")
+                        "cancel_grace_ms", "priority", "progress_timeout_ms", "requires",
+                        "limits")
+# A task's flow-control keys as a policy declares them (docs/flow-control.md).
+LimitKeyTuple = Annotated[tuple[LimitKey, ...], Meta(max_length=MAX_LIMIT_KEYS)]
 
 
 class Backoff(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -113,6 +117,7 @@ class DeclaredPolicy(Struct, frozen=True, forbid_unknown_fields=True, omit_defau
     progress_timeout_ms: ProgressTimeoutMs | None = None
     # Label pairs a worker must have to be given the task (orbit_wire/labels.py).
     requires: Requires | None = None
+    limits: LimitKeyTuple | None = None
 
     def declared(self) -> dict[str, Any]:
         """The declared fields (TaskSpec names and JSON values), backoff in full."""

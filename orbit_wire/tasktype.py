@@ -35,7 +35,7 @@ R = TypeVar("R")  # the result
 # Policy fields a submit may set besides the payload (docs/http-api.md "TaskSpec").
 _POLICY_FIELDS = frozenset({"max_attempts", "backoff", "attempt_timeout_ms", "deadline_ms",
                             "lease_ttl_ms", "schedule_to_start_ms", "cancel_grace_ms",
-                            "progress_timeout_ms", "requires"})
+                            "progress_timeout_ms", "requires", "limits"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,8 @@ class TaskType(Generic[P, R]):
     # Label pairs a worker must have (``orbit-supervise --label``), e.g. {"gpu": "a100"};
     # kept as sorted pairs so the TaskType stays hashable.
     requires: Mapping[str, str] | tuple[tuple[str, str], ...] | None = None
+    # Flow-control keys every task of the type carries (docs/flow-control.md).
+    limits: tuple[str, ...] | list[str] | None = None
     fails_on: FailsOn = ()
     # The policy fields above (not fails_on: the worker applies it), checked and encoded once.
     policy: DeclaredPolicy = field(init=False, repr=False, compare=False)
@@ -93,7 +95,8 @@ class TaskType(Generic[P, R]):
             "lease_ttl_ms": self.lease_ttl_ms, "schedule_to_start_ms": self.schedule_to_start_ms,
             "cancel_grace_ms": self.cancel_grace_ms,
             "progress_timeout_ms": self.progress_timeout_ms,
-            "requires": None if self.requires is None else dict(self.requires)},
+            "requires": None if self.requires is None else dict(self.requires),
+            "limits": None if self.limits is None else tuple(self.limits)},
             f"TaskType {self.capability}")
         object.__setattr__(self, "policy", policy)
         object.__setattr__(self, "backoff", policy.backoff)  # a dict as its (hashable) Struct

@@ -133,7 +133,7 @@ def _task(task_id: str, queue_id: str, state: str, created: int,
         "failure_details": "{}" if state == "FAILED" else None, "cancel_requested": False,
         "current_attempt_id": None, "finished_at_ms": finished, "schedule_to_start_ms": None,
         "start_by_at_ms": None, "spec_digest": None, "dispatch_rank": 4,
-        "cancel_grace_ms": 2000,
+        "cancel_grace_ms": 2000, "policy_source": None, "limit_keys": None,
     }
 
 

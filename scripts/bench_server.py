@@ -5,6 +5,7 @@
     .venv/bin/python scripts/bench_server.py --db mysql://root@127.0.0.1:3306/orbit_bench
     .venv/bin/python scripts/bench_server.py --metrics-compare [--rounds 3] [--quick]
     .venv/bin/python scripts/bench_server.py --src DIR --no-write   # another checkout's server
+    .venv/bin/python scripts/bench_server.py --limits --quick        # flow-control limits on
 
 With ``--db`` the server runs on that MySQL/MariaDB database (it must exist; the schema is
 migrated) and the figures go to their own section of docs/benchmarks.md, beside SQLite's.
@@ -25,6 +26,9 @@ compare them side by side.
 and scraped every second (a fresh server each run, the order swapped every round), and
 prints the medians and the difference; ``--no-metrics`` runs everything with metrics off.
 ``--quick`` is a smoke run: fewer tasks and samples, two rounds, nothing written.
+``--limits`` gives every task a flow-control key (``tenant:0`` .. ``tenant:99``) under a
+wildcard limit too large to bind (docs/flow-control.md): what enforcing limits costs; its
+figures are printed, not written.
 """
 
 from __future__ import annotations
@@ -140,10 +144,18 @@ class Server:
                 self.proc.wait(10)
 
 
+# --limits: each task a key under a wildcard limit that never binds.
+LIMITS = {"on": False}
+LIMIT_KEYS = 100
+
+
 def spec(i: int) -> dict[str, Any]:
-    return {"handler": CAP.handler, "handler_version": CAP.handler_version,
-            "payload_version": CAP.payload_version, "payload": {"i": i},
-            "idempotency": "IDEMPOTENT"}
+    out = {"handler": CAP.handler, "handler_version": CAP.handler_version,
+           "payload_version": CAP.payload_version, "payload": {"i": i},
+           "idempotency": "IDEMPOTENT"}
+    if LIMITS["on"]:
+        out["limits"] = [f"tenant:{i % LIMIT_KEYS}"]
+    return out
 
 
 class BenchWorker:
@@ -295,6 +307,11 @@ async def setup(url: str, admin: str) -> tuple[str, httpx.AsyncClient, dict[str,
         creds = "/v1/credentials"
         prod = (await a.post(creds, json={"role": "producer", "queues": [queue]})).json()
         work = (await a.post(creds, json={"role": "worker", "queues": [queue]})).json()
+        if LIMITS["on"]:
+            made = await a.put(f"/v1/queues/{queue}/limits/tenant:*",
+                               json={"max_running": 1_000_000,
+                                     "rate": {"count": 100_000, "interval_ms": 1}})
+            assert made.status_code == 201, made.text
     producer = httpx.AsyncClient(
         base_url=url, timeout=60,
         headers={"Authorization": f"Bearer {prod['credential_id']}.{prod['secret']}"},
@@ -629,9 +646,15 @@ def main() -> None:
                         help="--metrics-compare: runs of each (default 3)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 3000 tasks, 50 samples, 2 rounds, nothing written")
+    parser.add_argument("--limits", action="store_true",
+                        help="every task a key under a wildcard limit that never binds "
+                        "(figures printed, not written)")
     parser.add_argument("--src", type=Path, help="run the server from this checkout (A/B "
                         "comparisons; figures are then not written to docs/benchmarks.md)")
     args = parser.parse_args()
+    LIMITS["on"] = args.limits
+    if args.limits:
+        args.no_write = True
     if args.quick:
         args.tasks, args.latency_samples, args.rounds = 3000, 50, 2
         args.no_write = True

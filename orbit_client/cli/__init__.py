@@ -6,7 +6,8 @@
     output.py       human or JSON, and the printer
     render.py       human views of answers (pure)        timefmt.py   relative times (pure)
     waiting.py      --wait with a progress line          args.py      shared options, JSON args
-    health.py, queues.py, credentials.py, tasks.py, workers.py, schedules.py   one module per group
+    health.py, queues.py, credentials.py, tasks.py, workers.py, schedules.py, limits.py
+                    one module per group
     task_list.py    `orbit tasks list`: filters, time arguments, paging
 
 A new command group is a module with a click group, added to ``cli`` below.
@@ -18,6 +19,7 @@ from .app import cli
 from .credentials import credentials
 from .exits import exit_code_for
 from .health import health
+from .limits import limits
 from .queues import queues
 from .schedules import schedules
 from .task_bulk import tasks_cancel, tasks_review
@@ -30,7 +32,7 @@ tasks.add_command(tasks_list)
 tasks.add_command(tasks_retry)
 tasks.add_command(tasks_cancel)
 tasks.add_command(tasks_review)
-for _command in (health, queues, credentials, tasks, workers, schedules):
+for _command in (health, queues, credentials, tasks, workers, schedules, limits):
     cli.add_command(_command)
 
 

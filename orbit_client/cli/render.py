@@ -203,6 +203,9 @@ def _waiting_words(waiting: Mapping[str, Any], now_ms: int) -> str:
         words += f" ({capability(cap)})"
     if isinstance(waiting.get("requires"), Mapping):
         words += f" requires {labels_text(waiting['requires'])}"
+    if waiting.get("key") is not None:  # LIMIT_FULL: the key and the limit holding it
+        words += (f" ({waiting.get('key')}: {waiting.get('bound')} {waiting.get('max')} "
+                  f"of {waiting.get('limit')})")
     since = waiting.get("since") or waiting.get("since_ms")
     if isinstance(since, int):
         words += f", since {ago(since, now_ms)}"

@@ -79,6 +79,9 @@ def tasks() -> None:
                    "(PROGRESS_TIMEOUT): 100ms to 1d (default: no bound).")
 @click.option("--requires", "requires", multiple=True, metavar="NAME=VALUE",
               help="A label its worker must have (repeatable; orbit-supervise --label).")
+@click.option("--limit", "limit_keys", multiple=True, metavar="KEY",
+              help="A flow-control key, name:value (repeat, at most 8): the queue's limits "
+                   "that match it hold the task while they are full.")
 @json_option
 @wait_option
 @click.pass_context
@@ -102,6 +105,7 @@ def tasks_submit(
     cancel_grace: str | None,
     progress_timeout: str | None,
     requires: tuple[str, ...],
+    limit_keys: tuple[str, ...],
     as_json: bool,
     wait_s: float | None,
 ) -> None:
@@ -131,6 +135,8 @@ def tasks_submit(
         "requires": _requires(requires),
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
+    if limit_keys:
+        spec["limits"] = list(limit_keys)
     s = settings(ctx)
     queue = s.queue(queue_id)
     client = s.client(ctx)

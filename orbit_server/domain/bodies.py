@@ -16,6 +16,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from orbit_wire.errors import ErrorCode, OrbitError
+from orbit_wire.flow import MAX_RATE_COUNT, MAX_RATE_INTERVAL_MS, MAX_RUNNING, LimitKeys
 from orbit_wire.labels import Requires
 from orbit_wire.limits import (
     DEFAULT_CANCEL_GRACE_MS,
@@ -78,6 +79,7 @@ class ScheduledTask(_Body, frozen=True):
     cancel_grace_ms: CancelGraceMs = DEFAULT_CANCEL_GRACE_MS
     progress_timeout_ms: ProgressTimeoutMs | None = None
     requires: Requires | None = None
+    limits: LimitKeys = msgspec.field(default_factory=list)
 
 
 class TaskSpec(ScheduledTask, frozen=True):
@@ -159,7 +161,26 @@ class BulkRetryRequest(_Body, frozen=True):
                        ] = False
 
 
+class Rate(_Body, frozen=True):
+    """At most ``count`` starts in any window of ``interval_ms``."""
+
+    count: Annotated[int, Meta(ge=1, le=MAX_RATE_COUNT)]
+    interval_ms: Annotated[int, Meta(ge=1, le=MAX_RATE_INTERVAL_MS)]
+
+
+class LimitRequest(_Body, frozen=True):
+    """A flow-control limit (docs/flow-control.md): at least one of the two bounds; one left
+    out is no bound."""
+
+    max_running: Annotated[int, Meta(ge=1, le=MAX_RUNNING, description=(
+        "open (reserved or running) attempts per key at most"))] | None = None
+    rate: Rate | None = None
+
+
 QUEUE_REQUEST: Final = Body(QueueRequest)
+# At least one bound given and not null (each of the two absent or null is refused).
+LIMIT_REQUEST: Final = Body(LimitRequest, {"not": {"properties": {
+    "max_running": {"type": "null"}, "rate": {"type": "null"}}}})
 # A producer or worker credential is scoped to at least one queue.
 CREDENTIAL_REQUEST: Final = Body(CredentialRequest, {
     "if": {"properties": {"role": {"enum": [Role.PRODUCER.value, Role.WORKER.value]}}},
@@ -186,4 +207,13 @@ def parse_review_request(value: object) -> dict[str, Any]:
     body = REVIEW_REQUEST.parse(value, "request body")
     if body["action"] == ReviewAction.SUCCEED and body.get("result") is None:
         raise OrbitError(ErrorCode.BAD_REQUEST, "succeed needs a non-null result")
+    return body
+
+
+def parse_limit_request(value: object) -> LimitRequest:
+    """LIMIT_REQUEST with its ``anyOf`` rule: at least one bound (the limit service checks
+    it too)."""
+    body = LIMIT_REQUEST.load(value, "request body")
+    if body.max_running is None and body.rate is None:
+        raise OrbitError(ErrorCode.BAD_REQUEST, "request body: give max_running, rate or both")
     return body

@@ -100,5 +100,7 @@ def resolve_policy(spec: TaskSpec, registered: DeclaredPolicy | None) -> TaskSpe
         requires=(requires_text(fields["requires"]) if "requires" in fields
                   else policy.requires),
     )
+    limit_keys = (tuple(dict.fromkeys(fields["limits"])) if "limits" in fields
+                  else spec.limit_keys)
     return replace(spec, policy=policy, priority=fields.get("priority", priority),
-                   policy_source=PolicySource.REGISTERED)
+                   policy_source=PolicySource.REGISTERED, limit_keys=limit_keys)

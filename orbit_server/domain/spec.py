@@ -107,6 +107,8 @@ class TaskSpec:
     # registered for the capability (policies.resolve_policy), else the defaults above.
     given: frozenset[str] = frozenset()
     policy_source: PolicySource = PolicySource.DEFAULT
+    # Flow-control keys (docs/flow-control.md), deduplicated in order.
+    limit_keys: tuple[str, ...] = ()
 
     def start_at(self, now_ms: int) -> int:
         """When the first attempt may start: now, ``now + delay_ms``, or ``not_before_at_ms``
@@ -157,18 +159,20 @@ def parse_task_spec(obj: object, where: str = "task") -> TaskSpec:
     key = None if body.operation_key is UNSET else body.operation_key
     delay_ms = None if body.delay_ms is UNSET else body.delay_ms
     not_before_at_ms = None if body.not_before_at_ms is UNSET else body.not_before_at_ms
+    limit_keys = tuple(dict.fromkeys(body.limits))
     digest = "" if key is None else _digest(capability, body.payload, policy, body.priority,
-                                            delay_ms, not_before_at_ms)
+                                            delay_ms, not_before_at_ms, limit_keys)
     assert isinstance(obj, Mapping)  # a Struct loads from an object only
     fields_set = frozenset(k for k in POLICY_FIELDS if k in obj)
     return TaskSpec(capability, payload_json, policy, key, priority=body.priority,
                     delay_ms=delay_ms, not_before_at_ms=not_before_at_ms, digest=digest,
-                    given=fields_set,
+                    given=fields_set, limit_keys=limit_keys,
                     policy_source=PolicySource.SUBMIT if fields_set else PolicySource.DEFAULT)
 
 
 def _digest(capability: Capability, payload: object, policy: Policy, priority: int,
-            delay_ms: int | None, not_before_at_ms: int | None) -> str:
+            delay_ms: int | None, not_before_at_ms: int | None,
+            limit_keys: tuple[str, ...] = ()) -> str:
     """What two submissions of one operation key must agree on (kept only with a key)."""
     backoff = policy.backoff
     digested_policy: dict[str, object] = {
@@ -184,6 +188,8 @@ def _digest(capability: Capability, payload: object, policy: Policy, priority: i
         digested_policy["progress_timeout_ms"] = policy.progress_timeout_ms
     if policy.requires is not None:
         digested_policy["requires"] = policy.requires
+    if limit_keys:
+        digested_policy["limits"] = list(limit_keys)  # only when given, as above
     return hashlib.sha256(orjson.dumps({
         "capability": capability.to_dict(), "payload": payload, "policy": digested_policy,
         "priority": priority, "delay_ms": delay_ms, "not_before_at_ms": not_before_at_ms,

@@ -13,6 +13,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     pauses         PauseService    queues, capabilities and versions paused and resumed
     retention      Retention       old finished tasks and long-unseen instances deleted
     schedules      ScheduleService periodic schedules and the firing loop's pass
+    limits         LimitService    a queue's flow-control limits (set, read, list, delete)
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
@@ -110,6 +111,7 @@ class Services:
                  rng: random.Random, replica: str = "local") -> None:
         from .admin import AdminService
         from .context import TxContext
+        from .limits import LimitService
         from .listing import ListingService
         from .offers import OfferCache
         from .pauses import PauseService
@@ -138,3 +140,4 @@ class Services:
         self.schedules = ScheduleService(self.tx, self.policies)
         self.retries = RetryService(self.tx, wakeups)
         self.pauses = PauseService(self.tx)
+        self.limits = LimitService(self.tx)

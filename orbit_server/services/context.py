@@ -32,6 +32,7 @@ from ..config import ServerConfig
 from ..store.retry import is_retryable_conflict, no_retries, translate
 from ..wal_sync import CommitCounter
 from .credential_table import CredentialTable
+from .limit_table import LimitTable
 from .pause_board import PauseBoard
 
 # (True, value) or (False, exception), per call.
@@ -72,11 +73,16 @@ class TxContext:
     credentials: CredentialTable = field(init=False, repr=False, compare=False)
     # The pauses in force (services.pause_board): every claim narrows by them.
     pauses: PauseBoard = field(default_factory=PauseBoard, repr=False, compare=False)
+    # Each queue's flow-control limits in memory (dispatch of a queue without any reads none).
+    limits: LimitTable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         table = CredentialTable(self.config.auth_cache_ms)
         object.__setattr__(self, "credentials", table)
         self._rollback_hooks.append(table.clear)
+        limits = LimitTable()
+        object.__setattr__(self, "limits", limits)
+        self._rollback_hooks.append(limits.clear)
 
     def on_group_rollback(self, hook: Callable[[], None]) -> None:
         self._rollback_hooks.append(hook)

@@ -24,9 +24,11 @@ from ..auth import secret_opens
 from ..store import claims
 from ..store.instances import holds_connection
 from ..store.rows import UnitOfWork
+from . import flow
 from .binding import WorkerBinding, worker_actor
 from .credential_table import CredentialTable
 from .effects import Effects
+from .limit_table import LimitTable
 
 # A reserved task: its record, its new RESERVED attempt and the task row it was read from.
 Reserved = tuple[domain.TaskRec, domain.AttemptRec, Mapping[str, Any]]
@@ -40,11 +42,15 @@ class Reservations(list[Reservation]):
 
     more: bool = False
     drained: bool = False
+    # When a task a rate held may start (None: none was held by a rate): the caller
+    # schedules a wake-up of the queue then (flow control, docs/flow-control.md).
+    wake_at_ms: int | None = None
     effects: Effects | None = None  # what the reserving transaction did besides (a pass's)
 
 
 def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
-                effects: Effects, credentials: CredentialTable) -> Reservations:
+                effects: Effects, credentials: CredentialTable,
+                limits: LimitTable | None = None) -> Reservations:
     """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives; for
     a binding with grants each is also started (``domain.grant``, its lease in the
     reservation), once the instance's row shows the connection still holds it (a hello of
@@ -60,8 +66,8 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
     # database that row would be locked, and skipped by another replica's claim, so a claim
     # that filled its count asks the index, without locks, whether anything is left.
     probe = uow.conn.dialect.name == "sqlite"
-    made, more, _used, drained = _reserve(uow, binding, count, MAX_PAYLOAD_BYTES_PER_FRAME,
-                                          probe)
+    made, more, _used, drained, wake = _reserve(uow, binding, count,
+                                                MAX_PAYLOAD_BYTES_PER_FRAME, probe, limits)
     if not probe and not more:
         taken = set(uow.moved_from_pending())
         drained = len(made) < count or not (
@@ -77,35 +83,45 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
         out = Reservations(reservation(*made_one) for made_one in made)
     out.more = more
     out.drained = drained
+    out.wake_at_ms = wake
     return out
 
 
 def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
-               budget: int = MAX_PAYLOAD_BYTES_PER_FRAME) -> tuple[list[Reserved], bool, int]:
+               budget: int = MAX_PAYLOAD_BYTES_PER_FRAME, limits: LimitTable | None = None
+               ) -> tuple[list[Reserved], bool, int, int | None]:
     """Reserve up to ``count`` tasks in ``uow``: (task, RESERVED attempt, task row) each,
     whether more were ready than ``budget`` bytes of payload let in (a frame's whole
     budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
-    bytes taken."""
-    made, more, size, _drained = _reserve(uow, binding, count, budget, False)
-    return made, more, size
+    bytes taken, and when a task a rate held may start (``Reservations.wake_at_ms``)."""
+    made, more, size, _drained, wake = _reserve(uow, binding, count, budget, False, limits)
+    return made, more, size, wake
 
 
 def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
-             probe: bool) -> tuple[list[Reserved], bool, int, bool]:
+             probe: bool, limits: LimitTable | None
+             ) -> tuple[list[Reserved], bool, int, bool, int | None]:
     """``reserve_in``, and with ``probe`` whether no claimable task was left over."""
     now = uow.now_ms
     if not binding.capabilities:  # every one paused (services.pause_board)
-        return [], False, 0, True
+        return [], False, 0, True, None
+    queue_limits = limits.limits(uow.conn, binding.queue_id, now) if limits else {}
     # Rows this transaction changed are not written yet, so the query still sees them
     # PENDING (and our own locks never skip them): ask for enough to make up for those.
+    # Under limits, a window more: tasks a limit holds must not block those behind them.
     taken = uow.moved_from_pending()
-    want = count + len(taken) + (1 if probe else 0)
+    want = (count + len(taken) + (1 if probe else 0)
+            + (flow.HELD_WINDOW if queue_limits else 0))
     rows = (claims.labelled_rows(uow.conn, binding.queue_id, binding.capabilities,
                                  binding.labels, now, want)
             if binding.labels else
             claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now, want))
     skip = set(taken)
     rows = [row for row in rows if row["id"] not in skip]
+    wake = None
+    if queue_limits:
+        rows, _held, wake = flow.admit_rows(uow.conn, binding.queue_id, rows,
+                                            count + (1 if probe else 0), queue_limits, now)
     drained = probe and len(rows) <= count
     rows = rows[:count]
     more = False
@@ -125,7 +141,10 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
         uow.audit(task.id, attempt.id, actor, "attempt_reserved",
                   TaskState.PENDING.value, task.state.value, None)
         out.append((task, attempt, row))
-    return out, more, size, drained and not more
+    if queue_limits and out:
+        flow.record_holds(uow.conn, binding.queue_id,
+                          [(row, attempt.id) for _t, attempt, row in out], queue_limits, now)
+    return out, more, size, drained and not more, wake
 
 
 def reserved_bytes(row: Mapping[Any, Any]) -> int:

@@ -43,6 +43,7 @@ from ..store.retry import transactional
 from ..store.rows import UnitOfWork
 from ..store.tables import priority_of, rank_of
 from ..store.views import attempt_view, audit_view, evidence_view, task_view
+from . import flow
 from .binding import WorkerBinding
 from .context import TxContext
 from .effects import Effects
@@ -121,7 +122,10 @@ class TaskService:
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
                     reservations = reserve_for(uow, self._tx.pauses.narrow(binding), count,
-                                               effects, self._tx.credentials)
+                                               effects, self._tx.credentials, self._tx.limits)
+                    if reservations.wake_at_ms is not None:  # a task a rate held
+                        self._wakeups.schedule(queue_id, reservations.wake_at_ms, now,
+                                               effects)
                     uow.flush()
                 pauses = self._tx.pauses.current
                 # A live worker serves them (binding): nothing to say, unless paused or they
@@ -163,11 +167,17 @@ class TaskService:
     def get_task(self, principal: Principal, task_id: str) -> dict[str, Any]:
         """The Task view; NOT_FOUND also for a task of a queue the principal may not use."""
         with self._tx.read() as conn:
-            view = task_view(_task_row(conn, principal, task_id))
+            row = _task_row(conn, principal, task_id)
+            view = task_view(row)
             if view["state"] == TaskState.PENDING.value:
-                with_waiting(view, self._offers.offers(conn, view["queue_id"],
-                                                       self._tx.clock()),
+                now = self._tx.clock()
+                with_waiting(view, self._offers.offers(conn, view["queue_id"], now),
                              pauses=self._tx.pauses.current)
+                if view["waiting"] is None and row["limit_keys"]:
+                    held = flow.held_now(conn, row["queue_id"], flow.row_keys(row),
+                                         self._tx.limits.limits(conn, row["queue_id"], now),
+                                         now)
+                    view["waiting"] = None if held is None else held.waiting()
             return view
 
     def get_tasks(self, principal: Principal, task_ids: Sequence[str]
@@ -442,6 +452,7 @@ def _new_task_row(queue_id: str, spec: domain.TaskSpec, now: int) -> dict[str, A
         "policy_source": spec.policy_source.value,
         "progress_timeout_ms": policy.progress_timeout_ms, "checkpoint": None,
         "requires": policy.requires, "requires_key": requires_key(policy.requires),
+        "limit_keys": orjson.dumps(list(spec.limit_keys)).decode() if spec.limit_keys else None,
     }
 
 

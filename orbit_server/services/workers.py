@@ -207,7 +207,10 @@ class WorkerService:
                 return Reservations()  # the session is closed by the revocation's push
             uow = UnitOfWork(conn, now)
             effects = Effects()
-            reservations = reserve_for(uow, binding, count, effects, self._tx.credentials)
+            reservations = reserve_for(uow, binding, count, effects, self._tx.credentials,
+                                       self._tx.limits)
+            if reservations.wake_at_ms is not None:  # a task a rate held
+                self._wakeups.schedule(binding.queue_id, reservations.wake_at_ms, now, effects)
             reservations.effects = effects
             uow.flush()
         return reservations
@@ -296,8 +299,12 @@ class WorkerService:
         wanted = min(op.count, MAX_RESERVATIONS_PER_FRAME) if room.allowed else 0
         claimed: list[Reservation] = []
         # Paused capabilities start nothing (the claim's slots become credit).
-        made, more, used = (reserve_in(uow, self._tx.pauses.narrow(binding), wanted,
-                                       payload_left) if wanted else ([], False, 0))
+        made, more, used, wake = (
+            reserve_in(uow, self._tx.pauses.narrow(binding), wanted, payload_left,
+                       self._tx.limits) if wanted
+            else ([], False, 0, None))
+        if wake is not None:  # a task a rate held: the queue is looked at again then
+            self._wakeups.schedule(binding.queue_id, wake, now, effects)
         if more:  # the answer's payload budget, not the queue, ended the claim
             effects.ready_queues.add(binding.queue_id)
         for task, attempt, row in made:

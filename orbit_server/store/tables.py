@@ -38,6 +38,8 @@ STATE = 16
 REQUIRES_KEY = 32  # orbit_wire.labels.requires_key: hex digest characters
 OPERATION_KEY = 255
 MSG_ID = 64
+PATTERN = 100  # orbit_wire.flow: a 32-character name, ":", a 64-character value
+LIMIT_KEYS = 1024  # JSON of at most 8 keys
 
 # JSON text: TEXT on SQLite, LONGTEXT on MySQL/MariaDB (TEXT there stops at 64 KiB).
 JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
@@ -225,6 +227,8 @@ tasks = Table(
     # dispatch index holds (null, the common case: any worker; migration 0016).
     Column("requires", Text, nullable=True),
     Column("requires_key", String(REQUIRES_KEY), nullable=True),
+    # The task's flow-control keys as a JSON list (null: none; migration 0017).
+    Column("limit_keys", String(LIMIT_KEYS), nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.
@@ -419,5 +423,51 @@ pause_log = Table(
     Column("reason", String(1024), nullable=True),
     Column("at_ms", BigInteger, nullable=False),
     Index("ix_pause_log_queue_at", "queue_id", "at_ms"),
+    **MYSQL_OPTIONS,
+)
+
+# Flow-control limits of a queue (docs/flow-control.md, migration 0017): a key or "name:*"
+# and its bounds. Dispatch locks the rows that match its tasks' keys (FOR UPDATE on MySQL)
+# before counting, so two replicas never both take the last slot.
+queue_limits = Table(
+    "queue_limits",
+    metadata,
+    Column("queue_id", String(ID), primary_key=True),
+    Column("pattern", String(PATTERN), primary_key=True),
+    Column("max_running", Integer, nullable=True),
+    Column("rate_count", Integer, nullable=True),
+    Column("rate_interval_ms", BigInteger, nullable=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    Column("updated_by", String(CODE + ID), nullable=False),
+    **MYSQL_OPTIONS,
+)
+
+# One row per (key, attempt) started under a limit: its open attempts are the key's running
+# count, its rows within the rate interval its recent starts. Rows of ended attempts past
+# every interval are pruned by the dispatch that holds the key's limit.
+limit_holds = Table(
+    "limit_holds",
+    metadata,
+    Column("queue_id", String(ID), primary_key=True),
+    Column("limit_key", String(PATTERN), primary_key=True),
+    Column("attempt_id", String(ID), primary_key=True),
+    Column("reserved_at_ms", BigInteger, nullable=False),
+    Index("ix_limit_holds_key_at", "queue_id", "limit_key", "reserved_at_ms"),
+    **MYSQL_OPTIONS,
+)
+
+# Who changed a queue's limits, when and how (set or delete, with the bounds set).
+limit_changes = Table(
+    "limit_changes",
+    metadata,
+    Column("id", AutoId, primary_key=True, autoincrement=True),
+    Column("queue_id", String(ID), nullable=False),
+    Column("pattern", String(PATTERN), nullable=False),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("actor", String(CODE + ID), nullable=False),
+    Column("action", String(STATE), nullable=False),
+    Column("detail", Text, nullable=True),
+    Index("ix_limit_changes_queue_at", "queue_id", "at_ms"),
     **MYSQL_OPTIONS,
 )

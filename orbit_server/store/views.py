@@ -61,6 +61,8 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
         # Where the policy came from: submit, registered, default (null: made before the
         # server recorded it).
         "policy_source": row.get("policy_source"),
+        # Flow-control keys (docs/flow-control.md); a list row may not read them.
+        "limits": fragment(row.get("limit_keys") or "[]"),
         "operation_key": row["operation_key"],
         "priority": priority_of(row["dispatch_rank"]),
         "created_at_ms": row["created_at_ms"],

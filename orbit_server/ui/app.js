@@ -1,9 +1,10 @@
 // The dashboard's router: sign-in, the hash routes (#/queues, #/tasks?…, #/task/<id>,
-// #/review?…, #/workers, #/schedules?…), the status line and auto-refresh.
+// #/review?…, #/workers, #/schedules?…, #/limits?…), the status line and auto-refresh.
 
 import { ApiError, credential, get, parseCredential, signIn, signOut } from "./api.js";
 import { h, replace, shortId } from "./dom.js";
 import { renderQueues, renderReview, renderTask, renderTasks, renderWorkers } from "./pages.js";
+import { renderLimits } from "./limits.js";
 import { renderSchedules } from "./schedules.js";
 
 const REFRESH_MS = 5000;
@@ -93,6 +94,7 @@ async function render({ auto = false } = {}) {
     else if (page === "review") node = await renderReview(ctx);
     else if (page === "workers") node = await renderWorkers(ctx);
     else if (page === "schedules") node = await renderSchedules(ctx);
+    else if (page === "limits") node = await renderLimits(ctx);
     else node = await renderQueues(ctx);
     if (mine !== generation) return;
     // The user started typing while an auto-refresh was reading: keep what they typed.

@@ -80,6 +80,7 @@ export async function renderQueues(ctx) {
         h("a", { href: `#/review?queue=${q.id}` }, `Review (${stats.counts.NEEDS_REVIEW || 0})`),
         " · ", h("a", { href: `#/workers?queue=${q.id}` }, "Workers"),
         " · ", h("a", { href: `#/schedules?queue=${q.id}` }, "Schedules"),
+        " · ", h("a", { href: `#/limits?queue=${q.id}` }, "Limits"),
         h("span", { class: "muted" }, ` · as of ${isoTime(now)}`)));
   });
   const spanSelect = h("form", { class: "filters card", onsubmit: (e) => e.preventDefault() },
@@ -347,9 +348,10 @@ export async function renderTask(ctx, id) {
         : duration(policy.progress_timeout_ms)],
       // What the next attempt resumes from: the last details of one that did not succeed.
       ["checkpoint", task.checkpoint == null ? null : json(task.checkpoint)],
-      ["waiting", task.waiting ? `${task.waiting.reason}${task.waiting.requires
-        ? ` (requires ${labelsText(task.waiting.requires)})` : ""} since ${isoTime(task.waiting.since)}`
-        : null],
+      ["waiting", !task.waiting ? null : task.waiting.key
+        ? `${task.waiting.reason}: ${task.waiting.key} (${task.waiting.bound} ${task.waiting.max} of ${task.waiting.limit})`
+        : `${task.waiting.reason}${task.waiting.requires
+          ? ` (requires ${labelsText(task.waiting.requires)})` : ""} since ${isoTime(task.waiting.since)}`],
       ["requires", task.policy.requires ? labelsText(task.policy.requires) : null],
       // A handler that returned None succeeded with a null result: shown as null.
       ["result", task.state === "SUCCEEDED" ? json(task.result ?? null)

@@ -22,7 +22,7 @@ def task_row(i: int, state: str) -> dict[str, Any]:
         "cancel_requested": False, "current_attempt_id": None, "dispatch_rank": 4,
         "finished_at_ms": NOW if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None,
         "schedule_to_start_ms": None, "start_by_at_ms": None, "spec_digest": None,
-        "cancel_grace_ms": 2000, "policy_source": None,
+        "cancel_grace_ms": 2000, "policy_source": None, "limit_keys": None,
     }
 
 

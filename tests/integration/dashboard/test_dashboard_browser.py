@@ -297,6 +297,20 @@ def test_schedules_page_shows_the_next_five_fire_times(page: Any, scene: Scene) 
         expect(scene.producer.delete(f"/v1/schedules/{made['id']}"), 200)
 
 
+def test_limits_page_lists_the_queue_limits(page: Any, scene: Scene) -> None:
+    admin = scene.env.admin_http
+    base = f"/v1/queues/{scene.queue_id}/limits"
+    expect(admin.put(f"{base}/customer:*", json={
+        "max_running": 3, "rate": {"count": 10, "interval_ms": 1000}}), 201)
+    try:
+        _goto(page, scene, f"limits?queue={scene.queue_id}",
+              "#limit-table tr[data-limit='customer:*']")
+        row = page.locator("#limit-table tr[data-limit='customer:*']").text_content()
+        assert "each key its own limit" in row and "10 per 1000 ms" in row, row
+    finally:
+        expect(admin.delete(f"{base}/customer:*"), 200)
+
+
 def test_workers_page_lists_the_running_attempt(page: Any, scene: Scene) -> None:
     _goto(page, scene, "workers", "#workers tbody tr")
     # The long sleep shows up among the running attempts (auto-refresh brings it if the
@@ -339,7 +353,7 @@ def test_ui_responses_carry_a_strict_csp_and_no_inline_script(scene: Scene) -> N
         assert client.get("/ui/nope.js").json()["error"]["code"] == "NOT_FOUND"
         # The assets never hold markup built from strings.
         for name in ("app.js", "pages.js", "charts.js", "dom.js", "api.js", "schedules.js",
-                     "flow.js"):
+                     "flow.js", "limits.js"):
             assert "innerHTML" not in client.get(f"/ui/{name}").text, name
 
 

@@ -129,6 +129,11 @@ CASES: dict[tuple[str, str], list[Case]] = {
     ("POST", "/v1/schedules/{schedule_id}/pause"): [Case(QUEUE)],
     ("POST", "/v1/schedules/{schedule_id}/resume"): [Case(QUEUE)],
     ("DELETE", "/v1/schedules/{schedule_id}"): [Case(QUEUE)],
+    ("GET", "/v1/queues/{queue_id}/limits"): [Case(QUEUE)],
+    ("PUT", "/v1/queues/{queue_id}/limits/{pattern}"): [
+        Case(ADMIN, body={"max_running": 2}, allowed=frozenset({200, 201}))],
+    ("GET", "/v1/queues/{queue_id}/limits/{pattern}"): [Case(QUEUE)],
+    ("DELETE", "/v1/queues/{queue_id}/limits/{pattern}"): [Case(ADMIN)],
 }
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
 
@@ -239,7 +244,9 @@ def _matrix(orbit: OrbitEnv, lane: Lane) -> None:
                                              json=_schedule_body()), 201)
         targets = {"queue_id": lane.queue, "task_id": task["id"], "schedule_id": schedule["id"],
                    "credential_id": orbit.credential("producer", [lane.queue])["credential_id"],
-                   "name": "app.js"}
+                   "name": "app.js", "pattern": f"matrix:{principal}"}
+        expect(orbit.admin_http.put(f"/v1/queues/{lane.queue}/limits/{targets['pattern']}",
+                                    json={"max_running": 1}), 201)
         missing = {**targets, "queue_id": MISSING, "task_id": MISSING, "schedule_id": MISSING}
         before = _targets_state(orbit, lane, targets)
         for (method, template), cases in CASES.items():

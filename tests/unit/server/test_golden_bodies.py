@@ -178,12 +178,13 @@ def test_a_full_task_spec_parses_to_its_spec() -> None:
                   "lease_ttl_ms": 300, "schedule_to_start_ms": None, "priority": 0,
                   "backoff": {"initial_ms": 10, "max_ms": 5e3, "multiplier": 3, "jitter": 0},
                   "cancel_grace_ms": 0, "delay_ms": 4, "progress_timeout_ms": 100,
-                  "requires": {"mem": "64G", "gpu": "a100"}})
+                  "requires": {"mem": "64G", "gpu": "a100"},
+                  "limits": ["licence:matlab", "customer:42", "licence:matlab"]})
     assert spec == TaskSpec(Capability("h", "1", "1"), '{"b":[1.5,2]}', Policy(
         Idempotency.IDEMPOTENT, 7, Backoff(10, 5000, 3.0, 0.0), 100, 200, 300, None, 0, 100,
         "gpu=a100,mem=64G"),
         None, priority=0, delay_ms=4, given=frozenset(POLICY_FIELDS),
-        policy_source=PolicySource.SUBMIT)
+        policy_source=PolicySource.SUBMIT, limit_keys=("licence:matlab", "customer:42"))
     assert isinstance(spec.policy.max_attempts, int) and isinstance(spec.policy.backoff.max_ms,
                                                                       int)
     assert isinstance(spec.policy.backoff.multiplier, float)

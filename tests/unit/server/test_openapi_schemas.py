@@ -54,6 +54,7 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "ResumeRequest": flow_bodies.parse_resume_request,
     "BulkCancelRequest": lambda v: flow_bodies.BULK_CANCEL_REQUEST.parse(v, "request body"),
     "BulkReviewRequest": flow_bodies.parse_bulk_review_request,
+    "LimitRequest": bodies.parse_limit_request,
 }
 
 

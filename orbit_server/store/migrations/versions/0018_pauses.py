@@ -2,7 +2,7 @@
 every pause and resume (who and why).
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-12-06
 
 A row of ``pauses`` stops new starts of the queue's matching tasks: ``handler`` "" pauses
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018"
-down_revision = "0016"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

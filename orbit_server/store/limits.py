@@ -1,0 +1,166 @@
+"""Flow-control rows (docs/flow-control.md): a queue's limits (read, locked, written,
+deleted, their change log) and the holds that count each key's running attempts and recent
+starts.
+
+A key's running count is its holds whose attempt is open (RESERVED or RUNNING), read from
+the attempts themselves: the transaction that ends an attempt frees its slot by moving the
+attempt, with no counter to keep in step. Its recent starts are its holds reserved within
+the rate interval. Both are read after the limit rows are locked (``lock_limits``: FOR
+UPDATE on MySQL/MariaDB, whose READ COMMITTED then reads what the last holder committed), so
+two replicas never both take a key's last slot; SQLite has one writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Integer, RowMapping, and_, bindparam, case, delete, func, select
+
+from .tables import OPEN_ATTEMPT, attempts, limit_changes, limit_holds, queue_limits, state_is
+
+__all__ = ["delete_limit", "insert_holds", "insert_limit_change", "key_usage", "keys_usage",
+           "limit_changes_of", "limit_row", "limits_of_queue", "lock_limits", "prune_holds",
+           "upsert_limit"]
+
+_QUEUE = queue_limits.c.queue_id == bindparam("queue_id")
+LIMITS_OF_QUEUE = select(queue_limits).where(_QUEUE).order_by(queue_limits.c.pattern)
+LIMIT_ROW = select(queue_limits).where(_QUEUE, queue_limits.c.pattern == bindparam("pattern"))
+LOCK_LIMITS = (
+    select(queue_limits)
+    .where(_QUEUE, queue_limits.c.pattern.in_(bindparam("patterns", expanding=True)))
+    .order_by(queue_limits.c.pattern)  # one lock order for every replica
+    .with_for_update()
+)
+DELETE_LIMIT = delete(queue_limits).where(_QUEUE,
+                                          queue_limits.c.pattern == bindparam("pattern"))
+_IS_OPEN = state_is(attempts.c.state, *OPEN_ATTEMPT)
+_THIS_KEY = and_(limit_holds.c.queue_id == bindparam("queue_id"),
+                 limit_holds.c.limit_key == bindparam("key"))
+# A key's open holds and its holds since an instant, in one pass over the key's holds. A
+# hold without its attempt counts as open: the attempt is written when this transaction's
+# unit of work flushes (a group commit may claim again before); a hold whose attempt is gone
+# for good (retention) is older than PRUNE_AGE_MS and pruned first (holds and attempts
+# commit together, so a hold lacks its attempt only inside the transaction that made both).
+_HOLDS_SLOT = (attempts.c.state.is_(None)) | _IS_OPEN
+KEY_USAGE = (
+    select(func.coalesce(func.sum(case((_HOLDS_SLOT, 1), else_=0)), 0),
+           func.coalesce(func.sum(case((limit_holds.c.reserved_at_ms > bindparam("since"), 1),
+                                       else_=0)), 0))
+    .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
+    .where(_THIS_KEY)
+)
+# The same for several keys at once, one row per key that has holds.
+_THESE_KEYS = and_(limit_holds.c.queue_id == bindparam("queue_id"),
+                   limit_holds.c.limit_key.in_(bindparam("keys", expanding=True)))
+KEYS_USAGE = (
+    select(limit_holds.c.limit_key,
+           func.sum(case((_HOLDS_SLOT, 1), else_=0)),
+           func.sum(case((limit_holds.c.reserved_at_ms > bindparam("since"), 1), else_=0)),
+           func.min(case((limit_holds.c.reserved_at_ms > bindparam("since"),
+                          limit_holds.c.reserved_at_ms), else_=None)))
+    .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
+    .where(_THESE_KEYS)
+    .group_by(limit_holds.c.limit_key)
+)
+# Holds past every window whose attempt has ended (or is gone): nothing counts them.
+PRUNE_AGE_MS = 5_000
+PRUNABLE_HOLDS = (
+    select(limit_holds.c.attempt_id)
+    .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
+    .where(_THESE_KEYS, limit_holds.c.reserved_at_ms <= bindparam("before"),
+           (attempts.c.state.is_(None)) | ~_IS_OPEN)
+    .limit(bindparam("n", type_=Integer))
+)
+DELETE_HOLDS = delete(limit_holds).where(
+    _THESE_KEYS, limit_holds.c.attempt_id.in_(bindparam("ids", expanding=True)))
+INSERT_HOLD = limit_holds.insert()
+INSERT_CHANGE = limit_changes.insert()
+CHANGES_OF = (
+    select(limit_changes).where(limit_changes.c.queue_id == bindparam("queue_id"))
+    .order_by(limit_changes.c.at_ms.desc(), limit_changes.c.id.desc())
+    .limit(bindparam("n", type_=Integer))
+)
+
+
+def limits_of_queue(conn: Connection, queue_id: str) -> list[RowMapping]:
+    """The queue's limits, by pattern."""
+    return list(conn.execute(LIMITS_OF_QUEUE, {"queue_id": queue_id}).mappings())
+
+
+def limit_row(conn: Connection, queue_id: str, pattern: str) -> RowMapping | None:
+    return conn.execute(LIMIT_ROW, {"queue_id": queue_id, "pattern": pattern}).mappings().first()
+
+
+def lock_limits(conn: Connection, queue_id: str, patterns: Iterable[str]) -> list[RowMapping]:
+    """These limits of the queue as they are now, each locked until the transaction ends
+    (in pattern order)."""
+    wanted = sorted(set(patterns))
+    if not wanted:
+        return []
+    return list(conn.execute(LOCK_LIMITS, {"queue_id": queue_id,
+                                           "patterns": wanted}).mappings())
+
+
+def upsert_limit(conn: Connection, row: Mapping[str, Any]) -> bool:
+    """Write the limit (queue_id, pattern, bounds, who and when); True when it was new. The
+    row is locked first, so a concurrent dispatch sees the old bounds or the new."""
+    existing = conn.execute(LIMIT_ROW.with_for_update(), {
+        "queue_id": row["queue_id"], "pattern": row["pattern"]}).first()
+    if existing is None:
+        conn.execute(queue_limits.insert(), dict(row))
+        return True
+    values = {k: v for k, v in row.items() if k not in ("queue_id", "pattern", "created_at_ms")}
+    conn.execute(queue_limits.update().where(
+        queue_limits.c.queue_id == row["queue_id"],
+        queue_limits.c.pattern == row["pattern"]).values(**values))
+    return False
+
+
+def delete_limit(conn: Connection, queue_id: str, pattern: str) -> bool:
+    """Remove the limit; whether there was one."""
+    return conn.execute(DELETE_LIMIT, {"queue_id": queue_id, "pattern": pattern}).rowcount > 0
+
+
+def insert_limit_change(conn: Connection, row: Mapping[str, Any]) -> None:
+    conn.execute(INSERT_CHANGE, dict(row))
+
+
+def limit_changes_of(conn: Connection, queue_id: str, n: int) -> list[RowMapping]:
+    """The queue's ``n`` latest limit changes, newest first."""
+    return list(conn.execute(CHANGES_OF, {"queue_id": queue_id, "n": n}).mappings())
+
+
+def key_usage(conn: Connection, queue_id: str, key: str, since: int) -> tuple[int, int]:
+    """The key's open attempts, and its starts after ``since``."""
+    row = conn.execute(KEY_USAGE, {"queue_id": queue_id, "key": key, "since": since}).one()
+    return int(row[0]), int(row[1])
+
+
+def keys_usage(conn: Connection, queue_id: str, keys: Sequence[str],
+               since: int) -> dict[str, tuple[int, int, int | None]]:
+    """``key_usage`` of each of ``keys`` in one statement, with the earliest start after
+    ``since`` (a key without holds: absent)."""
+    rows = conn.execute(KEYS_USAGE, {"queue_id": queue_id, "keys": list(keys),
+                                     "since": since}).all()
+    return {str(r[0]): (int(r[1] or 0), int(r[2] or 0), None if r[3] is None else int(r[3]))
+            for r in rows}
+
+
+def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: int,
+                n: int) -> int:
+    """Delete up to ``n`` holds of ``keys`` reserved at or before ``before`` whose attempt
+    has ended (every hold of such an attempt: ``before`` is past every window of these
+    keys); how many attempts' holds."""
+    params = {"queue_id": queue_id, "keys": list(keys)}
+    ids = [r[0] for r in conn.execute(PRUNABLE_HOLDS, {**params, "before": before,
+                                                       "n": n}).all()]
+    if ids:
+        conn.execute(DELETE_HOLDS, {**params, "ids": list(set(ids))})
+    return len(ids)
+
+
+def insert_holds(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """One hold per (key, attempt) started: queue_id, limit_key, attempt_id, reserved_at_ms."""
+    if rows:
+        conn.execute(INSERT_HOLD, [dict(r) for r in rows])

@@ -1,0 +1,127 @@
+"""Flow-control limits on a real store (SQLite and MariaDB) with a hand-moved clock: a queue
+without limits reads no limit row per dispatch (one read per LIMITS_MAX_AGE_MS); each way
+an attempt ends (a finish, an expired lease, a lost reservation) frees its key's slot in
+that transaction; a rate's window slides with the clock; two services (replicas) claiming
+at once on one database never both take a key's last slot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event, func, select
+from store_support import World
+
+from orbit_server.services.limit_table import LIMITS_MAX_AGE_MS
+from orbit_server.store.tables import attempts
+from orbit_wire.model import Outcome
+
+KEY = "licence:matlab"
+
+
+def _limit(world: World, pattern: str, **body: Any) -> None:
+    world.service.limits.set_limit(world.admin, world.queue_id, pattern, body)
+
+
+@contextmanager
+def limit_statements(world: World) -> Iterator[list[str]]:
+    """The statements naming a flow-control table run on the world's engine meanwhile."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "queue_limits" in statement or "limit_holds" in statement:
+            seen.append(statement)
+
+    event.listen(world.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(world.engine, "before_cursor_execute", record)
+
+
+def test_a_queue_without_limits_reads_no_limit_row_per_dispatch(world: World) -> None:
+    world.submit_many(20, limits=[KEY])  # keys without a limit mean nothing
+    b = world.hello()
+    with limit_statements(world) as seen:
+        for _ in range(5):
+            assert len(world.service.workers.reserve(b, 2)) == 2
+    assert len(seen) == 1, seen  # the queue's limits, read once and kept
+    world.clock.advance(LIMITS_MAX_AGE_MS)
+    with limit_statements(world) as seen:
+        assert len(world.service.workers.reserve(b, 2)) == 2
+    assert len(seen) == 1, seen
+
+
+def test_every_end_of_an_attempt_frees_its_slot(world: World) -> None:
+    _limit(world, "licence:*", max_running=1)
+    ids = world.submit_many(4, limits=[KEY], lease_ttl_ms=1_000)
+    free = world.submit(payload={"free": True})["id"]
+    b = world.hello()
+    # One of the key, and the free task behind the held ones.
+    got = world.service.workers.reserve(b, 10)
+    assert sorted(r.task_id for r in got) == sorted([ids[0], free])
+    held = world.task(ids[1])
+    assert held["waiting"] == {"reason": "LIMIT_FULL", "key": KEY, "limit": "licence:*",
+                               "bound": "max_running", "max": 1}
+    first = next(r for r in got if r.task_id == ids[0])
+    assert world.start(b, first.attempt_id, first.epoch).ok
+    assert len(world.service.workers.reserve(b, 10)) == 0
+    # A finish frees it.
+    world.finish(b, first.attempt_id, first.epoch, Outcome.SUCCEEDED, result=1)
+    (second,) = world.service.workers.reserve(b, 10)
+    assert second.task_id == ids[1]
+    assert world.start(b, second.attempt_id, second.epoch).ok
+    # An expired lease frees it, in the reaper's transaction.
+    world.clock.advance(60_000)
+    world.service.reaper.reap()
+    assert world.attempts(ids[1])[0]["code"] == "LEASE_EXPIRED"
+    # (the free task's stale reservation went back to PENDING too: it is taken again)
+    (third,) = [r for r in world.service.workers.reserve(b, 10) if r.task_id in ids]
+    assert third.task_id in (ids[1], ids[2])  # the lapsed one may be retried first
+    # A reservation never started goes back to PENDING when the reaper finds it stale.
+    world.clock.advance(600_000)
+    world.service.reaper.reap()
+    assert world.task(third.task_id)["state"] == "PENDING"
+    again = world.service.workers.reserve(world.hello(), 10)
+    assert len([r for r in again if r.task_id in ids]) == 1
+
+
+def test_a_rate_window_slides_with_the_clock(world: World) -> None:
+    _limit(world, KEY, rate={"count": 2, "interval_ms": 1_000})
+    world.submit_many(6, limits=[KEY])
+    b = world.hello()
+    start = world.clock.now
+    first = world.service.workers.reserve(b, 10)
+    assert len(first) == 2
+    # The held tasks' queue is woken when the window frees (no waiting for a poll).
+    assert first.wake_at_ms == start + 1_000
+    assert first.effects is not None and first.effects.next_due_ms == start + 1_000
+    world.clock.advance(999)
+    later = world.service.workers.reserve(b, 10)
+    assert len(later) == 0 and later.wake_at_ms == start + 1_000  # both still in the window
+    world.clock.advance(1)
+    assert world.queue_id in world.service.reaper.reap().ready_queues
+    assert len(world.service.workers.reserve(b, 10)) == 2
+    world.clock.advance(500)
+    assert len(world.service.workers.reserve(b, 10)) == 0
+    world.clock.advance(500)
+    assert len(world.service.workers.reserve(b, 10)) == 2
+
+
+def test_two_services_never_both_take_the_last_slot(world: World) -> None:
+    _limit(world, KEY, max_running=1)
+    world.submit_many(10, limits=[KEY])
+    with world.other_service(seed=11) as other:
+        mine, theirs = world.hello(), world.hello(service=other)
+        got: list[int] = []  # every round's claims: the one slot is taken once in all
+        for _round in range(5):
+            errors = world.race(
+                lambda: got.append(len(world.service.workers.reserve(mine, 5))),
+                lambda: got.append(len(other.workers.reserve(theirs, 5))))
+            assert errors == []
+        assert sum(got) == 1, got
+    with world.engine.connect() as conn:
+        open_attempts = conn.execute(select(func.count()).select_from(attempts).where(
+            attempts.c.state.in_(["RESERVED", "RUNNING"]))).scalar_one()
+    assert open_attempts == 1
