@@ -183,7 +183,6 @@ def progress_then_fail(execution: Execution) -> Any:
 
 
 handlers = [
-    Handler("progress_then_fail", "1", "1", progress_then_fail),
     Handler("echo", "1", "1", echo),
     Handler("async_echo", "1", "1", async_echo),
     Handler("whoami", "1", "1", whoami),
@@ -205,4 +204,5 @@ handlers = [
     Handler("kill_template", "1", "1", kill_template),
     Handler("environment", "1", "1", environment),
     Handler("memory_hog_grandchild", "1", "1", memory_hog_grandchild),
+    Handler("progress_then_fail", "1", "1", progress_then_fail),
 ]

@@ -99,7 +99,7 @@ def test_start_reports_the_capabilities_in_order() -> None:
     caps = run(scenario())
     assert caps[:3] == (Capability("echo", "1", "1"), Capability("async_echo", "1", "1"),
                         Capability("whoami", "1", "1"))
-    assert len(caps) == len(set(caps)) == 20
+    assert len(caps) == len(set(caps)) == 21
 
 
 def test_a_module_in_the_current_folder_loads_like_python_m(tmp_path: Path,
