@@ -6,7 +6,8 @@
     output.py       human or JSON, and the printer
     render.py       human views of answers (pure)        timefmt.py   relative times (pure)
     waiting.py      --wait with a progress line          args.py      shared options, JSON args
-    health.py, queues.py, credentials.py, tasks.py, workers.py, schedules.py   one module per group
+    health.py, queues.py, credentials.py, tasks.py, workers.py, schedules.py, workflows.py
+                    one module per group (render_schedules.py, render_workflows.py: their views)
     task_list.py    `orbit tasks list`: filters, time arguments, paging
 
 A new command group is a module with a click group, added to ``cli`` below.
@@ -24,10 +25,11 @@ from .task_list import tasks_list
 from .task_retry import tasks_retry
 from .tasks import tasks
 from .workers import workers
+from .workflows import workflows
 
 tasks.add_command(tasks_list)
 tasks.add_command(tasks_retry)
-for _command in (health, queues, credentials, tasks, workers, schedules):
+for _command in (health, queues, credentials, tasks, workers, schedules, workflows):
     cli.add_command(_command)
 
 
