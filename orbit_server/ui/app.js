@@ -1,10 +1,11 @@
 // The dashboard's router: sign-in, the hash routes (#/queues, #/tasks?…, #/task/<id>,
-// #/review?…, #/workers, #/schedules?…), the status line and auto-refresh.
+// #/review?…, #/workers, #/schedules?…, #/workflows?…, #/workflow/<id>), the status line and auto-refresh.
 
 import { ApiError, credential, get, parseCredential, signIn, signOut } from "./api.js";
 import { h, replace, shortId } from "./dom.js";
 import { renderQueues, renderReview, renderTask, renderTasks, renderWorkers } from "./pages.js";
 import { renderSchedules } from "./schedules.js";
+import { renderWorkflow, renderWorkflows } from "./workflows.js";
 
 const REFRESH_MS = 5000;
 // The queue list (names for the menus) counts every queue's tasks: read it at most this often.
@@ -79,7 +80,8 @@ async function render({ auto = false } = {}) {
   const hash = window.location.hash;
   const { page, arg, params } = route();
   for (const link of document.querySelectorAll("#nav a")) {
-    link.classList.toggle("active", link.dataset.page === page || (page === "task" && link.dataset.page === "tasks"));
+    link.classList.toggle("active", link.dataset.page === page || (page === "task" && link.dataset.page === "tasks")
+      || (page === "workflow" && link.dataset.page === "workflows"));
   }
   rendering = true;
   try {
@@ -93,6 +95,9 @@ async function render({ auto = false } = {}) {
     else if (page === "review") node = await renderReview(ctx);
     else if (page === "workers") node = await renderWorkers(ctx);
     else if (page === "schedules") node = await renderSchedules(ctx);
+    else if (page === "workflows") node = await renderWorkflows(ctx);
+    else if (page === "workflow" && ID.test(arg || "")) node = await renderWorkflow(ctx, arg);
+    else if (page === "workflow") node = h("p", { class: "error" }, "not a workflow ID");
     else node = await renderQueues(ctx);
     if (mine !== generation) return;
     // The user started typing while an auto-refresh was reading: keep what they typed.
