@@ -369,7 +369,8 @@ class DramatiqProducer:
 
         callback = self.actors.join.message()
         members_group = dramatiq.group(self.actors.burn.message(ms) for _ in range(members))
-        members_group.add_completion_callback(callback).run()
+        members_group.add_completion_callback(callback)
+        members_group.run()
         callback.get_result(block=True, timeout=int(timeout * 1000))
 
     def close(self) -> None:
