@@ -62,7 +62,7 @@ _LAZY = {
     "Reservations": "reservations", "Retention": "retention", "RetryService": "retries",
     "ScheduleService": "schedules",
     "Submitted": "tasks", "TaskService": "tasks", "Wakeups": "wakeups",
-    "WorkerService": "workers",
+    "WorkerService": "workers", "WorkflowService": "workflows",
 }
 
 __all__ = [
@@ -85,6 +85,7 @@ __all__ = [
     "Wakeups",
     "WorkerBinding",
     "WorkerService",
+    "WorkflowService",
 ]
 
 
@@ -116,6 +117,7 @@ class Services:
         from .tasks import TaskService
         from .wakeups import Wakeups
         from .workers import WorkerService
+        from .workflows import WorkflowService
 
         self.tx = TxContext(engine, config, clock, rng)
         wakeups = Wakeups()
@@ -131,3 +133,4 @@ class Services:
         self.retention = Retention(self.tx, offers)
         self.schedules = ScheduleService(self.tx, self.policies)
         self.retries = RetryService(self.tx, wakeups)
+        self.workflows = WorkflowService(self.tx, self.policies)

@@ -408,3 +408,4 @@ def _same_spec(existing: Mapping[Any, Any], spec: domain.TaskSpec) -> None:
         raise OrbitError(ErrorCode.CONFLICT,
                          f"operation key {spec.operation_key!r} already names task "
                          f"{existing['id']}, submitted with a different spec")
+new_task_row = _new_task_row  # a workflow's nodes are made the same way

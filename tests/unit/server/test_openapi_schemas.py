@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from orbit_server.domain import bodies, parse_task_spec
 from orbit_server.domain.listing import parse_filter
 from orbit_server.domain.schedules import parse_schedule
+from orbit_server.domain.workflows import WORKFLOW_REQUEST
 from orbit_server.openapi import openapi_document
 from orbit_wire.errors import OrbitError
 from orbit_wire.limits import INT64_MAX, INT64_MIN
@@ -39,6 +40,16 @@ def _batch(value: object) -> None:
         parse_task_spec(spec)
 
 
+def _workflow(value: object) -> None:
+    """The body's shape and each node's TaskSpec; the graph's rules (parents that exist, no
+    cycle) are the service's, as a queue that exists is (tests/unit/server/
+    test_workflow_rules.py)."""
+    WORKFLOW_REQUEST.parse(value, "request body")
+    assert isinstance(value, dict)
+    for node in value["nodes"]:
+        parse_task_spec(node["task"])
+
+
 PARSERS: dict[str, Callable[[object], object]] = {
     "TaskSpec": parse_task_spec,
     "ScheduleRequest": parse_schedule,
@@ -50,6 +61,7 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "ReviewRequest": bodies.parse_review_request,
     "RetryRequest": lambda v: bodies.RETRY_REQUEST.parse(v, "request body"),
     "BulkRetryRequest": lambda v: bodies.BULK_RETRY_REQUEST.parse(v, "request body"),
+    "WorkflowRequest": _workflow,
 }
 
 
