@@ -87,7 +87,7 @@ def test_a_chain_of_three_passes_each_result_to_the_next(scene: Scene) -> None:
 def test_a_chord_of_100_gets_the_results_in_order(scene: Scene) -> None:
     flow = scene.client.submit(chord(group(ECHO.s(i) for i in range(100)), COLLECT.s({})))
     assert flow.result(RESULT_S * 2) == list(range(100))
-    assert flow.view.counts == {"SUCCEEDED": 101}
+    assert {s: n for s, n in flow.view.counts.items() if n} == {"SUCCEEDED": 101}
     assert [n.key for n in flow.view.sinks()] == ["1"]
 
 
