@@ -37,7 +37,7 @@ from .client_base import (
 from .errors import OrbitApiError, certificate_refused, unreachable
 from .tasks import Task, TaskTimeout, outcome
 from .transport import refused_certificate
-from .workflow_handle import AsyncWorkflow, AsyncWorkflowMethods, is_canvas
+from .workflow_handle import AsyncWorkflow, AsyncWorkflowMethods, is_canvas, with_workflow_body
 
 if TYPE_CHECKING:  # httpx and the channel serve AsyncOrbitClient only, and load with it
     import httpx
@@ -380,7 +380,7 @@ class AsyncOrbitClient(AsyncWorkflowMethods, ClientBase):
 
     async def create_schedule(self, queue_id: str,
                               schedule: Mapping[str, Any]) -> dict[str, Any]:
-        return await self._send(calls.create_schedule(queue_id, schedule))
+        return await self._send(calls.create_schedule(queue_id, with_workflow_body(schedule)))
 
     async def list_schedules(self, queue_id: str) -> list[dict[str, Any]]:
         return list((await self._send(calls.list_schedules(queue_id)))["schedules"])

@@ -52,7 +52,7 @@ from .client_base import (
 from .errors import certificate_refused, unreachable
 from .tasks import Task, TaskTimeout, outcome
 from .transport import BlockingTransport, CertificateRefused, NoAnswer
-from .workflow_handle import Workflow, WorkflowMethods, is_canvas
+from .workflow_handle import Workflow, WorkflowMethods, is_canvas, with_workflow_body
 
 if TYPE_CHECKING:  # the channel's modules load on its first use
     from .channel import BlockingChannel
@@ -378,8 +378,10 @@ class OrbitClient(WorkflowMethods, ClientBase):
 
     def create_schedule(self, queue_id: str, schedule: Mapping[str, Any]) -> dict[str, Any]:
         """A periodic schedule: {"cron", "timezone"?, "task": spec, "name"?,
-        "missed_ticks"?, "paused"?}. ``TaskType.spec(payload)`` builds the task spec."""
-        return self._send(calls.create_schedule(queue_id, schedule))
+        "missed_ticks"?, "paused"?}. ``TaskType.spec(payload)`` builds the task spec;
+        ``"workflow"`` (a canvas or a workflow body) instead of ``"task"`` fires a workflow
+        each tick, where the server supports it."""
+        return self._send(calls.create_schedule(queue_id, with_workflow_body(schedule)))
 
     def list_schedules(self, queue_id: str) -> list[dict[str, Any]]:
         return list(self._send(calls.list_schedules(queue_id))["schedules"])

@@ -223,6 +223,14 @@ class AsyncWorkflowMethods:
         return await self._send(workflow_calls.cancel_workflow(workflow_id, reason))
 
 
+def with_workflow_body(schedule: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A schedule whose ``workflow`` is a canvas, with the canvas compiled to its body."""
+    flow = schedule.get("workflow") if isinstance(schedule, Mapping) else None
+    if isinstance(flow, Signature | Canvas):
+        return {**schedule, "workflow": workflow_body(flow)}
+    return schedule
+
+
 def is_canvas(target: object) -> bool:
     """Whether ``submit``'s first argument is a workflow (a canvas, not a lone signature)."""
     return isinstance(target, Canvas)

@@ -164,3 +164,16 @@ def test_the_calls_refuse_bad_input_before_sending() -> None:
         get_workflow("../x")
     with pytest.raises(OrbitApiError, match="state"):
         list_workflows(QID, state="DONE")
+
+
+def test_a_schedule_may_fire_a_workflow() -> None:
+    from orbit_client.calls import create_schedule
+    from orbit_client.workflow_handle import with_workflow_body
+
+    schedule = with_workflow_body({"cron": "0 9 * * *", "workflow": chain(encode.s(1),
+                                                                          join.s({}))})
+    call = create_schedule(QID, schedule)
+    sent = orjson.loads(call.body or b"")
+    assert [n["key"] for n in sent["workflow"]["nodes"]] == ["0", "1"]
+    with pytest.raises(OrbitApiError, match="'task' spec or a 'workflow'"):
+        create_schedule(QID, {"cron": "0 9 * * *"})
