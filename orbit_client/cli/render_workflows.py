@@ -111,7 +111,8 @@ def workflow_view(workflow: Mapping[str, Any], now_ms: int) -> RenderableType:
         return facts
     depth = layers(nodes)
     graph = table_of("node", "state", "parents", "task", "note", title="graph")
-    graph.columns[3].no_wrap = True
+    for column in (0, 3, 4):  # keys, task IDs and notes read whole (the output widens)
+        graph.columns[column].no_wrap = True
     for node in nodes:
         key = str(node.get("key"))
         graph.add_row("  " * depth.get(key, 0) + key, state_text(str(node.get("state"))),

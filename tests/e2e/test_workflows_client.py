@@ -27,6 +27,7 @@ from orbit_client import (
     Graph,
     OrbitClient,
     Workflow,
+    WorkflowBlocked,
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowTimeout,
@@ -43,7 +44,7 @@ RESULT_S = 60.0 * UNIT
 
 # The test handlers' declarations (the supervisor imports the module from its own folder).
 sys.path.insert(0, str(ROOT / "tests" / "fixtures_handlers"))
-from workflow_handlers import ADD, COLLECT, ECHO, FAIL, HOLD  # noqa: E402
+from workflow_handlers import ADD, COLLECT, CRASH, ECHO, FAIL, HOLD  # noqa: E402
 
 
 @dataclass
@@ -119,6 +120,18 @@ def test_an_on_failure_callback_runs_and_gets_the_failure(scene: Scene) -> None:
     callback = flow.view.node("1")
     assert callback.state == "SUCCEEDED"
     assert scene.client.task(callback.task_id).result == ["ok", None]
+
+
+def test_a_node_in_review_blocks_the_workflow_until_the_review_decides(scene: Scene) -> None:
+    flow = scene.client.submit(chain(CRASH.s({}), ADD.s({"n": 1})))
+    with pytest.raises(WorkflowBlocked) as caught:
+        flow.result(RESULT_S)
+    assert caught.value.blocking == ("0",) and caught.value.retryable
+    assert flow.view.node("1").blocked_by == "0" and flow.view.node("1").state == "WAITING"
+    human = scene.cli.ok("--output", "human", "workflows", "get", flow.id)
+    assert "BLOCKED" in human and "blocked: 0 needs review" in human
+    scene.client.review(flow.nodes()[0].task_id, "succeed", result=41)
+    assert flow.result(RESULT_S) == 42  # the reviewed result went on to the next node
 
 
 def test_a_cancel_during_a_run_cancels_every_node_not_ended(scene: Scene) -> None:

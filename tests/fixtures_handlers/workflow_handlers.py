@@ -4,6 +4,7 @@ triples ``(wf.<name>, v1, v1)``. They read their parents' results from
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -15,6 +16,8 @@ COLLECT: TaskType[Any, list[Any]] = TaskType("wf.collect", "v1", "v1", idempoten
 FAIL: TaskType[Any, Any] = TaskType("wf.fail", "v1", "v1", idempotent=True, max_attempts=1)
 HOLD: TaskType[dict[str, float], str] = TaskType("wf.hold", "v1", "v1", idempotent=True,
                                                  max_attempts=1, cancel_grace_ms=5_000)
+# Not idempotent, one attempt: a crash leaves its outcome uncertain, so it needs review.
+CRASH: TaskType[Any, Any] = TaskType("wf.crash", "v1", "v1", idempotent=False, max_attempts=1)
 HOLD_BOUND_S = 60.0  # a held node that nobody cancels still ends
 
 HANDLERS = Handlers()
@@ -51,3 +54,8 @@ def hold(execution: Execution) -> str:
             return "stopped"
         time.sleep(0.02)
     return "not cancelled"
+
+
+@HANDLERS.task(CRASH)
+def crash(execution: Execution) -> Any:
+    os._exit(3)  # the child dies mid-attempt: the outcome is unknown
