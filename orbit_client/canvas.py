@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from orbit_wire.errors import ErrorCode
+from orbit_wire.limits import MAX_NODE_KEY_LEN as MAX_KEY_LEN
+from orbit_wire.limits import MAX_WORKFLOW_NODES
 from orbit_wire.tasktype import Signature
 
 from .errors import OrbitApiError
@@ -42,10 +44,8 @@ __all__ = [
     "workflow_body",
 ]
 
-MAX_WORKFLOW_NODES = 10_000  # the server refuses a bigger workflow whole
-MAX_KEY_LEN = 128
 MAX_NAME_LEN = 128
-_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_KEY = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_KEY_LEN}}}")
 OnFailure = Literal["cancel", "run"]
 ON_FAILURE = ("cancel", "run")
 
