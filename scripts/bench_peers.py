@@ -1066,6 +1066,12 @@ What differs besides speed, and may bias the figures:
   the same cores): Orbit's speaks its producer channel (a WebSocket; HTTP/1.1 for
   batches), the peers' speak Redis's protocol; the CPU table shows each producer's
   share.
+- **Chords.** Orbit's chord is one workflow submitted in one transaction: the callback is a
+  durable WAITING task the server releases in the transaction that ends the last member,
+  and it receives the members' results in order. Celery's chord counts its members in
+  Redis and passes the callback their results; Dramatiq's group completion callback counts
+  them through its rate limiter in Redis and receives none (the benchmark's callback reads
+  nothing back). Neither peer's count survives a Redis without persistence.
 - **State.** One `orbit-server` and its database serve the whole run (a fresh queue per
   session, the earlier rounds' tasks kept), while Redis is emptied between sessions.
 - **One machine.** The producer, `orbit-server`, redis-server and the workers share the
