@@ -30,7 +30,7 @@ from ..auth import (
     require_visible_queue,
     task_not_found,
 )
-from ..store import task_rows
+from ..store import task_rows, workflow_rows
 from ..store.listing import (
     oldest_pending_created,
     pending_by_rank,
@@ -53,6 +53,7 @@ from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
 
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
+_WAITING = TaskState.WAITING.value
 _PENDING = TaskState.PENDING.value  # read once: an enum's .value is a property call
 _KNOWN_QUEUES_MAX = 100_000
 
@@ -158,7 +159,9 @@ class TaskService:
         """The Task view; NOT_FOUND also for a task of a queue the principal may not use."""
         with self._tx.read() as conn:
             view = task_view(_task_row(conn, principal, task_id))
-            if view["state"] == TaskState.PENDING.value:
+            if view["state"] == _WAITING:  # a workflow node: blocked by a review?
+                view["waiting"] = workflow_rows.blocking_review(conn, task_id)
+            elif view["state"] == TaskState.PENDING.value:
                 with_waiting(view, self._offers.offers(conn, view["queue_id"],
                                                        self._tx.clock()))
             return view

@@ -247,3 +247,27 @@ def open_node_ids(conn: Connection, workflow_id: str) -> list[str]:
     return [r[0] for r in conn.execute(
         select(tasks.c.id).where(tasks.c.workflow_id == workflow_id,
                                  tasks.c.state.not_in(ended)).order_by(tasks.c.id)).all()]
+
+
+_PARENT_STATES = (
+    select(workflow_edges.c.parent_key, tasks.c.id, tasks.c.state)
+    .join_from(workflow_edges, tasks, tasks.c.id == workflow_edges.c.parent_task_id)
+    .where(workflow_edges.c.child_task_id == bindparam("id"))
+    .order_by(workflow_edges.c.position))
+_MAX_BLOCKED_WALK = 64  # nodes read looking for the review that blocks a WAITING node
+
+
+def blocking_review(conn: Connection, task_id: str) -> dict[str, str] | None:
+    """For a WAITING node: the parent in NEEDS_REVIEW it waits on, directly or through
+    WAITING ancestors (the nearest, in declared order), as the ``waiting`` fact; or None."""
+    frontier, seen = [task_id], {task_id}
+    while frontier and len(seen) <= _MAX_BLOCKED_WALK:
+        rows = [r for tid in frontier for r in conn.execute(_PARENT_STATES, {"id": tid}).all()]
+        for key, pid, state in rows:
+            if state == TaskState.NEEDS_REVIEW.value:
+                return {"reason": wf.BLOCKED_BY_REVIEW, "parent_key": key,
+                        "parent_task_id": pid}
+        frontier = [pid for _, pid, state in rows
+                    if state == TaskState.WAITING.value and pid not in seen]
+        seen.update(frontier)
+    return None

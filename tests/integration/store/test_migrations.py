@@ -184,7 +184,8 @@ def test_an_upgrade_to_partial_indexes_keeps_every_row(tmp_path: Path) -> None:
 _ADDED_AFTER_0009 = {"attempts": ("grant_connection", "progress_fraction", "progress_json",
                                   "progress_at_ms"),
                      "tasks": ("policy_source", "run_max_attempts", "run_deadline_ms",
-                               "progress_timeout_ms", "checkpoint")}
+                               "progress_timeout_ms", "checkpoint", "workflow_id", "node_key",
+                               "parents_left", "parents_json")}
 
 
 def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
