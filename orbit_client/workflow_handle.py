@@ -9,7 +9,7 @@ asyncio twin. The mixins give OrbitClient and AsyncOrbitClient the workflow endp
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from orbit_wire.tasktype import Signature
@@ -46,6 +46,10 @@ def _body(canvas: Any, name: str | None, operation_key: str | None) -> Mapping[s
         return canvas
     raise OrbitApiError("BAD_REQUEST", "submit_workflow takes a canvas (chain, group, chord, "
                         "Graph, a signature) or a workflow body dict")
+
+
+# The sinks have ended when their results are read: the wait returns at once.
+SINK_READ_S = 30.0
 
 
 def _wait_ms(deadline: float) -> int:
@@ -99,7 +103,9 @@ class Workflow:
         if node is not None:
             raise WorkflowFailed(view, node, self._client.task(node.task_id))
         sinks = view.sinks()
-        return sink_results(sinks, [self._client.task(n.task_id) for n in sinks])
+        # Ended tasks: one wait reads them all (over the channel, one round for many).
+        views = self._client.wait([n.task_id for n in sinks], SINK_READ_S)
+        return sink_results(sinks, [Task.from_view(v) for v in views])
 
     def cancel(self, reason: str | None = None) -> WorkflowView:
         """Cancel every node not yet ended (running ones cooperatively, then killed)."""
@@ -149,8 +155,8 @@ class AsyncWorkflow:
         if node is not None:
             raise WorkflowFailed(view, node, await self._client.task(node.task_id))
         sinks = view.sinks()
-        tasks: list[Task[Any]] = [await self._client.task(n.task_id) for n in sinks]
-        return sink_results(sinks, tasks)
+        views = await self._client.wait([n.task_id for n in sinks], SINK_READ_S)
+        return sink_results(sinks, [Task.from_view(v) for v in views])
 
     async def cancel(self, reason: str | None = None) -> WorkflowView:
         self.view = WorkflowView.from_view(await self._client.cancel_workflow(self.id, reason))
@@ -164,6 +170,7 @@ class WorkflowMethods:
         def _send(self, call: Call) -> dict[str, Any]: ...
         def _queue_for(self, queue: str | None) -> str: ...
         def task(self, task_id: str) -> Task[Any]: ...
+        def wait(self, tasks: Iterable[str], timeout: float) -> list[dict[str, Any]]: ...
 
     def submit_workflow(self, canvas: Any, *, queue: str | None = None,
                         name: str | None = None, operation_key: str | None = None
@@ -199,6 +206,8 @@ class AsyncWorkflowMethods:
         async def _send(self, call: Call) -> dict[str, Any]: ...
         def _queue_for(self, queue: str | None) -> str: ...
         async def task(self, task_id: str) -> Task[Any]: ...
+        async def wait(self, tasks: Iterable[str], timeout: float
+                       ) -> list[dict[str, Any]]: ...
 
     async def submit_workflow(self, canvas: Any, *,
                               queue: str | None = None, name: str | None = None,
