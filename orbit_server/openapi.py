@@ -154,7 +154,11 @@ _SCHEMAS: dict[str, Any] = {
     "Schedule": _obj({
         "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
         "with_seconds": {"type": "boolean", "description": "cron has a seconds field, first"},
-        "timezone": {"type": "string"}, "task": _ref("TaskSpec"),
+        "timezone": {"type": "string"},
+        "task": {"oneOf": [{"type": "null"}, _ref("TaskSpec")],
+                 "description": "null for a schedule that fires a workflow"},
+        "workflow": {"oneOf": [{"type": "null"}, _ref("ScheduledWorkflow")],
+                     "description": "the workflow each tick submits; null for a task"},
         "missed_ticks": {"type": "string"},
         "state": {"type": "string", "enum": ["ACTIVE", "PAUSED"]},
         "next_fire_at_ms": _MS, "last_tick_at_ms": _NULLABLE_INT,
@@ -168,7 +172,8 @@ _SCHEMAS: dict[str, Any] = {
             "items": _obj({"at_ms": _MS, "local": {"type": "string"}}, ["at_ms", "local"])},
         "firings": {"type": "array", "items": _obj({
             "tick_at_ms": _MS, "task_id": _NULLABLE_STR, "fired_at_ms": _MS,
-            "missed": {"type": "boolean"}})},
+            "missed": {"type": "boolean"},
+            "workflow_id": {**_ID, "description": "a workflow schedule's: what it fired"}})},
     }, ["id", "queue_id", "cron", "timezone", "task", "state", "next_fire_at_ms"]),
     "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}},
                          ["schedules"]),

@@ -82,6 +82,14 @@ class WorkflowRequest(_Body, frozen=True):
 WORKFLOW_REQUEST: Final = Body(WorkflowRequest)
 
 
+class ScheduledWorkflow(_Body, frozen=True):
+    """A workflow as a schedule submits it at each tick: a WorkflowRequest without
+    operation_key, which each firing sets itself."""
+
+    nodes: Annotated[list[WorkflowNode], Meta(min_length=1, max_length=MAX_WORKFLOW_NODES)]
+    name: Label | UnsetType = UNSET
+
+
 @dataclass(frozen=True, slots=True)
 class Graph:
     """A checked workflow: nodes in a topological order, each with its parents' keys and

@@ -266,3 +266,29 @@ def test_an_operation_key_answers_the_workflow_it_made(sup_env: SupEnv) -> None:
     listed = expect(producer.get(url), 200)["workflows"]
     assert [w["workflow_id"] for w in listed] == [made["workflow_id"]]
     assert "nodes" not in listed[0]
+
+
+def test_a_schedule_fires_a_workflow(sup_env: SupEnv) -> None:
+    sup_env.start(workers=2)
+    producer = sup_env.producer
+    made = expect(producer.post(f"/v1/queues/{sup_env.queue_id}/schedules", json={
+        "cron": "* * * * * *", "with_seconds": True, "workflow": {
+            "name": "nightly", "nodes": [node("a"), node("b", parents=["a"])]}}), 201)
+    assert made["task"] is None and made["workflow"]["name"] == "nightly"
+    wait_until(lambda: expect(producer.get(f"/v1/schedules/{made['id']}"), 200)["firings"],
+               timeout=20, what="a firing")
+    expect(producer.post(f"/v1/schedules/{made['id']}/pause"), 200)
+    [firing, *_] = expect(producer.get(f"/v1/schedules/{made['id']}"), 200)["firings"]
+    assert firing["task_id"] is None and firing["workflow_id"]
+    done = wait_workflow(producer, firing["workflow_id"])
+    assert done["state"] == "SUCCEEDED" and done["name"] == "nightly"
+    b = task(producer, by_key(done)["b"]["task_id"])
+    assert b["result"]["parents"][0]["result"]["name"] == "a"
+    # A bad graph is refused when the schedule is created, as a submit would be.
+    error = expect_error(producer.post(f"/v1/queues/{sup_env.queue_id}/schedules", json={
+        "cron": "0 0 1 1 *", "workflow": {"nodes": [node("a", parents=["zz"])]}}),
+        400, "BAD_REQUEST")
+    assert "zz" in error["message"]
+    expect_error(producer.post(f"/v1/queues/{sup_env.queue_id}/schedules", json={
+        "cron": "0 0 1 1 *", "task": spec("collect", {}),
+        "workflow": {"nodes": [node("a")]}}), 400, "BAD_REQUEST")
