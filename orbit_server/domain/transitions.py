@@ -26,6 +26,7 @@ from .states import (
     next_attempt_state,
     next_task_state,
 )
+from .workflows import PARENT_FAILED
 
 # The event that moves a RUNNING task to the state a verdict names.
 _VERDICT_EVENT: Final[Mapping[TaskState, TaskEvent]] = {
@@ -476,6 +477,11 @@ def rerun(task: TaskRec, run: RunBudget, now_ms: int, not_before_ms: int = 0) ->
     on its own. CONFLICT in any other state, and for a cancelled task whose running attempt
     has no outcome yet (two attempts never overlap)."""
     new_state = next_task_state(task.state, TaskEvent.RERUN)
+    if task.failure_code == PARENT_FAILED:
+        # Its parents' results never came: run again, it would run without them.
+        raise OrbitError(ErrorCode.CONFLICT,
+                         f"task {task.id} is a workflow node cancelled because a parent "
+                         "failed: it cannot run again alone (submit a new workflow)")
     if task.current_attempt_id is not None:
         raise OrbitError(ErrorCode.CONFLICT,
                          f"task {task.id} was cancelled while an attempt ran, and that attempt "

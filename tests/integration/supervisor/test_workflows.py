@@ -130,6 +130,18 @@ def test_a_failed_member_cancels_its_descendants_and_an_on_failure_callback_runs
     assert got["bad"]["state"] == "FAILED" and got["bad"]["code"] == "BOOM"
     assert got["bad"]["details"] == {"name": "bad"} and got["bad"]["result"] is None
     assert sorted(runs(log)) == ["bad", "cleanup", "ok"]  # the callback ran once
+    # An operator's retry runs the failed member again, alone: its cancelled descendants
+    # stay cancelled, the callback is not run again, and they cannot be retried alone.
+    expect_error(sup_env.producer.post(f"/v1/tasks/{after['id']}/retry", json={}), 409,
+                 "CONFLICT")
+    bad_id = nodes["bad"]["task_id"]
+    expect(sup_env.producer.post(f"/v1/tasks/{bad_id}/retry", json={}), 200)
+    wait_until(lambda: task(sup_env.producer, bad_id)["attempts"] == 2
+               and task(sup_env.producer, bad_id)["state"] == "FAILED", timeout=30,
+               what="the retried member failing again")
+    again = by_key(wait_workflow(sup_env.producer, made["workflow_id"]))
+    assert again["after"]["state"] == "CANCELLED" and again["later"]["state"] == "CANCELLED"
+    assert sorted(runs(log)) == ["bad", "bad", "cleanup", "ok"]
 
 
 def _review_member(sup_env: SupEnv) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
