@@ -273,6 +273,8 @@ _SCHEMAS.update(_body_schemas(
     bodies.TASK_SPEC, bodies.BATCH, SCHEDULE, bodies.QUEUE_REQUEST, bodies.CREDENTIAL_REQUEST,
     bodies.ROTATE_REQUEST, bodies.CANCEL_REQUEST, bodies.REVIEW_REQUEST, bodies.RETRY_REQUEST,
     bodies.BULK_RETRY_REQUEST, WORKFLOW_REQUEST))
+# A workflow node's task has the TaskSpec's rule across fields (delay_ms or not_before_at_ms).
+_SCHEMAS["NodeTask"].update(bodies.TASK_SPEC.rules)
 _WORKFLOW_STATE = {"type": "string", "enum": [s.value for s in WorkflowState]}
 _WORKFLOW_FIELDS: dict[str, Any] = {
     "workflow_id": _ID, "queue_id": _ID, "name": _NULLABLE_STR,
@@ -484,7 +486,7 @@ def openapi_document() -> dict[str, Any]:
                                   "only workflows in this state (filters the page read)"),
                            _query("limit", {"type": "integer", "minimum": 1, "maximum": 500,
                                             "default": 50}, "workflows per page at most"),
-                           _query("cursor", {"type": "string", "maxLength": 256},
+                           _query("cursor", {"type": "string", "maxLength": 128},
                                   "opaque: the next_cursor of the previous page")])},
         "/v1/workflows/{workflow_id}": {"get": _op(
             "Read a workflow with its nodes, optionally waiting until it ended or is BLOCKED",

@@ -98,7 +98,7 @@ class WorkflowService:
                     out.append(view)
         last = page[-1] if len(page) == limit else None
         return {"workflows": out, "next_cursor": None if last is None
-                else f"{last['created_at_ms']}.{last['id']}"}
+                else wf.encode_cursor(last["created_at_ms"], last["id"])}
 
     # ------------------------------------------------------------------ cancel
 
@@ -202,12 +202,7 @@ def parse_specs(graph: wf.Graph) -> dict[str, domain.TaskSpec]:
 
 
 def _cursor(cursor: str | None) -> tuple[int, str] | None:
-    if not cursor:
-        return None
-    at, _, wid = cursor.partition(".")
-    if not at.isdigit() or not is_id(wid):
-        raise OrbitError(ErrorCode.BAD_REQUEST, "cursor is not one this server gave")
-    return int(at), wid
+    return wf.decode_cursor(cursor) if cursor else None
 
 
 def _workflow_row(conn: Connection, principal: Principal, workflow_id: str
