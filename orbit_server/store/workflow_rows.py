@@ -37,15 +37,16 @@ ACTOR = "server:workflow"
 _ENDED = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
 _CHUNK = 500
 
-# Per engine: called with the queues where this transaction released nodes (the server
-# runs a dispatch pass for them; a pass before the commit finds nothing, and the
-# dispatcher's poll is the safety net).
-_listeners: weakref.WeakKeyDictionary[Engine, Callable[[set[str]], None]] = (
-    weakref.WeakKeyDictionary())
+# Per engine: called with the queues where this transaction released nodes and the nodes it
+# ended (the server runs a dispatch pass for those queues and wakes the long polls on those
+# nodes, both queued behind the transaction; the dispatcher's poll and the waiters' own
+# re-reads are the safety net).
+Listener = Callable[[set[str], list[str]], None]
+_listeners: weakref.WeakKeyDictionary[Engine, Listener] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def on_release(engine: Engine, listener: Callable[[set[str]], None]) -> None:
+def on_release(engine: Engine, listener: Listener) -> None:
     with _lock:
         _listeners[engine] = listener
 
@@ -87,6 +88,7 @@ def pass_on_ends(uow: UnitOfWork) -> None:
              if rec.workflow_id is not None and tid not in uow.workflow_seen
              and rec.state in _ENDED and rec.state != snaps[tid][0]]
     released_queues: set[str] = set()
+    moved: list[str] = []
     while ended:
         uow.workflow_seen.update(r.id for r in ended)
         by_id = {r.id: r for r in ended}
@@ -131,10 +133,11 @@ def pass_on_ends(uow: UnitOfWork) -> None:
                 to_release.append(child)
         if to_release:
             ended.extend(_release(uow, to_release, released_queues))
-    if released_queues:
+        moved.extend(r.id for r in ended)
+    if released_queues or moved:
         listener = _listeners.get(conn.engine)
         if listener is not None:
-            listener(released_queues)
+            listener(released_queues, moved)
 
 
 def _release(uow: UnitOfWork, children: list[TaskRec], queues: set[str]) -> list[TaskRec]:
