@@ -280,7 +280,7 @@ _WORKFLOW_FIELDS: dict[str, Any] = {
     "workflow_id": _ID, "queue_id": _ID, "name": _NULLABLE_STR,
     "operation_key": _NULLABLE_STR, "state": _WORKFLOW_STATE, "created_at_ms": _MS,
     "ended_at_ms": {"type": ["integer", "null"], "description": (
-        "when its last node ended (null while it runs, and in a list)")},
+        "when its last node ended (null while it runs)")},
     "node_count": {"type": "integer"},
     "counts": {"type": "object", "additionalProperties": {"type": "integer"},
                "description": "nodes by task state"},

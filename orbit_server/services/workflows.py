@@ -90,15 +90,15 @@ class WorkflowService:
             if not queue_exists(conn, queue_id):
                 raise queue_not_found(queue_id)
             page = workflow_rows.workflow_page(conn, queue_id, limit, after)
-            counts = workflow_rows.state_counts(conn, [r["id"] for r in page])
+            counts, last = workflow_rows.state_counts(conn, [r["id"] for r in page])
             out = []
             for row in page:
-                view = _view(row, counts[row["id"]], None, None)
+                view = _view(row, counts[row["id"]], None, None, last.get(row["id"]))
                 if state is None or view["state"] == state:
                     out.append(view)
-        last = page[-1] if len(page) == limit else None
-        return {"workflows": out, "next_cursor": None if last is None
-                else wf.encode_cursor(last["created_at_ms"], last["id"])}
+        tail = page[-1] if len(page) == limit else None
+        return {"workflows": out, "next_cursor": None if tail is None
+                else wf.encode_cursor(tail["created_at_ms"], tail["id"])}
 
     # ------------------------------------------------------------------ cancel
 
@@ -222,7 +222,8 @@ def _read_view(conn: Connection, row: Mapping[Any, Any]) -> dict[str, Any]:
 
 def _view(row: Mapping[Any, Any], counts: Mapping[str, int],
           nodes: Sequence[Mapping[Any, Any]] | None,
-          edges: Sequence[Mapping[Any, Any]] | None) -> dict[str, Any]:
+          edges: Sequence[Mapping[Any, Any]] | None,
+          last_end_ms: int | None = None) -> dict[str, Any]:
     cancelled = row["cancelled_at_ms"] is not None
     out: dict[str, Any] = {
         "workflow_id": row["id"], "queue_id": row["queue_id"], "name": row["name"],
@@ -232,7 +233,7 @@ def _view(row: Mapping[Any, Any], counts: Mapping[str, int],
     }
     node_views: list[dict[str, Any]] = []
     blocked: dict[str, str] = {}
-    ended_at: int | None = None
+    ended_at: int | None = last_end_ms
     if nodes is not None and edges is not None:
         parents: dict[str, list[dict[str, str]]] = {}
         key_of = {n["id"]: n["node_key"] for n in nodes}

@@ -214,16 +214,20 @@ def nodes_of(conn: Connection, workflow_id: str) -> tuple[list[RowMapping], list
 
 
 def state_counts(conn: Connection, workflow_ids: Sequence[str]
-                 ) -> dict[str, dict[str, int]]:
-    """Node counts by state, per workflow."""
+                 ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Node counts by state per workflow, and the last instant a node of each ended."""
     out: dict[str, dict[str, int]] = {w: {} for w in workflow_ids}
+    last: dict[str, int] = {}
     for chunk in _chunks(list(workflow_ids)):
-        for wid, state, n in conn.execute(
-                select(tasks.c.workflow_id, tasks.c.state, func.count())
+        for wid, state, n, ended in conn.execute(
+                select(tasks.c.workflow_id, tasks.c.state, func.count(),
+                       func.max(tasks.c.finished_at_ms))
                 .where(tasks.c.workflow_id.in_(chunk))
                 .group_by(tasks.c.workflow_id, tasks.c.state)).all():
             out[wid][state] = n
-    return out
+            if ended is not None:
+                last[wid] = max(last.get(wid, 0), int(ended))
+    return out, last
 
 
 def workflow_page(conn: Connection, queue_id: str, limit: int,

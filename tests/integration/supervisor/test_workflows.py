@@ -66,6 +66,11 @@ def test_a_chain_of_three_passes_results_along(sup_env: SupEnv) -> None:
     done = wait_workflow(sup_env.producer, made["workflow_id"])
     assert done["state"] == "SUCCEEDED" and done["counts"]["SUCCEEDED"] == 3
     assert done["ended_at_ms"] is not None
+    [listed] = expect(sup_env.producer.get(f"/v1/queues/{sup_env.queue_id}/workflows",
+                                           params={"state": "SUCCEEDED"}), 200)["workflows"]
+    assert listed["ended_at_ms"] == done["ended_at_ms"] and "nodes" not in listed
+    assert expect(sup_env.producer.get(f"/v1/queues/{sup_env.queue_id}/workflows",
+                                       params={"state": "RUNNING"}), 200)["workflows"] == []
     c = task(sup_env.producer, by_key(done)["c"]["task_id"])
     assert c["workflow_id"] == made["workflow_id"] and c["node_key"] == "c"
     [from_b] = c["result"]["parents"]
@@ -278,6 +283,14 @@ def test_an_operation_key_answers_the_workflow_it_made(sup_env: SupEnv) -> None:
     listed = expect(producer.get(url), 200)["workflows"]
     assert [w["workflow_id"] for w in listed] == [made["workflow_id"]]
     assert "nodes" not in listed[0]
+    # Pages, newest first, with a cursor; a cursor this list did not give is refused.
+    newer = expect(producer.post(url, json={"nodes": [node("b")]}), 201)
+    first = expect(producer.get(url, params={"limit": 1}), 200)
+    assert [w["workflow_id"] for w in first["workflows"]] == [newer["workflow_id"]]
+    second = expect(producer.get(url, params={"limit": 1, "cursor": first["next_cursor"]}),
+                    200)
+    assert [w["workflow_id"] for w in second["workflows"]] == [made["workflow_id"]]
+    expect_error(producer.get(url, params={"cursor": "nope"}), 400, "BAD_REQUEST")
 
 
 def test_a_schedule_fires_a_workflow(sup_env: SupEnv) -> None:
