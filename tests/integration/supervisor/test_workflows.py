@@ -220,6 +220,9 @@ def test_cancelling_a_workflow_mid_run_cancels_every_open_node(sup_env: SupEnv) 
         f"/v1/workflows/{made['workflow_id']}/cancel", json={"reason": "enough"}), 200)
     assert cancelled["state"] == "CANCELLED"
     assert {n["state"] for n in cancelled["nodes"]} == {"CANCELLED"}
+    # A node cancelled while it waited has no parents' results: it cannot run alone.
+    expect_error(sup_env.producer.post(
+        f"/v1/tasks/{by_key(made)['next']['task_id']}/retry", json={}), 409, "CONFLICT")
     # The running node's attempt is stopped through the normal cancel (its outcome lands).
     wait_until(lambda: not task(sup_env.producer, slow_id)["attempt_outcome_pending"],
                timeout=20, what="the cancelled attempt's outcome")
