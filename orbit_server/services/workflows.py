@@ -75,6 +75,14 @@ class WorkflowService:
         with self._tx.read() as conn:
             return _read_view(conn, _workflow_row(conn, principal, workflow_id))
 
+    def state(self, principal: Principal, workflow_id: str) -> str:
+        """The workflow's state alone, from its nodes' counts by state (one grouped read:
+        what a waiting read polls, whatever the number of nodes)."""
+        with self._tx.read() as conn:
+            row = _workflow_row(conn, principal, workflow_id)
+            counts, _ = workflow_rows.state_counts(conn, [workflow_id])
+            return str(_view(row, counts[workflow_id], None, None)["state"])
+
     def list_workflows(self, principal: Principal, queue_id: str, state: str | None,
                        limit: int, cursor: str | None) -> dict[str, Any]:
         """A queue's workflows, newest first, without their nodes. ``state`` filters the
