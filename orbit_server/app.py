@@ -347,13 +347,18 @@ class OrbitServer:
             self.wal.start()
         self.store.start()
         self.dispatcher.start()
-        # Workflow nodes released by a transaction on the store thread: a dispatch pass
-        # for their queues, queued behind that transaction (so it sees its commit).
+        # Workflow nodes a transaction on the store thread released or ended: a dispatch
+        # pass for their queues and a wake-up of their long polls, each queued behind that
+        # transaction (so it sees its commit).
         loop = asyncio.get_running_loop()
-        def released(queues: set[str]) -> None:
-            loop.call_soon_threadsafe(self.dispatcher.queues_ready, set(queues))
 
-        workflow_rows.on_release(self.engine, released)
+        def moved(queues: set[str], ended: list[str]) -> None:
+            if queues:
+                loop.call_soon_threadsafe(self.dispatcher.queues_ready, set(queues))
+            if ended:
+                loop.call_soon_threadsafe(self.waiters.wake, list(ended))
+
+        workflow_rows.on_release(self.engine, moved)
         tasks = self._tasks
         tasks.start(self._pause_loop(), "orbit-pauses")  # first: no claim before it reads
         tasks.start(self._reaper_loop(), "orbit-reaper")

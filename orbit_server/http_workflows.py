@@ -27,7 +27,8 @@ from .parts import ServerParts
 from .submitting import Submitter
 
 MAX_WAIT_MS = 60_000
-# A GET with wait_ms reads the workflow again this often until it ended or is BLOCKED.
+# A GET with wait_ms reads the workflow's state (its nodes' counts) this often until it
+# ended or is BLOCKED, then the whole workflow once.
 WAIT_STEP_S = 0.1
 _WAIT_QUERY = (Int("wait_ms", 0, MAX_WAIT_MS, 0),)
 _STATES = ("", "RUNNING", "BLOCKED", "SUCCEEDED", "FAILED", "CANCELLED")
@@ -61,8 +62,11 @@ class WorkflowApi:
         principal = await self.auth.principal(request)
         view = await self.store.call(self.workflows.get, principal, workflow_id)
         end = time.monotonic() + q["wait_ms"] / 1000
-        while view["state"] not in _SETTLED and time.monotonic() < end:
+        state = view["state"]
+        while state not in _SETTLED and time.monotonic() < end:
             await asyncio.sleep(min(WAIT_STEP_S, max(0.0, end - time.monotonic())))
+            state = await self.store.call(self.workflows.state, principal, workflow_id)
+        if state != view["state"]:  # the whole view once, when the wait ends
             view = await self.store.call(self.workflows.get, principal, workflow_id)
         return JSONResponse(view)
 

@@ -173,7 +173,11 @@ _SCHEMAS: dict[str, Any] = {
     "Schedule": _obj({
         "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
         "with_seconds": {"type": "boolean", "description": "cron has a seconds field, first"},
-        "timezone": {"type": "string"}, "task": _ref("TaskSpec"),
+        "timezone": {"type": "string"},
+        "task": {"oneOf": [{"type": "null"}, _ref("TaskSpec")],
+                 "description": "null for a schedule that fires a workflow"},
+        "workflow": {"oneOf": [{"type": "null"}, _ref("ScheduledWorkflow")],
+                     "description": "the workflow each tick submits; null for a task"},
         "missed_ticks": {"type": "string"},
         "state": {"type": "string", "enum": ["ACTIVE", "PAUSED"]},
         "next_fire_at_ms": _MS, "last_tick_at_ms": _NULLABLE_INT,
@@ -187,7 +191,8 @@ _SCHEMAS: dict[str, Any] = {
             "items": _obj({"at_ms": _MS, "local": {"type": "string"}}, ["at_ms", "local"])},
         "firings": {"type": "array", "items": _obj({
             "tick_at_ms": _MS, "task_id": _NULLABLE_STR, "fired_at_ms": _MS,
-            "missed": {"type": "boolean"}})},
+            "missed": {"type": "boolean"},
+            "workflow_id": {**_ID, "description": "a workflow schedule's: what it fired"}})},
     }, ["id", "queue_id", "cron", "timezone", "task", "state", "next_fire_at_ms"]),
     "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}},
                          ["schedules"]),
@@ -310,12 +315,14 @@ _SCHEMAS.update(_body_schemas(
     bodies.BULK_RETRY_REQUEST, bodies.LIMIT_REQUEST, WORKFLOW_REQUEST, *FLOW_BODIES))
 # Flow control's (pause, resume, bulk actions: openapi_flow.py).
 _SCHEMAS.update(FLOW_SCHEMAS)
+# A workflow node's task has the TaskSpec's rule across fields (delay_ms or not_before_at_ms).
+_SCHEMAS["NodeTask"].update(bodies.TASK_SPEC.rules)
 _WORKFLOW_STATE = {"type": "string", "enum": [s.value for s in WorkflowState]}
 _WORKFLOW_FIELDS: dict[str, Any] = {
     "workflow_id": _ID, "queue_id": _ID, "name": _NULLABLE_STR,
     "operation_key": _NULLABLE_STR, "state": _WORKFLOW_STATE, "created_at_ms": _MS,
     "ended_at_ms": {"type": ["integer", "null"], "description": (
-        "when its last node ended (null while it runs, and in a list)")},
+        "when its last node ended (null while it runs)")},
     "node_count": {"type": "integer"},
     "counts": {"type": "object", "additionalProperties": {"type": "integer"},
                "description": "nodes by task state"},
@@ -532,7 +539,7 @@ def openapi_document() -> dict[str, Any]:
                                   "only workflows in this state (filters the page read)"),
                            _query("limit", {"type": "integer", "minimum": 1, "maximum": 500,
                                             "default": 50}, "workflows per page at most"),
-                           _query("cursor", {"type": "string", "maxLength": 256},
+                           _query("cursor", {"type": "string", "maxLength": 128},
                                   "opaque: the next_cursor of the previous page")])},
         "/v1/workflows/{workflow_id}": {"get": _op(
             "Read a workflow with its nodes, optionally waiting until it ended or is BLOCKED",

@@ -27,7 +27,7 @@ from orbit_wire.limits import MAX_NODE_KEY_LEN, MAX_PARENTS_BYTES, MAX_WORKFLOW_
 from orbit_wire.model import TaskState
 from orbit_wire.names import whole
 
-from .bodies import MAX_OPERATION_KEY_LEN, TaskSpec
+from .bodies import MAX_OPERATION_KEY_LEN, DelayMs, NotBeforeAtMs, ScheduledTask
 from .fields import Body, Label
 from .records import TaskRec
 from .states import TaskEvent, next_task_state
@@ -58,13 +58,20 @@ class ParentEdge(_Body, frozen=True):
     on_failure: OnFailure = OnFailure.CANCEL
 
 
+class NodeTask(ScheduledTask, frozen=True):
+    """A node's task: a TaskSpec without operation_key (the workflow's makes the whole
+    submit idempotent). Its delay counts from the node's release."""
+
+    delay_ms: DelayMs | UnsetType = UNSET
+    not_before_at_ms: NotBeforeAtMs | UnsetType = UNSET
+
+
 class WorkflowNode(_Body, frozen=True):
-    """A node: a TaskSpec (without operation_key) and the keys of its parents, in the order
-    its handler receives their results."""
+    """A node: its task and the keys of its parents, in the order its handler receives
+    their results."""
 
     key: NodeKey
-    task: Annotated[TaskSpec, Meta(description="without operation_key (the workflow's makes "
-                                   "the whole submit idempotent)")]
+    task: NodeTask
     parents: list[NodeKey | ParentEdge] = msgspec.field(default_factory=list)
 
 
@@ -80,6 +87,14 @@ class WorkflowRequest(_Body, frozen=True):
 
 
 WORKFLOW_REQUEST: Final = Body(WorkflowRequest)
+
+
+class ScheduledWorkflow(_Body, frozen=True):
+    """A workflow as a schedule submits it at each tick: a WorkflowRequest without
+    operation_key, which each firing sets itself."""
+
+    nodes: Annotated[list[WorkflowNode], Meta(min_length=1, max_length=MAX_WORKFLOW_NODES)]
+    name: Label | UnsetType = UNSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +131,6 @@ def parse_workflow(obj: object, where: str = "request body") -> Graph:
     for i, node in enumerate(body.nodes):
         if node.key in tasks:
             raise _bad(f"nodes[{i}].key: {node.key!r} is the key of an earlier node")
-        if node.task.operation_key is not UNSET:
-            raise _bad(f"nodes[{i}].task.operation_key: a node takes none (the workflow's "
-                       "operation_key makes the whole submit idempotent)")
         tasks[node.key] = raw_nodes[i]["task"]  # parse_task_spec reads it again, whole
         edges: list[tuple[str, OnFailure]] = []
         for parent in node.parents:
@@ -162,6 +174,23 @@ def topological_order(keys: Sequence[str],
         stuck = next(k for k in keys if left[k] > 0)
         raise _bad(f"the graph has a cycle through node {stuck!r}")
     return order
+
+
+MAX_CURSOR_LEN: Final = 128
+
+
+def encode_cursor(created_at_ms: int, workflow_id: str) -> str:
+    """The opaque cursor of a workflow list page: the last row's position."""
+    return f"{created_at_ms}.{workflow_id}"
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """A list cursor's position; BAD_REQUEST for one this server did not give."""
+    at, _, workflow_id = cursor.partition(".")
+    if (len(cursor) > MAX_CURSOR_LEN or not at.isascii() or not at.isdigit() or len(at) > 18
+            or len(workflow_id) != 32 or not all(c in "0123456789abcdef" for c in workflow_id)):
+        raise _bad("cursor is not one this list returned")
+    return int(at), workflow_id
 
 
 class EdgeEffect(StrEnum):

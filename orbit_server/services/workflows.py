@@ -55,77 +55,33 @@ class WorkflowService:
         require_role(principal, _PRODUCERS)
         require_visible_queue(principal, queue_id)
         graph = wf.parse_workflow(body)
-        index = {key: i for i, key in enumerate(graph.tasks)}
-        specs = {key: domain.parse_task_spec(task, f"nodes[{index[key]}].task")
-                 for key, task in graph.tasks.items()}
+        specs = parse_specs(graph)
         effects = Effects()
         try:
             with self._tx.write() as conn:
-                view, created = self.submit_in(conn, queue_id, graph, specs,
-                                               actor or principal.actor, effects)
+                if not queue_exists(conn, queue_id):
+                    raise queue_not_found(queue_id)
+                view, created = submit_graph(conn, self._policies, queue_id, graph, specs,
+                                             actor or principal.actor, self._tx.clock(),
+                                             effects)
         except IntegrityError:
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
                              retryable=True) from None
         return view, created, effects
-
-    def submit_in(self, conn: Connection, queue_id: str, graph: wf.Graph,
-                  specs: Mapping[str, domain.TaskSpec], actor: str, effects: Effects
-                  ) -> tuple[dict[str, Any], bool]:
-        """``submit`` in the caller's transaction (a schedule's firing uses it too)."""
-        if not queue_exists(conn, queue_id):
-            raise queue_not_found(queue_id)
-        if graph.operation_key is not None:
-            existing = workflow_rows.find_by_operation_key(conn, queue_id, graph.operation_key)
-            if existing is not None:
-                return _read_view(conn, existing), False
-        now = self._tx.clock()
-        workflow_id = new_id(now)
-        ids = {key: new_id(now) for key in graph.tasks}  # declared order: IDs grow
-        rows: list[dict[str, Any]] = []
-        audits: list[dict[str, Any]] = []
-        edges: list[dict[str, Any]] = []
-        for key in graph.tasks:
-            spec = domain.resolve_policy(
-                specs[key], self._policies.registered(conn, queue_id, specs[key].capability,
-                                                      now))
-            row = new_task_row(queue_id, spec, now)
-            parents = graph.parents[key]
-            row.update(id=ids[key], workflow_id=workflow_id, node_key=key,
-                       parents_left=len(parents) if parents else None)
-            if parents:
-                row["state"] = _WAITING
-                row["start_by_at_ms"] = None  # a node's clock starts at its release
-            rows.append(row)
-            audits.append({"task_id": ids[key], "attempt_id": None, "at_ms": now,
-                           "actor": actor, "kind": "task_submitted", "from_state": None,
-                           "to_state": row["state"],
-                           "detail": orjson.dumps({"workflow_id": workflow_id,
-                                                   "node_key": key}).decode()})
-            for position, (parent, on_failure) in enumerate(parents):
-                edges.append({"child_task_id": ids[key], "position": position,
-                              "parent_task_id": ids[parent], "parent_key": parent,
-                              "child_key": key, "workflow_id": workflow_id,
-                              "on_failure": on_failure.value, "done": False})
-        workflow_rows.insert_workflow(conn, {
-            "id": workflow_id, "queue_id": queue_id, "name": graph.name,
-            "operation_key": graph.operation_key, "node_count": len(rows),
-            "created_at_ms": now, "created_by": actor[:128], "cancelled_at_ms": None,
-        }, edges)
-        task_rows.insert_new_tasks(conn, rows, audits)
-        pending = [r for r in rows if r["state"] == _PENDING]
-        if pending:
-            effects.ready_queues.add(queue_id)
-            effects.due(min(r["deadline_at_ms"] for r in pending))
-        effects.counted().submitted.append((queue_id, len(rows)))
-        made = workflow_rows.workflow_row(conn, workflow_id)
-        assert made is not None
-        return _read_view(conn, made), True
 
     # ------------------------------------------------------------------ reads
 
     def get(self, principal: Principal, workflow_id: str) -> dict[str, Any]:
         with self._tx.read() as conn:
             return _read_view(conn, _workflow_row(conn, principal, workflow_id))
+
+    def state(self, principal: Principal, workflow_id: str) -> str:
+        """The workflow's state alone, from its nodes' counts by state (one grouped read:
+        what a waiting read polls, whatever the number of nodes)."""
+        with self._tx.read() as conn:
+            row = _workflow_row(conn, principal, workflow_id)
+            counts, _ = workflow_rows.state_counts(conn, [workflow_id])
+            return str(_view(row, counts[workflow_id], None, None)["state"])
 
     def list_workflows(self, principal: Principal, queue_id: str, state: str | None,
                        limit: int, cursor: str | None) -> dict[str, Any]:
@@ -142,15 +98,15 @@ class WorkflowService:
             if not queue_exists(conn, queue_id):
                 raise queue_not_found(queue_id)
             page = workflow_rows.workflow_page(conn, queue_id, limit, after)
-            counts = workflow_rows.state_counts(conn, [r["id"] for r in page])
+            counts, last = workflow_rows.state_counts(conn, [r["id"] for r in page])
             out = []
             for row in page:
-                view = _view(row, counts[row["id"]], None, None)
+                view = _view(row, counts[row["id"]], None, None, last.get(row["id"]))
                 if state is None or view["state"] == state:
                     out.append(view)
-        last = page[-1] if len(page) == limit else None
-        return {"workflows": out, "next_cursor": None if last is None
-                else f"{last['created_at_ms']}.{last['id']}"}
+        tail = page[-1] if len(page) == limit else None
+        return {"workflows": out, "next_cursor": None if tail is None
+                else wf.encode_cursor(tail["created_at_ms"], tail["id"])}
 
     # ------------------------------------------------------------------ cancel
 
@@ -194,13 +150,67 @@ class WorkflowService:
         return view, effects
 
 
+def submit_graph(conn: Connection, policies: PolicyCache, queue_id: str, graph: wf.Graph,
+                 specs: Mapping[str, domain.TaskSpec], actor: str, now: int,
+                 effects: Effects) -> tuple[dict[str, Any], bool]:
+    """Insert a checked workflow into an existing queue in the caller's transaction (a
+    submit, a schedule's firing): its row, its nodes' tasks, its edges, one executemany
+    each. An operation key already used answers that workflow (created False)."""
+    if graph.operation_key is not None:
+        existing = workflow_rows.find_by_operation_key(conn, queue_id, graph.operation_key)
+        if existing is not None:
+            return _read_view(conn, existing), False
+    workflow_id = new_id(now)
+    ids = {key: new_id(now) for key in graph.tasks}  # declared order: IDs grow
+    rows: list[dict[str, Any]] = []
+    audits: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    for key in graph.tasks:
+        spec = domain.resolve_policy(
+            specs[key], policies.registered(conn, queue_id, specs[key].capability, now))
+        row = new_task_row(queue_id, spec, now)
+        parents = graph.parents[key]
+        row.update(id=ids[key], workflow_id=workflow_id, node_key=key,
+                   parents_left=len(parents) if parents else None)
+        if parents:
+            row["state"] = _WAITING
+            row["start_by_at_ms"] = None  # a node's clock starts at its release
+        rows.append(row)
+        audits.append({"task_id": ids[key], "attempt_id": None, "at_ms": now,
+                       "actor": actor, "kind": "task_submitted", "from_state": None,
+                       "to_state": row["state"],
+                       "detail": orjson.dumps({"workflow_id": workflow_id,
+                                               "node_key": key}).decode()})
+        for position, (parent, on_failure) in enumerate(parents):
+            edges.append({"child_task_id": ids[key], "position": position,
+                          "parent_task_id": ids[parent], "parent_key": parent,
+                          "child_key": key, "workflow_id": workflow_id,
+                          "on_failure": on_failure.value, "done": False})
+    workflow_rows.insert_workflow(conn, {
+        "id": workflow_id, "queue_id": queue_id, "name": graph.name,
+        "operation_key": graph.operation_key, "node_count": len(rows),
+        "created_at_ms": now, "created_by": actor[:128], "cancelled_at_ms": None,
+    }, edges)
+    task_rows.insert_new_tasks(conn, rows, audits)
+    pending = [r for r in rows if r["state"] == _PENDING]
+    if pending:
+        effects.ready_queues.add(queue_id)
+        effects.due(min(r["deadline_at_ms"] for r in pending))
+    effects.counted().submitted.append((queue_id, len(rows)))
+    made = workflow_rows.workflow_row(conn, workflow_id)
+    assert made is not None
+    return _read_view(conn, made), True
+
+
+def parse_specs(graph: wf.Graph) -> dict[str, domain.TaskSpec]:
+    """Each node's TaskSpec, checked (a refusal names the node's index)."""
+    index = {key: i for i, key in enumerate(graph.tasks)}
+    return {key: domain.parse_task_spec(task, f"nodes[{index[key]}].task")
+            for key, task in graph.tasks.items()}
+
+
 def _cursor(cursor: str | None) -> tuple[int, str] | None:
-    if not cursor:
-        return None
-    at, _, wid = cursor.partition(".")
-    if not at.isdigit() or not is_id(wid):
-        raise OrbitError(ErrorCode.BAD_REQUEST, "cursor is not one this server gave")
-    return int(at), wid
+    return wf.decode_cursor(cursor) if cursor else None
 
 
 def _workflow_row(conn: Connection, principal: Principal, workflow_id: str
@@ -220,7 +230,8 @@ def _read_view(conn: Connection, row: Mapping[Any, Any]) -> dict[str, Any]:
 
 def _view(row: Mapping[Any, Any], counts: Mapping[str, int],
           nodes: Sequence[Mapping[Any, Any]] | None,
-          edges: Sequence[Mapping[Any, Any]] | None) -> dict[str, Any]:
+          edges: Sequence[Mapping[Any, Any]] | None,
+          last_end_ms: int | None = None) -> dict[str, Any]:
     cancelled = row["cancelled_at_ms"] is not None
     out: dict[str, Any] = {
         "workflow_id": row["id"], "queue_id": row["queue_id"], "name": row["name"],
@@ -230,7 +241,7 @@ def _view(row: Mapping[Any, Any], counts: Mapping[str, int],
     }
     node_views: list[dict[str, Any]] = []
     blocked: dict[str, str] = {}
-    ended_at: int | None = None
+    ended_at: int | None = last_end_ms
     if nodes is not None and edges is not None:
         parents: dict[str, list[dict[str, str]]] = {}
         key_of = {n["id"]: n["node_key"] for n in nodes}

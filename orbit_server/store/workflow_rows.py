@@ -37,15 +37,16 @@ ACTOR = "server:workflow"
 _ENDED = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
 _CHUNK = 500
 
-# Per engine: called with the queues where this transaction released nodes (the server
-# runs a dispatch pass for them; a pass before the commit finds nothing, and the
-# dispatcher's poll is the safety net).
-_listeners: weakref.WeakKeyDictionary[Engine, Callable[[set[str]], None]] = (
-    weakref.WeakKeyDictionary())
+# Per engine: called with the queues where this transaction released nodes and the nodes it
+# ended (the server runs a dispatch pass for those queues and wakes the long polls on those
+# nodes, both queued behind the transaction; the dispatcher's poll and the waiters' own
+# re-reads are the safety net).
+Listener = Callable[[set[str], list[str]], None]
+_listeners: weakref.WeakKeyDictionary[Engine, Listener] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def on_release(engine: Engine, listener: Callable[[set[str]], None]) -> None:
+def on_release(engine: Engine, listener: Listener) -> None:
     with _lock:
         _listeners[engine] = listener
 
@@ -87,6 +88,7 @@ def pass_on_ends(uow: UnitOfWork) -> None:
              if rec.workflow_id is not None and tid not in uow.workflow_seen
              and rec.state in _ENDED and rec.state != snaps[tid][0]]
     released_queues: set[str] = set()
+    moved: list[str] = []
     while ended:
         uow.workflow_seen.update(r.id for r in ended)
         by_id = {r.id: r for r in ended}
@@ -131,10 +133,11 @@ def pass_on_ends(uow: UnitOfWork) -> None:
                 to_release.append(child)
         if to_release:
             ended.extend(_release(uow, to_release, released_queues))
-    if released_queues:
+        moved.extend(r.id for r in ended)
+    if released_queues or moved:
         listener = _listeners.get(conn.engine)
         if listener is not None:
-            listener(released_queues)
+            listener(released_queues, moved)
 
 
 def _release(uow: UnitOfWork, children: list[TaskRec], queues: set[str]) -> list[TaskRec]:
@@ -211,16 +214,20 @@ def nodes_of(conn: Connection, workflow_id: str) -> tuple[list[RowMapping], list
 
 
 def state_counts(conn: Connection, workflow_ids: Sequence[str]
-                 ) -> dict[str, dict[str, int]]:
-    """Node counts by state, per workflow."""
+                 ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Node counts by state per workflow, and the last instant a node of each ended."""
     out: dict[str, dict[str, int]] = {w: {} for w in workflow_ids}
+    last: dict[str, int] = {}
     for chunk in _chunks(list(workflow_ids)):
-        for wid, state, n in conn.execute(
-                select(tasks.c.workflow_id, tasks.c.state, func.count())
+        for wid, state, n, ended in conn.execute(
+                select(tasks.c.workflow_id, tasks.c.state, func.count(),
+                       func.max(tasks.c.finished_at_ms))
                 .where(tasks.c.workflow_id.in_(chunk))
                 .group_by(tasks.c.workflow_id, tasks.c.state)).all():
             out[wid][state] = n
-    return out
+            if ended is not None:
+                last[wid] = max(last.get(wid, 0), int(ended))
+    return out, last
 
 
 def workflow_page(conn: Connection, queue_id: str, limit: int,

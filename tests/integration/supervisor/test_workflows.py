@@ -66,6 +66,11 @@ def test_a_chain_of_three_passes_results_along(sup_env: SupEnv) -> None:
     done = wait_workflow(sup_env.producer, made["workflow_id"])
     assert done["state"] == "SUCCEEDED" and done["counts"]["SUCCEEDED"] == 3
     assert done["ended_at_ms"] is not None
+    [listed] = expect(sup_env.producer.get(f"/v1/queues/{sup_env.queue_id}/workflows",
+                                           params={"state": "SUCCEEDED"}), 200)["workflows"]
+    assert listed["ended_at_ms"] == done["ended_at_ms"] and "nodes" not in listed
+    assert expect(sup_env.producer.get(f"/v1/queues/{sup_env.queue_id}/workflows",
+                                       params={"state": "RUNNING"}), 200)["workflows"] == []
     c = task(sup_env.producer, by_key(done)["c"]["task_id"])
     assert c["workflow_id"] == made["workflow_id"] and c["node_key"] == "c"
     [from_b] = c["result"]["parents"]
@@ -130,6 +135,18 @@ def test_a_failed_member_cancels_its_descendants_and_an_on_failure_callback_runs
     assert got["bad"]["state"] == "FAILED" and got["bad"]["code"] == "BOOM"
     assert got["bad"]["details"] == {"name": "bad"} and got["bad"]["result"] is None
     assert sorted(runs(log)) == ["bad", "cleanup", "ok"]  # the callback ran once
+    # An operator's retry runs the failed member again, alone: its cancelled descendants
+    # stay cancelled, the callback is not run again, and they cannot be retried alone.
+    expect_error(sup_env.producer.post(f"/v1/tasks/{after['id']}/retry", json={}), 409,
+                 "CONFLICT")
+    bad_id = nodes["bad"]["task_id"]
+    expect(sup_env.producer.post(f"/v1/tasks/{bad_id}/retry", json={}), 200)
+    wait_until(lambda: task(sup_env.producer, bad_id)["attempts"] == 2
+               and task(sup_env.producer, bad_id)["state"] == "FAILED", timeout=30,
+               what="the retried member failing again")
+    again = by_key(wait_workflow(sup_env.producer, made["workflow_id"]))
+    assert again["after"]["state"] == "CANCELLED" and again["later"]["state"] == "CANCELLED"
+    assert sorted(runs(log)) == ["bad", "bad", "cleanup", "ok"]
 
 
 def _review_member(sup_env: SupEnv) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -203,6 +220,9 @@ def test_cancelling_a_workflow_mid_run_cancels_every_open_node(sup_env: SupEnv) 
         f"/v1/workflows/{made['workflow_id']}/cancel", json={"reason": "enough"}), 200)
     assert cancelled["state"] == "CANCELLED"
     assert {n["state"] for n in cancelled["nodes"]} == {"CANCELLED"}
+    # A node cancelled while it waited has no parents' results: it cannot run alone.
+    expect_error(sup_env.producer.post(
+        f"/v1/tasks/{by_key(made)['next']['task_id']}/retry", json={}), 409, "CONFLICT")
     # The running node's attempt is stopped through the normal cancel (its outcome lands).
     wait_until(lambda: not task(sup_env.producer, slow_id)["attempt_outcome_pending"],
                timeout=20, what="the cancelled attempt's outcome")
@@ -266,3 +286,37 @@ def test_an_operation_key_answers_the_workflow_it_made(sup_env: SupEnv) -> None:
     listed = expect(producer.get(url), 200)["workflows"]
     assert [w["workflow_id"] for w in listed] == [made["workflow_id"]]
     assert "nodes" not in listed[0]
+    # Pages, newest first, with a cursor; a cursor this list did not give is refused.
+    newer = expect(producer.post(url, json={"nodes": [node("b")]}), 201)
+    first = expect(producer.get(url, params={"limit": 1}), 200)
+    assert [w["workflow_id"] for w in first["workflows"]] == [newer["workflow_id"]]
+    second = expect(producer.get(url, params={"limit": 1, "cursor": first["next_cursor"]}),
+                    200)
+    assert [w["workflow_id"] for w in second["workflows"]] == [made["workflow_id"]]
+    expect_error(producer.get(url, params={"cursor": "nope"}), 400, "BAD_REQUEST")
+
+
+def test_a_schedule_fires_a_workflow(sup_env: SupEnv) -> None:
+    sup_env.start(workers=2)
+    producer = sup_env.producer
+    made = expect(producer.post(f"/v1/queues/{sup_env.queue_id}/schedules", json={
+        "cron": "* * * * * *", "with_seconds": True, "workflow": {
+            "name": "nightly", "nodes": [node("a"), node("b", parents=["a"])]}}), 201)
+    assert made["task"] is None and made["workflow"]["name"] == "nightly"
+    wait_until(lambda: expect(producer.get(f"/v1/schedules/{made['id']}"), 200)["firings"],
+               timeout=20, what="a firing")
+    expect(producer.post(f"/v1/schedules/{made['id']}/pause"), 200)
+    [firing, *_] = expect(producer.get(f"/v1/schedules/{made['id']}"), 200)["firings"]
+    assert firing["task_id"] is None and firing["workflow_id"]
+    done = wait_workflow(producer, firing["workflow_id"])
+    assert done["state"] == "SUCCEEDED" and done["name"] == "nightly"
+    b = task(producer, by_key(done)["b"]["task_id"])
+    assert b["result"]["parents"][0]["result"]["name"] == "a"
+    # A bad graph is refused when the schedule is created, as a submit would be.
+    error = expect_error(producer.post(f"/v1/queues/{sup_env.queue_id}/schedules", json={
+        "cron": "0 0 1 1 *", "workflow": {"nodes": [node("a", parents=["zz"])]}}),
+        400, "BAD_REQUEST")
+    assert "zz" in error["message"]
+    expect_error(producer.post(f"/v1/queues/{sup_env.queue_id}/schedules", json={
+        "cron": "0 0 1 1 *", "task": spec("collect", {}),
+        "workflow": {"nodes": [node("a")]}}), 400, "BAD_REQUEST")

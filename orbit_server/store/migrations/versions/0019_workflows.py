@@ -1,7 +1,7 @@
 """Workflows: graphs of task nodes submitted at once, released as their parents end.
 
 Revision ID: 0019
-Revises: 0015
+Revises: 0018
 Create Date: 2026-12-06
 
 A workflow (docs/http-api.md "Workflows") is a ``workflows`` row; its nodes are tasks that
@@ -23,7 +23,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0019"
-down_revision = "0015"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
