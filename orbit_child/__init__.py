@@ -15,7 +15,7 @@
 from orbit_wire.fails_on import Retryable
 from orbit_wire.tasktype import TaskType
 
-from .api import Execution, Handler, Handlers, RawJSON, WorkerFailure
+from .api import Execution, Handler, Handlers, ParentResult, RawJSON, WorkerFailure
 
-__all__ = ["Execution", "Handler", "Handlers", "RawJSON", "Retryable", "TaskType",
-           "WorkerFailure"]
+__all__ = ["Execution", "Handler", "Handlers", "ParentResult", "RawJSON", "Retryable",
+           "TaskType", "WorkerFailure"]

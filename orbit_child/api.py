@@ -133,6 +133,29 @@ class RawJSON:
         self.text = text.decode() if isinstance(text, bytes) else text
 
 
+@dataclass(frozen=True, slots=True)
+class ParentResult:
+    """One parent of a workflow node as its handler sees it (``execution.parents``):
+    ``result`` when it SUCCEEDED; ``code`` and ``details`` for a failure the edge lets the
+    node run after (``on_failure: "run"``)."""
+
+    key: str
+    task_id: str
+    state: str
+    result: Any = None
+    code: str | None = None
+    details: Any = None
+
+
+def parents_of(raw: Any) -> tuple[ParentResult, ...]:
+    """The parents a RunTask carries (a list of objects, or None) as ParentResults."""
+    if not raw:
+        return ()
+    return tuple(ParentResult(key=p["key"], task_id=p["task_id"], state=p["state"],
+                              result=p.get("result"), code=p.get("code"),
+                              details=p.get("details")) for p in raw)
+
+
 @dataclass(slots=True)
 class Execution:
     """What a handler knows about the attempt it runs. No secrets, no worker identity.
@@ -154,6 +177,8 @@ class Execution:
     # The last progress details of the task's previous attempt that did not succeed (a JSON
     # value), to resume from; None on a first attempt or when that attempt reported none.
     checkpoint: Any = None
+    # A workflow node's parents, in the order its edges were declared (empty otherwise).
+    parents: tuple[ParentResult, ...] = ()
     _cancel_check: Callable[[], bool] = field(default=lambda: False, repr=False)
     # Where checked progress goes (the child's loop); by default it is only checked.
     _progress_sink: Callable[[float | None, str | None], None] = field(

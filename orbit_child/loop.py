@@ -42,7 +42,7 @@ from orbit_wire.fails_on import declared_failure
 from orbit_wire.model import Capability, Outcome, UnknownCode
 from orbit_wire.names import EXCEPTION_TYPE_MAX, message_first_line
 
-from .api import Execution, Handler, WorkerFailure
+from .api import Execution, Handler, WorkerFailure, parents_of
 from .diag import report
 from .progress import ProgressSender
 from .results import encode_json_value
@@ -177,7 +177,8 @@ class ChildLoop:
             task_id=run.task_id, attempt_id=run.attempt_id, epoch=run.epoch,
             attempt_number=run.attempt_number, capability=cap, payload=run.payload,
             deadline_at_ms=run.deadline_at_ms, idempotency=run.idempotency,
-            checkpoint=run.checkpoint, _cancel_check=self._cancelled,
+            checkpoint=run.checkpoint, parents=parents_of(run.parents),
+            _cancel_check=self._cancelled,
             _progress_sink=self._note_progress,
         )
         try:

@@ -6,6 +6,8 @@
     with OrbitClient(credentials="producer.json") as orbit:
         task = orbit.submit(normalize, {"text": "hi"}, idempotent=True, delay_ms=1000)
         print(orbit.result(task, timeout=30))          # or TaskFailed, TaskTimeout, ...
+        flow = orbit.submit(chain(normalize.s({"text": "a"}), count.s({})))  # a Workflow
+        print(flow.result(timeout=60))                 # docs/workflows.md
 
 The dict API stays: ``orbit.submit(queue_id, spec_dict)``, ``orbit.wait(task_id, timeout)``.
 ``orbit.wait(tasks, timeout)`` and ``orbit.as_completed(tasks, timeout)`` wait for several.
@@ -22,6 +24,7 @@ from orbit_wire.fails_on import Retryable
 from orbit_wire.tasktype import TaskType
 
 from .async_client import AsyncOrbitClient
+from .canvas import Chain, Chord, Graph, Group, chain, chord, group
 from .client import OrbitClient, is_settled
 from .errors import CertificateError, OrbitApiError, ServerUnreachable
 from .tasks import (
@@ -32,12 +35,27 @@ from .tasks import (
     TaskNeedsReview,
     TaskTimeout,
 )
+from .workflow_handle import AsyncWorkflow, Workflow
+from .workflows import (
+    WorkflowBlocked,
+    WorkflowCancelled,
+    WorkflowError,
+    WorkflowFailed,
+    WorkflowNode,
+    WorkflowTimeout,
+    WorkflowView,
+)
 
 __all__ = [
     "AsyncOrbitClient",
+    "AsyncWorkflow",
     "CertificateError",
+    "Chain",
+    "Chord",
     "Credentials",
     "CredentialsFileError",
+    "Graph",
+    "Group",
     "OrbitApiError",
     "OrbitClient",
     "Retryable",
@@ -49,6 +67,17 @@ __all__ = [
     "TaskNeedsReview",
     "TaskTimeout",
     "TaskType",
+    "Workflow",
+    "WorkflowBlocked",
+    "WorkflowCancelled",
+    "WorkflowError",
+    "WorkflowFailed",
+    "WorkflowNode",
+    "WorkflowTimeout",
+    "WorkflowView",
+    "chain",
+    "chord",
+    "group",
     "is_settled",
     "load_credentials",
     "write_credentials",

@@ -16,9 +16,10 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, overload
 
 from orbit_host.credentials import Credentials
-from orbit_wire.tasktype import TaskType
+from orbit_wire.tasktype import Signature, TaskType
 
 from . import calls
+from .canvas import Canvas
 from .client_base import (
     DEFAULT_MAX_CONNECTIONS,
     MAX_PAGES,
@@ -36,6 +37,7 @@ from .client_base import (
 from .errors import OrbitApiError, certificate_refused, unreachable
 from .tasks import Task, TaskTimeout, outcome
 from .transport import refused_certificate
+from .workflow_handle import AsyncWorkflow, AsyncWorkflowMethods, is_canvas, with_workflow_body
 
 if TYPE_CHECKING:  # httpx and the channel serve AsyncOrbitClient only, and load with it
     import httpx
@@ -71,7 +73,7 @@ def _transport_error(url: str, exc: httpx.HTTPError) -> OrbitApiError:
                          retryable=False)
 
 
-class AsyncOrbitClient(ClientBase):
+class AsyncOrbitClient(AsyncWorkflowMethods, ClientBase):
     """The same API as OrbitClient for asyncio code; every method is a coroutine."""
 
     def __init__(
@@ -229,6 +231,14 @@ class AsyncOrbitClient(ClientBase):
         return await self._send(calls.revoke_credential(credential_id))
 
     @overload
+    async def submit(self, target: Canvas, *, queue: str | None = None, name: str | None = None,
+               operation_key: str | None = None) -> AsyncWorkflow: ...
+
+    @overload
+    async def submit(self, target: Signature[Any, R], *, queue: str | None = None
+               ) -> Task[R]: ...
+
+    @overload
     async def submit(self, target: str, payload: Mapping[str, Any]) -> dict[str, Any]: ...
 
     @overload
@@ -237,9 +247,14 @@ class AsyncOrbitClient(ClientBase):
                      priority: int | None = None, delay_ms: int | None = None,
                      not_before: NotBefore = None, **policy: Any) -> Task[R]: ...
 
-    async def submit(self, target: Any, payload: Any, *, queue: str | None = None,
+    async def submit(self, target: Any, payload: Any = None, *, queue: str | None = None,
                      not_before: NotBefore = None, **options: Any) -> Any:
         """As OrbitClient.submit."""
+        if is_canvas(target):
+            return await self.submit_workflow(target, queue=queue, **options)
+        if isinstance(target, Signature):
+            target, payload, options = target.task_type, target.payload, {**target.options,
+                                                                          **options}
         if isinstance(target, str):
             spec = self._dict_submit(payload, queue, not_before, options)
             return (await self._submit_all(target, [spec], batch=False))[0]
@@ -388,7 +403,7 @@ class AsyncOrbitClient(ClientBase):
 
     async def create_schedule(self, queue_id: str,
                               schedule: Mapping[str, Any]) -> dict[str, Any]:
-        return await self._send(calls.create_schedule(queue_id, schedule))
+        return await self._send(calls.create_schedule(queue_id, with_workflow_body(schedule)))
 
     async def list_schedules(self, queue_id: str) -> list[dict[str, Any]]:
         return list((await self._send(calls.list_schedules(queue_id)))["schedules"])

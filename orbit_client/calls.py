@@ -353,11 +353,22 @@ def review(
 
 def create_schedule(queue_id: str, schedule: Mapping[str, Any]) -> Call:
     """``schedule``: {"cron", "timezone"?, "task": TaskSpec, "name"?, "missed_ticks"?,
-    "paused"?} (docs/http-api.md "Schedules")."""
-    if not isinstance(schedule, Mapping) or not isinstance(schedule.get("task"), Mapping):
-        raise _local("a schedule must be a JSON object with a 'task' spec")
+    "paused"?} (docs/http-api.md "Schedules"); ``"workflow"``: a workflow body instead of
+    ``"task"`` fires a workflow each tick."""
+    if not isinstance(schedule, Mapping) or not (
+            isinstance(schedule.get("task"), Mapping)
+            or isinstance(schedule.get("workflow"), Mapping)):
+        raise _local("a schedule must be a JSON object with a 'task' spec or a 'workflow' "
+                     "body")
     body = dict(schedule)
-    body["task"] = _checked_spec(schedule["task"])
+    if isinstance(schedule.get("task"), Mapping):
+        body["task"] = _checked_spec(schedule["task"])
+    else:  # a workflow fired each tick (docs/workflows.md): its nodes' specs checked
+        nodes = schedule["workflow"].get("nodes")
+        if not isinstance(nodes, list) or not all(isinstance(n, Mapping) for n in nodes):
+            raise _local("a schedule's workflow needs a 'nodes' list")
+        body["workflow"] = {**schedule["workflow"], "nodes": [
+            {**n, "task": _checked_spec(n.get("task"))} for n in nodes]}
     return Call("POST", f"/v1/queues/{_id(queue_id, 'queue')}/schedules", body=_dumps(body),
                 expected=(201,))
 

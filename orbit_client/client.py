@@ -31,9 +31,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from orbit_host.credentials import Credentials
-from orbit_wire.tasktype import TaskType
+from orbit_wire.tasktype import Signature, TaskType
 
 from . import calls
+from .canvas import Canvas
 from .client_base import (
     DEFAULT_MAX_CONNECTIONS,
     MAX_PAGES,
@@ -51,6 +52,7 @@ from .client_base import (
 from .errors import certificate_refused, unreachable
 from .tasks import Task, TaskTimeout, outcome
 from .transport import BlockingTransport, CertificateRefused, NoAnswer
+from .workflow_handle import Workflow, WorkflowMethods, is_canvas, with_workflow_body
 
 if TYPE_CHECKING:  # the channel's modules load on its first use
     from .channel import BlockingChannel
@@ -59,7 +61,7 @@ if TYPE_CHECKING:  # the channel's modules load on its first use
 __all__ = ["OrbitClient", "is_settled"]
 
 
-class OrbitClient(ClientBase):
+class OrbitClient(WorkflowMethods, ClientBase):
     """Blocking client. ``credentials`` is a Credentials, a credentials file path, or None
     (only ``health`` works without one); ``url`` overrides the credentials' URL."""
 
@@ -212,6 +214,14 @@ class OrbitClient(ClientBase):
         return self._send(calls.revoke_credential(credential_id))
 
     @overload
+    def submit(self, target: Canvas, *, queue: str | None = None, name: str | None = None,
+               operation_key: str | None = None) -> Workflow: ...
+
+    @overload
+    def submit(self, target: Signature[Any, R], *, queue: str | None = None
+               ) -> Task[R]: ...
+
+    @overload
     def submit(self, target: str, payload: Mapping[str, Any]) -> dict[str, Any]: ...
 
     @overload
@@ -220,11 +230,18 @@ class OrbitClient(ClientBase):
                priority: int | None = None, delay_ms: int | None = None,
                not_before: NotBefore = None, **policy: Any) -> Task[R]: ...
 
-    def submit(self, target: Any, payload: Any, *, queue: str | None = None,
+    def submit(self, target: Any, payload: Any = None, *, queue: str | None = None,
                not_before: NotBefore = None, **options: Any) -> Any:
         """``submit(task_type, payload, ...)``: one task of the declared type, as a typed
         ``Task`` (``queue`` defaults to the client's, then the credential's only queue;
-        ``options`` are TaskType.spec's). ``submit(queue_id, spec)``: the dict API."""
+        ``options`` are TaskType.spec's). ``submit(queue_id, spec)``: the dict API.
+        ``submit(canvas)`` (chain, group, chord, Graph): a workflow, as ``submit_workflow``;
+        ``submit(signature)``: its one task."""
+        if is_canvas(target):
+            return self.submit_workflow(target, queue=queue, **options)
+        if isinstance(target, Signature):
+            target, payload, options = target.task_type, target.payload, {**target.options,
+                                                                          **options}
         if isinstance(target, str):
             spec = self._dict_submit(payload, queue, not_before, options)
             return self._submit_all(target, [spec], batch=False)[0]
@@ -384,8 +401,10 @@ class OrbitClient(ClientBase):
 
     def create_schedule(self, queue_id: str, schedule: Mapping[str, Any]) -> dict[str, Any]:
         """A periodic schedule: {"cron", "timezone"?, "task": spec, "name"?,
-        "missed_ticks"?, "paused"?}. ``TaskType.spec(payload)`` builds the task spec."""
-        return self._send(calls.create_schedule(queue_id, schedule))
+        "missed_ticks"?, "paused"?}. ``TaskType.spec(payload)`` builds the task spec;
+        ``"workflow"`` (a canvas or a workflow body) instead of ``"task"`` fires a workflow
+        each tick, where the server supports it."""
+        return self._send(calls.create_schedule(queue_id, with_workflow_body(schedule)))
 
     def list_schedules(self, queue_id: str) -> list[dict[str, Any]]:
         return list(self._send(calls.list_schedules(queue_id))["schedules"])

@@ -7,7 +7,7 @@ Two channels carry them, both JSON objects with a kind ``t``:
     is ignored by both ends)
         supervisor → child   RunTask    t=run    {a, task_id, epoch, attempt_number,
                                                   capability, payload, deadline_at_ms,
-                                                  idempotency, checkpoint?}
+                                                  idempotency, checkpoint?, parents?}
                              CancelTask t=cancel {a}   cooperative stop for the attempt
                              LeaveChild t=exit         leave the loop (recycling)
         child → supervisor   ChildReady t=ready  {pid}
@@ -129,6 +129,9 @@ class RunTask(_Message, frozen=True, tag="run"):
     idempotency: str
     # The previous attempt's last progress details (``execution.checkpoint``); None: none.
     checkpoint: Any = None
+    # A workflow node's parents in declared order (``execution.parents``): a list of
+    # objects {key, task_id, state, result?, code?, details?}; None: not a workflow node.
+    parents: Any = None
 
 
 class CancelTask(_Message, frozen=True, tag="cancel"):

@@ -40,12 +40,14 @@ from .http_hot import HotRoutes
 from .http_limits import limit_routes
 from .http_plumbing import http_exception_handlers
 from .http_schedules import schedule_routes
+from .http_workflows import workflow_routes
 from .parts import ServerParts
 from .producer_ws import ProducerChannels, producer_routes
 from .ratelimit import FailedLogins, TokenBuckets
 from .services import Effects, Services
 from .services.pushes import PUSH_WINDOW_MS, Push, PushKind
 from .services.retention import TASK_BATCH
+from .store import workflow_rows
 from .store.db import create_engine_for, is_sqlite, migrate, sqlite_file
 from .store.retry import faults_logged
 from .store_thread import StoreThread
@@ -129,8 +131,8 @@ class OrbitServer:
                             act_on=self.act_on, traffic=self.traffic)
         self.producers = ProducerChannels()  # what a revocation closes, besides workers
         routes = [*http_routes(parts), *schedule_routes(parts), *flow_routes(parts),
-                  *limit_routes(parts), *ws_routes(parts), *producer_routes(parts, self.producers),
-                  *dashboard_routes()]
+                  *limit_routes(parts), *workflow_routes(parts), *ws_routes(parts),
+                  *producer_routes(parts, self.producers), *dashboard_routes()]
         observers: list[RequestObserver] = [log_request] if access_log_enabled() else []
         self.metrics: ServerMetrics | None = None
         if config.metrics:  # prometheus_client is loaded only then
@@ -345,6 +347,18 @@ class OrbitServer:
             self.wal.start()
         self.store.start()
         self.dispatcher.start()
+        # Workflow nodes a transaction on the store thread released or ended: a dispatch
+        # pass for their queues and a wake-up of their long polls, each queued behind that
+        # transaction (so it sees its commit).
+        loop = asyncio.get_running_loop()
+
+        def moved(queues: set[str], ended: list[str]) -> None:
+            if queues:
+                loop.call_soon_threadsafe(self.dispatcher.queues_ready, set(queues))
+            if ended:
+                loop.call_soon_threadsafe(self.waiters.wake, list(ended))
+
+        workflow_rows.on_release(self.engine, moved)
         tasks = self._tasks
         tasks.start(self._pause_loop(), "orbit-pauses")  # first: no claim before it reads
         tasks.start(self._reaper_loop(), "orbit-reaper")

@@ -9,7 +9,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .http_auth import Authenticator
-from .http_plumbing import JSONResponse, Params, endpoint, object_body, path_id
+from .http_plumbing import (
+    MAX_BATCH_BODY_BYTES,
+    JSONResponse,
+    Params,
+    bad_request,
+    endpoint,
+    json_body,
+    path_id,
+)
 from .parts import ServerParts
 
 
@@ -24,7 +32,10 @@ class ScheduleApi:
     async def create(self, request: Request, q: Params) -> Response:
         queue_id = path_id(request, "queue_id")
         principal = await self.auth.principal(request)  # before the body is read
-        body = await object_body(request, "Schedule")
+        # A schedule may carry a workflow of up to 10,000 nodes: a batch's body limit.
+        body = await json_body(request, MAX_BATCH_BODY_BYTES)
+        if not isinstance(body, dict):
+            raise bad_request("Schedule must be a JSON object")
         made = await self.store.call(self.schedules.create, principal, queue_id, body)
         return JSONResponse(made, status_code=201)
 

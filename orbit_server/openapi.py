@@ -25,6 +25,7 @@ from .domain.fields import Body
 from .domain.listing import MAX_LIMIT
 from .domain.schedules import SCHEDULE
 from .openapi_flow import FLOW_BODIES, FLOW_SCHEMAS, flow_paths
+from .domain.workflows import WORKFLOW_REQUEST, WorkflowState
 
 _ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 _MS = {"type": "integer", "minimum": 0}
@@ -84,7 +85,10 @@ _SCHEMAS: dict[str, Any] = {
         "key": {"type": "string"}, "limit": {"type": "string", "description": "its pattern"},
         "bound": {"type": "string", "enum": ["max_running", "rate"]},
         "max": {"type": "integer"},
-    }, ["reason", "key", "limit", "bound", "max"])]},
+    }, ["reason", "key", "limit", "bound", "max"]), _obj({
+        "reason": {"type": "string", "enum": ["BLOCKED_BY_REVIEW"]},
+        "parent_key": {"type": "string"}, "parent_task_id": _ID,
+    }, ["reason", "parent_key", "parent_task_id"])]},
     "Task": _obj({
         "id": _ID, "queue_id": _ID, "state": {"type": "string", "enum": _STATES},
         "capability": _ref("Capability"), "payload": {}, "policy": _ref("Policy"),
@@ -114,6 +118,8 @@ _SCHEMAS: dict[str, Any] = {
         "attempt_outcome_pending": {
             "type": "boolean",
             "description": "CANCELLED while its running attempt has no outcome yet"},
+        "workflow_id": {**_ID, "description": "a workflow's node only: its workflow"},
+        "node_key": {"type": "string", "description": "a workflow's node only: its key"},
     }, ["id", "queue_id", "state", "capability", "payload", "policy", "created_at_ms",
         "updated_at_ms", "deadline_at_ms", "attempts", "epoch", "result", "failure",
         "cancel_requested"]),
@@ -167,7 +173,11 @@ _SCHEMAS: dict[str, Any] = {
     "Schedule": _obj({
         "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
         "with_seconds": {"type": "boolean", "description": "cron has a seconds field, first"},
-        "timezone": {"type": "string"}, "task": _ref("TaskSpec"),
+        "timezone": {"type": "string"},
+        "task": {"oneOf": [{"type": "null"}, _ref("TaskSpec")],
+                 "description": "null for a schedule that fires a workflow"},
+        "workflow": {"oneOf": [{"type": "null"}, _ref("ScheduledWorkflow")],
+                     "description": "the workflow each tick submits; null for a task"},
         "missed_ticks": {"type": "string"},
         "state": {"type": "string", "enum": ["ACTIVE", "PAUSED"]},
         "next_fire_at_ms": _MS, "last_tick_at_ms": _NULLABLE_INT,
@@ -181,7 +191,8 @@ _SCHEMAS: dict[str, Any] = {
             "items": _obj({"at_ms": _MS, "local": {"type": "string"}}, ["at_ms", "local"])},
         "firings": {"type": "array", "items": _obj({
             "tick_at_ms": _MS, "task_id": _NULLABLE_STR, "fired_at_ms": _MS,
-            "missed": {"type": "boolean"}})},
+            "missed": {"type": "boolean"},
+            "workflow_id": {**_ID, "description": "a workflow schedule's: what it fired"}})},
     }, ["id", "queue_id", "cron", "timezone", "task", "state", "next_fire_at_ms"]),
     "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}},
                          ["schedules"]),
@@ -301,9 +312,36 @@ def _body_schemas(*loaded: Body[Any]) -> dict[str, Any]:
 _SCHEMAS.update(_body_schemas(
     bodies.TASK_SPEC, bodies.BATCH, SCHEDULE, bodies.QUEUE_REQUEST, bodies.CREDENTIAL_REQUEST,
     bodies.ROTATE_REQUEST, bodies.CANCEL_REQUEST, bodies.REVIEW_REQUEST, bodies.RETRY_REQUEST,
-    bodies.BULK_RETRY_REQUEST, bodies.LIMIT_REQUEST, *FLOW_BODIES))
+    bodies.BULK_RETRY_REQUEST, bodies.LIMIT_REQUEST, WORKFLOW_REQUEST, *FLOW_BODIES))
 # Flow control's (pause, resume, bulk actions: openapi_flow.py).
 _SCHEMAS.update(FLOW_SCHEMAS)
+# A workflow node's task has the TaskSpec's rule across fields (delay_ms or not_before_at_ms).
+_SCHEMAS["NodeTask"].update(bodies.TASK_SPEC.rules)
+_WORKFLOW_STATE = {"type": "string", "enum": [s.value for s in WorkflowState]}
+_WORKFLOW_FIELDS: dict[str, Any] = {
+    "workflow_id": _ID, "queue_id": _ID, "name": _NULLABLE_STR,
+    "operation_key": _NULLABLE_STR, "state": _WORKFLOW_STATE, "created_at_ms": _MS,
+    "ended_at_ms": {"type": ["integer", "null"], "description": (
+        "when its last node ended (null while it runs)")},
+    "node_count": {"type": "integer"},
+    "counts": {"type": "object", "additionalProperties": {"type": "integer"},
+               "description": "nodes by task state"},
+}
+_SCHEMAS["WorkflowSummary"] = _obj(_WORKFLOW_FIELDS, list(_WORKFLOW_FIELDS))
+_SCHEMAS["Workflow"] = _obj({**_WORKFLOW_FIELDS, "nodes": {"type": "array", "items": _obj({
+    "key": {"type": "string"}, "task_id": _ID,
+    "state": {"type": "string", "enum": _STATES},
+    "parents": {"type": "array", "items": _obj({
+        "key": {"type": "string"}, "on_failure": {"type": "string", "enum": ["cancel", "run"]},
+    }, ["key", "on_failure"])},
+    "blocked_by": {"type": "string", "description": (
+        "WAITING behind this parent in NEEDS_REVIEW (directly or through another node)")},
+    "cause": _obj({"code": {"type": "string", "enum": ["PARENT_FAILED"]},
+                   "parent_key": {"type": "string"}}, ["code", "parent_key"]),
+}, ["key", "task_id", "state", "parents"])}}, [*_WORKFLOW_FIELDS, "nodes"])
+_SCHEMAS["WorkflowList"] = _obj({
+    "workflows": {"type": "array", "items": _ref("WorkflowSummary")},
+    "next_cursor": _NULLABLE_STR}, ["workflows", "next_cursor"])
 # A registered capability's declared policy (GET /v1/queues/{queue_id}/capabilities).
 _SCHEMAS.update(msgspec.json.schema_components(
     [DeclaredPolicy], ref_template="#/components/schemas/{name}")[1])
@@ -486,6 +524,31 @@ def openapi_document() -> dict[str, Any]:
                 ["FAILED", "CANCELLED"])}, "FAILED, CANCELLED or both (the default)"),
                 *(q for q in _LIST_QUERY if q["name"] not in ("state", "order", "limit",
                                                             "cursor"))])},
+        "/v1/queues/{queue_id}/workflows": {
+            "post": _op(
+                "Submit a workflow: a graph of task nodes, all or none, at most 10,000 "
+                "(producer); 200 with the existing one when operation_key matched",
+                "created", "Workflow", body="WorkflowRequest", params=["queue_id"],
+                status="201",
+                extra={"200": _json(_ref("Workflow"), "existing workflow with this "
+                                                      "operation_key")}),
+            "get": _op("A page of the queue's workflows, newest first, without nodes",
+                       "a page", "WorkflowList", params=["queue_id"], query=[
+                           _query("state", {"type": "string", "enum": [
+                               "", *(s.value for s in WorkflowState)]},
+                                  "only workflows in this state (filters the page read)"),
+                           _query("limit", {"type": "integer", "minimum": 1, "maximum": 500,
+                                            "default": 50}, "workflows per page at most"),
+                           _query("cursor", {"type": "string", "maxLength": 128},
+                                  "opaque: the next_cursor of the previous page")])},
+        "/v1/workflows/{workflow_id}": {"get": _op(
+            "Read a workflow with its nodes, optionally waiting until it ended or is BLOCKED",
+            "the workflow", "Workflow", params=["workflow_id"], query=[{
+                **wait, "description": "wait until the workflow ended or is BLOCKED, at "
+                "most this long"}])},
+        "/v1/workflows/{workflow_id}/cancel": {"post": _op(
+            "Cancel every node not ended yet (producer)", "the workflow", "Workflow",
+            body="CancelRequest", params=["workflow_id"])},
         "/v1/queues/{queue_id}/schedules": {
             "post": _op("Create a periodic schedule (producer)", "created", "Schedule",
                         body="ScheduleRequest", params=["queue_id"], status="201"),

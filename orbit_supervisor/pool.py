@@ -369,6 +369,7 @@ class ChildPool(ChildFrames):
                 epoch=res.epoch, attempt_number=res.attempt_number, capability=res.capability,
                 payload=res.payload, deadline_at_ms=res.deadline_at_ms,
                 idempotency=str(res.idempotency), checkpoint=res.checkpoint,
+                parents=res.parents,
             ).to_wire())
         except (FrameError, TypeError) as exc:
             self._finish_attempt(slot)

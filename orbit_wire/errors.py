@@ -39,11 +39,16 @@ means is its docstring; the tree says where it is and which code it carries.
     │   └── ChannelRefused                  orbit_client/channel_link.py    UNAVAILABLE
     └── OutcomeError                        orbit_wire/errors.py            the outcome's (text)
         ├── WorkerFailure                   orbit_child/api.py              the handler's own
-        └── TaskError                       orbit_client/tasks.py           the task's state
-            ├── TaskFailed                  orbit_client/tasks.py           the failure's
-            ├── TaskNeedsReview             orbit_client/tasks.py           NEEDS_REVIEW
-            ├── TaskCancelled               orbit_client/tasks.py           CANCELLED
-            └── TaskTimeout [TimeoutError]  orbit_client/tasks.py           PENDING or RUNNING
+        ├── TaskError                       orbit_client/tasks.py           the task's state
+        │   ├── TaskFailed                  orbit_client/tasks.py           the failure's
+        │   ├── TaskNeedsReview             orbit_client/tasks.py           NEEDS_REVIEW
+        │   ├── TaskCancelled               orbit_client/tasks.py           CANCELLED
+        │   └── TaskTimeout [TimeoutError]  orbit_client/tasks.py           PENDING or RUNNING
+        └── WorkflowError                   orbit_client/workflows.py       the workflow's state
+            ├── WorkflowFailed              orbit_client/workflows.py       the node's failure's
+            ├── WorkflowCancelled           orbit_client/workflows.py       CANCELLED
+            ├── WorkflowBlocked             orbit_client/workflows.py       BLOCKED
+            └── WorkflowTimeout [TimeoutError]  orbit_client/workflows.py   RUNNING
 
 tests/unit/test_error_tree.py fails on an exception class of any ``orbit_*`` module outside
 this tree, and on a tree that does not say every class, its module and its parent.

@@ -273,6 +273,9 @@ class Reservation(_Part, frozen=True):
     checkpoint: Any = None
     # An attempt that reports no progress for this long is killed (PROGRESS_TIMEOUT).
     progress_timeout_ms: Positive | None = None
+    # A workflow node's parents, in declared order: a JSON array of objects {key, task_id,
+    # state, result?, code?, details?} (to send, msgspec.Raw). None: not a workflow node.
+    parents: Any = None
 
 
 class Reserve(_Frame, frozen=True, tag="reserve"):

@@ -46,3 +46,8 @@ MAX_DELAY_MS = 31 * 86_400_000
 MIN_CANCEL_GRACE_MS = 0
 MAX_CANCEL_GRACE_MS = 60_000
 DEFAULT_CANCEL_GRACE_MS = 2_000
+# Workflows (docs/http-api.md "Workflows"): nodes submitted at once, a node key's length,
+# and the total JSON size of the parents' results a node's handler receives.
+MAX_WORKFLOW_NODES = 10_000
+MAX_NODE_KEY_LEN = 128
+MAX_PARENTS_BYTES = 1024 * 1024

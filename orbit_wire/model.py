@@ -15,6 +15,9 @@ class TaskState(StrEnum):
     FAILED = "FAILED"
     NEEDS_REVIEW = "NEEDS_REVIEW"
     CANCELLED = "CANCELLED"
+    # A workflow node whose parents have not all ended yet: never dispatched, neither
+    # terminal nor settled (docs/http-api.md "Workflows").
+    WAITING = "WAITING"
 
     @property
     def terminal(self) -> bool:

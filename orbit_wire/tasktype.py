@@ -27,7 +27,7 @@ from .model import Capability, Idempotency
 from .names import is_name
 from .policy import Backoff, DeclaredPolicy, declared_policy
 
-__all__ = ["TaskType"]
+__all__ = ["Signature", "TaskType"]
 
 P = TypeVar("P")  # the payload
 R = TypeVar("R")  # the result
@@ -142,8 +142,31 @@ class TaskType(Generic[P, R]):
         spec.update({k: v for k, v in extra.items() if v is not None})
         return spec
 
+    def s(self, payload: P, **options: Any) -> Signature[P, R]:
+        """A signature: this type, a payload and a submit's options (``spec``'s), to place
+        in a workflow (``orbit_client.chain``, ``group``, ``chord``, ``Graph``). The options
+        are checked now, as ``spec`` checks them."""
+        self.spec(payload, **options)
+        return Signature(self, payload, dict(options))
+
     def __str__(self) -> str:
         return str(self.capability)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Signature(Generic[P, R]):
+    """One task of a workflow not yet submitted: ``TaskType.s(payload, **options)``."""
+
+    task_type: TaskType[P, R]
+    payload: P
+    options: Mapping[str, Any]
+
+    def spec(self) -> dict[str, Any]:
+        """The TaskSpec dict this signature submits."""
+        return self.task_type.spec(self.payload, **self.options)
+
+    def __repr__(self) -> str:
+        return f"{self.task_type.handler}.s(...)"
 
 
 def _check_priority(priority: object) -> None:

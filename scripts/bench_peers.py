@@ -31,7 +31,13 @@ Rows (each system runs the same functions, scripts/peers/peers_work.py):
     runs 5 s later (Orbit attempt_timeout_ms=1000, Celery time_limit=1, Dramatiq
     time_limit=1000);
   RSS and PSS of the worker process tree (psutil) at C = 2, after the warm-up and the first
-    no-op row.
+    no-op row;
+  a chord at C = 2: N members burning 10 ms of CPU each (1,000; --chord-members N) and one
+    callback that receives their results, submitted at once, then the callback's result
+    awaited: members/s from the submit to that result (Orbit: one workflow,
+    ``chord(group(burn.s(...)), join.s(...))``; Celery: ``chord(group(...))(join.s())``;
+    Dramatiq: ``group(...).add_completion_callback(join.message())``, whose callback gets
+    no results: it only runs once the group completed).
 Rounds alternate the systems (A B C, then B C A, ...); the ratio Orbit / best peer is taken
 within each round and its median reported. The result is printed and written to
 docs/benchmarks.md between the peers-bench markers (the rest of the file is kept), unless
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import functools
 import gc
@@ -122,10 +129,11 @@ class Counts:
     producer_tasks: int = 2000  # split over the PRODUCERS
     kills: int = 3  # time-limit samples per system and round
     warmup: int = 20
+    chord_members: int = 1000
 
 
 QUICK = Counts(noop=100, sequential=20, cpu10=40, cpu100=6, producer_tasks=80, kills=1,
-               warmup=8)
+               warmup=8, chord_members=20)
 
 
 @dataclass(frozen=True)
@@ -224,6 +232,7 @@ class Producer(Protocol):
     def submit(self, work: Work) -> Any: ...
     def submit_batch(self, works: Sequence[Work]) -> list[Any]: ...
     def wait(self, handle: Any, timeout: float = WAIT_S) -> None: ...
+    def chord(self, members: int, ms: float, timeout: float = WAIT_S) -> None: ...
     def close(self) -> None: ...
 
 
@@ -278,6 +287,20 @@ class OrbitProducer:
                 return
         raise SystemExit(f"orbit task {handle} not settled in {timeout:.0f} s")
 
+    def chord(self, members: int, ms: float, timeout: float = WAIT_S) -> None:
+        """One workflow: ``members`` burns, then a join that receives their results."""
+        from orbit_client import chord, group
+        from orbit_wire import TaskType
+
+        burn: TaskType[dict[str, float], int] = TaskType("peers.burn", "1", "1",
+                                                         idempotent=True)
+        join: TaskType[dict[str, Any], int] = TaskType("peers.join", "1", "1",
+                                                       idempotent=True)
+        flow = chord(group(burn.s({"ms": ms}) for _ in range(members)), join.s({}))
+        got = self.client.submit(flow, queue=self.queue).result(timeout)
+        if got != members:
+            raise SystemExit(f"orbit chord: the callback saw {got} results, not {members}")
+
     def close(self) -> None:
         self.client.close()
 
@@ -308,6 +331,14 @@ class CeleryProducer:
         handle.get(timeout=timeout)
         del self.unawaited[handle.id]
 
+    def chord(self, members: int, ms: float, timeout: float = WAIT_S) -> None:
+        from celery import chord, group
+
+        header = group(self.tasks.burn.s(ms) for _ in range(members))
+        got = chord(header)(self.tasks.join.s()).get(timeout=timeout)
+        if got != members:
+            raise SystemExit(f"celery chord: the callback saw {got} results, not {members}")
+
     def close(self) -> None:
         """Release the handles never awaited (the spinners', or all after an error) while
         Redis still runs: Celery's backend holds them until their result comes."""
@@ -332,6 +363,15 @@ class DramatiqProducer:
 
     def wait(self, handle: Any, timeout: float = WAIT_S) -> None:
         handle.get_result(block=True, timeout=int(timeout * 1000))
+
+    def chord(self, members: int, ms: float, timeout: float = WAIT_S) -> None:
+        import dramatiq
+
+        callback = self.actors.join.message()
+        members_group = dramatiq.group(self.actors.burn.message(ms) for _ in range(members))
+        members_group.add_completion_callback(callback)
+        members_group.run()
+        callback.get_result(block=True, timeout=int(timeout * 1000))
 
     def close(self) -> None:
         pass
@@ -691,6 +731,8 @@ def run_system(ctx: Context, system: str, counts: Counts, tag: str) -> dict[str,
         fig["kill_ms"] = median_or_never([k["gone_ms"] for k in kills])
         fig["kill_interrupted_ms"] = median_or_never([k["interrupted_ms"] for k in kills])
         fig["kill_samples"] = kills
+        members = counts.chord_members
+        fig["chord"] = count("chord", members + 1, lambda: chord_rate(producer, members))
     with session(ctx, system, HIGH_CONCURRENCY, counts.warmup) as (proc, producer, _conf):
         fig["cpu10_c4"] = accounted(ctx, system, proc, fig, "cpu10_c4", counts.cpu10,
                                     lambda: submit_then_await(
@@ -703,6 +745,13 @@ def run_system(ctx: Context, system: str, counts: Counts, tag: str) -> dict[str,
                 fig[key] = accounted(ctx, system, proc, fig, key, tasks, functools.partial(
                     submit_then_await, producer, [Work("burn", ms)] * tasks))
     return fig
+
+
+def chord_rate(producer: Producer, members: int) -> float:
+    """Members/s from submitting the chord to holding its callback's result."""
+    t0 = time.perf_counter()
+    producer.chord(members, 10.0)
+    return members / (time.perf_counter() - t0)
 
 
 def median_or_never(values: Sequence[float | None]) -> float | None:
@@ -794,6 +843,9 @@ def rows(counts: Counts) -> list[Row]:
             orbit_only=True, cpu=(100.0, 2), decimals=1),
         Row("1 s time limit, spinner ignoring SIGTERM: limit → process gone (ms; ratio "
             f"column: Orbit {MINUS} fastest peer)", ("kill_ms",), "kill"),
+        Row(f"chord: {counts.chord_members:,} members {TIMES} 10 ms CPU and one callback, "
+            "concurrency 2, submit to the callback's result (members/s, % of the ceiling)",
+            ("chord",), "high", cpu=(10.0, 2)),
         Row("worker process tree RSS / PSS, concurrency 2 (MiB)", ("rss", "pss"), "low",
             decimals=1),
     ]
@@ -902,7 +954,8 @@ CPU_ROWS = (("noop_one", "no-ops, one per call"), ("noop_batch", "no-ops, Orbit 
             ("cpu10_c4", "10 ms CPU, concurrency 4"), ("cpu100_c2", "100 ms CPU, concurrency 2"),
             ("cpu10_c2_prefetch", f"10 ms CPU, c2, Orbit `--prefetch {PREFETCH}`"),
             ("cpu100_c2_prefetch", f"100 ms CPU, c2, Orbit `--prefetch {PREFETCH}`"),
-            ("producers", f"{PRODUCERS} producers, one per call"))
+            ("producers", f"{PRODUCERS} producers, one per call"),
+            ("chord", "chord: 10 ms CPU members and a callback"))
 BROKER = {"orbit": "orbit-server", "celery": "redis-server", "dramatiq": "redis-server"}
 
 
@@ -1013,6 +1066,12 @@ What differs besides speed, and may bias the figures:
   the same cores): Orbit's speaks its producer channel (a WebSocket; HTTP/1.1 for
   batches), the peers' speak Redis's protocol; the CPU table shows each producer's
   share.
+- **Chords.** Orbit's chord is one workflow submitted in one transaction: the callback is a
+  durable WAITING task the server releases in the transaction that ends the last member,
+  and it receives the members' results in order. Celery's chord counts its members in
+  Redis and passes the callback their results; Dramatiq's group completion callback counts
+  them through its rate limiter in Redis and receives none (the benchmark's callback reads
+  nothing back). Neither peer's count survives a Redis without persistence.
 - **State.** One `orbit-server` and its database serve the whole run (a fresh queue per
   session, the earlier rounds' tasks kept), while Redis is emptied between sessions.
 - **One machine.** The producer, `orbit-server`, redis-server and the workers share the
@@ -1084,6 +1143,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument("--from-json", type=Path,
                         help="measure nothing: render the figures a --json run wrote")
+    parser.add_argument("--chord-members", type=int, default=None,
+                        help="members of the chord row (default 1000; 20 with --quick)")
     parser.add_argument("--redis-server", default=shutil.which("redis-server")
                         or "/usr/bin/redis-server")
     args = parser.parse_args()
@@ -1161,6 +1222,10 @@ def main() -> None:
         return
     check_peers(args)
     counts = QUICK if args.quick else Counts()
+    if args.chord_members is not None:
+        if not 1 <= args.chord_members <= 10_000:
+            raise SystemExit("--chord-members must be 1 to 10000")
+        counts = dataclasses.replace(counts, chord_members=args.chord_members)
     # SIGTERM unwinds like Ctrl-C, so every process started here is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result: dict[str, Any] = {"systems": args.systems, "quick": args.quick,

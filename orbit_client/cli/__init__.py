@@ -6,8 +6,8 @@
     output.py       human or JSON, and the printer
     render.py       human views of answers (pure)        timefmt.py   relative times (pure)
     waiting.py      --wait with a progress line          args.py      shared options, JSON args
-    health.py, queues.py, credentials.py, tasks.py, workers.py, schedules.py, limits.py
-                    one module per group
+    health.py, queues.py, credentials.py, tasks.py, workers.py, schedules.py, limits.py,
+    workflows.py    one module per group (render_schedules.py, render_workflows.py: their views)
     task_list.py    `orbit tasks list`: filters, time arguments, paging
 
 A new command group is a module with a click group, added to ``cli`` below.
@@ -27,12 +27,13 @@ from .task_list import tasks_list
 from .task_retry import tasks_retry
 from .tasks import tasks
 from .workers import workers
+from .workflows import workflows
 
 tasks.add_command(tasks_list)
 tasks.add_command(tasks_retry)
 tasks.add_command(tasks_cancel)
 tasks.add_command(tasks_review)
-for _command in (health, queues, credentials, tasks, workers, schedules, limits):
+for _command in (health, queues, credentials, tasks, workers, schedules, limits, workflows):
     cli.add_command(_command)
 
 

@@ -77,6 +77,11 @@ def capability_of(client: OrbitClient, queue_id: str, handler: str,
 
 def json_argument(text: str, what: str) -> orjson.Fragment:
     """A JSON value given inline, as @FILE, or as @- (stdin); checked, kept as exact text."""
+    return orjson.Fragment(read_argument(text, what))
+
+
+def read_argument(text: str, what: str) -> bytes:
+    """The JSON text given inline, as @FILE, or as @- (stdin), checked by the value rules."""
     if text.startswith("@"):
         name = text[1:]
         try:
@@ -86,7 +91,7 @@ def json_argument(text: str, what: str) -> orjson.Fragment:
     else:
         data = text.encode()
     check_text(data, what=what)
-    return orjson.Fragment(data.strip())
+    return data.strip()
 
 
 _AGO_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}

@@ -82,6 +82,12 @@ class ScheduledTask(_Body, frozen=True):
     limits: LimitKeys = msgspec.field(default_factory=list)
 
 
+DelayMs = Annotated[int, Meta(ge=0, le=MAX_DELAY_MS, description="not with not_before_at_ms")]
+NotBeforeAtMs = Annotated[int, Meta(
+    ge=0, le=2**53, description=f"instant (ms since the epoch), at most {MAX_DELAY_MS} ms "
+    "ahead; not with delay_ms")]
+
+
 class TaskSpec(ScheduledTask, frozen=True):
     """A task to submit. Only the capability triple and the payload are required."""
 
@@ -89,11 +95,8 @@ class TaskSpec(ScheduledTask, frozen=True):
         min_length=1, max_length=MAX_OPERATION_KEY_LEN, pattern=whole(r"[\x21-\x7e]+"),
         extra={"message": f"must be 1-{MAX_OPERATION_KEY_LEN} printable ASCII characters "
                "without spaces"})] | UnsetType = UNSET
-    delay_ms: Annotated[int, Meta(ge=0, le=MAX_DELAY_MS, description="not with "
-                                  "not_before_at_ms")] | UnsetType = UNSET
-    not_before_at_ms: Annotated[int, Meta(
-        ge=0, le=2**53, description=f"instant (ms since the epoch), at most {MAX_DELAY_MS} ms "
-        "ahead; not with delay_ms")] | UnsetType = UNSET
+    delay_ms: DelayMs | UnsetType = UNSET
+    not_before_at_ms: NotBeforeAtMs | UnsetType = UNSET
 
 
 class Batch(_Body, frozen=True):

@@ -39,6 +39,10 @@ class TaskRec:
     # Never loaded (None: left as stored); set when an attempt that did not succeed ends
     # with progress details, which become the next attempt's checkpoint.
     checkpoint: str | None = None
+    # The workflow the task is a node of (None: a plain task, which no workflow rule reads).
+    workflow_id: str | None = None
+    # Never loaded, as ``checkpoint``: set when the node is released, its parents' results.
+    parents_json: str | None = None
 
 
 @dataclass(slots=True)

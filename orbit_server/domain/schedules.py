@@ -25,6 +25,7 @@ from orbit_wire.names import whole
 from .bodies import ScheduledTask
 from .fields import Body, Label
 from .spec import TaskSpec, parse_task_spec
+from .workflows import ScheduledWorkflow
 
 # A tick the loop reaches this late still counts as on time under MissedTicks.SKIP: the
 # loop polls at least every second, and a busy store may delay it some more.
@@ -56,11 +57,14 @@ class ScheduleSpec:
 
     cron: str
     timezone: str
-    task: TaskSpec
+    task: TaskSpec | None  # None: the schedule fires ``workflow``
     name: str | None
     missed_ticks: MissedTicks
     paused: bool
     with_seconds: bool = False
+    # The workflow body a firing submits (docs/http-api.md "Workflows"), as given; its graph
+    # is checked by the service (services/workflows.py) when the schedule is created.
+    workflow: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +82,9 @@ _PRINTABLE = whole(r"[\x20-\x7e]+")
 
 
 class ScheduleRequest(Struct, frozen=True, forbid_unknown_fields=True):
-    """A periodic schedule: the task it submits at every tick of ``cron`` in ``timezone``.
-    The cron expression's and the zone's meaning are checked when it is created (400)."""
+    """A periodic schedule: the task (or the workflow) it submits at every tick of ``cron``
+    in ``timezone``. The cron expression's and the zone's meaning, and a workflow's graph,
+    are checked when it is created (400)."""
 
     cron: Annotated[str, Meta(
         min_length=1, max_length=MAX_CRON_LEN, pattern=_PRINTABLE,
@@ -87,7 +92,9 @@ class ScheduleRequest(Struct, frozen=True, forbid_unknown_fields=True):
         "seconds field first when with_seconds is true",
         extra={"message": f"is required: a cron expression of at most {MAX_CRON_LEN} ASCII "
                "characters, e.g. '*/5 * * * *'"})]
-    task: ScheduledTask
+    task: ScheduledTask | UnsetType = UNSET
+    workflow: Annotated[ScheduledWorkflow, Meta(
+        description="instead of task: the workflow each tick submits")] | UnsetType = UNSET
     timezone: Annotated[str, Meta(
         min_length=1, max_length=MAX_TIMEZONE_LEN, pattern=_PRINTABLE, description="IANA zone",
         extra={"message": "must be an IANA time zone name, e.g. 'Europe/Paris'"})] = "UTC"
@@ -100,27 +107,44 @@ class ScheduleRequest(Struct, frozen=True, forbid_unknown_fields=True):
 
 
 # What a schedule request may say: parse_schedule checks with it, openapi.py shows it.
-SCHEDULE: Final = Body(ScheduleRequest)
+SCHEDULE: Final = Body(ScheduleRequest, {
+    "oneOf": [{"required": ["task"]}, {"required": ["workflow"]}]})
+# How a workflow schedule's body is stored in the schedules.task column: under this one key,
+# which no TaskSpec has (they refuse unknown fields).
+WORKFLOW_KEY: Final = "workflow"
 
 
 def parse_schedule(obj: object) -> tuple[ScheduleSpec, Mapping[object, object]]:
     """Validate a schedule request (docs/http-api.md "Schedules"); returns the spec and the
-    task object as given (to store). The cron expression and the time zone are only checked
-    for form here; orbit_server/cron.py checks that they mean something."""
+    task object as given, or ``{"workflow": body}`` (to store). The cron expression and
+    the time zone are only checked for form here; orbit_server/cron.py checks that they mean
+    something, and the workflow service a workflow's graph."""
     task_obj = obj.get("task") if isinstance(obj, Mapping) else None
     if isinstance(task_obj, Mapping):
         refused = [k for k in _TASK_KEYS_REFUSED if k in task_obj]
         if refused:
             raise _bad(f"task may not set {', '.join(refused)} (each firing sets its own)")
     body = SCHEDULE.load(obj, "schedule")
+    if (body.task is UNSET) == (body.workflow is UNSET):
+        raise _bad("task is required (or, instead, workflow): give exactly one")
     assert isinstance(obj, Mapping)  # a Struct loads from an object only
-    task_obj = obj["task"]
-    task = parse_task_spec(task_obj, "schedule.task")
+    workflow = obj.get("workflow")
+    task: TaskSpec | None = None
+    if isinstance(workflow, Mapping):
+        nodes = workflow["nodes"]
+        assert isinstance(nodes, list)
+        for i, node in enumerate(nodes):
+            parse_task_spec(node["task"], f"schedule.workflow.nodes[{i}].task")
+        stored: Mapping[object, object] = {WORKFLOW_KEY: workflow}
+    else:
+        stored = obj["task"]
+        task = parse_task_spec(stored, "schedule.task")
     spec = ScheduleSpec(cron=" ".join(body.cron.split()), timezone=body.timezone, task=task,
                         name=None if body.name is UNSET else body.name,
                         missed_ticks=body.missed_ticks, paused=body.paused,
-                        with_seconds=body.with_seconds)
-    return spec, task_obj
+                        with_seconds=body.with_seconds,
+                        workflow=workflow if isinstance(workflow, Mapping) else None)
+    return spec, stored
 
 
 def firing_key(schedule_id: str, tick_at_ms: int) -> str:

@@ -25,6 +25,7 @@ class TaskEvent(StrEnum):
     OPERATOR_SUCCEED = "OPERATOR_SUCCEED"
     OPERATOR_FAIL = "OPERATOR_FAIL"
     RERUN = "RERUN"  # an operator runs an ended FAILED or CANCELLED task again
+    PARENTS_DONE = "PARENTS_DONE"  # a workflow node's parents all ended: it may run
 
 
 class AttemptEvent(StrEnum):
@@ -53,6 +54,11 @@ TASK_TRANSITIONS: Final[Mapping[tuple[TaskState, TaskEvent], TaskState]] = {
     # A new run of a task that ended without success (its attempts stay as history).
     (_T.FAILED, TaskEvent.RERUN): _T.PENDING,
     (_T.CANCELLED, TaskEvent.RERUN): _T.PENDING,
+    # A workflow node waits for its parents (domain/workflows.py): released, cancelled (by
+    # a failed parent, the workflow's cancel or an operator), or failed (PARENTS_TOO_LARGE).
+    (_T.WAITING, TaskEvent.PARENTS_DONE): _T.PENDING,
+    (_T.WAITING, TaskEvent.CANCEL): _T.CANCELLED,
+    (_T.WAITING, TaskEvent.FAIL): _T.FAILED,
 }
 
 _A = AttemptState

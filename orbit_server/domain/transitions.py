@@ -471,15 +471,23 @@ def run_budget(max_attempts: int, deadline_at_ms: int, created_at_ms: int,
         max(0, deadline_at_ms - created_at_ms) if run_deadline_ms is None else run_deadline_ms)
 
 
-def rerun(task: TaskRec, run: RunBudget, now_ms: int, not_before_ms: int = 0) -> None:
+def rerun(task: TaskRec, run: RunBudget, now_ms: int, not_before_ms: int = 0,
+          unreleased: bool = False) -> None:
     """FAILED or CANCELLED → PENDING: a new run at ``not_before_ms`` (see retry_not_before)
     or now, with ``run.max_attempts`` attempts more than were started so far
     (``max_attempts`` counts every attempt of the task's life) and a deadline
     ``run.deadline_ms`` ahead. The attempts, the audit and the ``uncertain`` history stay:
     a NON_IDEMPOTENT task with an uncertain past still goes to review rather than retrying
     on its own. CONFLICT in any other state, and for a cancelled task whose running attempt
-    has no outcome yet (two attempts never overlap)."""
+    has no outcome yet (two attempts never overlap), or for a workflow node never released
+    (``unreleased``: its parents have not all let it run)."""
     new_state = next_task_state(task.state, TaskEvent.RERUN)
+    if unreleased:
+        # Its parents' results never came: run again, it would run without them.
+        raise OrbitError(ErrorCode.CONFLICT,
+                         f"task {task.id} is a workflow node that ended before its parents "
+                         "let it run (a parent failed, or it was cancelled waiting): it "
+                         "cannot run again alone (submit a new workflow)")
     if task.current_attempt_id is not None:
         raise OrbitError(ErrorCode.CONFLICT,
                          f"task {task.id} was cancelled while an attempt ran, and that attempt "

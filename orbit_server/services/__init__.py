@@ -67,7 +67,7 @@ _LAZY = {
     "Reservations": "reservations", "Retention": "retention", "RetryService": "retries",
     "ScheduleService": "schedules",
     "Submitted": "tasks", "TaskService": "tasks", "Wakeups": "wakeups",
-    "WorkerService": "workers",
+    "WorkerService": "workers", "WorkflowService": "workflows",
 }
 
 __all__ = [
@@ -91,6 +91,7 @@ __all__ = [
     "Wakeups",
     "WorkerBinding",
     "WorkerService",
+    "WorkflowService",
 ]
 
 
@@ -124,6 +125,7 @@ class Services:
         from .tasks import TaskService
         from .wakeups import Wakeups
         from .workers import WorkerService
+        from .workflows import WorkflowService
 
         self.tx = TxContext(engine, config, clock, rng)
         wakeups = Wakeups()
@@ -141,3 +143,4 @@ class Services:
         self.retries = RetryService(self.tx, wakeups)
         self.pauses = PauseService(self.tx)
         self.limits = LimitService(self.tx)
+        self.workflows = WorkflowService(self.tx, self.policies)

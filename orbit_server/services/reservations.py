@@ -151,7 +151,9 @@ def reserved_bytes(row: Mapping[Any, Any]) -> int:
     """What a reservation of ``row`` adds to a frame's payload budget: its payload and its
     checkpoint (up to 64 KiB each retry), so a frame of retries stays under its bound."""
     checkpoint = row["checkpoint"]
-    return utf8_len(row["payload"]) + (0 if checkpoint is None else utf8_len(checkpoint))
+    parents = row.get("parents_json")  # a workflow node's parents' results (up to 1 MiB)
+    return (utf8_len(row["payload"]) + (0 if checkpoint is None else utf8_len(checkpoint))
+            + (0 if parents is None else utf8_len(parents)))
 
 
 def credential_holds(credentials: CredentialTable, conn: Any, binding: WorkerBinding,
@@ -211,6 +213,7 @@ def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch:
     checkpoint (tasks.checkpoint: the last details of an earlier attempt that did not
     succeed; a first attempt has none)."""
     checkpoint = row["checkpoint"] if attempt_number > 1 else None
+    parents = row.get("parents_json")  # copied onto a workflow node when it was released
     return Reservation(
         attempt_id=attempt_id, task_id=task_id, epoch=epoch,
         attempt_number=attempt_number,
@@ -224,4 +227,5 @@ def reservation_of(row: Mapping[Any, Any], task_id: str, attempt_id: str, epoch:
         lease_ms=lease_ms,
         checkpoint=None if checkpoint is None else Raw(checkpoint),
         progress_timeout_ms=row["progress_timeout_ms"],
+        parents=None if parents is None else Raw(parents),
     )

@@ -171,7 +171,9 @@ class RetryService:
         task = uow.adopt_task_row(row)
         before, limit = task.state, task.max_attempts
         budget, not_before = run_start(conn, uow, row, self._tx.config.kill_grace_ms)
-        domain.rerun(task, budget, uow.now_ms, not_before)  # checks, then changes the record
+        # A workflow node some of whose parents never let it run has no results to run with.
+        unreleased = bool(row.get("parents_left"))
+        domain.rerun(task, budget, uow.now_ms, not_before, unreleased)  # checks, then changes
         keep_budget(conn, row, budget)
         detail: dict[str, Any] = {"max_attempts": [limit, task.max_attempts]}
         if reason:

@@ -25,7 +25,15 @@ from orbit_wire.model import Role
 from .. import domain
 from ..auth import Principal, queue_not_found, require_role, require_visible_queue
 from ..cron import Cron
-from ..domain.schedules import MissedTicks, ScheduleState, firing_key, parse_schedule, plan_firing
+from ..domain import workflows as wf
+from ..domain.schedules import (
+    WORKFLOW_KEY,
+    MissedTicks,
+    ScheduleState,
+    firing_key,
+    parse_schedule,
+    plan_firing,
+)
 from ..store import schedules as stored
 from ..store.queues import queue_exists
 from ..store.retry import transactional
@@ -34,6 +42,7 @@ from .context import TxContext
 from .effects import Effects
 from .policies import PolicyCache
 from .tasks import insert_tasks
+from .workflows import parse_specs, submit_graph
 
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
 FIRE_BATCH = 100  # due schedules per firing transaction
@@ -52,6 +61,8 @@ class ScheduleService:
         require_role(principal, _PRODUCERS)
         require_visible_queue(principal, queue_id)
         spec, task_obj = parse_schedule(body)
+        if spec.workflow is not None:  # its graph, as a submit would check it
+            parse_specs(wf.parse_workflow(spec.workflow, "schedule.workflow"))
         cron = Cron(spec.cron, spec.timezone, spec.with_seconds)
         now = self._tx.clock()
         row = {
@@ -82,8 +93,9 @@ class ScheduleService:
         with self._tx.read() as conn:
             row = _schedule_row(conn, principal, schedule_id)
             firings = stored.recent_firings(conn, schedule_id, RECENT_FIRINGS)
+            workflow = is_workflow(row)
             return {**schedule_view(row, self._tx.clock()),
-                    "firings": [firing_view(f) for f in firings]}
+                    "firings": [firing_view(f, workflow) for f in firings]}
 
     def pause(self, principal: Principal, schedule_id: str) -> dict[str, Any]:
         """No tick fires while PAUSED; idempotent."""
@@ -184,10 +196,18 @@ def _fire_one(conn: Connection, row: Mapping[Any, Any], now: int,
 
 def _submit_for_tick(conn: Connection, row: Mapping[Any, Any], tick: int,
                      now: int, policies: PolicyCache) -> tuple[str, bool]:
-    """The task of one tick, keyed by (schedule, tick); an existing one is reused."""
+    """The task (or workflow) of one tick, keyed by (schedule, tick); an existing one is
+    reused. Returns its ID (a workflow's) and whether it was created."""
+    stored_obj = orjson.loads(row["task"])
+    if WORKFLOW_KEY in stored_obj:
+        body = {**stored_obj[WORKFLOW_KEY], "operation_key": firing_key(row["id"], tick)}
+        graph = wf.parse_workflow(body, "schedule.workflow")
+        view, made = submit_graph(conn, policies, row["queue_id"], graph, parse_specs(graph),
+                                  f"schedule:{row['id']}", now, Effects())
+        return str(view["workflow_id"]), made
     # A task stored before null was refused may hold nulls: they meant the default, as
     # leaving the field out does now.
-    task_obj = {k: v for k, v in orjson.loads(row["task"]).items() if v is not None}
+    task_obj = {k: v for k, v in stored_obj.items() if v is not None}
     task_obj["operation_key"] = firing_key(row["id"], tick)
     spec = domain.parse_task_spec(task_obj, "schedule.task")
     detail = orjson.dumps({"schedule_id": row["id"], "tick_at_ms": tick}).decode()
@@ -222,11 +242,24 @@ def next_fires(row: Mapping[Any, Any], now: int) -> list[dict[str, Any]] | None:
             for tick in cron.next_ticks(after, NEXT_FIRES)]
 
 
+_WORKFLOW_PREFIX = f'{{"{WORKFLOW_KEY}":'
+
+
+def is_workflow(row: Mapping[Any, Any]) -> bool:
+    """Whether the schedule fires a workflow (its stored body is ``{"workflow": ...}``)."""
+    return str(row["task"]).startswith(_WORKFLOW_PREFIX)
+
+
 def schedule_view(row: Mapping[Any, Any], now: int) -> dict[str, Any]:
+    workflow = is_workflow(row)
+    text = str(row["task"])
     return {
         "id": row["id"], "queue_id": row["queue_id"], "name": row["name"],
         "cron": row["cron"], "with_seconds": len(row["cron"].split()) == 6,
-        "timezone": row["timezone"], "task": fragment(row["task"]),
+        "timezone": row["timezone"], "task": None if workflow else fragment(text),
+        # A workflow schedule's body (docs/http-api.md "Workflows"); its firings' task_id
+        # fields then name the workflows they submitted (workflow_id).
+        "workflow": fragment(text[len(_WORKFLOW_PREFIX):-1]) if workflow else None,
         "missed_ticks": row["missed_ticks"], "state": row["state"],
         "next_fire_at_ms": row["next_fire_at_ms"], "last_tick_at_ms": row["last_tick_at_ms"],
         "last_task_id": row["last_task_id"], "fired": row["fired"],
@@ -235,6 +268,9 @@ def schedule_view(row: Mapping[Any, Any], now: int) -> dict[str, Any]:
     }
 
 
-def firing_view(row: Mapping[Any, Any]) -> dict[str, Any]:
-    return {"tick_at_ms": row["tick_at_ms"], "task_id": row["task_id"],
-            "fired_at_ms": row["fired_at_ms"], "missed": bool(row["missed"])}
+def firing_view(row: Mapping[Any, Any], workflow: bool = False) -> dict[str, Any]:
+    out = {"tick_at_ms": row["tick_at_ms"], "task_id": None if workflow else row["task_id"],
+           "fired_at_ms": row["fired_at_ms"], "missed": bool(row["missed"])}
+    if workflow:
+        out["workflow_id"] = row["task_id"]
+    return out

@@ -31,7 +31,7 @@ from ..auth import (
     require_visible_queue,
     task_not_found,
 )
-from ..store import task_rows
+from ..store import task_rows, workflow_rows
 from ..store.listing import (
     oldest_pending_created,
     pending_by_rank,
@@ -56,6 +56,7 @@ from .reservations import Reservations, reserve_for
 from .wakeups import Wakeups
 
 _PRODUCERS = (Role.ADMIN, Role.PRODUCER)
+_WAITING = TaskState.WAITING.value
 _PENDING = TaskState.PENDING.value  # read once: an enum's .value is a property call
 _KNOWN_QUEUES_MAX = 100_000
 
@@ -169,7 +170,9 @@ class TaskService:
         with self._tx.read() as conn:
             row = _task_row(conn, principal, task_id)
             view = task_view(row)
-            if view["state"] == TaskState.PENDING.value:
+            if view["state"] == _WAITING:  # a workflow node: blocked by a review?
+                view["waiting"] = workflow_rows.blocking_review(conn, task_id)
+            elif view["state"] == TaskState.PENDING.value:
                 now = self._tx.clock()
                 with_waiting(view, self._offers.offers(conn, view["queue_id"], now),
                              pauses=self._tx.pauses.current)
@@ -464,3 +467,4 @@ def _same_spec(existing: Mapping[Any, Any], spec: domain.TaskSpec) -> None:
         raise OrbitError(ErrorCode.CONFLICT,
                          f"operation key {spec.operation_key!r} already names task "
                          f"{existing['id']}, submitted with a different spec")
+new_task_row = _new_task_row  # a workflow's nodes are made the same way

@@ -8,9 +8,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Integer, bindparam, delete, select
+from sqlalchemy import Connection, Integer, bindparam, delete, exists, select
 
-from .tables import attempts, audit, evidence, instances, open_attempt, tasks
+from .tables import (
+    attempts,
+    audit,
+    evidence,
+    instances,
+    open_attempt,
+    tasks,
+    workflow_edges,
+    workflows,
+)
 
 OLD_FINISHED_TASKS = (
     select(tasks.c.id)
@@ -26,6 +35,16 @@ DELETE_AUDIT_OF = delete(audit).where(audit.c.task_id.in_(_IDS))
 # The finish instant again: only a task still finished that long ago goes.
 DELETE_TASKS = delete(tasks).where(tasks.c.id.in_(_IDS),
                                    tasks.c.finished_at_ms < bindparam("before"))
+# Workflow nodes among them: their edges go with the node they lead to, and a workflow
+# goes once none of its nodes is left.
+WORKFLOWS_OF = select(tasks.c.workflow_id).where(tasks.c.id.in_(_IDS),
+                                                 tasks.c.workflow_id.is_not(None)).distinct()
+DELETE_EDGES_OF = delete(workflow_edges).where(
+    workflow_edges.c.child_task_id.in_(_IDS),
+    ~exists().where(tasks.c.id == workflow_edges.c.child_task_id))
+DELETE_EMPTY_WORKFLOWS = delete(workflows).where(
+    workflows.c.id.in_(bindparam("wids", expanding=True)),
+    ~exists().where(tasks.c.workflow_id == workflows.c.id))
 
 OLD_INSTANCES = (
     select(instances.c.id)
@@ -50,11 +69,16 @@ def old_finished_task_ids(conn: Connection, before: int, n: int) -> list[str]:
 
 def delete_tasks(conn: Connection, ids: Sequence[str], before: int) -> int:
     """Delete these tasks' attempts, evidence and audit rows, then the tasks still finished
-    before ``before``; returns the tasks deleted."""
+    before ``before`` (and a workflow node's edges, and its workflow once empty); returns
+    the tasks deleted."""
     params = {"ids": list(ids)}
+    workflow_ids = list(conn.scalars(WORKFLOWS_OF, params))
     for stmt in (DELETE_ATTEMPTS_OF, DELETE_EVIDENCE_OF, DELETE_AUDIT_OF):
         conn.execute(stmt, params)
     deleted: int = conn.execute(DELETE_TASKS, {**params, "before": before}).rowcount
+    if workflow_ids:
+        conn.execute(DELETE_EDGES_OF, params)
+        conn.execute(DELETE_EMPTY_WORKFLOWS, {"wids": workflow_ids})
     return deleted
 
 

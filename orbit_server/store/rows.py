@@ -25,7 +25,7 @@ from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.model import IDEMPOTENCY_OF, AttemptState, Outcome, TaskState
 
 from ..domain import AttemptRec, Backoff, TaskRec
-from . import batched_cas, queries
+from . import batched_cas, queries, workflow_rows
 from .prepared import Prepared, SparseInsert, prepared_select
 from .queries import ATTEMPTS_BY_ID, ATTEMPTS_WITH_TASKS_BY_ID, TASKS_BY_ID
 from .tables import attempts, audit, evidence, receipts, tasks
@@ -37,6 +37,7 @@ TASK_MUTABLE = (
     "state", "max_attempts", "deadline_at_ms", "available_at_ms", "epoch", "attempts_started",
     "uncertain", "cancel_requested", "current_attempt_id", "result", "failure_code",
     "failure_details", "updated_at_ms", "finished_at_ms", "start_by_at_ms", "checkpoint",
+    "parents_json",
 )
 ATTEMPT_MUTABLE = (
     "state", "child_pid", "started_at_ms", "finished_at_ms", "lease_expires_at_ms",
@@ -78,7 +79,7 @@ INSERT_TASK = SparseInsert(tasks, [c for c in TASK_COLUMN_NAMES if not c.startsw
     "operation_key", "result", "failure_code", "failure_details", "current_attempt_id",
     "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest",
     "policy_source", "progress_timeout_ms", "checkpoint", "requires", "requires_key",
-    "limit_keys"])
+    "limit_keys", "workflow_id", "node_key", "parents_left", "parents_json"])
 # One compiled CAS update per set of changed columns, made on first use.
 _cas_cache: dict[tuple[str, tuple[str, ...]], Prepared] = {}
 
@@ -104,7 +105,7 @@ _TASK_REC_SOURCE = (
     "backoff_max_ms", "backoff_multiplier", "backoff_jitter", "attempt_timeout_ms",
     "lease_ttl_ms", "deadline_at_ms", "available_at_ms", "epoch", "attempts_started",
     "uncertain", "cancel_requested", "current_attempt_id", "failure_code", "updated_at_ms",
-    "finished_at_ms", "start_by_at_ms",
+    "finished_at_ms", "start_by_at_ms", "workflow_id",
 )
 _TASK_ARGS_BY_NAME = operator.itemgetter(*_TASK_REC_SOURCE)
 _TASK_ARGS_BY_POSITION = operator.itemgetter(*(TASK_REC_COLUMN_NAMES.index(c)
@@ -132,7 +133,7 @@ def _task_rec_of(v: Sequence[Any], result: str | None = None,
         available_at_ms=v[12], epoch=v[13], attempts_started=v[14], uncertain=bool(v[15]),
         cancel_requested=bool(v[16]), current_attempt_id=v[17], result=result,
         failure_code=v[18], failure_details=failure_details, updated_at_ms=v[19],
-        finished_at_ms=v[20], start_by_at_ms=v[21],
+        finished_at_ms=v[20], start_by_at_ms=v[21], workflow_id=v[22],
     )
 
 
@@ -180,6 +181,8 @@ class UnitOfWork:
         self.audit_rows: list[dict[str, Any]] = []
         self.evidence_rows: list[dict[str, Any]] = []
         self.receipt_rows: list[dict[str, Any]] = []
+        # Workflow nodes whose end this unit of work has already passed on to their children.
+        self.workflow_seen: set[str] = set()
 
     # ------------------------------------------------------------------ loading
 
@@ -266,6 +269,9 @@ class UnitOfWork:
         new_ids = {a.id for a in self.new_attempts}
         if self.new_attempts:
             INSERT_ATTEMPT.run(conn, [attempt_row(a) for a in self.new_attempts])
+        if any(rec.workflow_id is not None for rec in self.tasks.values()):
+            # A workflow node that ended moves its children in this transaction.
+            workflow_rows.pass_on_ends(self)
         for rec in self.tasks.values():
             if rec.finished_at_ms is None and rec.state.terminal:
                 rec.finished_at_ms = self.now_ms  # retention and listing count from here

@@ -229,6 +229,13 @@ tasks = Table(
     Column("requires_key", String(REQUIRES_KEY), nullable=True),
     # The task's flow-control keys as a JSON list (null: none; migration 0017).
     Column("limit_keys", String(LIMIT_KEYS), nullable=True),
+    # A workflow node (migration 0019): its workflow and key; how many of its parents are
+    # not done yet (decremented atomically as they end: the release happens exactly once);
+    # its parents' results, copied in when it is released (what its reservations carry).
+    Column("workflow_id", String(ID), nullable=True),
+    Column("node_key", String(NAME), nullable=True),
+    Column("parents_left", Integer, nullable=True),
+    Column("parents_json", JsonText, nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.
@@ -249,6 +256,45 @@ Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
 Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
       sqlite_where=state_is(tasks.c.state, PENDING))
+
+# A workflow's nodes (partial on SQLite: plain tasks are not in it).
+Index("ix_tasks_workflow", tasks.c.workflow_id, sqlite_where=tasks.c.workflow_id.is_not(None))
+
+# Workflows (migration 0019): the graph's own row; its nodes are tasks, its edges below.
+workflows = Table(
+    "workflows",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("queue_id", String(ID), nullable=False),
+    Column("name", String(NAME), nullable=True),
+    Column("operation_key", String(OPERATION_KEY), nullable=True),
+    Column("node_count", Integer, nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("created_by", String(NAME), nullable=True),
+    Column("cancelled_at_ms", BigInteger, nullable=True),
+    Index("ix_workflows_queue_created", "queue_id", "created_at_ms", "id"),
+    **MYSQL_OPTIONS,
+)
+Index("uq_workflows_queue_operation_key", workflows.c.queue_id, workflows.c.operation_key,
+      unique=True, sqlite_where=workflows.c.operation_key.is_not(None))
+
+# One row per edge: the child, its parent's position among its parents (declared order),
+# the parent, what its failure does to the child, and whether the parent's end was counted.
+workflow_edges = Table(
+    "workflow_edges",
+    metadata,
+    Column("child_task_id", String(ID), primary_key=True),
+    Column("position", Integer, primary_key=True, autoincrement=False),
+    Column("parent_task_id", String(ID), nullable=False),
+    Column("parent_key", String(NAME), nullable=False),
+    Column("child_key", String(NAME), nullable=False),
+    Column("workflow_id", String(ID), nullable=False),
+    Column("on_failure", String(STATE), nullable=False),
+    Column("done", Boolean, nullable=False),
+    Index("ix_workflow_edges_parent", "parent_task_id"),
+    Index("ix_workflow_edges_workflow", "workflow_id"),
+    **MYSQL_OPTIONS,
+)
 
 attempts = Table(
     "attempts",

@@ -81,6 +81,9 @@ def task_view(row: Mapping[Any, Any], *, full: bool = True) -> dict[str, Any]:
         "attempt_outcome_pending": (state == TaskState.CANCELLED
                                     and row.get("current_attempt_id") is not None),
     }
+    if row.get("workflow_id") is not None:  # a workflow's node (docs/http-api.md)
+        view["workflow_id"] = row["workflow_id"]
+        view["node_key"] = row["node_key"]
     if full:
         view["payload"] = fragment(row["payload"])
         view["result"] = fragment(row["result"])

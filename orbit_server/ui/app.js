@@ -1,11 +1,12 @@
 // The dashboard's router: sign-in, the hash routes (#/queues, #/tasks?…, #/task/<id>,
-// #/review?…, #/workers, #/schedules?…, #/limits?…), the status line and auto-refresh.
+// #/review?…, #/workers, #/schedules?…, #/limits?…, #/workflows?…, #/workflow/<id>), the status line and auto-refresh.
 
 import { ApiError, credential, get, parseCredential, signIn, signOut } from "./api.js";
 import { h, replace, shortId } from "./dom.js";
 import { renderQueues, renderReview, renderTask, renderTasks, renderWorkers } from "./pages.js";
 import { renderLimits } from "./limits.js";
 import { renderSchedules } from "./schedules.js";
+import { renderWorkflow, renderWorkflows } from "./workflows.js";
 
 const REFRESH_MS = 5000;
 // The queue list (names for the menus) counts every queue's tasks: read it at most this often.
@@ -80,7 +81,8 @@ async function render({ auto = false } = {}) {
   const hash = window.location.hash;
   const { page, arg, params } = route();
   for (const link of document.querySelectorAll("#nav a")) {
-    link.classList.toggle("active", link.dataset.page === page || (page === "task" && link.dataset.page === "tasks"));
+    link.classList.toggle("active", link.dataset.page === page || (page === "task" && link.dataset.page === "tasks")
+      || (page === "workflow" && link.dataset.page === "workflows"));
   }
   rendering = true;
   try {
@@ -95,6 +97,9 @@ async function render({ auto = false } = {}) {
     else if (page === "workers") node = await renderWorkers(ctx);
     else if (page === "schedules") node = await renderSchedules(ctx);
     else if (page === "limits") node = await renderLimits(ctx);
+    else if (page === "workflows") node = await renderWorkflows(ctx);
+    else if (page === "workflow" && ID.test(arg || "")) node = await renderWorkflow(ctx, arg);
+    else if (page === "workflow") node = h("p", { class: "error" }, "not a workflow ID");
     else node = await renderQueues(ctx);
     if (mine !== generation) return;
     // The user started typing while an auto-refresh was reading: keep what they typed.

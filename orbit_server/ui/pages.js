@@ -342,6 +342,10 @@ export async function renderTask(ctx, id) {
       ["finished", ago(task.finished_at_ms, now)],
       ["next attempt", task.next_attempt_at_ms === null ? null : ago(task.next_attempt_at_ms, now)],
       ["operation key", task.operation_key],
+      // A workflow's node: its workflow (the graph) and its key there.
+      ["workflow", task.workflow_id ? h("span", {}, h("a", { href: `#/workflow/${task.workflow_id}`,
+        class: "mono", id: "task-workflow", title: task.workflow_id }, shortId(task.workflow_id)),
+        ` node ${task.node_key}`) : undefined],
       ["failure", task.failure ? h("div", {}, h("code", { id: "failure-code" }, task.failure.code),
         json(task.failure.details)) : null],
       ["progress timeout", policy.progress_timeout_ms == null ? null

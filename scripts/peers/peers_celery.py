@@ -40,3 +40,9 @@ def burn(ms: float) -> int:
 @app.task(name="peers.spin")
 def spin(pidfile: str) -> int:
     return peers_work.spin(pidfile)
+
+
+@app.task(name="peers.join")
+def join(results: list[int]) -> int:
+    """The chord's callback: it receives every member's result."""
+    return len(results)

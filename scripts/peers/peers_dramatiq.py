@@ -12,6 +12,8 @@ import os
 import dramatiq
 import peers_work
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import GroupCallbacks
+from dramatiq.rate_limits.backends import RedisBackend as RateLimiterBackend
 from dramatiq.results import Results
 from dramatiq.results.backends.redis import RedisBackend
 
@@ -21,6 +23,8 @@ URL = os.environ["PEERS_REDIS_URL"]
 broker = RedisBroker(url=URL)
 backend = RedisBackend(url=URL)
 broker.add_middleware(Results(backend=backend))
+# A group's completion callback (the chord row) counts its members through a rate limiter.
+broker.add_middleware(GroupCallbacks(RateLimiterBackend(url=URL)))
 dramatiq.set_broker(broker)
 
 
@@ -37,3 +41,9 @@ def burn(ms: float) -> int:
 @dramatiq.actor(actor_name="peers.spin", store_results=True, max_retries=0)
 def spin(pidfile: str) -> int:
     return peers_work.spin(pidfile)
+
+
+@dramatiq.actor(actor_name="peers.join", store_results=True, max_retries=0)
+def join() -> int:
+    """The group's completion callback: Dramatiq passes it no results."""
+    return 1

@@ -21,8 +21,14 @@ def spin(execution: Execution) -> Any:
     return peers_work.spin(str(execution.payload["pidfile"]))
 
 
+def join(execution: Execution) -> Any:
+    """The chord's callback: it receives every member's result (``execution.parents``)."""
+    return len(execution.parents)
+
+
 handlers = [
     Handler("peers.noop", "1", "1", noop),
     Handler("peers.burn", "1", "1", burn),
     Handler("peers.spin", "1", "1", spin),
+    Handler("peers.join", "1", "1", join),
 ]

@@ -243,7 +243,26 @@ def bad_progress(execution: Execution) -> Any:
     return {"ok": True}
 
 
+def collect(execution: Execution) -> Any:
+    """A workflow node: one line per run in ``payload["path"]`` (if given), an optional sleep
+    or failure, and a result naming the node and what it received from its parents."""
+    p = execution.payload
+    if p.get("path"):
+        with open(p["path"], "a") as fh:
+            fh.write(f"{p.get('name')} {execution.task_id} {execution.attempt_id}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    time.sleep(float(p.get("seconds", 0)))
+    if p.get("fail"):
+        raise WorkerFailure("BOOM", details={"name": p.get("name")})
+    return {"name": p.get("name"),
+            "parents": [{"key": x.key, "task_id": x.task_id, "state": x.state,
+                         "result": x.result, "code": x.code, "details": x.details}
+                        for x in execution.parents]}
+
+
 HANDLERS = [
+    Handler("sup.collect", "v1", "v1", collect),
     Handler("sup.upper", "v1", "v1", upper),
     Handler("sup.sleep", "v1", "v1", sleep),
     Handler("sup.append", "v1", "v1", append),

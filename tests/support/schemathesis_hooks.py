@@ -3,7 +3,8 @@ the API that no schema can state, each named in the schema's description: a cron
 expression's and a time zone's meaning (croniter and zoneinfo; a six-field cron only with
 ``with_seconds``), an instant that must lie in the future (``expires_at_ms``) or at most 31
 days ahead (``not_before_at_ms``), an opaque cursor (only one the list returned), and the
-value rules inside a payload or result (64-bit integers). A long poll's ``wait_ms`` is cut
+value rules inside a payload or result (64-bit integers), a workflow's graph (unique node
+keys, parents that exist, no cycle). A long poll's ``wait_ms`` is cut
 to 50 ms so a bounded run stays short (the wait itself is tested elsewhere).
 
 Every case passes here before it is sent (every phase). Only a value the schema admits is
@@ -12,6 +13,7 @@ changed, and only into another value the schema admits, so a negative case stays
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -19,6 +21,7 @@ import schemathesis
 
 from orbit_server.cron import Cron
 from orbit_server.domain.listing import decode_cursor
+from orbit_server.domain.workflows import decode_cursor as decode_workflow_cursor
 from orbit_wire.errors import OrbitError
 from orbit_wire.limits import INT64_MAX, INT64_MIN, MAX_DELAY_MS
 
@@ -78,6 +81,47 @@ def _fix_schedule(body: dict[str, Any]) -> None:
     _fix_spec(body.get("task"))
 
 
+_NODE_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+def _node_key(value: object) -> str | None:
+    """The key a parent entry names, if the schema admits the entry (else None: a bad entry
+    is left as it is, so a negative case stays negative)."""
+    if isinstance(value, dict):
+        if set(value) - {"key", "on_failure"} or value.get("on_failure", "cancel") not in (
+                "cancel", "run"):
+            return None
+        value = value.get("key")
+    return value if isinstance(value, str) and _NODE_KEY.fullmatch(value) else None
+
+
+def _fix_workflow(body: Any) -> None:
+    """A workflow's graph made one the server accepts (a schema cannot say it): node keys
+    unique, and each node's parents earlier nodes named once (so no cycle)."""
+    if not isinstance(body, dict) or not isinstance(body.get("nodes"), list):
+        return
+    seen: set[str] = set()
+    for i, node in enumerate(body["nodes"]):
+        if not isinstance(node, dict):
+            continue
+        _fix_spec(node.get("task"))
+        parents = node.get("parents")
+        if isinstance(parents, list):
+            kept, named = [], set()
+            for parent in parents:
+                key = _node_key(parent)
+                if key is None or (key in seen and key not in named):
+                    kept.append(parent)  # a bad entry stays bad; a good one stays
+                    if key is not None:
+                        named.add(key)
+            node["parents"] = [p for p in kept if _node_key(p) is None or _node_key(p) in seen]
+        key = node.get("key")
+        if isinstance(key, str) and _NODE_KEY.fullmatch(key):
+            if key in seen:
+                key = node["key"] = f"n{i}-{len(seen)}"
+            seen.add(key)
+
+
 def _fix_body(body: Any) -> None:
     if not isinstance(body, dict):
         return
@@ -92,6 +136,8 @@ def _fix_body(body: Any) -> None:
         body["result"] = _in_int64(body["result"])
     if "cron" in body:
         _fix_schedule(body)
+        _fix_workflow(body.get("workflow"))
+    _fix_workflow(body)
 
 
 def _fix_query(query: Any) -> None:
@@ -107,7 +153,10 @@ def _fix_query(query: Any) -> None:
         try:
             decode_cursor(cursor, query.get("order", "newest") != "oldest")
         except OrbitError:
-            del query["cursor"]
+            try:  # a workflow list's cursor
+                decode_workflow_cursor(cursor)
+            except OrbitError:
+                del query["cursor"]
 
 
 @schemathesis.hook

@@ -92,8 +92,12 @@ PURE = (
     "orbit_client/capabilities.py",
     "orbit_client/channel_core.py",
     "orbit_client/tasks.py",
+    "orbit_client/canvas.py",
+    "orbit_client/workflows.py",
+    "orbit_client/workflow_calls.py",
     "orbit_client/cli/render.py",
     "orbit_client/cli/render_schedules.py",
+    "orbit_client/cli/render_workflows.py",
     "orbit_client/cli/timefmt.py",
 )
 FORBIDDEN_IN_PURE = frozenset({

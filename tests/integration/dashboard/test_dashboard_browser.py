@@ -433,3 +433,48 @@ def test_task_page_shows_an_attempts_progress_as_a_bar(page: Any, scene: Scene) 
     assert "60%" in text and '"rows": 600' in text and "<b>x</b>" in text  # details as text
     assert cell.locator("b").count() == 0
     assert page.locator("[data-fact='progress timeout']").text_content() == "45.0 s"
+
+
+def _workflow(scene: Scene, nodes: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """A workflow of sup.* nodes (the scene's supervisor serves them), once ended."""
+    made = expect(scene.producer.post(f"/v1/queues/{scene.queue_id}/workflows", json={
+        "nodes": nodes, "name": name}), 201)
+    return dict(expect(scene.producer.get(f"/v1/workflows/{made['workflow_id']}",
+                                          params={"wait_ms": "30000"}), 200))
+
+
+def _node(key: str, handler: str, payload: Any, parents: list[Any], **policy: Any
+          ) -> dict[str, Any]:
+    return {"key": key, "parents": parents, "task": {
+        "handler": f"sup.{handler}", "handler_version": "v1", "payload_version": "v1",
+        "payload": payload, **policy}}
+
+
+def test_workflow_pages_show_the_graph_states_causes_and_attempts(page: Any,
+                                                                  scene: Scene) -> None:
+    failed = _workflow(scene, [
+        _node("upper", "upper", {"text": "a"}, []),
+        _node("reject", "reject", {"n": 1}, ["upper"], max_attempts=1),
+        _node("after", "upper", {"text": "b"}, ["reject"])], "wf failing")
+    assert failed["state"] == "FAILED", failed
+    _goto(page, scene, f"workflows?queue={scene.queue_id}",
+          f"#workflow-table tr[data-workflow-row='{failed['workflow_id']}']")
+    row = page.locator(f"tr[data-workflow-row='{failed['workflow_id']}']").text_content()
+    assert "wf failing" in row and "FAILED" in row
+    page.click(f"tr[data-workflow-row='{failed['workflow_id']}'] a")
+    page.wait_for_selector("#workflow-graph tr[data-node='after']")
+    _shown(page)
+    layers = page.eval_on_selector_all(
+        "#workflow-graph [data-layer]", "els => els.map(e => Number(e.dataset.layer))")
+    assert layers == [0, 1, 2]
+    after = page.locator("tr[data-node='after']")
+    assert after.locator("[data-state]").get_attribute("data-state") == "CANCELLED"
+    assert after.locator("[data-cause]").text_content() == "PARENT_FAILED (parent reject)"
+    assert page.locator("[data-attempts='reject']").text_content() == "1"
+    assert page.locator("#workflow-cancel").count() == 0  # ended: nothing to cancel
+    # A node's task page links back to its workflow.
+    page.click("tr[data-node='reject'] a[data-task]")
+    page.wait_for_selector("#task-workflow")
+    assert page.locator("#task-workflow").get_attribute("href") == (
+        f"#/workflow/{failed['workflow_id']}")
+    assert "node reject" in page.locator("[data-fact='workflow']").text_content()

@@ -70,6 +70,11 @@ def _schedule_body() -> dict[str, Any]:
     return {"cron": "0 0 1 1 *", "paused": True, "task": task_spec()}
 
 
+def _workflow_body() -> dict[str, Any]:
+    return {"nodes": [{"key": "a", "task": task_spec()},
+                      {"key": "b", "task": task_spec(), "parents": ["a"]}]}
+
+
 # Every route of the app, by (method, path template) as its router has it, with the requests
 # the matrix sends it; test_the_matrix_covers_every_route holds this equal to the router.
 # In order: a destructive request (revoke, cancel, delete) comes after the others on its
@@ -134,6 +139,10 @@ CASES: dict[tuple[str, str], list[Case]] = {
         Case(ADMIN, body={"max_running": 2}, allowed=frozenset({200, 201}))],
     ("GET", "/v1/queues/{queue_id}/limits/{pattern}"): [Case(QUEUE)],
     ("DELETE", "/v1/queues/{queue_id}/limits/{pattern}"): [Case(ADMIN)],
+    ("POST", "/v1/queues/{queue_id}/workflows"): [Case(QUEUE, body=_workflow_body())],
+    ("GET", "/v1/queues/{queue_id}/workflows"): [Case(QUEUE), Case(QUEUE, "?state=RUNNING")],
+    ("GET", "/v1/workflows/{workflow_id}"): [Case(QUEUE), Case(QUEUE, "?wait_ms=10")],
+    ("POST", "/v1/workflows/{workflow_id}/cancel"): [Case(QUEUE, body={})],
 }
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
 
@@ -242,12 +251,16 @@ def _matrix(orbit: OrbitEnv, lane: Lane) -> None:
         task = lane.submit()
         schedule = expect(lane.producer.post(f"/v1/queues/{lane.queue}/schedules",
                                              json=_schedule_body()), 201)
+        workflow = expect(lane.producer.post(f"/v1/queues/{lane.queue}/workflows",
+                                             json=_workflow_body()), 201)
         targets = {"queue_id": lane.queue, "task_id": task["id"], "schedule_id": schedule["id"],
+                   "workflow_id": workflow["workflow_id"],
                    "credential_id": orbit.credential("producer", [lane.queue])["credential_id"],
                    "name": "app.js", "pattern": f"matrix:{principal}"}
         expect(orbit.admin_http.put(f"/v1/queues/{lane.queue}/limits/{targets['pattern']}",
                                     json={"max_running": 1}), 201)
-        missing = {**targets, "queue_id": MISSING, "task_id": MISSING, "schedule_id": MISSING}
+        missing = {**targets, "queue_id": MISSING, "task_id": MISSING, "schedule_id": MISSING,
+                   "workflow_id": MISSING}
         before = _targets_state(orbit, lane, targets)
         for (method, template), cases in CASES.items():
             for case in cases:
@@ -274,7 +287,8 @@ def _targets_state(orbit: OrbitEnv, lane: Lane, targets: dict[str, str]) -> tupl
     schedule = expect(lane.producer.get(f"/v1/schedules/{targets['schedule_id']}"), 200)
     listed = expect(orbit.admin_http.get("/v1/credentials"), 200)["credentials"]
     credential = next(c for c in listed if c["credential_id"] == targets["credential_id"])
-    return (lane.task(task_id), len(lane.audit(task_id)), schedule, credential)
+    workflow = expect(lane.producer.get(f"/v1/workflows/{targets['workflow_id']}"), 200)
+    return (lane.task(task_id), len(lane.audit(task_id)), schedule, credential, workflow)
 
 
 # ---------------------------------------------------------------- the worker WebSocket

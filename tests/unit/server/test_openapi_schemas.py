@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from orbit_server.domain import bodies, flow_bodies, parse_task_spec
 from orbit_server.domain.listing import parse_filter
 from orbit_server.domain.schedules import parse_schedule
+from orbit_server.domain.workflows import WORKFLOW_REQUEST
 from orbit_server.openapi import openapi_document
 from orbit_wire.errors import OrbitError
 from orbit_wire.limits import INT64_MAX, INT64_MIN
@@ -37,6 +38,16 @@ SCHEMAS = DOC["components"]["schemas"]
 def _batch(value: object) -> None:
     for spec in bodies.BATCH_SHAPE.parse(value, "request body")["tasks"]:
         parse_task_spec(spec)
+
+
+def _workflow(value: object) -> None:
+    """The body's shape and each node's TaskSpec; the graph's rules (parents that exist, no
+    cycle) are the service's, as a queue that exists is (tests/unit/server/
+    test_workflow_rules.py)."""
+    WORKFLOW_REQUEST.parse(value, "request body")
+    assert isinstance(value, dict)
+    for node in value["nodes"]:
+        parse_task_spec(node["task"])
 
 
 PARSERS: dict[str, Callable[[object], object]] = {
@@ -55,6 +66,7 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "BulkCancelRequest": lambda v: flow_bodies.BULK_CANCEL_REQUEST.parse(v, "request body"),
     "BulkReviewRequest": flow_bodies.parse_bulk_review_request,
     "LimitRequest": bodies.parse_limit_request,
+    "WorkflowRequest": _workflow,
 }
 
 

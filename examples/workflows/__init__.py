@@ -1,0 +1,1 @@
+"""The workflow example: a chord of word counts and their merge (one workflow)."""
