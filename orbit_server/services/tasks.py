@@ -31,6 +31,7 @@ from ..auth import (
     require_visible_queue,
     task_not_found,
 )
+from ..domain.fairness import fair_value
 from ..store import task_rows
 from ..store.listing import (
     oldest_pending_created,
@@ -116,13 +117,15 @@ class TaskService:
         try:
             with self._tx.write() as conn:
                 self._require_queue(conn, queue_id)
-                out, new_rows = insert_tasks(conn, queue_id, parsed, principal.actor, now,
-                                             policies=self._policies)
+                out, new_rows = insert_tasks(
+                    conn, queue_id, parsed, principal.actor, now, policies=self._policies,
+                    fair_key=self._tx.fair.key_name(conn, queue_id, now))
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
                     reservations = reserve_for(uow, self._tx.pauses.narrow(binding), count,
-                                               effects, self._tx.credentials, self._tx.limits)
+                                               effects, self._tx.credentials, self._tx.limits,
+                                               self._tx.fair)
                     if reservations.wake_at_ms is not None:  # a task a rate held
                         self._wakeups.schedule(queue_id, reservations.wake_at_ms, now,
                                                effects)
@@ -343,13 +346,14 @@ def reviewed(tasks: Sequence[domain.TaskRec], action: domain.ReviewAction, wakeu
 
 
 def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec], actor: str,
-                 now: int, detail: str | None = None, *, policies: PolicyCache
-                 ) -> tuple[Submitted, list[dict[str, Any]]]:
+                 now: int, detail: str | None = None, *, policies: PolicyCache,
+                 fair_key: str | None = None) -> tuple[Submitted, list[dict[str, Any]]]:
     """Insert the tasks of ``parsed`` into an existing queue in the caller's transaction,
     each with its ``task_submitted`` audit row (``detail``: JSON text or None) and the
     policy fields it left out taken from the capability's registered policy; a spec whose
     operation key exists answers that task. Returns (view, created) per spec and the new
-    rows. An operation key inserted meanwhile by another writer raises IntegrityError."""
+    rows. An operation key inserted meanwhile by another writer raises IntegrityError.
+    ``fair_key``: the queue's fair key name (each task stores its value for it)."""
     out: Submitted = []
     new_rows: list[dict[str, Any]] = []
     keyed = task_rows.tasks_by_operation_key(
@@ -363,6 +367,7 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
         spec = domain.resolve_policy(
             spec, policies.registered(conn, queue_id, spec.capability, now))
         row = _new_task_row(queue_id, spec, now)
+        row["fair_value"] = fair_value(spec.limit_keys, fair_key)
         new_rows.append(row)
         if spec.operation_key is not None:
             keyed[spec.operation_key] = row

@@ -134,6 +134,11 @@ CASES: dict[tuple[str, str], list[Case]] = {
         Case(ADMIN, body={"max_running": 2}, allowed=frozenset({200, 201}))],
     ("GET", "/v1/queues/{queue_id}/limits/{pattern}"): [Case(QUEUE)],
     ("DELETE", "/v1/queues/{queue_id}/limits/{pattern}"): [Case(ADMIN)],
+    ("PUT", "/v1/queues/{queue_id}/fair"): [Case(ADMIN, body={"key": "customer"})],
+    ("GET", "/v1/queues/{queue_id}/fair"): [Case(QUEUE)],
+    # 404 once an earlier principal's DELETE turned it off.
+    ("DELETE", "/v1/queues/{queue_id}/fair"): [
+        Case(ADMIN, allowed=frozenset({200, 404}))],
 }
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
 

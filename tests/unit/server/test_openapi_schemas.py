@@ -55,6 +55,7 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "BulkCancelRequest": lambda v: flow_bodies.BULK_CANCEL_REQUEST.parse(v, "request body"),
     "BulkReviewRequest": flow_bodies.parse_bulk_review_request,
     "LimitRequest": bodies.parse_limit_request,
+    "FairRequest": lambda v: flow_bodies.FAIR_REQUEST.parse(v, "request body"),
 }
 
 
