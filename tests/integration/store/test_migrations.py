@@ -185,7 +185,7 @@ _ADDED_AFTER_0009 = {"attempts": ("grant_connection", "progress_fraction", "prog
                                   "progress_at_ms"),
                      "tasks": ("policy_source", "run_max_attempts", "run_deadline_ms",
                                "progress_timeout_ms", "checkpoint", "requires", "requires_key",
-                               "limit_keys")}
+                               "limit_keys", "fair_value")}
 
 
 def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
