@@ -163,6 +163,7 @@ _SCHEMAS: dict[str, Any] = {
         "pending_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pending_delayed": {"type": "integer"},
         "paused": {"type": "array", "items": _ref("Pause"), "description": "pauses in force"},
+        "fair": {**_NULLABLE_STR, "description": "the fair dispatch key name; null: none"},
     }, ["queue_id", "counts"]),
     "Schedule": _obj({
         "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
@@ -196,6 +197,7 @@ _SCHEMAS: dict[str, Any] = {
         "created_at_ms": _MS,
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "paused": {"type": "array", "items": _ref("Pause"), "description": "pauses in force"},
+        "fair": {**_NULLABLE_STR, "description": "the fair dispatch key name; null: none"},
     }, ["queue_id", "name", "created_at", "counts"])}}, ["queues"]),
     "Throughput": _obj({
         "queue_id": _ID, "window_ms": _MS, "until_at_ms": _MS,

@@ -33,6 +33,7 @@ from ..auth import (
 )
 from ..domain.fairness import fair_value
 from ..store import task_rows
+from ..store.fairness import fairness_of_queue
 from ..store.listing import (
     oldest_pending_created,
     pending_by_rank,
@@ -264,6 +265,7 @@ class TaskService:
             by_capability = capability_stats(conn, queue_id, now, self._tx.config.session_ttl_ms,
                                              self._tx.pauses.current)
             paused = paused_views(conn, [queue_id])[queue_id]
+            fair = fairness_of_queue(conn, queue_id)
             by_priority: dict[str, int] = {}
             delayed = 0
             for rank, later, count in pending_by_rank(conn, queue_id, now):
@@ -282,6 +284,8 @@ class TaskService:
             "pending_delayed": delayed,
             # The pauses in force (docs/flow-control.md "Pause and resume").
             "paused": paused,
+            # The fair dispatch key name (docs/flow-control.md "Fair dispatch"), or None.
+            "fair": None if fair is None else fair["key_name"],
         }
 
 

@@ -21,8 +21,8 @@ from orbit_wire.model import Capability
 from . import claims, queries
 from .tables import queue_fairness
 
-__all__ = ["MAX_FAIR_VALUES", "delete_fairness", "fair_rows", "fairness_of_queue",
-           "upsert_fairness"]
+__all__ = ["MAX_FAIR_VALUES", "delete_fairness", "fair_keys_of_queues", "fair_rows",
+           "fairness_of_queue", "upsert_fairness"]
 
 # The distinct fair values one claim reads per capability (one seek and one range each).
 MAX_FAIR_VALUES = 16
@@ -30,11 +30,21 @@ MAX_FAIR_VALUES = 16
 _QUEUE = queue_fairness.c.queue_id == bindparam("queue_id")
 FAIRNESS_OF_QUEUE = select(queue_fairness).where(_QUEUE)
 DELETE_FAIRNESS = delete(queue_fairness).where(_QUEUE)
+FAIR_KEYS_OF_QUEUES = select(queue_fairness.c.queue_id, queue_fairness.c.key_name).where(
+    queue_fairness.c.queue_id.in_(bindparam("ids", expanding=True)))
 
 
 def fairness_of_queue(conn: Connection, queue_id: str) -> RowMapping | None:
     """The queue's fair setting (key_name, updated_at_ms, updated_by), or None."""
     return conn.execute(FAIRNESS_OF_QUEUE, {"queue_id": queue_id}).mappings().first()
+
+
+def fair_keys_of_queues(conn: Connection, queue_ids: Sequence[str]) -> dict[str, str]:
+    """The fair key name of each of ``queue_ids`` that is fair (the queue views' ``fair``)."""
+    if not queue_ids:
+        return {}
+    return {str(r[0]): str(r[1]) for r in conn.execute(FAIR_KEYS_OF_QUEUES,
+                                                       {"ids": list(queue_ids)}).all()}
 
 
 def upsert_fairness(conn: Connection, row: Mapping[str, Any]) -> None:

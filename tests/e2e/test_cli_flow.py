@@ -87,6 +87,9 @@ def test_queues_fair_turns_on_shows_and_turns_off(orbit: OrbitEnv, lane_cli: tup
     admin = Cli(admin_path)
     assert admin.ok("--output", "human", "queues", "fair", lane.queue, "--key", "customer") == (
         f"queue {lane.queue}: fair by customer\n")
+    assert "turns by customer" in producer_cli.ok("--output", "human", "queues", "stats")
+    listed = producer_cli.json("queues", "list", "--json")["queues"]
+    assert [q["fair"] for q in listed if q["queue_id"] == lane.queue] == ["customer"]
     shown = producer_cli.json("queues", "fair", "--json")
     assert shown["key"] == "customer"
     assert [c["action"] for c in shown["changes"]] == ["fair_on"]
