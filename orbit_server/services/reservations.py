@@ -68,11 +68,14 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
     # database that row would be locked, and skipped by another replica's claim, so a claim
     # that filled its count asks the index, without locks, whether anything is left.
     probe = uow.conn.dialect.name == "sqlite"
-    made, more, _used, drained, wake = _reserve(uow, binding, count,
-                                                MAX_PAYLOAD_BYTES_PER_FRAME, probe, limits, fair)
+    made, more, _used, drained, wake, left = _reserve(
+        uow, binding, count, MAX_PAYLOAD_BYTES_PER_FRAME, probe, limits, fair)
     if not probe and not more:
         taken = set(uow.moved_from_pending())
-        drained = len(made) < count or not (
+        # A fair claim may come short of its count with tasks left (each value's share):
+        # only the index says whether the queue is drained then.
+        short = len(made) < count and not left
+        drained = short or not (
             claims.labelled_left(uow.conn, binding.queue_id, binding.capabilities,
                                  binding.labels, uow.now_ms, taken)
             if binding.labels else
@@ -96,18 +99,19 @@ def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
     whether more were ready than ``budget`` bytes of payload let in (a frame's whole
     budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
     bytes taken, and when a task a rate held may start (``Reservations.wake_at_ms``)."""
-    made, more, size, _drained, wake = _reserve(uow, binding, count, budget, False, limits,
-                                                fair)
+    made, more, size, _drained, wake, _left = _reserve(uow, binding, count, budget, False,
+                                                       limits, fair)
     return made, more, size, wake
 
 
 def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
              probe: bool, limits: LimitTable | None, fair: FairTable | None = None
-             ) -> tuple[list[Reserved], bool, int, bool, int | None]:
-    """``reserve_in``, and with ``probe`` whether no claimable task was left over."""
+             ) -> tuple[list[Reserved], bool, int, bool, int | None, bool]:
+    """``reserve_in``, with ``probe`` whether no claimable task was left over, and whether
+    a fair claim read less than may be left (a short count then says nothing)."""
     now = uow.now_ms
     if not binding.capabilities:  # every one paused (services.pause_board)
-        return [], False, 0, True, None
+        return [], False, 0, True, None, False
     queue_limits = limits.limits(uow.conn, binding.queue_id, now) if limits else {}
     # Rows this transaction changed are not written yet, so the query still sees them
     # PENDING (and our own locks never skip them): ask for enough to make up for those.
@@ -157,7 +161,7 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     if queue_limits and out:
         flow.record_holds(uow.conn, binding.queue_id,
                           [(row, attempt.id) for _t, attempt, row in out], queue_limits, now)
-    return out, more, size, drained and not more, wake
+    return out, more, size, drained and not more, wake, more_values
 
 
 def reserved_bytes(row: Mapping[Any, Any]) -> int:

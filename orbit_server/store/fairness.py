@@ -1,10 +1,11 @@
 """Fair dispatch rows (docs/flow-control.md "Fair dispatch"): a queue's fair key name (read,
 written, removed) and the candidate rows of a fair claim.
 
-A fair claim reads the plain dispatch range (``claims.claimable_rows``: the tasks submitted
-before the queue was fair, and whatever leads the dispatch order) and then, per capability,
-up to MAX_FAIR_VALUES fair values in their cyclic order after the one served last, one
-index seek each, and each value's range of up to ``n`` rows (ix_tasks_fair). The rows are
+A fair claim finds, per capability, up to MAX_FAIR_VALUES fair values in their cyclic
+order after the one served last, one index seek each; then reads each value's range
+(ix_tasks_fair) and the plain dispatch range (``claims.claimable_rows``: the tasks submitted
+before the queue was fair, and whatever leads the dispatch order), each for its share of the
+``n`` rows wanted, plus one. The rows are
 put in turn order by ``domain.fairness.rotate``; the work is bounded by the values read,
 never by the number of queued tasks.
 """
@@ -68,22 +69,31 @@ def delete_fairness(conn: Connection, queue_id: str) -> bool:
 def fair_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
               n: int, after: str | None) -> tuple[list[dict[str, Any]], bool]:
     """A fair claim's candidate rows (unordered, possibly repeated: ``rotate`` orders them)
-    and whether some capability held more values than were read (the claim must not
-    conclude the queue is drained). ``after`` is the value served last (None: start from
-    the first)."""
-    rows = claims.claimable_rows(conn, queue_id, caps, now, n)
+    and whether more may be left than was read (more values than MAX_FAIR_VALUES, or a range
+    that filled its share): the claim must not conclude from a short count that the queue
+    is drained. ``after`` is the value served last (None: start from the first)."""
     bounded = False
+    found_values: list[tuple[dict[str, Any], str]] = []
     for cap in caps:
         params = {"queue_id": queue_id, "handler": cap.handler,
                   "handler_version": cap.handler_version,
                   "payload_version": cap.payload_version}
         values, more = _values(conn, params, after)
         bounded = bounded or more
-        for value in values:
-            result = conn.execute(queries.DISPATCH_FAIR, {**params, "fair_value": value,
-                                                          "now": now, "n": n})
-            names = tuple(result.keys())
-            rows.extend(dict(zip(names, r, strict=True)) for r in result.all())
+        found_values.extend((params, value) for value in values)
+    # Turns take about n / (values + 1) rows of each value and of the plain range (the tasks
+    # from before fairness): each range reads one more than that, and one that filled its
+    # share may hold more.
+    share = -(-n // (len(found_values) + 1)) + 1
+    rows = claims.claimable_rows(conn, queue_id, caps, now, min(n, share))
+    bounded = bounded or len(rows) >= min(n, share)
+    for params, value in found_values:
+        result = conn.execute(queries.DISPATCH_FAIR, {**params, "fair_value": value,
+                                                      "now": now, "n": share})
+        names = tuple(result.keys())
+        found = [dict(zip(names, r, strict=True)) for r in result.all()]
+        bounded = bounded or len(found) >= share
+        rows.extend(found)
     return rows, bounded
 
 
