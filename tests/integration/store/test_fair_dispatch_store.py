@@ -2,7 +2,7 @@
 clock: a queue that is not fair reads no fairness row per submit or dispatch (one read per
 FAIR_MAX_AGE_MS); values take turns across claims, more values than one claim reads
 included; turns compose with limits (a full key is skipped, the next value served) and with
-labels (the tasks a worker's labels meet take their turns too)."""
+labels (the tasks a worker's labels meet take their turns too) and with pauses."""
 
 from __future__ import annotations
 
@@ -92,3 +92,16 @@ def test_turns_compose_with_limits_and_labels(world: World) -> None:
     world.submit(limits=["customer:c"], requires={"gpu": "a100"})
     plain = world.hello()
     assert world.service.workers.reserve(plain, 10) == []
+
+
+def test_a_pause_holds_a_fair_queue_and_a_resume_restarts_its_turns(world: World) -> None:
+    _fair(world)
+    a = world.submit_many(3, limits=["customer:a"])
+    b = world.submit_many(3, limits=["customer:b"])
+    binding = world.hello()
+    world.service.pauses.pause(world.producer, world.queue_id, None, None, "incident")
+    assert world.service.workers.reserve(binding, 10) == []
+    world.service.pauses.resume(world.producer, world.queue_id, None, None, None)
+    got = [r.task_id for r in world.service.workers.reserve(binding, 4)]
+    assert sorted(got) == sorted(a[:2] + b[:2])
+    assert {_value(world, t) for t in got[:2]} == {"customer:a", "customer:b"}
