@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy import Connection
+
 from ..domain.fairness import position, rotate
 from ..store import claims
 from ..store.fairness import fair_rows as read_fair_rows
@@ -17,7 +19,7 @@ from .binding import WorkerBinding
 from .fair_table import FairTable
 
 
-def fair_rows(conn: Any, binding: WorkerBinding, now: int, want: int, fair: FairTable
+def fair_rows(conn: Connection, binding: WorkerBinding, now: int, want: int, fair: FairTable
               ) -> tuple[list[dict[str, Any]], bool]:
     """The claim's candidate rows in turn order, and whether more fair values exist than
     were read (the claim then does not report the queue drained)."""

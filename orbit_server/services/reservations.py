@@ -2,8 +2,9 @@
 it receives. Shared by the worker protocol (``reserve``, ``claim``) and by a submit that
 claims for a waiting worker in its own transaction (``submit_and_reserve``).
 
-One SELECT (``store.claims.claimable_rows``), then the records are changed in the caller's
-``UnitOfWork``, which writes tasks, attempts and audit rows with one executemany each.
+One SELECT (``store.claims.claimable_rows``; in a fair queue one range per key value,
+``fair_dispatch``), then the records are changed in the caller's ``UnitOfWork``, which
+writes tasks, attempts and audit rows with one executemany each.
 """
 
 from __future__ import annotations
