@@ -436,3 +436,14 @@ class AsyncOrbitClient(AsyncWorkflowMethods, ClientBase):
 
     async def delete_limit(self, queue_id: str, pattern: str) -> dict[str, Any]:
         return await self._send(calls.delete_limit(queue_id, pattern))
+
+    async def set_fair(self, queue_id: str, key: str) -> dict[str, Any]:
+        """Fair dispatch between the values of ``key`` (a key name, e.g. customer; admin)."""
+        return await self._send(calls.set_fair(queue_id, key))
+
+    async def fair(self, queue_id: str) -> dict[str, Any]:
+        """The queue's fair dispatch setting (``key`` None: not fair) and its changes."""
+        return await self._send(calls.fair(queue_id))
+
+    async def fair_off(self, queue_id: str) -> dict[str, Any]:
+        return await self._send(calls.fair_off(queue_id))

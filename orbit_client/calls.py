@@ -419,6 +419,24 @@ def delete_limit(queue_id: str, pattern: str) -> Call:
     return Call("DELETE", _limit_path(queue_id, pattern))
 
 
+def set_fair(queue_id: str, key: str) -> Call:
+    """Make the queue's dispatch take turns between the values of the key name ``key``
+    (docs/flow-control.md "Fair dispatch"; admin)."""
+    return Call("PUT", _fair_path(queue_id), body=_dumps({"key": key}))
+
+
+def fair(queue_id: str) -> Call:
+    return Call("GET", _fair_path(queue_id))
+
+
+def fair_off(queue_id: str) -> Call:
+    return Call("DELETE", _fair_path(queue_id))
+
+
+def _fair_path(queue_id: str) -> str:
+    return f"/v1/queues/{_id(queue_id, 'queue')}/fair"
+
+
 def _limit_path(queue_id: str, pattern: str) -> str:
     # The pattern goes into the URL path: checked here, it holds no '/', '?' or '..'.
     try:

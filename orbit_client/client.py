@@ -438,3 +438,14 @@ class OrbitClient(WorkflowMethods, ClientBase):
 
     def delete_limit(self, queue_id: str, pattern: str) -> dict[str, Any]:
         return self._send(calls.delete_limit(queue_id, pattern))
+
+    def set_fair(self, queue_id: str, key: str) -> dict[str, Any]:
+        """Fair dispatch between the values of ``key`` (a key name, e.g. customer; admin)."""
+        return self._send(calls.set_fair(queue_id, key))
+
+    def fair(self, queue_id: str) -> dict[str, Any]:
+        """The queue's fair dispatch setting (``key`` None: not fair) and its changes."""
+        return self._send(calls.fair(queue_id))
+
+    def fair_off(self, queue_id: str) -> dict[str, Any]:
+        return self._send(calls.fair_off(queue_id))

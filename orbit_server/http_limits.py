@@ -1,6 +1,7 @@
 """The flow-control limit routes of docs/http-api.md "Limits": thin adapters over
 services.limits, on the same plumbing and authentication as every other route. A pattern
-in the path is a key (``licence:matlab``) or ``name:*``."""
+in the path is a key (``licence:matlab``) or ``name:*``. A queue's fair dispatch is here too
+(``/v1/queues/{queue_id}/fair``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class LimitApi:
         self.auth = auth
         self.store = parts.store
         self.limits = parts.services.limits
+        self.fair = parts.services.fair
         self.dispatcher = parts.dispatcher
 
     async def put(self, request: Request, q: Params) -> Response:
@@ -49,6 +51,22 @@ class LimitApi:
         return JSONResponse(gone)
 
 
+    async def put_fair(self, request: Request, q: Params) -> Response:
+        queue_id = path_id(request, "queue_id")
+        principal = await self.auth.principal(request)  # before the body is read
+        body = await object_body(request, "FairRequest")
+        return JSONResponse(await self.store.call(self.fair.set_fair, principal, queue_id,
+                                                  body))
+
+    async def get_fair(self, request: Request, q: Params) -> Response:
+        queue_id = path_id(request, "queue_id")
+        return JSONResponse(await self.auth.run_as(request, self.fair.get_fair, queue_id))
+
+    async def delete_fair(self, request: Request, q: Params) -> Response:
+        queue_id = path_id(request, "queue_id")
+        return JSONResponse(await self.auth.run_as(request, self.fair.fair_off, queue_id))
+
+
 def limit_routes(parts: ServerParts) -> list[Route]:
     api = LimitApi(parts, Authenticator(parts))
     e = endpoint
@@ -57,4 +75,7 @@ def limit_routes(parts: ServerParts) -> list[Route]:
         Route("/v1/queues/{queue_id}/limits/{pattern}", e(api.put), methods=["PUT"]),
         Route("/v1/queues/{queue_id}/limits/{pattern}", e(api.get), methods=["GET"]),
         Route("/v1/queues/{queue_id}/limits/{pattern}", e(api.delete), methods=["DELETE"]),
+        Route("/v1/queues/{queue_id}/fair", e(api.put_fair), methods=["PUT"]),
+        Route("/v1/queues/{queue_id}/fair", e(api.get_fair), methods=["GET"]),
+        Route("/v1/queues/{queue_id}/fair", e(api.delete_fair), methods=["DELETE"]),
     ]

@@ -24,8 +24,8 @@ from .domain import bodies
 from .domain.fields import Body
 from .domain.listing import MAX_LIMIT
 from .domain.schedules import SCHEDULE
-from .openapi_flow import FLOW_BODIES, FLOW_SCHEMAS, flow_paths
 from .domain.workflows import WORKFLOW_REQUEST, WorkflowState
+from .openapi_flow import FLOW_BODIES, FLOW_SCHEMAS, flow_paths
 
 _ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 _MS = {"type": "integer", "minimum": 0}
@@ -169,6 +169,7 @@ _SCHEMAS: dict[str, Any] = {
         "pending_by_priority": {"type": "object", "additionalProperties": {"type": "integer"}},
         "pending_delayed": {"type": "integer"},
         "paused": {"type": "array", "items": _ref("Pause"), "description": "pauses in force"},
+        "fair": {**_NULLABLE_STR, "description": "the fair dispatch key name; null: none"},
     }, ["queue_id", "counts"]),
     "Schedule": _obj({
         "id": _ID, "queue_id": _ID, "name": _NULLABLE_STR, "cron": {"type": "string"},
@@ -207,6 +208,7 @@ _SCHEMAS: dict[str, Any] = {
         "created_at_ms": _MS,
         "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
         "paused": {"type": "array", "items": _ref("Pause"), "description": "pauses in force"},
+        "fair": {**_NULLABLE_STR, "description": "the fair dispatch key name; null: none"},
     }, ["queue_id", "name", "created_at", "counts"])}}, ["queues"]),
     "Throughput": _obj({
         "queue_id": _ID, "window_ms": _MS, "until_at_ms": _MS,

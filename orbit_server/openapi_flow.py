@@ -1,6 +1,6 @@
 """The flow-control part of the OpenAPI document (docs/flow-control.md): pause and resume,
-the queue's pauses, the bulk cancel and review by filter. openapi.py merges it in; the
-request bodies' schemas come from the Structs of ``domain.flow_bodies``."""
+the queue's pauses, the bulk cancel and review by filter, fair dispatch. openapi.py merges
+it in; the request bodies' schemas come from the Structs of ``domain.flow_bodies``."""
 
 from __future__ import annotations
 
@@ -58,10 +58,23 @@ FLOW_SCHEMAS: dict[str, Any] = {
         "complete": {"type": "boolean", "description": "false: the request stopped at its "
                      "page bound; ask again for the rest"},
     }, ["action", "matched", "changed", "skipped", "dry_run", "complete"]),
+    "Fair": _obj({
+        "queue_id": _ID,
+        "key": {**_NULLABLE_STR, "description": "the fair key name; null: not fair"},
+        "updated_at_ms": {"type": ["integer", "null"], "minimum": 0},
+        "updated_by": _NULLABLE_STR,
+        "changes": {"type": "array", "description": "(GET) the last changes, newest first",
+                    "items": _obj({"at_ms": _MS, "actor": {"type": "string"},
+                                   "action": {"type": "string",
+                                              "enum": ["fair_on", "fair_off"]},
+                                   "key": {"type": "string"}},
+                                  ["at_ms", "actor", "action", "key"])},
+    }, ["queue_id", "key", "updated_at_ms", "updated_by"]),
 }
 # The request bodies, whose schemas openapi.py generates from their Structs.
 FLOW_BODIES = (flow_bodies.PAUSE_REQUEST, flow_bodies.RESUME_REQUEST,
-               flow_bodies.BULK_CANCEL_REQUEST, flow_bodies.BULK_REVIEW_REQUEST)
+               flow_bodies.BULK_CANCEL_REQUEST, flow_bodies.BULK_REVIEW_REQUEST,
+               flow_bodies.FAIR_REQUEST)
 
 
 def flow_paths(_op: Callable[..., dict[str, Any]], _query: Callable[..., dict[str, Any]],
@@ -83,6 +96,14 @@ def flow_paths(_op: Callable[..., dict[str, Any]], _query: Callable[..., dict[st
         "/v1/queues/{queue_id}/pauses": {"get": _op(
             "The queue's pauses in force and its last pauses and resumes", "the pauses",
             "QueuePauses", params=["queue_id"])},
+        "/v1/queues/{queue_id}/fair": {
+            "put": _op("Make the queue's dispatch take turns between the values of a key "
+                       "(admin; docs/flow-control.md \"Fair dispatch\")", "the setting",
+                       "Fair", body="FairRequest", params=["queue_id"]),
+            "get": _op("The queue's fair dispatch setting and its recent changes",
+                       "the setting", "Fair", params=["queue_id"]),
+            "delete": _op("Plain priority dispatch again (admin); 404 when not fair",
+                          "the setting", "Fair", params=["queue_id"])},
         "/v1/queues/{queue_id}/tasks/cancel": {"post": _op(
             "Cancel the queue's PENDING, RUNNING and NEEDS_REVIEW tasks the query selects, "
             "page by page, each audited (producer); with dry_run only count them",

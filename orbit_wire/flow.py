@@ -14,8 +14,8 @@ from msgspec import Meta
 from .errors import ErrorCode, OrbitError
 from .names import whole
 
-__all__ = ["KEY_RE", "MAX_LIMIT_KEYS", "PATTERN_RE", "LimitKey", "LimitKeys", "check_keys",
-           "check_pattern", "parse_rate", "pattern_matches"]
+__all__ = ["KEY_NAME_RE", "KEY_RE", "MAX_LIMIT_KEYS", "PATTERN_RE", "LimitKey", "LimitKeys",
+           "check_keys", "check_pattern", "parse_rate", "pattern_matches"]
 
 MAX_LIMIT_KEYS: Final = 8
 MAX_KEY_NAME_LEN: Final = 32
@@ -23,6 +23,7 @@ MAX_KEY_VALUE_LEN: Final = 64
 _NAME = rf"[a-z][a-z0-9_.-]{{0,{MAX_KEY_NAME_LEN - 1}}}"
 _VALUE = rf"[A-Za-z0-9_.@+=-]{{1,{MAX_KEY_VALUE_LEN}}}"  # no "/": a pattern is a path segment
 KEY_RE: Final = re.compile(rf"{_NAME}:{_VALUE}")
+KEY_NAME_RE: Final = re.compile(_NAME)
 PATTERN_RE: Final = re.compile(rf"{_NAME}:(?:{_VALUE}|\*)")
 _KEY_FORM = (f"name:value (name 1-{MAX_KEY_NAME_LEN} of [a-z0-9_.-] starting with a letter, "
              f"value 1-{MAX_KEY_VALUE_LEN} of [A-Za-z0-9_.@+=-])")

@@ -6,6 +6,7 @@
     .venv/bin/python scripts/bench_server.py --metrics-compare [--rounds 3] [--quick]
     .venv/bin/python scripts/bench_server.py --src DIR --no-write   # another checkout's server
     .venv/bin/python scripts/bench_server.py --limits --quick        # flow-control limits on
+    .venv/bin/python scripts/bench_server.py --limits --fair --quick # limits and fair dispatch
 
 With ``--db`` the server runs on that MySQL/MariaDB database (it must exist; the schema is
 migrated) and the figures go to their own section of docs/benchmarks.md, beside SQLite's.
@@ -28,7 +29,9 @@ prints the medians and the difference; ``--no-metrics`` runs everything with met
 ``--quick`` is a smoke run: fewer tasks and samples, two rounds, nothing written.
 ``--limits`` gives every task a flow-control key (``tenant:0`` .. ``tenant:99``) under a
 wildcard limit too large to bind (docs/flow-control.md): what enforcing limits costs; its
-figures are printed, not written.
+figures are printed, not written. ``--fair`` gives every task a ``customer:0`` ..
+``customer:99`` key too and turns the queue's fair dispatch on by ``customer``
+(docs/flow-control.md "Fair dispatch"); with ``--limits`` both are on. Printed, not written.
 """
 
 from __future__ import annotations
@@ -144,8 +147,9 @@ class Server:
                 self.proc.wait(10)
 
 
-# --limits: each task a key under a wildcard limit that never binds.
-LIMITS = {"on": False}
+# --limits: each task a key under a wildcard limit that never binds; --fair: each task a
+# customer key, the queue fair by it.
+LIMITS = {"on": False, "fair": False}
 LIMIT_KEYS = 100
 
 
@@ -153,8 +157,13 @@ def spec(i: int) -> dict[str, Any]:
     out = {"handler": CAP.handler, "handler_version": CAP.handler_version,
            "payload_version": CAP.payload_version, "payload": {"i": i},
            "idempotency": "IDEMPOTENT"}
+    keys = []
     if LIMITS["on"]:
-        out["limits"] = [f"tenant:{i % LIMIT_KEYS}"]
+        keys.append(f"tenant:{i % LIMIT_KEYS}")
+    if LIMITS["fair"]:
+        keys.append(f"customer:{i % LIMIT_KEYS}")
+    if keys:
+        out["limits"] = keys
     return out
 
 
@@ -312,6 +321,9 @@ async def setup(url: str, admin: str) -> tuple[str, httpx.AsyncClient, dict[str,
                                json={"max_running": 1_000_000,
                                      "rate": {"count": 100_000, "interval_ms": 1}})
             assert made.status_code == 201, made.text
+        if LIMITS["fair"]:
+            made = await a.put(f"/v1/queues/{queue}/fair", json={"key": "customer"})
+            assert made.status_code == 200, made.text
     producer = httpx.AsyncClient(
         base_url=url, timeout=60,
         headers={"Authorization": f"Bearer {prod['credential_id']}.{prod['secret']}"},
@@ -649,11 +661,15 @@ def main() -> None:
     parser.add_argument("--limits", action="store_true",
                         help="every task a key under a wildcard limit that never binds "
                         "(figures printed, not written)")
+    parser.add_argument("--fair", action="store_true",
+                        help="every task a customer key, the queue's fair dispatch on by it "
+                        "(with --limits: both; figures printed, not written)")
     parser.add_argument("--src", type=Path, help="run the server from this checkout (A/B "
                         "comparisons; figures are then not written to docs/benchmarks.md)")
     args = parser.parse_args()
     LIMITS["on"] = args.limits
-    if args.limits:
+    LIMITS["fair"] = args.fair
+    if args.limits or args.fair:
         args.no_write = True
     if args.quick:
         args.tasks, args.latency_samples, args.rounds = 3000, 50, 2

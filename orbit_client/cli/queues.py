@@ -176,3 +176,38 @@ def queues_pauses(ctx: click.Context, queue_arg: str | None, queue_id: str | Non
     for entry in answer["log"]:
         out.line(f"{entry['action']} {_pause_key(entry['handler'], entry['handler_version'])}"
                  f" by {entry['actor']}" + (f": {entry['reason']}" if entry["reason"] else ""))
+
+
+@queues.command("fair")
+@click.argument("queue_arg", metavar="[QUEUE]", required=False)
+@queue_option
+@click.option("--key", "key", default=None, metavar="NAME",
+              help="Take turns between the values of this key name (customer: the tasks' "
+                   "customer:<value> keys).")
+@click.option("--off", is_flag=True, help="Plain priority dispatch again.")
+@json_option
+@click.pass_context
+def queues_fair(ctx: click.Context, queue_arg: str | None, queue_id: str | None,
+                key: str | None, off: bool, as_json: bool) -> None:
+    """Fair dispatch between keys: with --key the queue's dispatch takes one task of each
+    key value in turn (priority still orders one value's tasks); --off ends it; alone it
+    shows the setting and its recent changes."""
+    if key is not None and off:
+        raise click.UsageError("give --key or --off, not both")
+    s = settings(ctx)
+    queue = s.queue(queue_arg or queue_id)
+    client = s.client(ctx)
+    if key is not None:
+        answer = client.set_fair(queue, key)
+    elif off:
+        answer = client.fair_off(queue)
+    else:
+        answer = client.fair(queue)
+    out = s.output(as_json)
+    if not out.human:
+        out.json(answer)
+        return
+    out.line(f"queue {queue}: fair by {answer['key']}" if answer["key"]
+             else f"queue {queue}: not fair (plain priority dispatch)")
+    for change in answer.get("changes", []):
+        out.line(f"{change['action']} {change['key']} by {change['actor']}")

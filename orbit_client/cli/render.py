@@ -430,6 +430,8 @@ def stats_view(stats: Mapping[str, Any], now_ms: int) -> RenderableType:
     facts.add_row("oldest pending", "-" if oldest is None else f"waiting {duration(oldest)}")
     for pause in stats.get("paused") or ():
         facts.add_row("paused", Text(pause_words(pause), style="yellow"))
+    if stats.get("fair"):
+        facts.add_row("fair dispatch", f"turns by {stats['fair']}")
     by_priority = stats.get("pending_by_priority")
     if isinstance(by_priority, Mapping) and by_priority:
         order = sorted(by_priority, key=lambda p: -int(p) if str(p).isdigit() else 0)

@@ -1,4 +1,4 @@
-"""The request bodies of pause and resume and of the bulk actions by filter
+"""The request bodies of pause and resume, of the bulk actions by filter and of fair dispatch
 (docs/flow-control.md), as msgspec Structs the routes load with and the OpenAPI document
 shows. Pure."""
 
@@ -9,7 +9,8 @@ from typing import Annotated, Any, Final
 from msgspec import UNSET, Meta, UnsetType
 
 from orbit_wire.errors import ErrorCode, OrbitError
-from orbit_wire.names import Name
+from orbit_wire.flow import KEY_NAME_RE, MAX_KEY_NAME_LEN
+from orbit_wire.names import Name, whole
 
 from .bodies import ReviewAction, _Body
 from .fields import Body, Reason
@@ -55,11 +56,22 @@ class BulkReviewRequest(_Body, frozen=True):
     dry_run: _DryRun = False
 
 
+class FairRequest(_Body, frozen=True):
+    """Make the queue's dispatch take turns between the values of one key name."""
+
+    key: Annotated[str, Meta(
+        pattern=whole(KEY_NAME_RE.pattern),
+        description=f"the key name (1-{MAX_KEY_NAME_LEN} of [a-z0-9_.-], starting with a "
+        "letter) whose values take turns: customer for the tasks' customer:<value> keys",
+        extra={"message": "must be a key name: 1-32 of [a-z0-9_.-] starting with a letter"})]
+
+
 _VERSION_NEEDS_HANDLER: Final = {
     "dependentRequired": {"handler_version": ["handler"]}}
 PAUSE_REQUEST: Final = Body(PauseRequest, _VERSION_NEEDS_HANDLER)
 RESUME_REQUEST: Final = Body(ResumeRequest, _VERSION_NEEDS_HANDLER)
 BULK_CANCEL_REQUEST: Final = Body(BulkCancelRequest)
+FAIR_REQUEST: Final = Body(FairRequest)
 BULK_REVIEW_REQUEST: Final = Body(BulkReviewRequest, {
     "if": {"properties": {"action": {"const": ReviewAction.SUCCEED.value}}},
     "then": {"required": ["result"], "properties": {"result": {"not": {"type": "null"}}}}})

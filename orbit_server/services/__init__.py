@@ -14,6 +14,7 @@ context (``TxContext``: engine, configuration, clock, randomness), none inheriti
     retention      Retention       old finished tasks and long-unseen instances deleted
     schedules      ScheduleService periodic schedules and the firing loop's pass
     limits         LimitService    a queue's flow-control limits (set, read, list, delete)
+    fair           FairService     a queue's fair dispatch between keys (on, off, read)
 
 and what they share: ``wakeups`` (retries scheduled in memory), ``reservations`` (reserving
 inside a caller's transaction), ``recording`` (the audit and effects of a closed or released
@@ -112,6 +113,7 @@ class Services:
                  rng: random.Random, replica: str = "local") -> None:
         from .admin import AdminService
         from .context import TxContext
+        from .fairness import FairService
         from .limits import LimitService
         from .listing import ListingService
         from .offers import OfferCache
@@ -144,3 +146,4 @@ class Services:
         self.pauses = PauseService(self.tx)
         self.limits = LimitService(self.tx)
         self.workflows = WorkflowService(self.tx, self.policies)
+        self.fair = FairService(self.tx)

@@ -32,6 +32,7 @@ from ..config import ServerConfig
 from ..store.retry import is_retryable_conflict, no_retries, translate
 from ..wal_sync import CommitCounter
 from .credential_table import CredentialTable
+from .fair_table import FairTable
 from .limit_table import LimitTable
 from .pause_board import PauseBoard
 
@@ -75,6 +76,8 @@ class TxContext:
     pauses: PauseBoard = field(default_factory=PauseBoard, repr=False, compare=False)
     # Each queue's flow-control limits in memory (dispatch of a queue without any reads none).
     limits: LimitTable = field(init=False, repr=False, compare=False)
+    # Each queue's fair key name in memory (a queue that is not fair reads none).
+    fair: FairTable = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         table = CredentialTable(self.config.auth_cache_ms)
@@ -83,6 +86,9 @@ class TxContext:
         limits = LimitTable()
         object.__setattr__(self, "limits", limits)
         self._rollback_hooks.append(limits.clear)
+        fair = FairTable()
+        object.__setattr__(self, "fair", fair)
+        self._rollback_hooks.append(fair.clear)
 
     def on_group_rollback(self, hook: Callable[[], None]) -> None:
         self._rollback_hooks.append(hook)

@@ -23,6 +23,7 @@ from ..auth import Principal, queue_not_found, require_role, require_visible_que
 from ..domain.listing import TaskFilter, cut_page, encode_cursor, waiting_fact
 from ..domain.pauses import PauseSet, paused_fact
 from ..store import listing as q
+from ..store.fairness import fair_keys_of_queues
 from ..store.policies import policies_of_queue
 from ..store.queues import queue_exists, queue_rows
 from ..store.retry import transactional
@@ -80,8 +81,10 @@ class ListingService:
             rows = queue_rows(conn, None if principal.role is Role.ADMIN else principal.queues)
             counts = q.task_counts_of_queues(conn, [r["id"] for r in rows])
             paused = paused_views(conn, [r["id"] for r in rows])
+            fair = fair_keys_of_queues(conn, [r["id"] for r in rows])
         return {"queues": [{**queue_list_view(r, counts.get(r["id"], {})),
-                            "paused": paused.get(r["id"], [])} for r in rows]}
+                            "paused": paused.get(r["id"], []), "fair": fair.get(r["id"])}
+                           for r in rows]}
 
     def list_workers(self, principal: Principal, queue_id: str | None) -> dict[str, Any]:
         """The live worker instances of one queue, or of every queue the principal may see,

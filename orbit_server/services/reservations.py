@@ -2,8 +2,9 @@
 it receives. Shared by the worker protocol (``reserve``, ``claim``) and by a submit that
 claims for a waiting worker in its own transaction (``submit_and_reserve``).
 
-One SELECT (``store.claims.claimable_rows``), then the records are changed in the caller's
-``UnitOfWork``, which writes tasks, attempts and audit rows with one executemany each.
+One SELECT (``store.claims.claimable_rows``; in a fair queue one range per key value,
+``fair_dispatch``), then the records are changed in the caller's ``UnitOfWork``, which
+writes tasks, attempts and audit rows with one executemany each.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from ..auth import secret_opens
 from ..store import claims
 from ..store.instances import holds_connection
 from ..store.rows import UnitOfWork
-from . import flow
+from . import fair_dispatch, flow
 from .binding import WorkerBinding, worker_actor
 from .credential_table import CredentialTable
 from .effects import Effects
+from .fair_table import FairTable
 from .limit_table import LimitTable
 
 # A reserved task: its record, its new RESERVED attempt and the task row it was read from.
@@ -50,7 +52,8 @@ class Reservations(list[Reservation]):
 
 def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
                 effects: Effects, credentials: CredentialTable,
-                limits: LimitTable | None = None) -> Reservations:
+                limits: LimitTable | None = None, fair: FairTable | None = None
+                ) -> Reservations:
     """Reserve up to ``count`` tasks in ``uow``, as the reservations a worker receives; for
     a binding with grants each is also started (``domain.grant``, its lease in the
     reservation), once the instance's row shows the connection still holds it (a hello of
@@ -66,11 +69,14 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
     # database that row would be locked, and skipped by another replica's claim, so a claim
     # that filled its count asks the index, without locks, whether anything is left.
     probe = uow.conn.dialect.name == "sqlite"
-    made, more, _used, drained, wake = _reserve(uow, binding, count,
-                                                MAX_PAYLOAD_BYTES_PER_FRAME, probe, limits)
+    made, more, _used, drained, wake, left = _reserve(
+        uow, binding, count, MAX_PAYLOAD_BYTES_PER_FRAME, probe, limits, fair)
     if not probe and not more:
         taken = set(uow.moved_from_pending())
-        drained = len(made) < count or not (
+        # A fair claim may come short of its count with tasks left (each value's share):
+        # only the index says whether the queue is drained then.
+        short = len(made) < count and not left
+        drained = short or not (
             claims.labelled_left(uow.conn, binding.queue_id, binding.capabilities,
                                  binding.labels, uow.now_ms, taken)
             if binding.labels else
@@ -88,23 +94,25 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
 
 
 def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
-               budget: int = MAX_PAYLOAD_BYTES_PER_FRAME, limits: LimitTable | None = None
-               ) -> tuple[list[Reserved], bool, int, int | None]:
+               budget: int = MAX_PAYLOAD_BYTES_PER_FRAME, limits: LimitTable | None = None,
+               fair: FairTable | None = None) -> tuple[list[Reserved], bool, int, int | None]:
     """Reserve up to ``count`` tasks in ``uow``: (task, RESERVED attempt, task row) each,
     whether more were ready than ``budget`` bytes of payload let in (a frame's whole
     budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
     bytes taken, and when a task a rate held may start (``Reservations.wake_at_ms``)."""
-    made, more, size, _drained, wake = _reserve(uow, binding, count, budget, False, limits)
+    made, more, size, _drained, wake, _left = _reserve(uow, binding, count, budget, False,
+                                                       limits, fair)
     return made, more, size, wake
 
 
 def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
-             probe: bool, limits: LimitTable | None
-             ) -> tuple[list[Reserved], bool, int, bool, int | None]:
-    """``reserve_in``, and with ``probe`` whether no claimable task was left over."""
+             probe: bool, limits: LimitTable | None, fair: FairTable | None = None
+             ) -> tuple[list[Reserved], bool, int, bool, int | None, bool]:
+    """``reserve_in``, with ``probe`` whether no claimable task was left over, and whether
+    a fair claim read less than may be left (a short count then says nothing)."""
     now = uow.now_ms
     if not binding.capabilities:  # every one paused (services.pause_board)
-        return [], False, 0, True, None
+        return [], False, 0, True, None, False
     queue_limits = limits.limits(uow.conn, binding.queue_id, now) if limits else {}
     # Rows this transaction changed are not written yet, so the query still sees them
     # PENDING (and our own locks never skip them): ask for enough to make up for those.
@@ -112,17 +120,24 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     taken = uow.moved_from_pending()
     want = (count + len(taken) + (1 if probe else 0)
             + (flow.HELD_WINDOW if queue_limits else 0))
-    rows = (claims.labelled_rows(uow.conn, binding.queue_id, binding.capabilities,
-                                 binding.labels, now, want)
-            if binding.labels else
-            claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now, want))
+    fair_key = fair.key_name(uow.conn, binding.queue_id, now) if fair else None
+    more_values = False
+    if fair_key is not None:
+        assert fair is not None
+        rows, more_values = fair_dispatch.fair_rows(uow.conn, binding, now, want, fair)
+    else:
+        rows = (claims.labelled_rows(uow.conn, binding.queue_id, binding.capabilities,
+                                     binding.labels, now, want)
+                if binding.labels else
+                claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now,
+                                      want))
     skip = set(taken)
     rows = [row for row in rows if row["id"] not in skip]
     wake = None
     if queue_limits:
         rows, _held, wake = flow.admit_rows(uow.conn, binding.queue_id, rows,
                                             count + (1 if probe else 0), queue_limits, now)
-    drained = probe and len(rows) <= count
+    drained = probe and len(rows) <= count and not more_values
     rows = rows[:count]
     more = False
     size = 0
@@ -141,10 +156,13 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
         uow.audit(task.id, attempt.id, actor, "attempt_reserved",
                   TaskState.PENDING.value, task.state.value, None)
         out.append((task, attempt, row))
+    if fair_key is not None and out:
+        assert fair is not None
+        fair_dispatch.served(fair, binding.queue_id, out[-1][2])
     if queue_limits and out:
         flow.record_holds(uow.conn, binding.queue_id,
                           [(row, attempt.id) for _t, attempt, row in out], queue_limits, now)
-    return out, more, size, drained and not more, wake
+    return out, more, size, drained and not more, wake, more_values
 
 
 def reserved_bytes(row: Mapping[Any, Any]) -> int:

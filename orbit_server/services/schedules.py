@@ -35,6 +35,7 @@ from ..domain.schedules import (
     plan_firing,
 )
 from ..store import schedules as stored
+from ..store.fairness import fairness_of_queue
 from ..store.queues import queue_exists
 from ..store.retry import transactional
 from ..store.views import fragment
@@ -213,8 +214,16 @@ def _submit_for_tick(conn: Connection, row: Mapping[Any, Any], tick: int,
     detail = orjson.dumps({"schedule_id": row["id"], "tick_at_ms": tick}).decode()
     [(view, created)], _ = insert_tasks(conn, row["queue_id"], [spec],
                                         f"schedule:{row['id']}", now, detail,
-                                        policies=policies)
+                                        policies=policies,
+                                        fair_key=fair_key_of(conn, row["queue_id"]))
     return str(view["id"]), created
+
+
+def fair_key_of(conn: Connection, queue_id: str) -> str | None:
+    """The queue's fair key name, read in the firing's transaction (rare enough to skip the
+    in-memory table)."""
+    row = fairness_of_queue(conn, queue_id)
+    return None if row is None else str(row["key_name"])
 
 
 def _schedule_row(conn: Connection, principal: Principal, schedule_id: str,

@@ -31,7 +31,9 @@ from ..auth import (
     require_visible_queue,
     task_not_found,
 )
+from ..domain.fairness import fair_value
 from ..store import task_rows, workflow_rows
+from ..store.fairness import fairness_of_queue
 from ..store.listing import (
     oldest_pending_created,
     pending_by_rank,
@@ -117,13 +119,15 @@ class TaskService:
         try:
             with self._tx.write() as conn:
                 self._require_queue(conn, queue_id)
-                out, new_rows = insert_tasks(conn, queue_id, parsed, principal.actor, now,
-                                             policies=self._policies)
+                out, new_rows = insert_tasks(
+                    conn, queue_id, parsed, principal.actor, now, policies=self._policies,
+                    fair_key=self._tx.fair.key_name(conn, queue_id, now))
                 if (new_rows and binding is not None and count > 0
                         and binding.queue_id == queue_id):
                     uow = UnitOfWork(conn, now)
                     reservations = reserve_for(uow, self._tx.pauses.narrow(binding), count,
-                                               effects, self._tx.credentials, self._tx.limits)
+                                               effects, self._tx.credentials, self._tx.limits,
+                                               self._tx.fair)
                     if reservations.wake_at_ms is not None:  # a task a rate held
                         self._wakeups.schedule(queue_id, reservations.wake_at_ms, now,
                                                effects)
@@ -264,6 +268,7 @@ class TaskService:
             by_capability = capability_stats(conn, queue_id, now, self._tx.config.session_ttl_ms,
                                              self._tx.pauses.current)
             paused = paused_views(conn, [queue_id])[queue_id]
+            fair = fairness_of_queue(conn, queue_id)
             by_priority: dict[str, int] = {}
             delayed = 0
             for rank, later, count in pending_by_rank(conn, queue_id, now):
@@ -282,6 +287,8 @@ class TaskService:
             "pending_delayed": delayed,
             # The pauses in force (docs/flow-control.md "Pause and resume").
             "paused": paused,
+            # The fair dispatch key name (docs/flow-control.md "Fair dispatch"), or None.
+            "fair": None if fair is None else fair["key_name"],
         }
 
 
@@ -346,13 +353,14 @@ def reviewed(tasks: Sequence[domain.TaskRec], action: domain.ReviewAction, wakeu
 
 
 def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec], actor: str,
-                 now: int, detail: str | None = None, *, policies: PolicyCache
-                 ) -> tuple[Submitted, list[dict[str, Any]]]:
+                 now: int, detail: str | None = None, *, policies: PolicyCache,
+                 fair_key: str | None = None) -> tuple[Submitted, list[dict[str, Any]]]:
     """Insert the tasks of ``parsed`` into an existing queue in the caller's transaction,
     each with its ``task_submitted`` audit row (``detail``: JSON text or None) and the
     policy fields it left out taken from the capability's registered policy; a spec whose
     operation key exists answers that task. Returns (view, created) per spec and the new
-    rows. An operation key inserted meanwhile by another writer raises IntegrityError."""
+    rows. An operation key inserted meanwhile by another writer raises IntegrityError.
+    ``fair_key``: the queue's fair key name (each task stores its value for it)."""
     out: Submitted = []
     new_rows: list[dict[str, Any]] = []
     keyed = task_rows.tasks_by_operation_key(
@@ -366,6 +374,7 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
         spec = domain.resolve_policy(
             spec, policies.registered(conn, queue_id, spec.capability, now))
         row = _new_task_row(queue_id, spec, now)
+        row["fair_value"] = fair_value(spec.limit_keys, fair_key)
         new_rows.append(row)
         if spec.operation_key is not None:
             keyed[spec.operation_key] = row

@@ -208,7 +208,7 @@ class WorkerService:
             uow = UnitOfWork(conn, now)
             effects = Effects()
             reservations = reserve_for(uow, binding, count, effects, self._tx.credentials,
-                                       self._tx.limits)
+                                       self._tx.limits, self._tx.fair)
             if reservations.wake_at_ms is not None:  # a task a rate held
                 self._wakeups.schedule(binding.queue_id, reservations.wake_at_ms, now, effects)
             reservations.effects = effects
@@ -301,7 +301,7 @@ class WorkerService:
         # Paused capabilities start nothing (the claim's slots become credit).
         made, more, used, wake = (
             reserve_in(uow, self._tx.pauses.narrow(binding), wanted, payload_left,
-                       self._tx.limits) if wanted
+                       self._tx.limits, self._tx.fair) if wanted
             else ([], False, 0, None))
         if wake is not None:  # a task a rate held: the queue is looked at again then
             self._wakeups.schedule(binding.queue_id, wake, now, effects)

@@ -236,6 +236,9 @@ tasks = Table(
     Column("node_key", String(NAME), nullable=True),
     Column("parents_left", Integer, nullable=True),
     Column("parents_json", JsonText, nullable=True),
+    # Its key of the queue's fair key name when submitted while the queue was fair ("" when
+    # it had none; null otherwise: docs/flow-control.md "Fair dispatch", migration 0020).
+    Column("fair_value", String(PATTERN), nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.
@@ -254,6 +257,11 @@ Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.handler_version, tasks.c.payload_version, tasks.c.requires_key,
       tasks.c.dispatch_rank,
       tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
+# One range per fair value (migration 0020); on SQLite only PENDING tasks that have one.
+Index("ix_tasks_fair", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
+      tasks.c.handler_version, tasks.c.payload_version, tasks.c.fair_value,
+      tasks.c.requires_key, tasks.c.dispatch_rank, tasks.c.available_at_ms,
+      sqlite_where=text("state = 'PENDING' AND fair_value IS NOT NULL"))
 Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
       sqlite_where=state_is(tasks.c.state, PENDING))
 
@@ -515,5 +523,18 @@ limit_changes = Table(
     Column("action", String(STATE), nullable=False),
     Column("detail", Text, nullable=True),
     Index("ix_limit_changes_queue_at", "queue_id", "at_ms"),
+    **MYSQL_OPTIONS,
+)
+
+# A queue's fair dispatch (migration 0020, docs/flow-control.md "Fair dispatch"): its
+# dispatch takes turns between the values of the key named here. Changes are logged in
+# limit_changes (pattern: the key name, action "fair_on" or "fair_off").
+queue_fairness = Table(
+    "queue_fairness",
+    metadata,
+    Column("queue_id", String(ID), primary_key=True),
+    Column("key_name", String(32), nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    Column("updated_by", String(CODE + ID), nullable=False),
     **MYSQL_OPTIONS,
 )

@@ -71,6 +71,8 @@ export async function renderQueues(ctx) {
           ? h("span", { class: "warn", "data-unserved": "" },
             unserved.map((c) => `${capability(c.capability)} (${c.pending} pending)`).join(", "))
           : "—"],
+        ["fair dispatch", stats.fair
+          ? h("span", { "data-fair": stats.fair }, `turns by ${stats.fair}`) : "—"],
       ]),
       pauseControls(ctx, q.id, stats.paused || []),
       h("h3", {}, "Throughput"),

@@ -1,7 +1,8 @@
 """`orbit queues pause/resume/pauses` and `orbit tasks cancel/review` by filter, run as the
 real command against a real orbit-server: a pause shown in the task's waiting line and the
 pause log, lifted by its own key only; a bulk cancel counted first, refused without --yes off
-a terminal, then cancelling exactly those; a bulk review refused without its decision."""
+a terminal, then cancelling exactly those; a bulk review refused without its decision;
+`orbit queues fair` on, shown and off."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from support.cli import Cli, run_orbit
 from support.lanes import Lane
 from support.orbit_http import OrbitEnv, expect
+
+from orbit_client import write_credentials
 
 
 @pytest.fixture
@@ -74,3 +77,26 @@ def test_bulk_cancel_counts_asks_then_cancels_exactly_those(lane_cli: tuple[Lane
                   "--dry-run") == "0 tasks would be reviewed\n"
     refused = run_orbit("tasks", "review", "--handler", "flow.b", "--dry-run", env=cli.env)
     assert refused.returncode == 2, refused.stderr
+
+
+def test_queues_fair_turns_on_shows_and_turns_off(orbit: OrbitEnv, lane_cli: tuple[Lane, Cli],
+                                                  tmp_path: Path) -> None:
+    lane, producer_cli = lane_cli
+    admin_path = tmp_path / "admin.json"
+    write_credentials(admin_path, orbit.admin)
+    admin = Cli(admin_path)
+    assert admin.ok("--output", "human", "queues", "fair", lane.queue, "--key", "customer") == (
+        f"queue {lane.queue}: fair by customer\n")
+    assert "turns by customer" in producer_cli.ok("--output", "human", "queues", "stats")
+    listed = producer_cli.json("queues", "list", "--json")["queues"]
+    assert [q["fair"] for q in listed if q["queue_id"] == lane.queue] == ["customer"]
+    shown = producer_cli.json("queues", "fair", "--json")
+    assert shown["key"] == "customer"
+    assert [c["action"] for c in shown["changes"]] == ["fair_on"]
+    assert admin.ok("--output", "human", "queues", "fair", lane.queue, "--off") == (
+        f"queue {lane.queue}: not fair (plain priority dispatch)\n")
+    # Only an admin changes it; a bad name is refused by the server with its code.
+    producer_cli.fails("PERMISSION_DENIED", 1, "queues", "fair", "--key", "customer")
+    admin.fails("BAD_REQUEST", 1, "queues", "fair", lane.queue, "--key", "Customer:1")
+    both = run_orbit("queues", "fair", lane.queue, "--key", "a", "--off", env=admin.env)
+    assert both.returncode == 2, both.stderr

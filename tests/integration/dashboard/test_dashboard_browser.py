@@ -311,6 +311,18 @@ def test_limits_page_lists_the_queue_limits(page: Any, scene: Scene) -> None:
         expect(admin.delete(f"{base}/customer:*"), 200)
 
 
+def test_a_queue_card_shows_fair_dispatch(page: Any, scene: Scene) -> None:
+    admin = scene.env.admin_http
+    base = f"/v1/queues/{scene.queue_id}/fair"
+    expect(admin.put(base, json={"key": "customer"}), 200)
+    try:
+        _goto(page, scene, "queues", f"section[data-queue='{scene.queue_id}'] [data-fair]")
+        shown = page.locator(f"section[data-queue='{scene.queue_id}'] [data-fair]")
+        assert shown.text_content() == "turns by customer"
+    finally:
+        expect(admin.delete(base), 200)
+
+
 def test_workers_page_lists_the_running_attempt(page: Any, scene: Scene) -> None:
     _goto(page, scene, "workers", "#workers tbody tr")
     # The long sleep shows up among the running attempts (auto-refresh brings it if the

@@ -143,6 +143,11 @@ CASES: dict[tuple[str, str], list[Case]] = {
     ("GET", "/v1/queues/{queue_id}/workflows"): [Case(QUEUE), Case(QUEUE, "?state=RUNNING")],
     ("GET", "/v1/workflows/{workflow_id}"): [Case(QUEUE), Case(QUEUE, "?wait_ms=10")],
     ("POST", "/v1/workflows/{workflow_id}/cancel"): [Case(QUEUE, body={})],
+    ("PUT", "/v1/queues/{queue_id}/fair"): [Case(ADMIN, body={"key": "customer"})],
+    ("GET", "/v1/queues/{queue_id}/fair"): [Case(QUEUE)],
+    # 404 once an earlier principal's DELETE turned it off.
+    ("DELETE", "/v1/queues/{queue_id}/fair"): [
+        Case(ADMIN, allowed=frozenset({200, 404}))],
 }
 _PARAM = re.compile(r"{(\w+)(?::\w+)?}")
 

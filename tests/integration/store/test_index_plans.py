@@ -132,6 +132,21 @@ def test_tasks_that_require_labels_are_ranges_of_the_dispatch_index(big_db: Engi
     assert "requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text, text
 
 
+def test_fair_dispatch_reads_one_range_per_value(big_db: Engine) -> None:
+    # Fair dispatch (store/fairness.py): the values are found one seek at a time, and each
+    # value is a range of ix_tasks_fair in dispatch order, never a scan of the queue.
+    common = {"queue_id": Q, "handler": "h", "handler_version": "v1", "payload_version": "v1"}
+    text = plan(big_db, queries.DISPATCH_FAIR, **common, fair_value="customer:1", now=NOW,
+                n=10)
+    assert_indexed(text, "ix_tasks_fair")
+    assert "fair_value=? AND requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text
+    assert "TEMP B-TREE" not in text, text
+    for stmt, after in ((queries.FIRST_FAIR_VALUE, None), (queries.NEXT_FAIR_VALUE, "c:1")):
+        text = plan(big_db, stmt, **common, after=after)
+        assert_indexed(text, "ix_tasks_fair")
+        assert "TEMP B-TREE" not in text, text
+
+
 def test_reaper_queries_use_their_indexes(big_db: Engine) -> None:
     # Lapsed leases and stale reservations: each a range of one index, in its order.
     for stmt, params, search in (

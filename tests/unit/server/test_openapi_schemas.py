@@ -67,6 +67,7 @@ PARSERS: dict[str, Callable[[object], object]] = {
     "BulkReviewRequest": flow_bodies.parse_bulk_review_request,
     "LimitRequest": bodies.parse_limit_request,
     "WorkflowRequest": _workflow,
+    "FairRequest": lambda v: flow_bodies.FAIR_REQUEST.parse(v, "request body"),
 }
 
 

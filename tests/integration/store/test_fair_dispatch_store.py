@@ -1,0 +1,107 @@
+"""Fair dispatch at the service level on both stores (SQLite and MariaDB), with a hand-moved
+clock: a queue that is not fair reads no fairness row per submit or dispatch (one read per
+FAIR_MAX_AGE_MS); values take turns across claims, more values than one claim reads
+included; turns compose with limits (a full key is skipped, the next value served) and with
+labels (the tasks a worker's labels meet take their turns too) and with pauses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event
+from store_support import World, as_json
+
+from orbit_server.services.fair_table import FAIR_MAX_AGE_MS
+from orbit_server.store.fairness import MAX_FAIR_VALUES
+
+
+def _fair(world: World, key: str = "customer") -> None:
+    world.service.fair.set_fair(world.admin, world.queue_id, {"key": key})
+
+
+@contextmanager
+def fairness_reads(world: World) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "queue_fairness" in statement or "ix_tasks_fair" in statement:
+            seen.append(statement)
+
+    event.listen(world.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(world.engine, "before_cursor_execute", record)
+
+
+def _value(world: World, task_id: str) -> str:
+    return str(as_json(world.task(task_id))["limits"][0])
+
+
+def test_a_queue_that_is_not_fair_reads_no_fairness_row_per_dispatch(world: World) -> None:
+    b = world.hello()
+    with fairness_reads(world) as seen:
+        world.submit_many(10, limits=["customer:1"])
+        for _ in range(3):
+            assert len(world.service.workers.reserve(b, 2)) == 2
+    assert len(seen) == 1, seen  # the queue's setting, read once and kept
+    world.clock.advance(FAIR_MAX_AGE_MS)
+    with fairness_reads(world) as seen:
+        world.submit(limits=["customer:1"])
+        assert len(world.service.workers.reserve(b, 2)) == 2
+    assert len(seen) == 1, seen
+
+
+def test_values_take_turns_across_claims_beyond_one_claims_bound(world: World) -> None:
+    _fair(world)
+    values = [f"customer:{i:02d}" for i in range(MAX_FAIR_VALUES * 2 + 3)]
+    # Each value three tasks, the first values' queued first.
+    by_value = {v: world.submit_many(3, limits=[v]) for v in values}
+    b = world.hello()
+    taken: list[str] = []
+    for _ in range(40):  # bounded: far more claims than needed
+        got = world.service.workers.reserve(b, 7)
+        taken.extend(r.task_id for r in got)
+        if len(taken) >= len(values):
+            break
+    first_round = [_value(world, t) for t in taken[:len(values)]]
+    assert sorted(first_round) == values  # every value once before any value twice
+    # Within a value, oldest first.
+    for v in values[:3]:
+        mine = [t for t in taken if t in by_value[v]]
+        assert mine == by_value[v][:len(mine)]
+
+
+def test_turns_compose_with_limits_and_labels(world: World) -> None:
+    _fair(world)
+    world.service.limits.set_limit(world.admin, world.queue_id, "customer:a",
+                                   {"max_running": 1})
+    a = world.submit_many(5, limits=["customer:a"])
+    b = world.submit_many(3, limits=["customer:b"])
+    gpu = [world.submit(limits=["customer:c"], requires={"gpu": "a100"})["id"]
+           for _ in range(2)]
+    binding = world.hello(labels={"gpu": "a100"})
+    got = [r.task_id for r in world.service.workers.reserve(binding, 10)]
+    # customer:a's limit lets one in; b's three and c's two (which need the label) in turns.
+    assert sorted(got) == sorted([a[0], *b, *gpu])
+    assert got[:3] in ([a[0], b[0], gpu[0]], [b[0], gpu[0], a[0]], [gpu[0], a[0], b[0]])
+    assert world.task(a[1])["waiting"]["reason"] == "LIMIT_FULL"
+    # A worker without the label never gets c's tasks.
+    world.submit(limits=["customer:c"], requires={"gpu": "a100"})
+    plain = world.hello()
+    assert world.service.workers.reserve(plain, 10) == []
+
+
+def test_a_pause_holds_a_fair_queue_and_a_resume_restarts_its_turns(world: World) -> None:
+    _fair(world)
+    a = world.submit_many(3, limits=["customer:a"])
+    b = world.submit_many(3, limits=["customer:b"])
+    binding = world.hello()
+    world.service.pauses.pause(world.producer, world.queue_id, None, None, "incident")
+    assert world.service.workers.reserve(binding, 10) == []
+    world.service.pauses.resume(world.producer, world.queue_id, None, None, None)
+    got = [r.task_id for r in world.service.workers.reserve(binding, 4)]
+    assert sorted(got) == sorted(a[:2] + b[:2])
+    assert {_value(world, t) for t in got[:2]} == {"customer:a", "customer:b"}
