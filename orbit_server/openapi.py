@@ -26,23 +26,15 @@ from .domain.listing import MAX_LIMIT
 from .domain.schedules import SCHEDULE
 from .domain.workflows import WORKFLOW_REQUEST, WorkflowState
 from .openapi_flow import FLOW_BODIES, FLOW_SCHEMAS, flow_paths
+from .openapi_shapes import ID as _ID
+from .openapi_shapes import MS as _MS
+from .openapi_shapes import NULLABLE_INT as _NULLABLE_INT
+from .openapi_shapes import NULLABLE_STR as _NULLABLE_STR
+from .openapi_shapes import obj as _obj
+from .openapi_shapes import ref as _ref
+from .openapi_workflows import WORKFLOW_SCHEMAS
 
-_ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
-_MS = {"type": "integer", "minimum": 0}
 _STATES = [state.value for state in TaskState]
-_NULLABLE_INT = {"type": ["integer", "null"]}
-_NULLABLE_STR = {"type": ["string", "null"]}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": props}
-    if required:
-        out["required"] = required
-    return out
 
 
 _SCHEMAS: dict[str, Any] = {
@@ -319,31 +311,8 @@ _SCHEMAS.update(_body_schemas(
 _SCHEMAS.update(FLOW_SCHEMAS)
 # A workflow node's task has the TaskSpec's rule across fields (delay_ms or not_before_at_ms).
 _SCHEMAS["NodeTask"].update(bodies.TASK_SPEC.rules)
-_WORKFLOW_STATE = {"type": "string", "enum": [s.value for s in WorkflowState]}
-_WORKFLOW_FIELDS: dict[str, Any] = {
-    "workflow_id": _ID, "queue_id": _ID, "name": _NULLABLE_STR,
-    "operation_key": _NULLABLE_STR, "state": _WORKFLOW_STATE, "created_at_ms": _MS,
-    "ended_at_ms": {"type": ["integer", "null"], "description": (
-        "when its last node ended (null while it runs)")},
-    "node_count": {"type": "integer"},
-    "counts": {"type": "object", "additionalProperties": {"type": "integer"},
-               "description": "nodes by task state"},
-}
-_SCHEMAS["WorkflowSummary"] = _obj(_WORKFLOW_FIELDS, list(_WORKFLOW_FIELDS))
-_SCHEMAS["Workflow"] = _obj({**_WORKFLOW_FIELDS, "nodes": {"type": "array", "items": _obj({
-    "key": {"type": "string"}, "task_id": _ID,
-    "state": {"type": "string", "enum": _STATES},
-    "parents": {"type": "array", "items": _obj({
-        "key": {"type": "string"}, "on_failure": {"type": "string", "enum": ["cancel", "run"]},
-    }, ["key", "on_failure"])},
-    "blocked_by": {"type": "string", "description": (
-        "WAITING behind this parent in NEEDS_REVIEW (directly or through another node)")},
-    "cause": _obj({"code": {"type": "string", "enum": ["PARENT_FAILED"]},
-                   "parent_key": {"type": "string"}}, ["code", "parent_key"]),
-}, ["key", "task_id", "state", "parents"])}}, [*_WORKFLOW_FIELDS, "nodes"])
-_SCHEMAS["WorkflowList"] = _obj({
-    "workflows": {"type": "array", "items": _ref("WorkflowSummary")},
-    "next_cursor": _NULLABLE_STR}, ["workflows", "next_cursor"])
+# Workflows' views (openapi_workflows.py).
+_SCHEMAS.update(WORKFLOW_SCHEMAS)
 # A registered capability's declared policy (GET /v1/queues/{queue_id}/capabilities).
 _SCHEMAS.update(msgspec.json.schema_components(
     [DeclaredPolicy], ref_template="#/components/schemas/{name}")[1])

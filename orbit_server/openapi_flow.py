@@ -8,20 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .domain import flow_bodies
-
-# The document's own shapes (openapi.py has the same; this module is loaded by it).
-_ID = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
-_MS = {"type": "integer", "minimum": 0}
-_NULLABLE_STR = {"type": ["string", "null"]}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": required}
-
+from .openapi_shapes import ID as _ID
+from .openapi_shapes import MS as _MS
+from .openapi_shapes import NULLABLE_STR as _NULLABLE_STR
+from .openapi_shapes import obj as _obj
+from .openapi_shapes import ref as _ref
 
 _PAUSE = _obj({
     "queue_id": _ID, "scope": {"type": "string",
