@@ -40,7 +40,7 @@ def cpu10(execution: Execution | None) -> Any:
     spins = 0
     while (now := clock()) < end:
         spins += 1
-        if now >= report_at and execution is not None:
+        if now >= report_at and every is not None and execution is not None:
             execution.progress((now - start) / CPU_TASK_SECONDS, {"spins": spins})
             report_at = now + every
     return spins
