@@ -87,7 +87,8 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
             uow, binding, task, attempt, effects, grant=True)) for task, attempt, row in made)
     else:
         out = Reservations(reservation(*made_one) for made_one in made)
-    out.more = more
+    # A fair claim that came short with values left may find more: claim again at once.
+    out.more = more or (left and len(made) < count)
     out.drained = drained
     out.wake_at_ms = wake
     return out
@@ -99,10 +100,11 @@ def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
     """Reserve up to ``count`` tasks in ``uow``: (task, RESERVED attempt, task row) each,
     whether more were ready than ``budget`` bytes of payload let in (a frame's whole
     budget always takes at least one: MAX_PAYLOAD_BYTES_PER_FRAME), and the payload
-    bytes taken, and when a task a rate held may start (``Reservations.wake_at_ms``)."""
-    made, more, size, _drained, wake, _left = _reserve(uow, binding, count, budget, False,
+    bytes taken, and when a task a rate held may start (``Reservations.wake_at_ms``). A fair
+    claim that came short with values left says ``more`` too: the queue may hold more."""
+    made, more, size, _drained, wake, left = _reserve(uow, binding, count, budget, False,
                                                        limits, fair)
-    return made, more, size, wake
+    return made, more or (left and len(made) < count), size, wake
 
 
 def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
