@@ -53,7 +53,9 @@ def test_a_pause_through_one_replica_holds_on_the_other_within_a_heartbeat(
             # PENDING for a while (delayed): B's view of it shows when B holds the pause.
             delayed = expect(prod_b.post(f"/v1/queues/{queue}/tasks",
                                          json=upper_spec(9, delay_ms=4_000)), 201)["id"]
-            assert _state(prod_b, delayed)["waiting"] is None
+            # Nothing holds it yet (B's cache of live workers may take a moment to see both).
+            wait_until(lambda: _state(prod_b, delayed)["waiting"] is None, timeout=5,
+                       interval=0.05, what="replica B to see a live worker for the task")
 
             asked = time.monotonic()
             expect(prod_a.post(f"/v1/queues/{queue}/pause", json={"reason": "replicas"}), 200)
