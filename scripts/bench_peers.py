@@ -362,7 +362,19 @@ class DramatiqProducer:
         raise NotImplementedError("Dramatiq has no batch submit")
 
     def wait(self, handle: Any, timeout: float = WAIT_S) -> None:
-        handle.get_result(block=True, timeout=int(timeout * 1000))
+        from dramatiq.results import ResultTimeout
+
+        # The results backend's blocking read outlives its Redis socket's 5 s read timeout
+        # (a redis TimeoutError, not a ResultTimeout), so a longer wait is taken in
+        # 1-second reads; each returns as soon as the result is there.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                handle.get_result(block=True, timeout=1000)
+                return
+            except ResultTimeout:
+                if time.monotonic() >= deadline:
+                    raise
 
     def chord(self, members: int, ms: float, timeout: float = WAIT_S) -> None:
         import dramatiq
@@ -371,7 +383,7 @@ class DramatiqProducer:
         members_group = dramatiq.group(self.actors.burn.message(ms) for _ in range(members))
         members_group.add_completion_callback(callback)
         members_group.run()
-        callback.get_result(block=True, timeout=int(timeout * 1000))
+        self.wait(callback, timeout)
 
     def close(self) -> None:
         pass
