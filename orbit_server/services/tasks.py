@@ -113,39 +113,52 @@ class TaskService:
         parsed = [domain.parse_task_spec(s, "task" if len(specs) == 1 else f"tasks[{i}]")
                   for i, s in enumerate(specs)]
         now = self._tx.clock()
-        new_rows: list[dict[str, Any]] = []
-        reservations = Reservations()
-        effects = Effects()
         try:
-            with self._tx.write() as conn:
-                self._require_queue(conn, queue_id)
-                out, new_rows = insert_tasks(
-                    conn, queue_id, parsed, principal.actor, now, policies=self._policies,
-                    fair_key=self._tx.fair.key_name(conn, queue_id, now))
-                if (new_rows and binding is not None and count > 0
-                        and binding.queue_id == queue_id):
-                    uow = UnitOfWork(conn, now)
-                    reservations = reserve_for(uow, self._tx.pauses.narrow(binding), count,
-                                               effects, self._tx.credentials, self._tx.limits,
-                                               self._tx.fair)
-                    if reservations.wake_at_ms is not None:  # a task a rate held
-                        self._wakeups.schedule(queue_id, reservations.wake_at_ms, now,
-                                               effects)
-                    uow.flush()
-                pauses = self._tx.pauses.current
-                # A live worker serves them (binding): nothing to say, unless paused or they
-                # require labels it may lack.
-                if (binding is None or pauses
-                        or any(v["policy"]["requires"] for v, _ in out)):
-                    offers = self._offers.offers(conn, queue_id, now)
-                    seen: dict[tuple[Any, ...], Any] = {}
-                    for view, _created in out:
-                        if view["state"] == _PENDING:
-                            with_waiting(view, offers, seen, pauses)
+            # Operation keys are looked up only for a resend: the tasks are first inserted
+            # as new, and the unique key on (queue, operation key) refuses one that exists;
+            # that block rolls back and runs again with the keys looked up.
+            try:
+                return self._insert(principal, queue_id, parsed, binding, count, now,
+                                    resent=False)
+            except IntegrityError:
+                return self._insert(principal, queue_id, parsed, binding, count, now,
+                                    resent=True)
         except IntegrityError:
             # Another replica inserted the same operation key first; a retry finds it.
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
                              retryable=True) from None
+
+    def _insert(self, principal: Principal, queue_id: str, parsed: list[domain.TaskSpec],
+                binding: WorkerBinding | None, count: int, now: int, *, resent: bool
+                ) -> tuple[Submitted, Effects, Reservations]:
+        reservations = Reservations()
+        effects = Effects()
+        with self._tx.write() as conn:
+            self._require_queue(conn, queue_id)
+            out, new_rows = insert_tasks(
+                conn, queue_id, parsed, principal.actor, now, policies=self._policies,
+                fair_key=self._tx.fair.key_name(conn, queue_id, now),
+                look_up_keys=resent)
+            if (new_rows and binding is not None and count > 0
+                    and binding.queue_id == queue_id):
+                uow = UnitOfWork(conn, now)
+                reservations = reserve_for(uow, self._tx.pauses.narrow(binding), count,
+                                           effects, self._tx.credentials, self._tx.limits,
+                                           self._tx.fair)
+                if reservations.wake_at_ms is not None:  # a task a rate held
+                    self._wakeups.schedule(queue_id, reservations.wake_at_ms, now,
+                                           effects)
+                uow.flush()
+            pauses = self._tx.pauses.current
+            # A live worker serves them (binding): nothing to say, unless paused or they
+            # require labels it may lack.
+            if (binding is None or pauses
+                    or any(v["policy"]["requires"] for v, _ in out)):
+                offers = self._offers.offers(conn, queue_id, now)
+                seen: dict[tuple[Any, ...], Any] = {}
+                for view, _created in out:
+                    if view["state"] == _PENDING:
+                        with_waiting(view, offers, seen, pauses)
         if new_rows:
             effects.counted().submitted.append((queue_id, len(new_rows)))
         claimed = {r.task_id for r in reservations}
@@ -354,17 +367,21 @@ def reviewed(tasks: Sequence[domain.TaskRec], action: domain.ReviewAction, wakeu
 
 def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec], actor: str,
                  now: int, detail: str | None = None, *, policies: PolicyCache,
-                 fair_key: str | None = None) -> tuple[Submitted, list[dict[str, Any]]]:
+                 fair_key: str | None = None, look_up_keys: bool = True
+                 ) -> tuple[Submitted, list[dict[str, Any]]]:
     """Insert the tasks of ``parsed`` into an existing queue in the caller's transaction,
     each with its ``task_submitted`` audit row (``detail``: JSON text or None) and the
     policy fields it left out taken from the capability's registered policy; a spec whose
     operation key exists answers that task. Returns (view, created) per spec and the new
-    rows. An operation key inserted meanwhile by another writer raises IntegrityError.
+    rows. An operation key inserted meanwhile by another writer raises IntegrityError, and
+    so does an existing one when ``look_up_keys`` is False (the keys are not read first).
     ``fair_key``: the queue's fair key name (each task stores its value for it)."""
     out: Submitted = []
     new_rows: list[dict[str, Any]] = []
-    keyed = task_rows.tasks_by_operation_key(
-        conn, queue_id, [s.operation_key for s in parsed if s.operation_key])
+    keyed: dict[str, Mapping[Any, Any]] = {}
+    if look_up_keys:
+        keyed = task_rows.tasks_by_operation_key(
+            conn, queue_id, [s.operation_key for s in parsed if s.operation_key])
     for spec in parsed:
         if spec.operation_key is not None and spec.operation_key in keyed:
             existing = keyed[spec.operation_key]
