@@ -88,7 +88,12 @@ class SparseInsert:
         if not rows:
             return 0
         # .get: a row may leave out an optional column altogether (rows written by older code).
-        present = tuple(c for c in self.optional if any(r.get(c) is not None for r in rows))
+        if len(rows) == 1:  # the common case, a lone task or attempt: one pass over its row
+            row = rows[0]
+            present = tuple(c for c in self.optional if row.get(c) is not None)
+        else:
+            present = tuple(c for c in self.optional
+                            if any(r.get(c) is not None for r in rows))
         return self.with_columns(present).run(conn, rows)
 
     def with_columns(self, present: tuple[str, ...]) -> Prepared:
