@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 import orjson
 from starlette.routing import WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from orbit_host.logs import fields
 from orbit_host.task_owner import TaskOwner
@@ -49,6 +49,7 @@ from .parts import ServerParts
 from .store.db import is_sqlite
 from .submitting import SHARED_RECHECK_S, Submitter
 from .worker_protocol import close_code
+from .ws_writer import FrameWriter
 
 log = logging.getLogger("orbit.producer")
 
@@ -114,7 +115,7 @@ class ProducerChannel:
         self._auth = Authenticator(parts)
         self._submitter = Submitter(parts)
         self._tasks_service = parts.services.tasks
-        self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._out = FrameWriter(websocket)
         self._owner = TaskOwner(log)
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._watched: dict[str, _Watch] = {}
@@ -140,7 +141,7 @@ class ProducerChannel:
         self._channels.add(self)
         owner = self._owner
         reader = owner.start(self._read_loop(), "orbit-producer-reader")
-        writer = owner.start(self._write_loop(), "orbit-producer-writer")
+        writer = owner.start(self._out.run(), "orbit-producer-writer")
         recheck = owner.start(self._recheck_loop(), "orbit-producer-recheck")
         try:
             await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
@@ -161,7 +162,7 @@ class ProducerChannel:
         self._closing = True
         self._close_code = close_code(exc.code)
         self._queue(ProducerError(_failure(exc)))
-        self._out.put_nowait(None)
+        self._out.close(self._close_code)
 
     # -------------------------------------------------------------- reading
 
@@ -170,7 +171,7 @@ class ProducerChannel:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 self._closing = True
-                self._out.put_nowait(None)
+                self._out.close(self._close_code)
                 return
             self.parts.traffic.producer_in += 1
             text = message.get("text")
@@ -295,29 +296,16 @@ class ProducerChannel:
     # -------------------------------------------------------------- writing
 
     def _queue(self, message: ServerMessage) -> None:
-        if self._out.qsize() >= MAX_QUEUED:
+        if self._out.pending() >= MAX_QUEUED:
             self.fail(OrbitError(ErrorCode.UNAVAILABLE, "the producer is not reading"))
             return
         self.parts.traffic.producer_out += 1
-        self._out.put_nowait(encode_message(message))
+        self._out.put(encode_message(message))
 
     async def _send_now(self, message: ServerMessage) -> None:
         with contextlib.suppress(Exception):
             await self.ws.send({"type": "websocket.send",
                                 "text": encode_message(message).decode()})
-
-    async def _write_loop(self) -> None:
-        ws_send = self.ws.send
-        while True:
-            data = await self._out.get()
-            if data is None:
-                with contextlib.suppress(Exception):
-                    await self.ws.close(self._close_code)
-                return
-            try:
-                await ws_send({"type": "websocket.send", "text": data.decode()})
-            except (WebSocketDisconnect, RuntimeError, OSError):
-                return
 
 
 def _raw(view: dict[str, Any]) -> msgspec.Raw:

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from starlette.routing import WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from orbit_host.logs import fields
 from orbit_host.task_owner import TaskOwner
@@ -44,6 +44,7 @@ from .worker_protocol import (
     WorkerProtocol,
     close_code,
 )
+from .ws_writer import FrameWriter
 
 log = logging.getLogger("orbit.ws")
 
@@ -71,16 +72,6 @@ def failed_request_answers(request: Request, exc: Exception) -> list[OpResult]:
             for op in request.ops]
 
 
-class _Close:
-    """Writer-queue sentinel: close the socket with this code after the frames before it."""
-
-    __slots__ = ("code", "reason")
-
-    def __init__(self, code: int, reason: str) -> None:
-        self.code = code
-        self.reason = reason
-
-
 class WorkerConnection:
     """One worker socket from accept to cleanup. ``run()`` returns when it is closed."""
 
@@ -95,7 +86,7 @@ class WorkerConnection:
             heartbeat_ms=cfg.heartbeat_ms, kill_grace_ms=cfg.kill_grace_ms),
             self._loop.time())
         self.session: WorkerSession | None = None
-        self._out: asyncio.Queue[str | _Close] = asyncio.Queue()
+        self._out = FrameWriter(websocket)
         self._tasks = TaskOwner(log)
 
     @property
@@ -108,7 +99,7 @@ class WorkerConnection:
         await self.ws.accept()
         tasks = self._tasks
         reader = tasks.start(self._read_loop(), "orbit-ws-reader")
-        writer = tasks.start(self._write_loop(), "orbit-ws-writer")
+        writer = tasks.start(self._out.run(), "orbit-ws-writer")
         timer = tasks.start(self._timer_loop(), "orbit-ws-timer")
         try:
             await asyncio.wait({reader, writer, timer}, return_when=asyncio.FIRST_COMPLETED)
@@ -160,7 +151,7 @@ class WorkerConnection:
                     self._queue(frame)
                 case Close(code=code, reason=reason, why=why):
                     self._log_close(why)
-                    self._out.put_nowait(_Close(code, reason))
+                    self._out.close(code, reason)
                 case AddCredit():
                     assert self.session is not None
                     self.parts.dispatcher.credit_added(self.session)
@@ -205,29 +196,15 @@ class WorkerConnection:
         self._perform(self.protocol.fatal(code, message))
 
     def _queue(self, frame: ServerFrame) -> None:
-        if self._out.qsize() >= MAX_QUEUED_FRAMES:
+        if self._out.pending() >= MAX_QUEUED_FRAMES:
             log.warning("worker connection is not reading; closing it",
                         extra=self._ids("worker_not_reading"))
             self.close(close_code(ErrorCode.UNAVAILABLE), "peer is not reading")
             return
         self.parts.traffic.worker_out += 1
-        self._out.put_nowait(encode(frame).decode())
+        self._out.put(encode(frame))
 
     # -------------------------------------------------------------- tasks
-
-    async def _write_loop(self) -> None:
-        ws_send = self.ws.send
-        while True:
-            item = await self._out.get()
-            if isinstance(item, _Close):
-                # The peer may be gone already: there is nothing left to tell it.
-                with contextlib.suppress(Exception):
-                    await self.ws.close(item.code, item.reason)
-                return
-            try:
-                await ws_send({"type": "websocket.send", "text": item})
-            except WebSocketDisconnect:
-                return  # the peer is gone
 
     async def _timer_loop(self) -> None:
         protocol = self.protocol

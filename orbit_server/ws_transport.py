@@ -6,11 +6,16 @@ with two changes:
   traceback (a peer must not be able to write tracebacks into the log at will);
 - a close the server starts waits ``WS_CLOSE_TIMEOUT_S`` for the peer's answer, then drops
   the connection (abort: nothing buffered for a peer that does not read is kept), where
-  uvicorn would hold it 10 s and then wait for its buffer to drain.
+  uvicorn would hold it 10 s and then wait for its buffer to drain;
+- the app may write a text message straight to the transport (``send_text_now``, offered in
+  the scope's extensions as ``DIRECT_SEND``; ``ws_writer`` uses it) instead of through an
+  ASGI ``websocket.send`` message and uvicorn's send coroutine.
 
 The overrides rely on ``WebSocketsSansIOProtocol`` keeping the current message's parts in
-``frames``, its kind in ``curr_msg_data_type``, and the closing handshake's timer in
-``close_timer`` (uvicorn 0.30 to 0.55, bounded in pyproject.toml);
+``frames``, its kind in ``curr_msg_data_type``, the closing handshake's timer in
+``close_timer``, the scope ``handle_connect`` makes, and its ``conn``, ``writable``,
+``handshake_complete``, ``close_sent`` and ``disconnected`` (uvicorn 0.30 to 0.55, bounded
+in pyproject.toml);
 tests/integration/server/test_security_frames.py and test_security_ws_close.py check them.
 """
 
@@ -20,6 +25,7 @@ import logging
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.protocol import State
 
 from orbit_host.logs import fields
 from orbit_wire.errors import ErrorCode
@@ -33,10 +39,31 @@ log = logging.getLogger("orbit.ws")
 # is dropped (docs/security.md): a peer that answers does so within a round trip.
 WS_CLOSE_TIMEOUT_S = 1.0
 
+# The scope extension under which a connection offers ``send_text_now``.
+DIRECT_SEND = "orbit.direct_send"
+
 
 class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's sans-I/O WebSocket protocol with a typed close for invalid UTF-8 and a
     bounded closing handshake."""
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)
+        if scope is not None and not self.close_sent:  # the app gets this same dict
+            scope["extensions"][DIRECT_SEND] = self.send_text_now
+
+    def send_text_now(self, data: bytes) -> bool:
+        """Write one text message (UTF-8) now, if the app accepted the connection, nothing
+        closed it and the transport is under its high-water mark; False: not written (the
+        caller sends it the ASGI way, which waits for the transport)."""
+        if (not self.handshake_complete or self.initial_response is not None
+                or self.close_sent or self.disconnected or not self.writable.is_set()
+                or self.conn.state is not State.OPEN or self.transport.is_closing()):
+            return False
+        self.conn.send_text(data)
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        return True
 
     async def send(self, message: Any) -> None:
         await super().send(message)
