@@ -1,6 +1,6 @@
 """``orbit tasks cancel`` and ``orbit tasks review``: by ID, or every task of the queue that
-matches a filter (counted first, then confirmed), and the by-filter flow ``orbit tasks
-retry`` shares (``by_filter``)."""
+matches a filter (counted first, then confirmed); the options and the flow ``orbit tasks
+retry`` shares (``by_id_or_filter``, ``act_on_tasks``)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def by_id_or_filter(verb: str, *actions: Callable[[Any], Any]) -> Callable[[F], 
     )
 
 
-def split_ids_or_filter(task_ids: tuple[str, ...], queue_id: str | None,
+def _split(task_ids: tuple[str, ...], queue_id: str | None,
                         filters: dict[str, Any], dry_run: bool, yes: bool,
                         example: str) -> bool:
     """True for a by-filter call, False for IDs; a usage error for both or neither."""
@@ -86,6 +86,20 @@ def split_ids_or_filter(task_ids: tuple[str, ...], queue_id: str | None,
     if not filtered:
         raise click.UsageError(f"give task IDs, or a filter: e.g. {example}")
     return True
+
+
+def act_on_tasks(ctx: click.Context, task_ids: tuple[str, ...], queue_id: str | None,
+                 filter_args: dict[str, Any], dry_run: bool, yes: bool, as_json: bool,
+                 example: str, verb: str, one: Callable[[OrbitClient, str], dict[str, Any]],
+                 many: Callable[..., dict[str, Any]]) -> None:
+    """A by-ID-or-filter command's work: ``one(client, task_id)`` on each of the IDs
+    (``for_each_task``), or ``by_filter`` with ``many``; ``example`` is the filter the usage
+    error suggests, ``verb`` as in ``by_filter``."""
+    filters = task_filters(**filter_args)
+    if _split(task_ids, queue_id, filters, dry_run, yes, example):
+        by_filter(ctx, queue_id, filters, dry_run, yes, as_json, verb, many)
+    else:
+        for_each_task(ctx, task_ids, as_json, one)
 
 
 @click.command("cancel")
@@ -101,15 +115,11 @@ def tasks_cancel(
     tasks list); the matching tasks are counted first, --dry-run stops there, and the
     cancel goes ahead after a yes at the prompt or with --yes.
     """
-    filters = task_filters(**filter_args)
-    if not split_ids_or_filter(task_ids, queue_id, filters, dry_run, yes,
-                               "--state PENDING --handler X --created-after 1h"):
-        for_each_task(ctx, task_ids, as_json,
-                      lambda client, task_id: client.cancel(task_id, reason))
-        return
-    by_filter(ctx, queue_id, filters, dry_run, yes, as_json, "cancelled",
-              lambda client, queue, **kw: OrbitClient.cancel_tasks(
-                  client, queue, reason=reason, **kw))
+    act_on_tasks(ctx, task_ids, queue_id, filter_args, dry_run, yes, as_json,
+                 "--state PENDING --handler X --created-after 1h", "cancelled",
+                 lambda client, task_id: client.cancel(task_id, reason),
+                 lambda client, queue, **kw: OrbitClient.cancel_tasks(
+                     client, queue, reason=reason, **kw))
 
 
 @click.command("review")
@@ -141,12 +151,8 @@ def tasks_review(
     if result is None and action == "succeed":
         raise click.UsageError("--succeed needs --result JSON: the result the task ends with")
     value = None if result is None else json_argument(result, "result")
-    filters = task_filters(**filter_args)
-    if not split_ids_or_filter(task_ids, queue_id, filters, dry_run, yes,
-                               "--state NEEDS_REVIEW --handler X"):
-        for_each_task(ctx, task_ids, as_json,
-                      lambda client, task_id: client.review(task_id, action, value, reason))
-        return
-    by_filter(ctx, queue_id, filters, dry_run, yes, as_json, "reviewed",
-              lambda client, queue, **kw: OrbitClient.review_tasks(
-                  client, queue, action, value, reason=reason, **kw))
+    act_on_tasks(ctx, task_ids, queue_id, filter_args, dry_run, yes, as_json,
+                 "--state NEEDS_REVIEW --handler X", "reviewed",
+                 lambda client, task_id: client.review(task_id, action, value, reason),
+                 lambda client, queue, **kw: OrbitClient.review_tasks(
+                     client, queue, action, value, reason=reason, **kw))

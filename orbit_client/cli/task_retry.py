@@ -8,9 +8,7 @@ from typing import Any
 import click
 
 from ..client import OrbitClient
-from .task_bulk import by_filter, by_id_or_filter, split_ids_or_filter
-from .task_list import task_filters
-from .tasks import for_each_task
+from .task_bulk import act_on_tasks, by_id_or_filter
 
 
 @click.command("retry")
@@ -28,13 +26,8 @@ def tasks_retry(
     counted first, --dry-run stops there, and the retry goes ahead after a yes at the
     prompt or with --yes.
     """
-    filters = task_filters(**filter_args)
-    if not split_ids_or_filter(task_ids, queue_id, filters, dry_run, yes,
-                               "--state FAILED --handler X --created-after 1h "
-                               "(orbit tasks retry --help)"):
-        for_each_task(ctx, task_ids, as_json,
-                      lambda client, task_id: client.retry(task_id, reason))
-        return
-    by_filter(ctx, queue_id, filters, dry_run, yes, as_json, "retried",
-              lambda client, queue, **kw: OrbitClient.retry_tasks(
-                  client, queue, reason=reason, **kw))
+    act_on_tasks(ctx, task_ids, queue_id, filter_args, dry_run, yes, as_json,
+                 "--state FAILED --handler X --created-after 1h (orbit tasks retry --help)",
+                 "retried", lambda client, task_id: client.retry(task_id, reason),
+                 lambda client, queue, **kw: OrbitClient.retry_tasks(
+                     client, queue, reason=reason, **kw))
