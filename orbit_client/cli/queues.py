@@ -66,11 +66,7 @@ def _show_queue(ctx: click.Context, queue_id: str | None, as_json: bool,
     """One answer about a queue (the credential's one queue by default), as a view or JSON."""
     s = settings(ctx)
     answer = read(s.client(ctx), s.queue(queue_id))
-    out = s.output(as_json)
-    if out.human:
-        out.show(view(answer, int(time.time() * 1000)))
-    else:
-        out.json(answer)
+    s.output(as_json).show_or_json(answer, lambda: view(answer, int(time.time() * 1000)))
 
 
 @queues.command("list")
@@ -80,11 +76,8 @@ def queues_list(ctx: click.Context, as_json: bool) -> None:
     """The queues you may use (an admin: every queue) with their task counts."""
     s = settings(ctx)
     answer = s.client(ctx).list_queues()
-    out = s.output(as_json)
-    if out.human:
-        out.show(queues_table(answer.get("queues") or [], int(time.time() * 1000)))
-    else:
-        out.json(answer)
+    s.output(as_json).show_or_json(
+        answer, lambda: queues_table(answer.get("queues") or [], int(time.time() * 1000)))
 
 
 def _pause_key(handler: str | None, handler_version: str | None) -> str:
