@@ -264,14 +264,8 @@ def review_tasks(queue_id: str, action: str, result: Any = None, *,
     """Resolve the queue's NEEDS_REVIEW tasks the filter selects alike (``action`` retry,
     succeed with ``result``, or fail): ``{"action", "matched", "changed", "skipped",
     "dry_run", "complete"}``."""
-    if action not in REVIEW_ACTIONS:
-        raise _local(f"review action must be one of {', '.join(REVIEW_ACTIONS)}, not {action!r}")
-    body: dict[str, Any] = {"action": action}
-    if result is not None:
-        if action != "succeed":
-            raise _local("a result may only be given with the 'succeed' action")
-        body["result"] = _checked_value(result, "result")
-    elif action == "succeed":
+    body = _review_body(action, result)
+    if result is None and action == "succeed":
         raise _local("succeed needs a result")
     return _bulk(queue_id, "review", body, reason, dry_run, filters)
 
@@ -337,6 +331,17 @@ def review(
 ) -> Call:
     """``result`` is only meaningful with ``succeed``; pass an ``orjson.Fragment`` to send
     exact JSON text."""
+    body = _review_body(action, result)
+    if reason is not None:
+        body["reason"] = reason
+    return Call(
+        "POST", f"/v1/tasks/{_id(task_id, 'task')}/review", body=_dumps(body), task_answer=True
+    )
+
+
+def _review_body(action: str, result: Any) -> dict[str, Any]:
+    """A review's ``{"action", "result"?}``, checked: a known action, a result only with
+    ``succeed``."""
     if action not in REVIEW_ACTIONS:
         raise _local(f"review action must be one of {', '.join(REVIEW_ACTIONS)}, not {action!r}")
     body: dict[str, Any] = {"action": action}
@@ -344,11 +349,7 @@ def review(
         if action != "succeed":
             raise _local("a result may only be given with the 'succeed' action")
         body["result"] = _checked_value(result, "result")
-    if reason is not None:
-        body["reason"] = reason
-    return Call(
-        "POST", f"/v1/tasks/{_id(task_id, 'task')}/review", body=_dumps(body), task_answer=True
-    )
+    return body
 
 
 def create_schedule(queue_id: str, schedule: Mapping[str, Any]) -> Call:

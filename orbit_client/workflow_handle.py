@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from orbit_wire.tasktype import Signature
 
@@ -56,10 +56,14 @@ def _wait_ms(deadline: float) -> int:
     return max(0, min(int((deadline - time.monotonic()) * 1000), MAX_WAIT_MS))
 
 
-class Workflow:
-    """A submitted workflow, as last read (``view``)."""
+_C = TypeVar("_C")
 
-    def __init__(self, client: WorkflowMethods, view: Mapping[str, Any]) -> None:
+
+class _WorkflowHandle(Generic[_C]):
+    """What Workflow and AsyncWorkflow share: the client, the workflow as last read
+    (``view``) and what is read from it."""
+
+    def __init__(self, client: _C, view: Mapping[str, Any]) -> None:
         self._client = client
         self.view = WorkflowView.from_view(view)
 
@@ -71,16 +75,20 @@ class Workflow:
     def state(self) -> str:
         return self.view.state
 
+    def nodes(self) -> tuple[WorkflowNode, ...]:
+        """The nodes with their states, as last read (``refresh()`` reads again)."""
+        return self.view.nodes
+
     def __repr__(self) -> str:
-        return f"Workflow({self.id}, {self.state})"
+        return f"{type(self).__name__}({self.id}, {self.state})"
+
+
+class Workflow(_WorkflowHandle["WorkflowMethods"]):
+    """A submitted workflow, as last read (``view``)."""
 
     def refresh(self) -> Workflow:
         self.view = WorkflowView.from_view(self._client.get_workflow(self.id))
         return self
-
-    def nodes(self) -> tuple[WorkflowNode, ...]:
-        """The nodes with their states, as last read (``refresh()`` reads again)."""
-        return self.view.nodes
 
     def wait(self, timeout: float) -> WorkflowView:
         """Until the workflow ended or is BLOCKED (waiting for a review), or ``timeout``
@@ -113,30 +121,12 @@ class Workflow:
         return self.view
 
 
-class AsyncWorkflow:
+class AsyncWorkflow(_WorkflowHandle["AsyncWorkflowMethods"]):
     """The asyncio twin of Workflow."""
-
-    def __init__(self, client: AsyncWorkflowMethods, view: Mapping[str, Any]) -> None:
-        self._client = client
-        self.view = WorkflowView.from_view(view)
-
-    @property
-    def id(self) -> str:
-        return self.view.id
-
-    @property
-    def state(self) -> str:
-        return self.view.state
-
-    def __repr__(self) -> str:
-        return f"AsyncWorkflow({self.id}, {self.state})"
 
     async def refresh(self) -> AsyncWorkflow:
         self.view = WorkflowView.from_view(await self._client.get_workflow(self.id))
         return self
-
-    def nodes(self) -> tuple[WorkflowNode, ...]:
-        return self.view.nodes
 
     async def wait(self, timeout: float) -> WorkflowView:
         deadline = time.monotonic() + timeout

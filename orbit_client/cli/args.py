@@ -41,19 +41,26 @@ idempotent_option = click.option(
          "declares, else not idempotent).")
 
 
-def handler_options(command: F) -> F:
-    """--handler, and the versions: found from the queue's registered capabilities when
-    left out (``capability_of``)."""
-    for option in reversed((
-        click.option("--handler", required=True, help="Capability: handler name."),
-        click.option("--handler-version", default=None,
-                     help="Capability: handler version (default: the one registered for "
-                          "the handler in the queue, if there is one)."),
-        click.option("--payload-version", default=None,
-                     help="Capability: payload version (default: as --handler-version)."),
-    )):
-        command = option(command)
-    return command
+def stacked(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """One decorator that stands for ``decorators`` written one above the other, in this
+    order (click lists the options of a command in the order they are written)."""
+    def apply(fn: F) -> F:
+        for decorate in reversed(decorators):
+            fn = decorate(fn)
+        return fn
+    return apply
+
+
+# --handler, and the versions: found from the queue's registered capabilities when left
+# out (``capability_of``).
+handler_options = stacked(
+    click.option("--handler", required=True, help="Capability: handler name."),
+    click.option("--handler-version", default=None,
+                 help="Capability: handler version (default: the one registered for "
+                      "the handler in the queue, if there is one)."),
+    click.option("--payload-version", default=None,
+                 help="Capability: payload version (default: as --handler-version)."),
+)
 
 
 def idempotency_of(idempotent: bool | None) -> str | None:

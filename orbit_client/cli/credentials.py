@@ -71,11 +71,8 @@ def credentials_list(ctx: click.Context, as_json: bool) -> None:
     """Every credential: role, queues, created, last used, expiry, revoked (no secrets)."""
     s = settings(ctx)
     found = s.client(ctx).list_credentials()
-    out = s.output(as_json)
-    if out.human:
-        out.show(credentials_table(found, time.time_ns() // 1_000_000))
-    else:
-        out.json({"credentials": found})
+    s.output(as_json).show_or_json(
+        {"credentials": found}, lambda: credentials_table(found, time.time_ns() // 1_000_000))
 
 
 @credentials.command("rotate")

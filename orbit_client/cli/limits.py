@@ -87,11 +87,7 @@ def limits_list(ctx: click.Context, queue_id: str | None, as_json: bool) -> None
     """The queue's limits."""
     s = settings(ctx)
     found = s.client(ctx).list_limits(s.queue(queue_id))
-    out = s.output(as_json)
-    if out.human:
-        out.show(limits_table(found))
-    else:
-        out.json({"limits": found})
+    s.output(as_json).show_or_json({"limits": found}, lambda: limits_table(found))
 
 
 @limits.command("get")
@@ -103,11 +99,7 @@ def limits_get(ctx: click.Context, pattern: str, queue_id: str | None, as_json: 
     """One limit, its key's usage now (for a key) and its recent changes."""
     s = settings(ctx)
     found = s.client(ctx).get_limit(s.queue(queue_id), pattern)
-    out = s.output(as_json)
-    if out.human:
-        out.show(limit_view(found))
-    else:
-        out.json(found)
+    s.output(as_json).show_or_json(found, lambda: limit_view(found))
 
 
 @limits.command("delete")

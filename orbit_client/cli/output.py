@@ -67,6 +67,13 @@ class Output:
         finally:
             console.width = width
 
+    def show_or_json(self, value: Any, view: Callable[[], RenderableType]) -> None:
+        """``view()`` for people, else ``value`` as JSON."""
+        if self.human:
+            self.show(view())
+        else:
+            self.json(value)
+
     def line(self, text: str) -> None:
         """A plain line (an ID, a word) in either form: exactly ``text`` and a newline."""
         click.echo(text)

@@ -11,8 +11,8 @@ from rich.console import RenderableType
 
 from ..client import OrbitClient
 from .app import settings
-from .args import queue_option
-from .output import json_option
+from .args import F, queue_option, stacked
+from .output import Output, json_option
 from .render import queues_table, registered_view, stats_view
 
 
@@ -35,11 +35,15 @@ def queues_create(ctx: click.Context, name: str | None, as_json: bool) -> None:
         out.line(queue["id"])
 
 
+def _on_queue(*own: Callable[[Any], Any]) -> Callable[[F], F]:
+    """The arguments of a command about one queue: [QUEUE] or --queue (the credential's one
+    queue by default), the command's ``own`` options, --json, and the context first."""
+    return stacked(click.argument("queue_arg", metavar="[QUEUE]", required=False),
+                   queue_option, *own, json_option, click.pass_context)
+
+
 @queues.command("stats")
-@click.argument("queue_arg", metavar="[QUEUE]", required=False)
-@queue_option
-@json_option
-@click.pass_context
+@_on_queue()
 def queues_stats(
     ctx: click.Context, queue_arg: str | None, queue_id: str | None, as_json: bool
 ) -> None:
@@ -48,10 +52,7 @@ def queues_stats(
 
 
 @queues.command("capabilities")
-@click.argument("queue_arg", metavar="[QUEUE]", required=False)
-@queue_option
-@json_option
-@click.pass_context
+@_on_queue()
 def queues_capabilities(
     ctx: click.Context, queue_arg: str | None, queue_id: str | None, as_json: bool
 ) -> None:
@@ -65,11 +66,7 @@ def _show_queue(ctx: click.Context, queue_id: str | None, as_json: bool,
     """One answer about a queue (the credential's one queue by default), as a view or JSON."""
     s = settings(ctx)
     answer = read(s.client(ctx), s.queue(queue_id))
-    out = s.output(as_json)
-    if out.human:
-        out.show(view(answer, int(time.time() * 1000)))
-    else:
-        out.json(answer)
+    s.output(as_json).show_or_json(answer, lambda: view(answer, int(time.time() * 1000)))
 
 
 @queues.command("list")
@@ -79,11 +76,8 @@ def queues_list(ctx: click.Context, as_json: bool) -> None:
     """The queues you may use (an admin: every queue) with their task counts."""
     s = settings(ctx)
     answer = s.client(ctx).list_queues()
-    out = s.output(as_json)
-    if out.human:
-        out.show(queues_table(answer.get("queues") or [], int(time.time() * 1000)))
-    else:
-        out.json(answer)
+    s.output(as_json).show_or_json(
+        answer, lambda: queues_table(answer.get("queues") or [], int(time.time() * 1000)))
 
 
 def _pause_key(handler: str | None, handler_version: str | None) -> str:
@@ -92,36 +86,38 @@ def _pause_key(handler: str | None, handler_version: str | None) -> str:
     return f"{handler}" + ("" if handler_version is None else f"@{handler_version}")
 
 
-def _pause_options(fn: Any) -> Any:
-    for option in reversed((
-        click.option("--handler", default=None,
-                     help="Only this capability (handler), every version unless "
-                          "--handler-version names one."),
-        click.option("--handler-version", default=None,
-                     help="With --handler: only this version."),
-    )):
-        fn = option(fn)
-    return fn
+# The key a pause holds: the queue, a capability, or one version of it.
+_KEY_OPTIONS = (
+    click.option("--handler", default=None,
+                 help="Only this capability (handler), every version unless "
+                      "--handler-version names one."),
+    click.option("--handler-version", default=None, help="With --handler: only this version."),
+)
+
+
+def _paused_key(ctx: click.Context, queue_id: str | None, handler: str | None,
+                handler_version: str | None, as_json: bool
+                ) -> tuple[OrbitClient, str, Output]:
+    """The client, the queue (the credential's one queue by default) and the output of a
+    pause or resume of the key; a usage error for a version without its handler."""
+    if handler_version is not None and handler is None:
+        raise click.UsageError("--handler-version goes with --handler")
+    s = settings(ctx)
+    queue = s.queue(queue_id)
+    return s.client(ctx), queue, s.output(as_json)
 
 
 @queues.command("pause")
-@click.argument("queue_arg", metavar="[QUEUE]", required=False)
-@queue_option
-@_pause_options
-@click.option("--reason", required=True, help="Why (kept with who paused, in the log).")
-@json_option
-@click.pass_context
+@_on_queue(*_KEY_OPTIONS, click.option("--reason", required=True,
+                                       help="Why (kept with who paused, in the log)."))
 def queues_pause(ctx: click.Context, queue_arg: str | None, queue_id: str | None,
                  handler: str | None, handler_version: str | None, reason: str,
                  as_json: bool) -> None:
     """Pause a queue, or one capability (--handler), or one capability version: no new
     attempts start (running ones finish, the tasks stay PENDING) until resumed."""
-    if handler_version is not None and handler is None:
-        raise click.UsageError("--handler-version goes with --handler")
-    s = settings(ctx)
-    queue = s.queue(queue_arg or queue_id)
-    answer = s.client(ctx).pause(queue, reason, handler, handler_version)
-    out = s.output(as_json)
+    client, queue, out = _paused_key(ctx, queue_arg or queue_id, handler, handler_version,
+                                     as_json)
+    answer = client.pause(queue, reason, handler, handler_version)
     if out.human:
         out.line(f"paused {_pause_key(handler, handler_version)} in queue {queue}")
     else:
@@ -129,23 +125,15 @@ def queues_pause(ctx: click.Context, queue_arg: str | None, queue_id: str | None
 
 
 @queues.command("resume")
-@click.argument("queue_arg", metavar="[QUEUE]", required=False)
-@queue_option
-@_pause_options
-@click.option("--reason", default=None, help="Why, for the log.")
-@json_option
-@click.pass_context
+@_on_queue(*_KEY_OPTIONS, click.option("--reason", default=None, help="Why, for the log."))
 def queues_resume(ctx: click.Context, queue_arg: str | None, queue_id: str | None,
                   handler: str | None, handler_version: str | None, reason: str | None,
                   as_json: bool) -> None:
     """Lift the pause of exactly this key (the queue's, a capability's or a version's):
     its tasks start again at once."""
-    if handler_version is not None and handler is None:
-        raise click.UsageError("--handler-version goes with --handler")
-    s = settings(ctx)
-    queue = s.queue(queue_arg or queue_id)
-    answer = s.client(ctx).resume(queue, handler, handler_version, reason)
-    out = s.output(as_json)
+    client, queue, out = _paused_key(ctx, queue_arg or queue_id, handler, handler_version,
+                                     as_json)
+    answer = client.resume(queue, handler, handler_version, reason)
     if out.human:
         what = _pause_key(handler, handler_version)
         out.line(f"resumed {what} in queue {queue}" if answer.get("resumed")
@@ -155,10 +143,7 @@ def queues_resume(ctx: click.Context, queue_arg: str | None, queue_id: str | Non
 
 
 @queues.command("pauses")
-@click.argument("queue_arg", metavar="[QUEUE]", required=False)
-@queue_option
-@json_option
-@click.pass_context
+@_on_queue()
 def queues_pauses(ctx: click.Context, queue_arg: str | None, queue_id: str | None,
                   as_json: bool) -> None:
     """The queue's pauses in force, and its last pauses and resumes (who and why)."""
@@ -179,14 +164,12 @@ def queues_pauses(ctx: click.Context, queue_arg: str | None, queue_id: str | Non
 
 
 @queues.command("fair")
-@click.argument("queue_arg", metavar="[QUEUE]", required=False)
-@queue_option
-@click.option("--key", "key", default=None, metavar="NAME",
-              help="Take turns between the values of this key name (customer: the tasks' "
-                   "customer:<value> keys).")
-@click.option("--off", is_flag=True, help="Plain priority dispatch again.")
-@json_option
-@click.pass_context
+@_on_queue(
+    click.option("--key", "key", default=None, metavar="NAME",
+                 help="Take turns between the values of this key name (customer: the tasks' "
+                      "customer:<value> keys)."),
+    click.option("--off", is_flag=True, help="Plain priority dispatch again."),
+)
 def queues_fair(ctx: click.Context, queue_arg: str | None, queue_id: str | None,
                 key: str | None, off: bool, as_json: bool) -> None:
     """Fair dispatch between keys: with --key the queue's dispatch takes one task of each

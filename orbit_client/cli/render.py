@@ -264,14 +264,7 @@ def _ending(attempt: Mapping[str, Any]) -> str:
     details = attempt.get("details")
     if isinstance(details, Mapping) and details.get("exception_type"):
         text += f": {details['exception_type']}"  # the handler's exception, by type name
-    facts = _cancel_ending(attempt)
-    if attempt.get("kill_reason"):
-        facts.append(f"killed: {str(attempt['kill_reason']).replace('_', ' ').lower()}")
-    if attempt.get("signal"):
-        facts.append(f"signal {attempt['signal']}")
-    elif attempt.get("exit_code") not in (None, 0):
-        facts.append(f"exit code {attempt['exit_code']}")
-    facts.extend(_kill_timing(attempt))
+    facts = _end_facts(attempt)
     if attempt.get("cpu_ms") is not None:
         facts.append(f"cpu {duration(attempt['cpu_ms'])}")
     if attempt.get("peak_rss_bytes"):
@@ -281,6 +274,12 @@ def _ending(attempt: Mapping[str, Any]) -> str:
 
 def _how(attempt: Mapping[str, Any]) -> str:
     """How the child ended, when that is news: a cancel, a kill, a signal, an exit code."""
+    return ", ".join(_end_facts(attempt)) or "-"
+
+
+def _end_facts(attempt: Mapping[str, Any]) -> list[str]:
+    """The facts of how the child ended that are news: a cancel, a kill, a signal, an exit
+    code, the kill's timing."""
     facts = _cancel_ending(attempt)
     if attempt.get("kill_reason"):
         facts.append(f"killed: {str(attempt['kill_reason']).replace('_', ' ').lower()}")
@@ -289,7 +288,7 @@ def _how(attempt: Mapping[str, Any]) -> str:
     elif attempt.get("exit_code") not in (None, 0):
         facts.append(f"exit code {attempt['exit_code']}")
     facts.extend(_kill_timing(attempt))
-    return ", ".join(facts) or "-"
+    return facts
 
 
 def _cancel_ending(attempt: Mapping[str, Any]) -> list[str]:

@@ -96,11 +96,8 @@ def schedules_list(ctx: click.Context, queue_id: str | None, as_json: bool) -> N
     prints them as JSON, as on every list command."""
     queue = settings(ctx).queue(queue_id)
     found = _client(ctx).list_schedules(queue)
-    out = settings(ctx).output(as_json)
-    if out.human:
-        out.show(schedules_table(found, int(time.time() * 1000)))
-    else:
-        out.json({"schedules": found})
+    settings(ctx).output(as_json).show_or_json(
+        {"schedules": found}, lambda: schedules_table(found, int(time.time() * 1000)))
 
 
 @schedules.command("get")
@@ -110,11 +107,8 @@ def schedules_list(ctx: click.Context, queue_id: str | None, as_json: bool) -> N
 def schedules_get(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
     """A schedule, its next five fire times in its time zone, and its recent firings."""
     found = _client(ctx).get_schedule(schedule_id)
-    out = settings(ctx).output(as_json)
-    if out.human:
-        out.show(schedule_view(found, int(time.time() * 1000)))
-    else:
-        out.json(found)
+    settings(ctx).output(as_json).show_or_json(
+        found, lambda: schedule_view(found, int(time.time() * 1000)))
 
 
 @schedules.command("pause")

@@ -1,6 +1,6 @@
 """``orbit tasks cancel`` and ``orbit tasks review``: by ID, or every task of the queue that
-matches a filter (counted first, then confirmed), and the by-filter flow ``orbit tasks
-retry`` shares (``by_filter``)."""
+matches a filter (counted first, then confirmed); the options and the flow ``orbit tasks
+retry`` shares (``by_id_or_filter``, ``act_on_tasks``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import click
 
 from ..client import OrbitClient
 from .app import settings
-from .args import json_argument, queue_option
+from .args import F, json_argument, queue_option, stacked
 from .output import json_option
 from .task_list import filter_options, task_filters
 from .tasks import for_each_task
@@ -55,8 +55,27 @@ def by_filter(ctx: click.Context, queue_id: str | None, filters: dict[str, Any],
              + ("" if done["complete"] else "; more match: run the command again"))
 
 
-def _split(ctx: click.Context, task_ids: tuple[str, ...], queue_id: str | None,
-           filters: dict[str, Any], dry_run: bool, yes: bool, example: str) -> bool:
+def by_id_or_filter(verb: str, *actions: Callable[[Any], Any]) -> Callable[[F], F]:
+    """The arguments of a command that acts on tasks by ID or by filter (``orbit tasks
+    cancel``, ``retry``, ``review``): [ID...], its own ``actions`` options, --queue, the
+    filters (``filter_args``), --reason, --dry-run, --yes (``verb``: what it does without
+    asking), --json, and the context first."""
+    return stacked(
+        click.argument("task_ids", metavar="[ID...]", nargs=-1),
+        *actions,
+        queue_option,
+        filter_options,
+        click.option("--reason", default=None, help="Why, for the audit trail."),
+        click.option("--dry-run", is_flag=True, help="With a filter: print how many tasks match."),
+        click.option("--yes", is_flag=True, help=f"With a filter: {verb} without asking."),
+        json_option,
+        click.pass_context,
+    )
+
+
+def _split(task_ids: tuple[str, ...], queue_id: str | None,
+                        filters: dict[str, Any], dry_run: bool, yes: bool,
+                        example: str) -> bool:
     """True for a by-filter call, False for IDs; a usage error for both or neither."""
     filtered = queue_id is not None or any(v is not None for v in filters.values())
     if task_ids:
@@ -69,21 +88,25 @@ def _split(ctx: click.Context, task_ids: tuple[str, ...], queue_id: str | None,
     return True
 
 
+def act_on_tasks(ctx: click.Context, task_ids: tuple[str, ...], queue_id: str | None,
+                 filter_args: dict[str, Any], dry_run: bool, yes: bool, as_json: bool,
+                 example: str, verb: str, one: Callable[[OrbitClient, str], dict[str, Any]],
+                 many: Callable[..., dict[str, Any]]) -> None:
+    """A by-ID-or-filter command's work: ``one(client, task_id)`` on each of the IDs
+    (``for_each_task``), or ``by_filter`` with ``many``; ``example`` is the filter the usage
+    error suggests, ``verb`` as in ``by_filter``."""
+    filters = task_filters(**filter_args)
+    if _split(task_ids, queue_id, filters, dry_run, yes, example):
+        by_filter(ctx, queue_id, filters, dry_run, yes, as_json, verb, many)
+    else:
+        for_each_task(ctx, task_ids, as_json, one)
+
+
 @click.command("cancel")
-@click.argument("task_ids", metavar="[ID...]", nargs=-1)
-@queue_option
-@filter_options
-@click.option("--reason", default=None, help="Why, for the audit trail.")
-@click.option("--dry-run", is_flag=True, help="With a filter: print how many tasks match.")
-@click.option("--yes", is_flag=True, help="With a filter: cancel without asking.")
-@json_option
-@click.pass_context
+@by_id_or_filter("cancel")
 def tasks_cancel(
     ctx: click.Context, task_ids: tuple[str, ...], queue_id: str | None,
-    states: tuple[str, ...], handler: str | None, handler_version: str | None,
-    payload_version: str | None, created_after: str | None, created_before: str | None,
-    finished_after: str | None, finished_before: str | None, reason: str | None,
-    dry_run: bool, yes: bool, as_json: bool,
+    filter_args: dict[str, Any], reason: str | None, dry_run: bool, yes: bool, as_json: bool,
 ) -> None:
     """Cancel tasks (a running one is killed on its worker); each cancel is audited.
 
@@ -92,37 +115,25 @@ def tasks_cancel(
     tasks list); the matching tasks are counted first, --dry-run stops there, and the
     cancel goes ahead after a yes at the prompt or with --yes.
     """
-    filters = task_filters(states, handler, handler_version, payload_version, created_after,
-                           created_before, finished_after, finished_before)
-    if not _split(ctx, task_ids, queue_id, filters, dry_run, yes,
-                  "--state PENDING --handler X --created-after 1h"):
-        for_each_task(ctx, task_ids, as_json,
-                      lambda client, task_id: client.cancel(task_id, reason))
-        return
-    by_filter(ctx, queue_id, filters, dry_run, yes, as_json, "cancelled",
-              lambda client, queue, **kw: OrbitClient.cancel_tasks(
-                  client, queue, reason=reason, **kw))
+    act_on_tasks(ctx, task_ids, queue_id, filter_args, dry_run, yes, as_json,
+                 "--state PENDING --handler X --created-after 1h", "cancelled",
+                 lambda client, task_id: client.cancel(task_id, reason),
+                 lambda client, queue, **kw: OrbitClient.cancel_tasks(
+                     client, queue, reason=reason, **kw))
 
 
 @click.command("review")
-@click.argument("task_ids", metavar="[ID...]", nargs=-1)
-@click.option("--retry", is_flag=True, help="Run it once more.")
-@click.option("--succeed", is_flag=True, help="Mark it succeeded.")
-@click.option("--fail", is_flag=True, help="Mark it failed.")
-@click.option("--result", default=None, help="With --succeed: result JSON, @FILE or @-.")
-@click.option("--reason", default=None, help="Why, for the audit trail.")
-@queue_option
-@filter_options
-@click.option("--dry-run", is_flag=True, help="With a filter: print how many tasks match.")
-@click.option("--yes", is_flag=True, help="With a filter: review without asking.")
-@json_option
-@click.pass_context
+@by_id_or_filter(
+    "review",
+    click.option("--retry", is_flag=True, help="Run it once more."),
+    click.option("--succeed", is_flag=True, help="Mark it succeeded."),
+    click.option("--fail", is_flag=True, help="Mark it failed."),
+    click.option("--result", default=None, help="With --succeed: result JSON, @FILE or @-."),
+)
 def tasks_review(
     ctx: click.Context, task_ids: tuple[str, ...], retry: bool, succeed: bool, fail: bool,
-    result: str | None, reason: str | None, queue_id: str | None, states: tuple[str, ...],
-    handler: str | None, handler_version: str | None, payload_version: str | None,
-    created_after: str | None, created_before: str | None, finished_after: str | None,
-    finished_before: str | None, dry_run: bool, yes: bool, as_json: bool,
+    result: str | None, reason: str | None, queue_id: str | None,
+    filter_args: dict[str, Any], dry_run: bool, yes: bool, as_json: bool,
 ) -> None:
     """Resolve tasks in NEEDS_REVIEW, one or several; each decision is audited.
 
@@ -140,13 +151,8 @@ def tasks_review(
     if result is None and action == "succeed":
         raise click.UsageError("--succeed needs --result JSON: the result the task ends with")
     value = None if result is None else json_argument(result, "result")
-    filters = task_filters(states, handler, handler_version, payload_version, created_after,
-                           created_before, finished_after, finished_before)
-    if not _split(ctx, task_ids, queue_id, filters, dry_run, yes,
-                  "--state NEEDS_REVIEW --handler X"):
-        for_each_task(ctx, task_ids, as_json,
-                      lambda client, task_id: client.review(task_id, action, value, reason))
-        return
-    by_filter(ctx, queue_id, filters, dry_run, yes, as_json, "reviewed",
-              lambda client, queue, **kw: OrbitClient.review_tasks(
-                  client, queue, action, value, reason=reason, **kw))
+    act_on_tasks(ctx, task_ids, queue_id, filter_args, dry_run, yes, as_json,
+                 "--state NEEDS_REVIEW --handler X", "reviewed",
+                 lambda client, task_id: client.review(task_id, action, value, reason),
+                 lambda client, queue, **kw: OrbitClient.review_tasks(
+                     client, queue, action, value, reason=reason, **kw))

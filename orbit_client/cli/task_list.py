@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from .app import settings
-from .args import parse_instant, queue_option
+from .args import parse_instant, queue_option, stacked
 from .output import json_option, task_for_json
 from .render import tasks_table
 
@@ -26,21 +28,29 @@ def _states(values: tuple[str, ...]) -> list[str] | None:
     return list(dict.fromkeys(names)) or None
 
 
-def filter_options(fn: Any) -> Any:
-    """The task filters' options (``orbit tasks list`` and ``orbit tasks retry``)."""
-    for option in reversed((
-        click.option("--state", "states", multiple=True, metavar="STATE[,STATE]",
-                     help="Only tasks in these states (repeatable or comma-separated)."),
-        click.option("--handler", default=None, help="Only this handler."),
-        click.option("--handler-version", default=None, help="Only this handler version."),
-        click.option("--payload-version", default=None, help="Only this payload version."),
-        click.option("--created-after", metavar="TIME", help="Submitted at or after TIME."),
-        click.option("--created-before", metavar="TIME", help="Submitted at or before TIME."),
-        click.option("--finished-after", metavar="TIME", help="Finished at or after TIME."),
-        click.option("--finished-before", metavar="TIME", help="Finished at or before TIME."),
-    )):
-        fn = option(fn)
-    return fn
+_FILTERS = stacked(
+    click.option("--state", "states", multiple=True, metavar="STATE[,STATE]",
+                 help="Only tasks in these states (repeatable or comma-separated)."),
+    click.option("--handler", default=None, help="Only this handler."),
+    click.option("--handler-version", default=None, help="Only this handler version."),
+    click.option("--payload-version", default=None, help="Only this payload version."),
+    click.option("--created-after", metavar="TIME", help="Submitted at or after TIME."),
+    click.option("--created-before", metavar="TIME", help="Submitted at or before TIME."),
+    click.option("--finished-after", metavar="TIME", help="Finished at or after TIME."),
+    click.option("--finished-before", metavar="TIME", help="Finished at or before TIME."),
+)
+_FILTER_NAMES = ("states", "handler", "handler_version", "payload_version", "created_after",
+                 "created_before", "finished_after", "finished_before")
+
+
+def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The task filters' options (``orbit tasks list``, ``cancel``, ``retry``, ``review``),
+    given to the command as one ``filter_args`` dict: ``task_filters(**filter_args)``."""
+    @functools.wraps(fn)
+    def gathered(*args: Any, **kwargs: Any) -> Any:
+        filter_args = {name: kwargs.pop(name) for name in _FILTER_NAMES}
+        return fn(*args, filter_args=filter_args, **kwargs)
+    return _FILTERS(gathered)
 
 
 def task_filters(states: tuple[str, ...], handler: str | None, handler_version: str | None,
@@ -71,10 +81,8 @@ def task_filters(states: tuple[str, ...], handler: str | None, handler_version: 
 @json_option
 @click.pass_context
 def tasks_list(
-    ctx: click.Context, queue_id: str | None, states: tuple[str, ...], handler: str | None,
-    handler_version: str | None, payload_version: str | None, created_after: str | None,
-    created_before: str | None, finished_after: str | None, finished_before: str | None,
-    newest: bool, limit: int, all_: bool, cursor: str | None, as_json: bool,
+    ctx: click.Context, queue_id: str | None, filter_args: dict[str, Any], newest: bool,
+    limit: int, all_: bool, cursor: str | None, as_json: bool,
 ) -> None:
     """List a queue's tasks, newest first: find any task by state, handler or time (the
     review queue is --state NEEDS_REVIEW).
@@ -83,8 +91,7 @@ def tasks_list(
     names an offset), or epoch milliseconds. A page that ends early prints the cursor to
     go on with.
     """
-    filters = task_filters(states, handler, handler_version, payload_version, created_after,
-                           created_before, finished_after, finished_before)
+    filters = task_filters(**filter_args)
     filters["order"] = "newest" if newest else "oldest"
     s = settings(ctx)
     queue = s.queue(queue_id)

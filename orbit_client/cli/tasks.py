@@ -185,11 +185,7 @@ def tasks_attempts(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """The attempt history of a task, and late reports kept as evidence."""
     s = settings(ctx)
     history = s.client(ctx).attempts(task_id)
-    out = s.output(as_json)
-    if out.human:
-        out.show(attempts_view(history, _now_ms()))
-    else:
-        out.json(history)
+    s.output(as_json).show_or_json(history, lambda: attempts_view(history, _now_ms()))
 
 
 @tasks.command("audit")
@@ -200,11 +196,8 @@ def tasks_audit(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Every state change of a task and its attempts, with time and actor."""
     s = settings(ctx)
     answer = s.client(ctx).audit(task_id)
-    out = s.output(as_json)
-    if out.human:
-        out.show(audit_view(answer.get("events") or [], _now_ms()))
-    else:
-        out.json(answer)
+    s.output(as_json).show_or_json(
+        answer, lambda: audit_view(answer.get("events") or [], _now_ms()))
 
 
 def for_each_task(ctx: click.Context, task_ids: Sequence[str], as_json: bool,

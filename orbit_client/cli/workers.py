@@ -25,8 +25,5 @@ def workers_list(ctx: click.Context, queue_id: str | None, as_json: bool) -> Non
     every attempt they are running (task, attempt, child pid, for how long)."""
     s = settings(ctx)
     answer = s.client(ctx).list_workers(queue_id)
-    out = s.output(as_json)
-    if out.human:
-        out.show(workers_view(answer.get("workers") or [], int(time.time() * 1000)))
-    else:
-        out.json(answer)
+    s.output(as_json).show_or_json(
+        answer, lambda: workers_view(answer.get("workers") or [], int(time.time() * 1000)))

@@ -39,11 +39,7 @@ def workflows_get(ctx: click.Context, workflow_id: str, wait_s: float | None,
     s = settings(ctx)
     wait_ms = None if wait_s is None else int(wait_s * 1000)
     answer = s.client(ctx).get_workflow(workflow_id, wait_ms)
-    out = s.output(as_json)
-    if out.human:
-        out.show(workflow_view(answer, _now_ms()))
-    else:
-        out.json(answer)
+    s.output(as_json).show_or_json(answer, lambda: workflow_view(answer, _now_ms()))
 
 
 @workflows.command("list")
@@ -79,11 +75,7 @@ def workflows_cancel(ctx: click.Context, workflow_id: str, reason: str | None,
     """Cancel every node not yet ended (running ones cooperatively, then killed)."""
     s = settings(ctx)
     answer = s.client(ctx).cancel_workflow(workflow_id, reason)
-    out = s.output(as_json)
-    if out.human:
-        out.show(workflow_view(answer, _now_ms()))
-    else:
-        out.json(answer)
+    s.output(as_json).show_or_json(answer, lambda: workflow_view(answer, _now_ms()))
 
 
 @workflows.command("submit")

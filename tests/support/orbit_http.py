@@ -37,6 +37,28 @@ def expect_error(response: httpx.Response, status: int, code: str) -> dict[str, 
     return dict(body["error"])
 
 
+def new_queue(admin_http: httpx.Client, name: str | None = None) -> str:
+    """A new queue's ID, made with an admin client."""
+    body = {} if name is None else {"name": name}
+    return str(expect(admin_http.post("/v1/queues", json=body), 201)["id"])
+
+
+def new_credential(admin_http: httpx.Client, role: str, queues: list[str],
+                   name: str | None = None) -> dict[str, Any]:
+    """A new credential (``credential_id``, ``secret``, ...), made with an admin client."""
+    body: dict[str, Any] = {"role": role, "queues": queues}
+    if name is not None:
+        body["name"] = name
+    made = expect(admin_http.post("/v1/credentials", json=body), 201)
+    assert made["secret"], made
+    return dict(made)
+
+
+def bearer_of(made: dict[str, Any]) -> str:
+    """The bearer token of a credential as the API made it."""
+    return f"{made['credential_id']}.{made['secret']}"
+
+
 @dataclass
 class WorkerCredential:
     credential_id: str
@@ -68,24 +90,17 @@ class OrbitEnv:
         return c
 
     def queue(self, name: str | None = None) -> str:
-        body = {} if name is None else {"name": name}
-        return str(expect(self.admin_http.post("/v1/queues", json=body), 201)["id"])
+        return new_queue(self.admin_http, name)
 
     def credential(self, role: str, queues: list[str], name: str | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"role": role, "queues": queues}
-        if name is not None:
-            body["name"] = name
-        made = expect(self.admin_http.post("/v1/credentials", json=body), 201)
-        assert made["secret"], made
-        return dict(made)
+        return new_credential(self.admin_http, role, queues, name)
 
     def credential_with(self, **body: Any) -> dict[str, Any]:
         """A credential made with exactly this request body (e.g. with ``expires_at_ms``)."""
         return dict(expect(self.admin_http.post("/v1/credentials", json=body), 201))
 
     def producer(self, queue_id: str) -> httpx.Client:
-        made = self.credential("producer", [queue_id])
-        return self.client(f"{made['credential_id']}.{made['secret']}")
+        return self.client(bearer_of(self.credential("producer", [queue_id])))
 
     def worker_credential(self, queue_id: str) -> WorkerCredential:
         made = self.credential("worker", [queue_id])

@@ -4,6 +4,7 @@ a MariaDB database from tests/support/mariadb.py), for tests.
     srv = ServerProcess(tmp_path, session_ttl_ms=1000, kill_grace_ms=200)
     srv.start()                       # waits for /healthz (bounded), raises with the log tail
     admin = srv.bootstrap_admin()     # runs `orbit-server bootstrap-admin`, returns Credentials
+    a, b, admin = replica_pair(server_factory)  # two servers on one database, and an admin
     srv.kill(); srv.start()           # SIGKILL, restart on the same DB and port
     srv.stop()                        # SIGTERM by PID, SIGKILL after a bound
     srv, cert = https_server(tmp_path)  # not started: HTTPS with a new self-signed cert
@@ -31,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -225,6 +227,16 @@ def https_server(workdir: Path, **kwargs: object) -> tuple[ServerProcess, Path]:
                         **kwargs)  # type: ignore[arg-type]
     srv.url_scheme = "https"  # so start() waits for /healthz over TLS
     return srv, cert
+
+
+def replica_pair(server_factory: Callable[..., ServerProcess], admin_on: int = 0,
+             **flags: object) -> tuple[ServerProcess, ServerProcess, Credentials]:
+    """Two started servers on one database (the second on the first's ``db_url``), both
+    with ``flags``, and an admin credential made through one of them (``admin_on``: 0 or 1;
+    the credential names its URL). ``server_factory`` is tests/conftest.py's fixture."""
+    a = server_factory(**flags)
+    b = server_factory(db_url=a.db_url, **flags)
+    return a, b, (a, b)[admin_on].bootstrap_admin()
 
 
 def run_bootstrap_admin(db_url: str, workdir: Path, url: str,

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pymysql
 from sqlalchemy.engine import make_url
-from support.orbit_http import expect
+from support.orbit_http import new_credential
 from support.waiting import UNIT
 
 from orbit_host.credentials import Credentials, write_credentials
@@ -66,8 +66,7 @@ def query(db_url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 
 def worker_credentials(admin_http: httpx.Client, queue_id: str, url: str,
                        path: Path) -> Path:
-    made = expect(admin_http.post("/v1/credentials",
-                                  json={"role": "worker", "queues": [queue_id]}), 201)
+    made = new_credential(admin_http, "worker", [queue_id])
     write_credentials(path, Credentials(url, made["credential_id"], made["secret"], "worker",
                                         (queue_id,)))
     return path

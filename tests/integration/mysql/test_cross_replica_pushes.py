@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 
 import pytest
-from support.orbit_http import expect, http_client, task_spec
+from support.orbit_http import bearer_of, expect, http_client, new_credential, new_queue, task_spec
 from support.protocol_client import ProtocolClient
-from support.server import ServerProcess
+from support.server import ServerProcess, replica_pair
 from support.waiting import UNIT
 
 pytestmark = pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True)
@@ -23,16 +23,12 @@ pytestmark = pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True)
 
 async def test_cancel_and_revocation_reach_a_worker_on_another_replica(
         server_factory: Callable[..., ServerProcess]) -> None:
-    a = server_factory(session_ttl_ms=3000)
-    b = server_factory(db_url=a.db_url, session_ttl_ms=3000)
-    admin = b.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory, admin_on=1, session_ttl_ms=3000)
     with http_client(b.url, admin.bearer) as admin_b:
-        queue = expect(admin_b.post("/v1/queues", json={}), 201)["id"]
-        producer = expect(admin_b.post("/v1/credentials",
-                                       json={"role": "producer", "queues": [queue]}), 201)
-        worker = expect(admin_b.post("/v1/credentials",
-                                     json={"role": "worker", "queues": [queue]}), 201)
-        with http_client(b.url, f"{producer['credential_id']}.{producer['secret']}") as prod_b:
+        queue = new_queue(admin_b)
+        producer = new_credential(admin_b, "producer", [queue])
+        worker = new_credential(admin_b, "worker", [queue])
+        with http_client(b.url, bearer_of(producer)) as prod_b:
             task = expect(prod_b.post(f"/v1/queues/{queue}/tasks",
                                       json=task_spec(lease_ttl_ms=60_000)), 201)
             async with await ProtocolClient.connect(a.ws_url) as wc:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from mysql_support import Supervisor, query, worker_credentials
-from support.orbit_http import expect, http_client
-from support.server import ServerProcess
+from support.orbit_http import expect, http_client, new_queue
+from support.server import ServerProcess, replica_pair
 from support.waiting import wait_until
 
 pytestmark = [pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True),
@@ -29,13 +29,11 @@ def _spec(i: int, key: str) -> dict[str, Any]:
 
 def test_two_fair_replicas_reserve_each_task_once(
         server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
-    a = server_factory()
-    b = server_factory(db_url=a.db_url)
-    admin = a.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory)
     started: list[Supervisor] = []
     try:
         with http_client(a.url, admin.bearer) as admin_http:
-            queue_id = expect(admin_http.post("/v1/queues", json={}), 201)["id"]
+            queue_id = new_queue(admin_http)
             expect(admin_http.put(f"/v1/queues/{queue_id}/fair", json={"key": "customer"}),
                    200)
         # Replica B learns of it from the table's refresh (FAIR_MAX_AGE_MS): wait it out.

@@ -7,22 +7,19 @@ from collections.abc import Callable
 
 import pytest
 from support.metrics import scrape, value
-from support.orbit_http import expect, http_client, task_spec
-from support.server import ServerProcess
+from support.orbit_http import bearer_of, expect, http_client, new_credential, new_queue, task_spec
+from support.server import ServerProcess, replica_pair
 
 pytestmark = pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True)
 
 
 def test_database_series_agree_and_replica_series_add_up(
         server_factory: Callable[..., ServerProcess]) -> None:
-    a = server_factory()
-    b = server_factory(db_url=a.db_url)
-    admin = a.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory)
     with http_client(a.url, admin.bearer) as admin_http:
-        queue = expect(admin_http.post("/v1/queues", json={"name": "shared"}), 201)["id"]
-        made = expect(admin_http.post("/v1/credentials",
-                                      json={"role": "producer", "queues": [queue]}), 201)
-    bearer = f"{made['credential_id']}.{made['secret']}"
+        queue = new_queue(admin_http, "shared")
+        made = new_credential(admin_http, "producer", [queue])
+    bearer = bearer_of(made)
     for server, count in ((a, 3), (b, 2)):
         with http_client(server.url, bearer) as producer:
             for _ in range(count):

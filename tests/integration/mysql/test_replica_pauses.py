@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 from mysql_support import Supervisor, upper_spec, worker_credentials
-from support.orbit_http import expect, http_client
-from support.server import ServerProcess
+from support.orbit_http import bearer_of, expect, http_client, new_credential, new_queue
+from support.server import ServerProcess, replica_pair
 from support.waiting import UNIT, wait_until
 
 pytestmark = [pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True),
@@ -31,19 +31,16 @@ def _state(http: httpx.Client, task_id: str) -> dict[str, Any]:
 
 def test_a_pause_through_one_replica_holds_on_the_other_within_a_heartbeat(
         server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
-    a = server_factory(session_ttl_ms=SESSION_TTL_MS)
-    b = server_factory(db_url=a.db_url, session_ttl_ms=SESSION_TTL_MS)
-    admin = a.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory, session_ttl_ms=SESSION_TTL_MS)
     sups: list[Supervisor] = []
     try:
         with http_client(a.url, admin.bearer) as admin_a:
-            queue = expect(admin_a.post("/v1/queues", json={}), 201)["id"]
-            made = expect(admin_a.post("/v1/credentials",
-                                       json={"role": "producer", "queues": [queue]}), 201)
+            queue = new_queue(admin_a)
+            made = new_credential(admin_a, "producer", [queue])
             for i, srv in enumerate((a, b)):
                 cred = worker_credentials(admin_a, queue, srv.url, tmp_path / f"w{i}.json")
                 sups.append(Supervisor(tmp_path, cred, queue, srv.url, workers=1).start())
-        bearer = f"{made['credential_id']}.{made['secret']}"
+        bearer = bearer_of(made)
         with http_client(a.url, bearer) as prod_a, http_client(b.url, bearer) as prod_b:
             warm = [expect(p.post(f"/v1/queues/{queue}/tasks", json=upper_spec(i)), 201)["id"]
                     for i, p in enumerate((prod_a, prod_b))]

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.orbit_http import expect, http_client, task_spec
+from support.orbit_http import bearer_of, expect, http_client, new_credential, new_queue, task_spec
 from support.protocol_client import ProtocolClient
-from support.server import ServerProcess
+from support.server import ServerProcess, replica_pair
 from support.waiting import UNIT
 
 from orbit_client import Credentials, OrbitClient
@@ -30,16 +30,12 @@ SLACK_S = 1.0
 
 async def test_a_result_finished_on_another_replica_reaches_the_wait_within_the_recheck(
         server_factory: Callable[..., ServerProcess]) -> None:
-    a = server_factory(session_ttl_ms=10_000)
-    b = server_factory(db_url=a.db_url, session_ttl_ms=10_000)
-    admin = b.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory, admin_on=1, session_ttl_ms=10_000)
     with http_client(b.url, admin.bearer) as admin_b:
-        queue = expect(admin_b.post("/v1/queues", json={}), 201)["id"]
-        made = expect(admin_b.post("/v1/credentials",
-                                   json={"role": "producer", "queues": [queue]}), 201)
-        worker = expect(admin_b.post("/v1/credentials",
-                                     json={"role": "worker", "queues": [queue]}), 201)
-    bearer = f"{made['credential_id']}.{made['secret']}"
+        queue = new_queue(admin_b)
+        made = new_credential(admin_b, "producer", [queue])
+        worker = new_credential(admin_b, "worker", [queue])
+    bearer = bearer_of(made)
     producer = Credentials(b.url, made["credential_id"], made["secret"], "producer", (queue,))
     delays: dict[str, list[float]] = {"http": [], "channel": []}
     with http_client(b.url, bearer) as prod_b, OrbitClient(credentials=producer) as client:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.orbit_http import expect, http_client
+from support.orbit_http import expect, http_client, new_credential, new_queue
 from support.protocol_client import ProtocolClient
-from support.server import ServerProcess
+from support.server import ServerProcess, replica_pair
 from support.waiting import wait_until
 
 pytestmark = pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True)
@@ -23,13 +23,10 @@ def _worker_ids(url: str, bearer: str) -> dict[str, dict[str, Any]]:
 
 def test_workers_of_two_replicas_on_one_database(
         server_factory: Callable[..., ServerProcess]) -> None:
-    a = server_factory()
-    b = server_factory(db_url=a.db_url)
-    admin = a.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory)
     with http_client(a.url, admin.bearer) as admin_http:
-        queue_id = expect(admin_http.post("/v1/queues", json={}), 201)["id"]
-        made = expect(admin_http.post("/v1/credentials",
-                                      json={"role": "worker", "queues": [queue_id]}), 201)
+        queue_id = new_queue(admin_http)
+        made = new_credential(admin_http, "worker", [queue_id])
 
     async def run() -> None:
         async with await ProtocolClient.connect(a.ws_url) as wa, \

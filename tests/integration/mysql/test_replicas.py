@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 from mysql_support import Supervisor, query, worker_credentials
-from support.orbit_http import expect, http_client
+from support.orbit_http import bearer_of, expect, http_client, new_credential, new_queue
 from support.proxy import TcpProxy
-from support.server import ServerProcess
+from support.server import ServerProcess, replica_pair
 from support.waiting import wait_until
 
 pytestmark = [pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True),
@@ -47,9 +47,7 @@ def _done_count(db_url: str) -> int:
 
 def test_two_replicas_one_killed_every_task_ends_once(
         server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
-    a = server_factory()
-    b = server_factory(db_url=a.db_url)
-    admin = a.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory)
     lb = TcpProxy(a.port).start()  # the "load balancer" address of supervisors 1 and 3
     lb_port = lb.port
     lb_url = f"http://127.0.0.1:{lb_port}"
@@ -57,12 +55,11 @@ def test_two_replicas_one_killed_every_task_ends_once(
     sups: list[Supervisor] = []
     try:
         with http_client(a.url, admin.bearer) as admin_http:
-            queue_id = expect(admin_http.post("/v1/queues", json={}), 201)["id"]
-            made = expect(admin_http.post("/v1/credentials",
-                                          json={"role": "producer", "queues": [queue_id]}), 201)
+            queue_id = new_queue(admin_http)
+            made = new_credential(admin_http, "producer", [queue_id])
             creds = [worker_credentials(admin_http, queue_id, url, tmp_path / f"w{i}.json")
                      for i, url in enumerate((lb_url, b.url, lb_url))]
-        with http_client(a.url, f"{made['credential_id']}.{made['secret']}") as producer:
+        with http_client(a.url, bearer_of(made)) as producer:
             for start in range(0, TASKS, 1_000):
                 body = {"tasks": [_spec(i) for i in range(start, start + 1_000)]}
                 expect(producer.post(f"/v1/queues/{queue_id}/tasks/batch", json=body), 201)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from mysql_support import query
-from support.server import ServerProcess
+from support.server import ServerProcess, replica_pair
 from support.waiting import wait_until
 
 from orbit_client import OrbitClient, TaskType
@@ -22,9 +22,7 @@ TICK_TYPE = TaskType("sched.tick", "v1", "v1", idempotent=True)
 
 def test_two_replicas_fire_each_tick_once(
         server_factory: Callable[..., ServerProcess]) -> None:
-    a = server_factory()
-    b = server_factory(db_url=a.db_url)
-    admin = a.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory)
     with OrbitClient(credentials=admin) as on_a, OrbitClient(b.url, admin) as on_b:
         queue = on_a.create_queue("sched")["id"]
         sid = on_a.create_schedule(queue, {"cron": "* * * * * *", "with_seconds": True,

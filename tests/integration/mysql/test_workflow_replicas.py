@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from mysql_support import Supervisor, query, worker_credentials
-from support.orbit_http import expect, http_client
+from support.orbit_http import bearer_of, expect, http_client, new_credential, new_queue
 from support.proxy import TcpProxy
-from support.server import ServerProcess
+from support.server import ServerProcess, replica_pair
 from support.waiting import wait_until
 
 pytestmark = [pytest.mark.parametrize("orbit_store", ["mariadb"], indirect=True),
@@ -37,9 +37,7 @@ def _ended(db_url: str) -> int:
 
 def test_a_chord_on_two_replicas_one_killed_releases_its_callback_once(
         server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
-    a = server_factory()
-    b = server_factory(db_url=a.db_url)
-    admin = a.bootstrap_admin()
+    a, b, admin = replica_pair(server_factory)
     lb = TcpProxy(a.port).start()  # supervisor 1 reaches A through it, then B
     lb_url = f"http://127.0.0.1:{lb.port}"
     proxies = [lb]
@@ -47,13 +45,12 @@ def test_a_chord_on_two_replicas_one_killed_releases_its_callback_once(
     log = tmp_path / "runs.log"
     try:
         with http_client(a.url, admin.bearer) as admin_http:
-            queue_id = expect(admin_http.post("/v1/queues", json={}), 201)["id"]
-            made = expect(admin_http.post("/v1/credentials",
-                                          json={"role": "producer", "queues": [queue_id]}), 201)
+            queue_id = new_queue(admin_http)
+            made = new_credential(admin_http, "producer", [queue_id])
             creds = [worker_credentials(admin_http, queue_id, url, tmp_path / f"w{i}.json")
                      for i, url in enumerate((lb_url, b.url))]
         keys = [f"m{i}" for i in range(MEMBERS)]
-        bearer = f"{made['credential_id']}.{made['secret']}"
+        bearer = bearer_of(made)
         with http_client(a.url, bearer) as producer:
             workflow = expect(producer.post(f"/v1/queues/{queue_id}/workflows", json={
                 "nodes": [*(_node(k, log) for k in keys), _node("join", log, keys)]}), 201)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Engine, Table, func, select
+from sqlalchemy import Engine, Table, event, func, select
 from support.waiting import UNIT
 
 from orbit_server.auth import Principal
@@ -93,6 +93,28 @@ class World:
         """The number of rows in ``table``."""
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+    @contextmanager
+    def listening(self, name: str, listener: Callable[..., None]) -> Iterator[None]:
+        """``listener`` hears the engine's event ``name`` while the block runs."""
+        event.listen(self.engine, name, listener)
+        try:
+            yield
+        finally:
+            event.remove(self.engine, name, listener)
+
+    @contextmanager
+    def statements(self, *naming: str) -> Iterator[list[str]]:
+        """The SQL statements run on the engine while the block runs (with ``naming``: only
+        those that contain one of these words)."""
+        seen: list[str] = []
+
+        def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if not naming or any(word in statement for word in naming):
+                seen.append(statement)
+
+        with self.listening("before_cursor_execute", record):
+            yield seen
 
     @contextmanager
     def other_service(self, seed: int) -> Iterator[Services]:

@@ -7,12 +7,11 @@ did not see the hello reads them on a miss."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 from store_support import CAP, World
 
 from orbit_server.services.policies import UNREGISTERED_MS
@@ -32,19 +31,9 @@ def declaring(policy: DeclaredPolicy = DECLARED, cap: Capability = CAP
     return (CapabilityPolicy(cap, policy),)
 
 
-@contextmanager
-def statements(world: World) -> Iterator[list[str]]:
+def statements(world: World) -> AbstractContextManager[list[str]]:
     """The SQL statements run on the world's engine meanwhile."""
-    seen: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(world.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(world.engine, "before_cursor_execute", record)
+    return world.statements()
 
 
 def _registered(world: World) -> list[dict[str, Any]]:

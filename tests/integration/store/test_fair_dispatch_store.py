@@ -6,11 +6,8 @@ labels (the tasks a worker's labels meet take their turns too) and with pauses."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from contextlib import AbstractContextManager
 
-from sqlalchemy import event
 from store_support import World, as_json
 
 from orbit_server.services.fair_table import FAIR_MAX_AGE_MS
@@ -21,19 +18,8 @@ def _fair(world: World, key: str = "customer") -> None:
     world.service.fair.set_fair(world.admin, world.queue_id, {"key": key})
 
 
-@contextmanager
-def fairness_reads(world: World) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "queue_fairness" in statement or "ix_tasks_fair" in statement:
-            seen.append(statement)
-
-    event.listen(world.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(world.engine, "before_cursor_execute", record)
+def fairness_reads(world: World) -> AbstractContextManager[list[str]]:
+    return world.statements("queue_fairness", "ix_tasks_fair")
 
 
 def _value(world: World, task_id: str) -> str:

@@ -6,11 +6,10 @@ at once on one database never both take a key's last slot."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 from store_support import World
 
 from orbit_server.services.limit_table import LIMITS_MAX_AGE_MS
@@ -24,20 +23,9 @@ def _limit(world: World, pattern: str, **body: Any) -> None:
     world.service.limits.set_limit(world.admin, world.queue_id, pattern, body)
 
 
-@contextmanager
-def limit_statements(world: World) -> Iterator[list[str]]:
+def limit_statements(world: World) -> AbstractContextManager[list[str]]:
     """The statements naming a flow-control table run on the world's engine meanwhile."""
-    seen: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "queue_limits" in statement or "limit_holds" in statement:
-            seen.append(statement)
-
-    event.listen(world.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(world.engine, "before_cursor_execute", record)
+    return world.statements("queue_limits", "limit_holds")
 
 
 def test_a_queue_without_limits_reads_no_limit_row_per_dispatch(world: World) -> None:

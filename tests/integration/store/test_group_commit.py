@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 from store_support import World
 from support.waiting import hold, wait_until_async
 
@@ -28,11 +28,8 @@ def commits(world: World) -> Iterator[list[int]]:
     def on_commit(_conn: Any) -> None:
         seen.append(1)
 
-    event.listen(world.engine, "commit", on_commit)
-    try:
+    with world.listening("commit", on_commit):
         yield seen
-    finally:
-        event.remove(world.engine, "commit", on_commit)
 
 
 def count_tasks(world: World) -> int:
