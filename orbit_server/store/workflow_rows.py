@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .rows import UnitOfWork
 
 __all__ = ["find_by_operation_key", "insert_workflow", "nodes_of", "on_release",
-           "pass_on_ends", "set_cancelled", "workflow_page", "workflow_row"]
+           "open_sink_ids", "pass_on_ends", "set_cancelled", "workflow_page", "workflow_row"]
 
 ACTOR = "server:workflow"
 _ENDED = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
@@ -252,6 +252,17 @@ def nodes_of(conn: Connection, workflow_id: str) -> tuple[list[RowMapping], list
         .where(workflow_edges.c.workflow_id == workflow_id)
         .order_by(workflow_edges.c.child_task_id, workflow_edges.c.position)).mappings())
     return nodes, edges
+
+
+def open_sink_ids(conn: Connection, workflow_id: str, limit: int) -> list[str]:
+    """Up to ``limit`` of the workflow's sinks (the nodes no other node waits for: its
+    results) not ended yet, in submit order."""
+    has_child = (select(workflow_edges.c.parent_task_id)
+                 .where(workflow_edges.c.parent_task_id == tasks.c.id).exists())
+    return [r[0] for r in conn.execute(
+        select(tasks.c.id).where(tasks.c.workflow_id == workflow_id,
+                                 tasks.c.state.not_in([s.value for s in _ENDED]), ~has_child)
+        .order_by(tasks.c.id).limit(limit)).all()]
 
 
 def state_counts(conn: Connection, workflow_ids: Sequence[str]
