@@ -4,11 +4,12 @@ writes back a transaction that ended a workflow node (``UnitOfWork.flush``): eve
 ends a task (a worker's finish, the reaper, a cancel, a review) moves the node's children in
 that same transaction. Plain tasks (``workflow_id`` NULL) never reach this module.
 
-Exactly once across replicas: the edges of a parent are marked ``done`` and each child's
-``parents_left`` is decremented by one UPDATE, which serializes two transactions ending two
-parents of one child on the child's row (row lock on MySQL/MariaDB, one writer on SQLite);
-the one that brings it to 0 releases the child, and the child's own compare-and-set write
-(state WAITING) makes a second move of it roll back and run again."""
+Exactly once across replicas: the edges of a parent are taken (marked ``done``) together
+with each child's ``parents_left`` under the child's row lock (a locking read on
+MySQL/MariaDB, the one writer on SQLite), then decremented, which serializes two
+transactions ending two parents of one child on the child's row: the second reads the count
+the first left. The one that brings it to 0 releases the child, and the child's own
+compare-and-set write (state WAITING) makes a second move of it roll back and run again."""
 
 from __future__ import annotations
 
