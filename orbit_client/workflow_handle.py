@@ -94,12 +94,11 @@ class Workflow(_WorkflowHandle["WorkflowMethods"]):
         """Until the workflow ended or is BLOCKED (waiting for a review), or ``timeout``
         seconds passed: the workflow as it is then."""
         deadline = time.monotonic() + timeout
-        self.refresh()
-        for _ in range(MAX_WAIT_ROUNDS):
-            left = _wait_ms(deadline)
-            if self.view.settled or left <= 0:
+        for _ in range(MAX_WAIT_ROUNDS):  # the first read waits too: the server reads once
+            self.view = WorkflowView.from_view(
+                self._client.get_workflow(self.id, _wait_ms(deadline)))
+            if self.view.settled or _wait_ms(deadline) <= 0:
                 break
-            self.view = WorkflowView.from_view(self._client.get_workflow(self.id, left))
         return self.view
 
     def result(self, timeout: float) -> Any:
@@ -130,12 +129,11 @@ class AsyncWorkflow(_WorkflowHandle["AsyncWorkflowMethods"]):
 
     async def wait(self, timeout: float) -> WorkflowView:
         deadline = time.monotonic() + timeout
-        await self.refresh()
         for _ in range(MAX_WAIT_ROUNDS):
-            left = _wait_ms(deadline)
-            if self.view.settled or left <= 0:
+            self.view = WorkflowView.from_view(
+                await self._client.get_workflow(self.id, _wait_ms(deadline)))
+            if self.view.settled or _wait_ms(deadline) <= 0:
                 break
-            self.view = WorkflowView.from_view(await self._client.get_workflow(self.id, left))
         return self.view
 
     async def result(self, timeout: float) -> Any:

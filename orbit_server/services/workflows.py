@@ -83,6 +83,13 @@ class WorkflowService:
             counts, _ = workflow_rows.state_counts(conn, [workflow_id])
             return str(_view(row, counts[workflow_id], None, None)["state"])
 
+    def open_sinks(self, principal: Principal, workflow_id: str, limit: int) -> list[str]:
+        """Up to ``limit`` task IDs of the workflow's sinks not ended yet (what a waiting
+        read watches: the workflow cannot end before they did)."""
+        with self._tx.read() as conn:
+            _workflow_row(conn, principal, workflow_id)
+            return workflow_rows.open_sink_ids(conn, workflow_id, limit)
+
     def list_workflows(self, principal: Principal, queue_id: str, state: str | None,
                        limit: int, cursor: str | None) -> dict[str, Any]:
         """A queue's workflows, newest first, without their nodes. ``state`` filters the

@@ -8,7 +8,8 @@ to the driver's cursor directly.
 
 ``PreparedSelect`` does the same for the worker request's look-ups on SQLite (a few rows
 each, where SQLAlchemy's execution context and IN-list expansion cost more than the query):
-the SQL is rendered once per IN-list length. Other dialects run the Core statement.
+the SQL is rendered once per IN-list length. Other dialects run the Core statement. It takes
+an ``UPDATE ... RETURNING`` too (SQLite-only statements: MariaDB has no UPDATE RETURNING).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Table
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import ClauseElement, Select
+from sqlalchemy.sql import ClauseElement, Select, Update
 
 T = TypeVar("T")
 
@@ -111,13 +112,14 @@ _PARAM, _ITEM, _CONST = 0, 1, 2
 
 
 class PreparedSelect:
-    """A SELECT whose rows come back as plain tuples, in the order of ``keys``."""
+    """A SELECT (or UPDATE ... RETURNING) whose rows come back as plain tuples, in the order
+    of ``keys``."""
 
     __slots__ = ("_rendered", "keys", "stmt")
 
-    def __init__(self, stmt: Select[Any]) -> None:
+    def __init__(self, stmt: Select[Any] | Update) -> None:
         self.stmt = stmt
-        self.keys: tuple[str, ...] = tuple(stmt.selected_columns.keys())
+        self.keys: tuple[str, ...] = tuple(map(str, stmt.exported_columns.keys()))
         # (IN-list lengths) -> (SQLite SQL, how to take each positional value)
         self._rendered: dict[tuple[int, ...], tuple[str, list[tuple[int, Any, int]]]] = {}
 
@@ -153,7 +155,7 @@ class PreparedSelect:
 
 
 @functools.cache
-def prepared_select(stmt: Select[Any]) -> PreparedSelect:
+def prepared_select(stmt: Select[Any] | Update) -> PreparedSelect:
     """The PreparedSelect of a statement built once (queries.py), shared by its callers."""
     return PreparedSelect(stmt)
 

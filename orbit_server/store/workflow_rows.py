@@ -4,26 +4,37 @@ writes back a transaction that ended a workflow node (``UnitOfWork.flush``): eve
 ends a task (a worker's finish, the reaper, a cancel, a review) moves the node's children in
 that same transaction. Plain tasks (``workflow_id`` NULL) never reach this module.
 
-Exactly once across replicas: the edges of a parent are marked ``done`` and each child's
-``parents_left`` is decremented by one UPDATE, which serializes two transactions ending two
-parents of one child on the child's row (row lock on MySQL/MariaDB, one writer on SQLite);
-the one that brings it to 0 releases the child, and the child's own compare-and-set write
-(state WAITING) makes a second move of it roll back and run again."""
+Exactly once across replicas: the edges of a parent are taken (marked ``done``) together
+with each child's ``parents_left`` under the child's row lock (a locking read on
+MySQL/MariaDB, the one writer on SQLite), then decremented, which serializes two
+transactions ending two parents of one child on the child's row: the second reads the count
+the first left. The one that brings it to 0 releases the child, and the child's own
+compare-and-set write (state WAITING) makes a second move of it roll back and run again."""
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, RowMapping, and_, bindparam, func, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    RowMapping,
+    and_,
+    bindparam,
+    func,
+    select,
+    true,
+    update,
+)
 
 from orbit_wire.limits import MAX_PARENTS_BYTES
 from orbit_wire.model import TaskState
 
 from ..domain import workflows as wf
+from .prepared import Prepared, prepared_select
 from .tables import tasks, workflow_edges, workflows
 
 if TYPE_CHECKING:
@@ -31,7 +42,7 @@ if TYPE_CHECKING:
     from .rows import UnitOfWork
 
 __all__ = ["find_by_operation_key", "insert_workflow", "nodes_of", "on_release",
-           "pass_on_ends", "set_cancelled", "workflow_page", "workflow_row"]
+           "open_sink_ids", "pass_on_ends", "set_cancelled", "workflow_page", "workflow_row"]
 
 ACTOR = "server:workflow"
 _ENDED = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
@@ -56,21 +67,36 @@ def _chunks(items: Sequence[str]) -> Iterable[list[str]]:
         yield list(items[start:start + _CHUNK])
 
 
-_EDGES_OF_PARENTS = (
-    select(workflow_edges.c.child_task_id, workflow_edges.c.parent_task_id,
-           workflow_edges.c.parent_key, workflow_edges.c.on_failure)
+# The not-done edges of ended parents, each with its child's parents_left as it is before
+# this end's decrement, marked done in the same step. SQLite: one UPDATE ... RETURNING (its
+# transaction is the only writer). MariaDB has no UPDATE ... RETURNING: a locking read
+# (FOR UPDATE reads the latest committed rows and holds the edges and the child's row until
+# commit, so a concurrent end of another parent of the child waits and then reads the
+# decremented count), then the UPDATE that marks them done.
+_TAKE_EDGES_SQLITE = (
+    update(workflow_edges)
     .where(workflow_edges.c.parent_task_id.in_(bindparam("ids", expanding=True)),
-           workflow_edges.c.done.is_(False)))
+           workflow_edges.c.done.is_(False))
+    .values(done=true())
+    .returning(workflow_edges.c.child_task_id, workflow_edges.c.parent_task_id,
+               workflow_edges.c.parent_key, workflow_edges.c.on_failure,
+               select(tasks.c.parents_left)
+               .where(tasks.c.id == workflow_edges.c.child_task_id).scalar_subquery()))
+_EDGES_FOR_UPDATE = (
+    select(workflow_edges.c.child_task_id, workflow_edges.c.parent_task_id,
+           workflow_edges.c.parent_key, workflow_edges.c.on_failure, tasks.c.parents_left)
+    .join_from(workflow_edges, tasks, tasks.c.id == workflow_edges.c.child_task_id)
+    .where(workflow_edges.c.parent_task_id.in_(bindparam("ids", expanding=True)),
+           workflow_edges.c.done.is_(False))
+    .with_for_update())
 _MARK_DONE = (
     update(workflow_edges)
     .where(workflow_edges.c.parent_task_id.in_(bindparam("ids", expanding=True)),
            workflow_edges.c.done.is_(False))
-    .values(done=True))
-_DECREMENT = (
+    .values(done=true()))
+_DECREMENT = Prepared(
     update(tasks).where(tasks.c.id == bindparam("_id"))
     .values(parents_left=tasks.c.parents_left - bindparam("_n")))
-_PARENTS_LEFT = select(tasks.c.id, tasks.c.parents_left).where(
-    tasks.c.id.in_(bindparam("ids", expanding=True)))
 _PARENTS_OF = (
     select(workflow_edges.c.child_task_id, workflow_edges.c.parent_key, tasks.c.id,
            tasks.c.state, tasks.c.result, tasks.c.failure_code, tasks.c.failure_details)
@@ -79,9 +105,23 @@ _PARENTS_OF = (
     .order_by(workflow_edges.c.child_task_id, workflow_edges.c.position))
 
 
+def _take_edges(conn: Connection, ids: list[str]) -> list[Any]:
+    """(child, parent, parent_key, on_failure, child's parents_left before this end) for
+    the edges of ``ids`` not done yet, now marked done."""
+    if conn.dialect.name == "sqlite":
+        return prepared_select(_TAKE_EDGES_SQLITE).all(conn, {"ids": ids})
+    rows = list(conn.execute(_EDGES_FOR_UPDATE, {"ids": ids}).all())
+    if rows:
+        conn.execute(_MARK_DONE, {"ids": ids})
+    return rows
+
+
 def pass_on_ends(uow: UnitOfWork) -> None:
     """Move the children of every workflow node this unit of work ended (SUCCEEDED, FAILED,
-    CANCELLED), transitively: a cancelled child's own children follow in the same pass."""
+    CANCELLED), transitively: a cancelled child's own children follow in the same pass.
+
+    A parent's end costs its edges' take and one decrement per child; a child is loaded only
+    when this end releases or cancels it (a chord member's end loads nothing)."""
     conn = uow.conn
     snaps = uow._task_snap
     ended = [rec for tid, rec in uow.tasks.items()
@@ -95,29 +135,31 @@ def pass_on_ends(uow: UnitOfWork) -> None:
         ids = list(by_id)
         edges: list[Any] = []
         for chunk in _chunks(ids):
-            edges.extend(conn.execute(_EDGES_OF_PARENTS, {"ids": chunk}).all())
-            conn.execute(_MARK_DONE, {"ids": chunk})
+            edges.extend(_take_edges(conn, chunk))
         ended = []
         if not edges:
             break
-        done: Counter[str] = Counter()
+        done: dict[str, int] = {}
+        left: dict[str, int | None] = {}
         cancels: dict[str, tuple[str, str, str]] = {}
-        for child_id, parent_id, parent_key, on_failure in edges:
+        for child_id, parent_id, parent_key, on_failure, parents_left in edges:
+            left[child_id] = parents_left
             parent = by_id[parent_id]
             effect = wf.edge_effect(parent.state, on_failure)
             if effect is wf.EdgeEffect.DONE:
-                done[child_id] += 1
+                done[child_id] = done.get(child_id, 0) + 1
             elif effect is wf.EdgeEffect.CANCEL:
                 cancels.setdefault(child_id, (parent_key, parent_id, parent.state.value))
         if done:
-            conn.execute(_DECREMENT, [{"_id": c, "_n": n} for c, n in done.items()])
-        children = list(dict.fromkeys(e[0] for e in edges))
-        uow.load_tasks(children)
-        left: dict[str, int] = {}
-        for chunk in _chunks(children):
-            left.update((i, n) for i, n in conn.execute(_PARENTS_LEFT, {"ids": chunk}).all())
+            _DECREMENT.run(conn, [{"_id": c, "_n": n} for c, n in done.items()])
+        # A child moves when a parent's failure cancels it or its last parent is done.
+        moving = [c for c, n in left.items()
+                  if c in cancels or (n is not None and n == done.get(c, 0))]
+        if not moving:
+            continue
+        uow.load_tasks(moving)
         to_release: list[TaskRec] = []
-        for child_id in children:
+        for child_id in moving:
             child = uow.tasks[child_id]
             if child.state is not TaskState.WAITING:
                 continue  # cancelled meanwhile, or run again by an operator
@@ -129,7 +171,7 @@ def pass_on_ends(uow: UnitOfWork) -> None:
                                               "parent_key": parent_key,
                                               "parent_task_id": parent_id})
                 ended.append(child)
-            elif left.get(child_id) == 0:
+            else:
                 to_release.append(child)
         if to_release:
             ended.extend(_release(uow, to_release, released_queues))
@@ -211,6 +253,17 @@ def nodes_of(conn: Connection, workflow_id: str) -> tuple[list[RowMapping], list
         .where(workflow_edges.c.workflow_id == workflow_id)
         .order_by(workflow_edges.c.child_task_id, workflow_edges.c.position)).mappings())
     return nodes, edges
+
+
+def open_sink_ids(conn: Connection, workflow_id: str, limit: int) -> list[str]:
+    """Up to ``limit`` of the workflow's sinks (the nodes no other node waits for: its
+    results) not ended yet, in submit order."""
+    has_child = (select(workflow_edges.c.parent_task_id)
+                 .where(workflow_edges.c.parent_task_id == tasks.c.id).exists())
+    return [r[0] for r in conn.execute(
+        select(tasks.c.id).where(tasks.c.workflow_id == workflow_id,
+                                 tasks.c.state.not_in([s.value for s in _ENDED]), ~has_child)
+        .order_by(tasks.c.id).limit(limit)).all()]
 
 
 def state_counts(conn: Connection, workflow_ids: Sequence[str]

@@ -2,13 +2,15 @@
 children (tests/fixtures_handlers/workflow_handlers.py), on both stores: a chain of 3
 passing results along, a chord of 100 whose callback gets the 100 results in order, the
 result() of a FAILED workflow (the failed node, its failure; the node after it CANCELLED
-with PARENT_FAILED), a cancel during a run, the async twins, and `orbit workflows
-get | list | cancel | submit`."""
+with PARENT_FAILED), a cancel during a run, the waits' paths on the server (the callback
+cancelled while a member runs on; a group wider than the sinks it watches), the async
+twins, and `orbit workflows get | list | cancel | submit`."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,9 @@ from orbit_client import (
     group,
 )
 from orbit_client.canvas import workflow_body
+from orbit_server.http_workflows import MAX_WATCHED_SINKS
 from orbit_wire.ids import is_id
+from orbit_wire.tasktype import TaskType
 
 WF_HANDLERS = "workflow_handlers:HANDLERS"
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +49,9 @@ RESULT_S = 60.0 * UNIT
 # The test handlers' declarations (the supervisor imports the module from its own folder).
 sys.path.insert(0, str(ROOT / "tests" / "fixtures_handlers"))
 from workflow_handlers import ADD, COLLECT, CRASH, ECHO, FAIL, HOLD  # noqa: E402
+
+# A capability no supervisor of these tests serves: its nodes stay PENDING.
+UNSERVED: TaskType[int, int] = TaskType("wf.unserved", "v1", "v1", idempotent=True)
 
 
 @dataclass
@@ -154,6 +161,46 @@ def test_wait_ends_at_the_timeout_and_the_workflow_goes_on(scene: Scene) -> None
         assert caught.value.retryable and caught.value.workflow.state == "RUNNING"
     finally:
         flow.cancel()
+
+
+def test_a_wait_ends_when_the_last_member_does_after_the_callback_was_cancelled(
+        scene: Scene) -> None:
+    """A member FAILED while another runs on: the callback (the only sink) is cancelled at
+    once, and the workflow ends FAILED only when the other member has ended too."""
+    flow = scene.client.submit(chord([FAIL.s({}), HOLD.s({})], COLLECT.s({})))
+    failing, held, callback = (n.task_id for n in flow.nodes())
+
+    def callback_cancelled_and_member_running() -> bool:
+        return (scene.client.task(callback).state.value == "CANCELLED"
+                and scene.client.task(held).state.value == "RUNNING")
+
+    wait_until(callback_cancelled_and_member_running, timeout=RESULT_S,
+               what="the callback cancelled while a member runs")
+    assert flow.wait(0.3).state == "RUNNING"  # no open sink: the server reads on
+    scene.client.cancel(held, "enough")
+    with pytest.raises(WorkflowFailed) as caught:
+        flow.result(RESULT_S)
+    assert caught.value.node.task_id == failing
+    assert [n.state for n in flow.nodes()] == ["FAILED", "CANCELLED", "CANCELLED"]
+
+
+def test_a_wait_on_a_group_wider_than_the_sinks_watched_ends_with_it(scene: Scene) -> None:
+    """Over MAX_WATCHED_SINKS sinks the server reads the state on a fixed step: a wait
+    started before a cancel still answers the CANCELLED workflow."""
+    flow = scene.client.submit(group(UNSERVED.s(i) for i in range(MAX_WATCHED_SINKS + 1)))
+    seen: list[str] = []
+
+    def wait() -> None:
+        with OrbitClient(credentials=scene.producer_file) as other:
+            seen.append(other.workflow(flow.id).wait(RESULT_S).state)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        flow.cancel("enough")
+    finally:
+        waiter.join(RESULT_S * 2)
+    assert seen == ["CANCELLED"]
 
 
 def test_the_async_twins_agree(scene: Scene) -> None:

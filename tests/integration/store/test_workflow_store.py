@@ -3,7 +3,8 @@ as the adapters call them): a released node's reservation carries its parents' r
 declared order; results over 1 MiB fail the node with PARENTS_TOO_LARGE; two replicas
 finishing the two parents of one node at the same instant release it exactly once; the
 reaper's deadline passes a failure on like a worker's report; the retention removes a
-workflow with its last node."""
+workflow with its last node; the open sinks (what a waiting read watches) are the nodes no
+other waits for, not ended yet."""
 
 from __future__ import annotations
 
@@ -130,3 +131,21 @@ def test_the_retention_removes_a_workflow_with_its_last_node(world: World) -> No
         assert conn.scalar(select(func.count()).select_from(workflows).where(
             workflows.c.id == view["workflow_id"])) == 0
         assert conn.scalar(select(func.count()).select_from(workflow_edges)) == 0
+
+
+def test_the_open_sinks_are_the_nodes_nobody_waits_for_not_ended_yet(world: World) -> None:
+    view = _workflow(world, [("root", []), ("left", ["root"]), ("right", ["root"]),
+                             ("alone", [])])
+    ids = _ids(view)
+    wid = view["workflow_id"]
+
+    def sinks(limit: int = 10) -> list[str]:
+        return world.service.workflows.open_sinks(world.producer, wid, limit)
+
+    assert sinks() == [ids["left"], ids["right"], ids["alone"]]  # submit order
+    assert sinks(2) == [ids["left"], ids["right"]]
+    b = world.hello()
+    assert _succeed(world, b, 1) == ids["root"]  # not a sink: the sinks stay
+    assert sinks() == [ids["left"], ids["right"], ids["alone"]]
+    ended = _succeed(world, b, 2)
+    assert sinks() == [i for i in (ids["left"], ids["right"], ids["alone"]) if i != ended]
