@@ -70,7 +70,8 @@ def _usage(conn: Connection, queue_id: str, pairs: set[tuple[str, str]],
     if not keys:
         return {}
     longest = max((limits[p].rate_interval_ms or 0) for _k, p in pairs)
-    stored.prune_holds(conn, queue_id, keys, now - max(longest, PRUNE_AGE_MS), PRUNE_BATCH)
+    stored.prune_holds(conn, queue_id, keys, now - longest, now - max(longest, PRUNE_AGE_MS),
+                       PRUNE_BATCH)
     by_since: dict[int, list[tuple[str, str]]] = {}
     for key, pattern in pairs:
         by_since.setdefault(usage_since(limits[pattern], now), []).append((key, pattern))
