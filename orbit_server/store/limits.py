@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Integer, RowMapping, and_, bindparam, case, delete, func, select
 
-from .prepared import Prepared
+from .prepared import Prepared, prepared_select
 from .tables import OPEN_ATTEMPT, attempts, limit_changes, limit_holds, queue_limits, state_is
 
 __all__ = ["delete_limit", "insert_holds", "insert_limit_change", "key_usage", "keys_usage",
@@ -105,14 +105,16 @@ def limit_row(conn: Connection, queue_id: str, pattern: str) -> RowMapping | Non
     return conn.execute(LIMIT_ROW, {"queue_id": queue_id, "pattern": pattern}).mappings().first()
 
 
-def lock_limits(conn: Connection, queue_id: str, patterns: Iterable[str]) -> list[RowMapping]:
+def lock_limits(conn: Connection, queue_id: str,
+                patterns: Iterable[str]) -> list[dict[str, Any]]:
     """These limits of the queue as they are now, each locked until the transaction ends
     (in pattern order)."""
     wanted = sorted(set(patterns))
     if not wanted:
         return []
-    return list(conn.execute(LOCK_LIMITS, {"queue_id": queue_id,
-                                           "patterns": wanted}).mappings())
+    query = prepared_select(LOCK_LIMITS)
+    return [dict(zip(query.keys, r, strict=True))
+            for r in query.all(conn, {"queue_id": queue_id, "patterns": wanted})]
 
 
 def upsert_limit(conn: Connection, row: Mapping[str, Any]) -> bool:
@@ -154,8 +156,8 @@ def keys_usage(conn: Connection, queue_id: str, keys: Sequence[str],
                since: int) -> dict[str, tuple[int, int, int | None]]:
     """``key_usage`` of each of ``keys`` in one statement, with the earliest start after
     ``since`` (a key without holds: absent)."""
-    rows = conn.execute(KEYS_USAGE, {"queue_id": queue_id, "keys": list(keys),
-                                     "since": since}).all()
+    rows = prepared_select(KEYS_USAGE).all(conn, {"queue_id": queue_id,
+                                                  "keys": _padded(keys), "since": since})
     return {str(r[0]): (int(r[1] or 0), int(r[2] or 0), None if r[3] is None else int(r[3]))
             for r in rows}
 
@@ -165,9 +167,9 @@ def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: in
     """Delete up to ``n`` holds of ``keys`` that nothing counts any more (PRUNABLE_HOLDS:
     reserved at or before ``before`` with their attempt ended, or at or before
     ``missing_before`` with their attempt gone); how many."""
-    params = {"queue_id": queue_id, "keys": list(keys)}
-    found = conn.execute(PRUNABLE_HOLDS, {**params, "before": before,
-                                          "missing_before": missing_before, "n": n}).all()
+    found = prepared_select(PRUNABLE_HOLDS).all(conn, {
+        "queue_id": queue_id, "keys": _padded(keys), "before": before,
+        "missing_before": missing_before, "n": n})
     if not found:
         return 0
     if conn.dialect.name == "sqlite":
@@ -178,6 +180,16 @@ def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: in
                                     "keys": sorted({str(r[0]) for r in found}),
                                     "ids": sorted({str(r[1]) for r in found})})
     return len(found)
+
+
+def _padded(keys: Sequence[str]) -> list[str]:
+    """``keys`` with the last repeated up to a power of two: a statement rendered once per
+    IN-list length (``prepared_select``) is then rendered for a few lengths only."""
+    out = list(keys)
+    size = 1
+    while size < len(out):
+        size *= 2
+    return out + out[-1:] * (size - len(out))
 
 
 def insert_holds(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
