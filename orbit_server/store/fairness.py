@@ -20,6 +20,7 @@ from sqlalchemy import Connection, RowMapping, bindparam, delete, select
 from orbit_wire.model import Capability
 
 from . import claims, queries
+from .prepared import prepared_select
 from .tables import queue_fairness
 
 __all__ = ["MAX_FAIR_VALUES", "delete_fairness", "fair_keys_of_queues", "fair_rows",
@@ -74,11 +75,13 @@ def fair_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: 
     is drained. ``after`` is the value served last (None: start from the first)."""
     bounded = False
     found_values: list[tuple[dict[str, Any], str]] = []
+    # A claim of n rows takes the first row of at most n values: it needs no more values.
+    most = min(MAX_FAIR_VALUES, n)
     for cap in caps:
         params = {"queue_id": queue_id, "handler": cap.handler,
                   "handler_version": cap.handler_version,
                   "payload_version": cap.payload_version}
-        values, more = _values(conn, params, after)
+        values, more = _values(conn, params, after, most)
         bounded = bounded or more
         found_values.extend((params, value) for value in values)
     # Turns take about n / (values + 1) rows of each value and of the plain range (the tasks
@@ -87,35 +90,40 @@ def fair_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: 
     share = -(-n // (len(found_values) + 1)) + 1
     rows = claims.claimable_rows(conn, queue_id, caps, now, min(n, share))
     bounded = bounded or len(rows) >= min(n, share)
+    query = prepared_select(queries.DISPATCH_FAIR)
+    names = query.keys
     for params, value in found_values:
-        result = conn.execute(queries.DISPATCH_FAIR, {**params, "fair_value": value,
-                                                      "now": now, "n": share})
-        names = tuple(result.keys())
-        found = [dict(zip(names, r, strict=True)) for r in result.all()]
+        found = [dict(zip(names, r, strict=True))
+                 for r in query.all(conn, {**params, "fair_value": value, "now": now,
+                                           "n": share})]
         bounded = bounded or len(found) >= share
         rows.extend(found)
     return rows, bounded
 
 
-def _values(conn: Connection, params: Mapping[str, Any], after: str | None
+def _values(conn: Connection, params: Mapping[str, Any], after: str | None, most: int
             ) -> tuple[list[str], bool]:
-    """Up to MAX_FAIR_VALUES values in cyclic order after ``after``, and whether more may
-    exist."""
+    """Up to ``most`` values in cyclic order after ``after``, and whether more may exist."""
+    first, following = prepared_select(queries.FIRST_FAIR_VALUE), prepared_select(
+        queries.NEXT_FAIR_VALUE)
+
     def seek(above: str | None) -> str | None:
-        stmt = queries.FIRST_FAIR_VALUE if above is None else queries.NEXT_FAIR_VALUE
-        row = conn.execute(stmt, {**params, "after": above}).first()
-        return None if row is None else str(row[0])
+        if above is None:
+            rows = first.all(conn, params)
+        else:
+            rows = following.all(conn, {**params, "after": above})
+        return str(rows[0][0]) if rows else None
 
     out: list[str] = []
     current = seek(after)
-    while current is not None and len(out) < MAX_FAIR_VALUES:
+    while current is not None and len(out) < most:
         out.append(current)
         current = seek(current)
     if current is not None:
         return out, True
     if after is not None:  # wrap around to the values up to ``after``
         current = seek(None)
-        while current is not None and current <= after and len(out) < MAX_FAIR_VALUES:
+        while current is not None and current <= after and len(out) < most:
             out.append(current)
             current = seek(current)
         if current is not None and current <= after:
