@@ -12,6 +12,7 @@ never by the number of queued tasks.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from sqlalchemy import Connection, RowMapping, bindparam, delete, select
 
 from orbit_wire.model import Capability
 
-from . import claims, queries
+from . import claims, fair_sqlite, queries
 from .prepared import prepared_select
 from .tables import queue_fairness
 
@@ -74,30 +75,38 @@ def fair_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: 
     that filled its share): the claim must not conclude from a short count that the queue
     is drained. ``after`` is the value served last (None: start from the first)."""
     bounded = False
-    found_values: list[tuple[dict[str, Any], str]] = []
+    sqlite = conn.dialect.name == "sqlite"
+    by_cap: list[tuple[dict[str, Any], list[str]]] = []
     # A claim of n rows takes the first row of at most n values: it needs no more values.
     most = min(MAX_FAIR_VALUES, n)
     for cap in caps:
         params = {"queue_id": queue_id, "handler": cap.handler,
                   "handler_version": cap.handler_version,
                   "payload_version": cap.payload_version}
-        values, more = _values(conn, params, after, most)
+        values, more = (fair_sqlite.fair_values(conn, params, after, most) if sqlite
+                        else _values(conn, params, after, most))
         bounded = bounded or more
-        found_values.extend((params, value) for value in values)
+        by_cap.append((params, values))
     # Turns take about n / (values + 1) rows of each value and of the plain range (the tasks
     # from before fairness): each range reads one more than that, and one that filled its
     # share may hold more.
-    share = -(-n // (len(found_values) + 1)) + 1
+    share = -(-n // (sum(len(values) for _p, values in by_cap) + 1)) + 1
     rows = claims.claimable_rows(conn, queue_id, caps, now, min(n, share))
     bounded = bounded or len(rows) >= min(n, share)
-    query = prepared_select(queries.DISPATCH_FAIR)
-    names = query.keys
-    for params, value in found_values:
-        found = [dict(zip(names, r, strict=True))
-                 for r in query.all(conn, {**params, "fair_value": value, "now": now,
-                                           "n": share})]
-        bounded = bounded or len(found) >= share
-        rows.extend(found)
+    for params, values in by_cap:
+        if sqlite:
+            found = fair_sqlite.fair_ranges(conn, params, values, now, share)
+            per_value = Counter(row["fair_value"] for row in found)
+            bounded = bounded or any(per_value[v] >= share for v in values)
+            rows.extend(found)
+            continue
+        query = prepared_select(queries.DISPATCH_FAIR)
+        for value in values:
+            found = [dict(zip(query.keys, r, strict=True))
+                     for r in query.all(conn, {**params, "fair_value": value, "now": now,
+                                               "n": share})]
+            bounded = bounded or len(found) >= share
+            rows.extend(found)
     return rows, bounded
 
 
