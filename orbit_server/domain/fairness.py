@@ -11,6 +11,8 @@ a value, the null group first in the cycle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import zip_longest
+from operator import itemgetter
 from typing import Any
 
 # A task submitted while its queue was not fair (tasks.fair_value null): a group of its own.
@@ -27,8 +29,12 @@ def fair_value(keys: Iterable[str], key_name: str | None) -> str | None:
     return next((k for k in keys if k.startswith(prefix)), "")
 
 
+_BEFORE = (0, "")  # the place of the group without a value (BEFORE) in the cycle
+_DISPATCH_ORDER = itemgetter("dispatch_rank", "available_at_ms")
+
+
 def _order(value: str | None) -> tuple[int, str]:
-    return (0, "") if value is None else (1, value)
+    return _BEFORE if value is None else (1, value)
 
 
 def rotate(rows: Sequence[Mapping[str, Any]], after: tuple[int, str] | None
@@ -43,21 +49,17 @@ def rotate(rows: Sequence[Mapping[str, Any]], after: tuple[int, str] | None
         if row["id"] in seen:
             continue
         seen.add(row["id"])
-        groups.setdefault(_order(row["fair_value"]), []).append(row)
+        value = row["fair_value"]
+        groups.setdefault(_BEFORE if value is None else (1, value), []).append(row)
     for group in groups.values():
-        group.sort(key=lambda r: (r["dispatch_rank"], r["available_at_ms"]))
+        if len(group) > 1:
+            group.sort(key=_DISPATCH_ORDER)
     names = sorted(groups)
     if after is not None:
         names = [n for n in names if n > after] + [n for n in names if n <= after]
-    out: list[Mapping[str, Any]] = []
-    depth = 0
-    while len(out) < len(seen):
-        for name in names:
-            group = groups[name]
-            if depth < len(group):
-                out.append(group[depth])
-        depth += 1
-    return out
+    # The first row of each value in turn, then the second of each, ...
+    return [row for turn in zip_longest(*(groups[n] for n in names)) for row in turn
+            if row is not None]
 
 
 def position(row: Mapping[str, Any]) -> tuple[int, str]:

@@ -19,8 +19,8 @@ from orbit_wire.flow import pattern_matches
 
 LIMIT_FULL = "LIMIT_FULL"
 
-__all__ = ["LIMIT_FULL", "Held", "Limit", "Usage", "admit", "limit_of_row", "matching",
-           "rate_frees_at", "usage_since"]
+__all__ = ["LIMIT_FULL", "Held", "Limit", "Usage", "admit", "admit_pairs", "limit_of_row",
+           "matching", "rate_frees_at", "usage_since"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,9 @@ def rate_frees_at(limit: Limit, usage: Usage, now: int) -> int | None:
         return None
     oldest = usage.oldest_recent_ms if usage.recent_starts else None
     return (now if oldest is None else oldest) + limit.rate_interval_ms
+
+
+_UNUSED = Usage()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +94,23 @@ def admit(task_keys: Sequence[Sequence[str]], limits: Mapping[str, Limit],
     """The positions of the tasks (their keys, in dispatch order) that may start now, at
     most ``count``, and why each task looked at and left is held. ``usage`` is by (key,
     pattern) for every matching pair; a pair without usage counts as unused."""
+    return admit_pairs([matching(keys, limits) for keys in task_keys], limits, usage, count)
+
+
+def admit_pairs(task_pairs: Sequence[Sequence[tuple[str, str]]], limits: Mapping[str, Limit],
+                usage: Mapping[tuple[str, str], Usage], count: int
+                ) -> tuple[list[int], dict[int, Held]]:
+    """``admit`` of tasks given by their (key, pattern) pairs (``matching``, in the order
+    ``matching`` gives them, every pattern one of ``limits``)."""
     taken: dict[tuple[str, str], int] = {}
     admitted: list[int] = []
     held: dict[int, Held] = {}
-    for i, keys in enumerate(task_keys):
+    for i, pairs in enumerate(task_pairs):
         if len(admitted) >= count:
             break
-        pairs = matching(keys, limits)
+        if not pairs:
+            admitted.append(i)
+            continue
         reason = _first_full(pairs, limits, usage, taken)
         if reason is not None:
             held[i] = reason
@@ -113,7 +126,7 @@ def _first_full(pairs: Sequence[tuple[str, str]], limits: Mapping[str, Limit],
                 taken: Mapping[tuple[str, str], int]) -> Held | None:
     for key, pattern in pairs:
         limit = limits[pattern]
-        used = usage.get((key, pattern), Usage())
+        used = usage.get((key, pattern), _UNUSED)
         extra = taken.get((key, pattern), 0)
         if limit.max_running is not None and used.running + extra >= limit.max_running:
             return Held(key, pattern, "max_running", limit.max_running)

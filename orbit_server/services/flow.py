@@ -10,6 +10,7 @@ replicas never both take a key's last slot or its last start of a rate window.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..domain.flow import (
     Limit,
     Usage,
     admit,
+    admit_pairs,
     limit_of_row,
     matching,
     rate_frees_at,
@@ -40,21 +42,37 @@ def row_keys(row: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(orjson.loads(text)) if text else ()
 
 
+@functools.lru_cache(maxsize=4096)
+def _pairs_of(text: str, patterns: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``matching`` of a task's stored keys (its ``limit_keys`` text) and these patterns:
+    the rows of one claim mostly share a few key sets, so each is parsed and matched once."""
+    return tuple(matching(orjson.loads(text), patterns))
+
+
+def row_pairs(row: Mapping[str, Any], patterns: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Each (key of the task, pattern of ``patterns`` matching it)."""
+    text = row.get("limit_keys")
+    return _pairs_of(text, patterns) if text else ()
+
+
 def admit_rows(conn: Connection, queue_id: str, rows: Sequence[dict[str, Any]],
                count: int, limits: Mapping[str, Limit], now: int
                ) -> tuple[list[dict[str, Any]], dict[str, Held], int | None]:
     """Of ``rows`` (dispatch order), at most ``count`` that may start now, why each row
     looked at and left is held (by task ID), and when the first task held by a rate may
     start (None: none is). Locks the limits that apply, prunes their keys' old holds."""
-    keys = [row_keys(row) for row in rows]
-    pairs = {pair for ks in keys for pair in matching(ks, limits)}
+    patterns = tuple(limits)
+    task_pairs = [row_pairs(row, patterns) for row in rows]
+    pairs = {pair for these in task_pairs for pair in these}
     if not pairs:
         return list(rows[:count]), {}, None
     locked = {row["pattern"]: limit_of_row(row)
               for row in stored.lock_limits(conn, queue_id, {p for _k, p in pairs})}
-    pairs = {(k, p) for k, p in pairs if p in locked}  # a limit deleted meanwhile
+    if len(locked) < len({p for _k, p in pairs}):  # a limit deleted meanwhile
+        pairs = {(k, p) for k, p in pairs if p in locked}
+        task_pairs = [tuple((k, p) for k, p in these if p in locked) for these in task_pairs]
     usage = _usage(conn, queue_id, pairs, locked, now)
-    admitted, held = admit(keys, locked, usage, count)
+    admitted, held = admit_pairs(task_pairs, locked, usage, count)
     frees = [rate_frees_at(locked[h.pattern], usage.get((h.key, h.pattern), Usage()), now)
              for h in held.values() if h.bound == "rate"]
     wake = min((f for f in frees if f is not None), default=None)
@@ -70,7 +88,8 @@ def _usage(conn: Connection, queue_id: str, pairs: set[tuple[str, str]],
     if not keys:
         return {}
     longest = max((limits[p].rate_interval_ms or 0) for _k, p in pairs)
-    stored.prune_holds(conn, queue_id, keys, now - max(longest, PRUNE_AGE_MS), PRUNE_BATCH)
+    stored.prune_holds(conn, queue_id, keys, now - longest, now - max(longest, PRUNE_AGE_MS),
+                       PRUNE_BATCH)
     by_since: dict[int, list[tuple[str, str]]] = {}
     for key, pattern in pairs:
         by_since.setdefault(usage_since(limits[pattern], now), []).append((key, pattern))
@@ -86,12 +105,14 @@ def record_holds(conn: Connection, queue_id: str,
                  started: Sequence[tuple[Mapping[str, Any], str]],
                  limits: Mapping[str, Limit], now: int) -> None:
     """A hold for each (key under a limit, attempt) of the (task row, attempt ID) pairs
-    reserved now."""
+    reserved now, in one statement."""
+    patterns = tuple(limits)
     holds: list[dict[str, Any]] = []
     for row, attempt_id in started:
-        keys = {key for key, _p in matching(row_keys(row), limits)}
+        pairs = row_pairs(row, patterns)
+        keys = sorted({key for key, _p in pairs}) if len(pairs) > 1 else [k for k, _p in pairs]
         holds.extend({"queue_id": queue_id, "limit_key": key, "attempt_id": attempt_id,
-                      "reserved_at_ms": now} for key in sorted(keys))
+                      "reserved_at_ms": now} for key in keys)
     stored.insert_holds(conn, holds)
 
 

@@ -118,27 +118,23 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     queue_limits = limits.limits(uow.conn, binding.queue_id, now) if limits else {}
     # Rows this transaction changed are not written yet, so the query still sees them
     # PENDING (and our own locks never skip them): ask for enough to make up for those.
-    # Under limits, a window more: tasks a limit holds must not block those behind them.
     taken = uow.moved_from_pending()
-    want = (count + len(taken) + (1 if probe else 0)
-            + (flow.HELD_WINDOW if queue_limits else 0))
+    want = count + len(taken) + (1 if probe else 0)
     fair_key = fair.key_name(uow.conn, binding.queue_id, now) if fair else None
-    more_values = False
-    if fair_key is not None:
-        assert fair is not None
-        rows, more_values = fair_dispatch.fair_rows(uow.conn, binding, now, want, fair)
-    else:
-        rows = (claims.labelled_rows(uow.conn, binding.queue_id, binding.capabilities,
-                                     binding.labels, now, want)
-                if binding.labels else
-                claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now,
-                                      want))
-    skip = set(taken)
-    rows = [row for row in rows if row["id"] not in skip]
+    rows, more_values = _candidates(uow, binding, now, want, fair if fair_key else None)
     wake = None
     if queue_limits:
-        rows, _held, wake = flow.admit_rows(uow.conn, binding.queue_id, rows,
-                                            count + (1 if probe else 0), queue_limits, now)
+        admitted, held, wake = flow.admit_rows(uow.conn, binding.queue_id, rows,
+                                               count + (1 if probe else 0), queue_limits, now)
+        if held and (len(rows) >= want - len(taken) or more_values):
+            # Tasks a limit holds must not block those behind them: read again with a
+            # window more (only then: a claim that holds nothing reads what it wants).
+            rows, more_values = _candidates(uow, binding, now, want + flow.HELD_WINDOW,
+                                            fair if fair_key else None)
+            admitted, held, wake = flow.admit_rows(uow.conn, binding.queue_id, rows,
+                                                   count + (1 if probe else 0), queue_limits,
+                                                   now)
+        rows = admitted
     drained = probe and len(rows) <= count and not more_values
     rows = rows[:count]
     more = False
@@ -165,6 +161,24 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
         flow.record_holds(uow.conn, binding.queue_id,
                           [(row, attempt.id) for _t, attempt, row in out], queue_limits, now)
     return out, more, size, drained and not more, wake, more_values
+
+
+def _candidates(uow: UnitOfWork, binding: WorkerBinding, now: int, want: int,
+                fair: FairTable | None) -> tuple[list[dict[str, Any]], bool]:
+    """Up to ``want`` claimable rows in dispatch order (in turn order for a fair queue:
+    ``fair``), without those this transaction already took, and whether a fair read left
+    values or rows unread."""
+    more_values = False
+    if fair is not None:
+        rows, more_values = fair_dispatch.fair_rows(uow.conn, binding, now, want, fair)
+    else:
+        rows = (claims.labelled_rows(uow.conn, binding.queue_id, binding.capabilities,
+                                     binding.labels, now, want)
+                if binding.labels else
+                claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now,
+                                      want))
+    skip = set(uow.moved_from_pending())
+    return [row for row in rows if row["id"] not in skip], more_values
 
 
 def reserved_bytes(row: Mapping[Any, Any]) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Integer, RowMapping, and_, bindparam, case, delete, func, select
 
+from .prepared import Prepared, prepared_select
 from .tables import OPEN_ATTEMPT, attempts, limit_changes, limit_holds, queue_limits, state_is
 
 __all__ = ["delete_limit", "insert_holds", "insert_limit_change", "key_usage", "keys_usage",
@@ -63,18 +64,30 @@ KEYS_USAGE = (
     .where(_THESE_KEYS)
     .group_by(limit_holds.c.limit_key)
 )
-# Holds past every window whose attempt has ended (or is gone): nothing counts them.
+# Holds nothing counts any more: their attempt has ended and they are past every rate window
+# of their key (``before``), or their attempt is gone (retention) and they are older than
+# PRUNE_AGE_MS (``missing_before``). An attempt written by this transaction's unit of work
+# is not in the table until it flushes: its holds have no attempt yet and stay. Every hold
+# of one attempt has the same instant, so a prunable attempt's holds all are.
 PRUNE_AGE_MS = 5_000
 PRUNABLE_HOLDS = (
-    select(limit_holds.c.attempt_id)
+    select(limit_holds.c.limit_key, limit_holds.c.attempt_id)
     .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
     .where(_THESE_KEYS, limit_holds.c.reserved_at_ms <= bindparam("before"),
-           (attempts.c.state.is_(None)) | ~_IS_OPEN)
+           ~_IS_OPEN | (attempts.c.state.is_(None)
+                        & (limit_holds.c.reserved_at_ms <= bindparam("missing_before"))))
     .limit(bindparam("n", type_=Integer))
 )
+# On MySQL/MariaDB one statement (the keys x the attempts: each such hold is prunable too);
+# on SQLite one primary-key delete per hold (a row-value IN would scan the table).
 DELETE_HOLDS = delete(limit_holds).where(
     _THESE_KEYS, limit_holds.c.attempt_id.in_(bindparam("ids", expanding=True)))
-INSERT_HOLD = limit_holds.insert()
+DELETE_HOLD = Prepared(delete(limit_holds).where(
+    limit_holds.c.queue_id == bindparam("queue_id"),
+    limit_holds.c.limit_key == bindparam("limit_key"),
+    limit_holds.c.attempt_id == bindparam("attempt_id")))
+INSERT_HOLDS = Prepared(limit_holds.insert(), ["queue_id", "limit_key", "attempt_id",
+                                               "reserved_at_ms"])
 INSERT_CHANGE = limit_changes.insert()
 CHANGES_OF = (
     select(limit_changes).where(limit_changes.c.queue_id == bindparam("queue_id"))
@@ -92,14 +105,16 @@ def limit_row(conn: Connection, queue_id: str, pattern: str) -> RowMapping | Non
     return conn.execute(LIMIT_ROW, {"queue_id": queue_id, "pattern": pattern}).mappings().first()
 
 
-def lock_limits(conn: Connection, queue_id: str, patterns: Iterable[str]) -> list[RowMapping]:
+def lock_limits(conn: Connection, queue_id: str,
+                patterns: Iterable[str]) -> list[dict[str, Any]]:
     """These limits of the queue as they are now, each locked until the transaction ends
     (in pattern order)."""
     wanted = sorted(set(patterns))
     if not wanted:
         return []
-    return list(conn.execute(LOCK_LIMITS, {"queue_id": queue_id,
-                                           "patterns": wanted}).mappings())
+    query = prepared_select(LOCK_LIMITS)
+    return [dict(zip(query.keys, r, strict=True))
+            for r in query.all(conn, {"queue_id": queue_id, "patterns": wanted})]
 
 
 def upsert_limit(conn: Connection, row: Mapping[str, Any]) -> bool:
@@ -141,26 +156,42 @@ def keys_usage(conn: Connection, queue_id: str, keys: Sequence[str],
                since: int) -> dict[str, tuple[int, int, int | None]]:
     """``key_usage`` of each of ``keys`` in one statement, with the earliest start after
     ``since`` (a key without holds: absent)."""
-    rows = conn.execute(KEYS_USAGE, {"queue_id": queue_id, "keys": list(keys),
-                                     "since": since}).all()
+    rows = prepared_select(KEYS_USAGE).all(conn, {"queue_id": queue_id,
+                                                  "keys": _padded(keys), "since": since})
     return {str(r[0]): (int(r[1] or 0), int(r[2] or 0), None if r[3] is None else int(r[3]))
             for r in rows}
 
 
 def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: int,
-                n: int) -> int:
-    """Delete up to ``n`` holds of ``keys`` reserved at or before ``before`` whose attempt
-    has ended (every hold of such an attempt: ``before`` is past every window of these
-    keys); how many attempts' holds."""
-    params = {"queue_id": queue_id, "keys": list(keys)}
-    ids = [r[0] for r in conn.execute(PRUNABLE_HOLDS, {**params, "before": before,
-                                                       "n": n}).all()]
-    if ids:
-        conn.execute(DELETE_HOLDS, {**params, "ids": list(set(ids))})
-    return len(ids)
+                missing_before: int, n: int) -> int:
+    """Delete up to ``n`` holds of ``keys`` that nothing counts any more (PRUNABLE_HOLDS:
+    reserved at or before ``before`` with their attempt ended, or at or before
+    ``missing_before`` with their attempt gone); how many."""
+    found = prepared_select(PRUNABLE_HOLDS).all(conn, {
+        "queue_id": queue_id, "keys": _padded(keys), "before": before,
+        "missing_before": missing_before, "n": n})
+    if not found:
+        return 0
+    if conn.dialect.name == "sqlite":
+        DELETE_HOLD.run(conn, [{"queue_id": queue_id, "limit_key": key, "attempt_id": attempt}
+                               for key, attempt in found])
+    else:
+        conn.execute(DELETE_HOLDS, {"queue_id": queue_id,
+                                    "keys": sorted({str(r[0]) for r in found}),
+                                    "ids": sorted({str(r[1]) for r in found})})
+    return len(found)
+
+
+def _padded(keys: Sequence[str]) -> list[str]:
+    """``keys`` with the last repeated up to a power of two: a statement rendered once per
+    IN-list length (``prepared_select``) is then rendered for a few lengths only."""
+    out = list(keys)
+    size = 1
+    while size < len(out):
+        size *= 2
+    return out + out[-1:] * (size - len(out))
 
 
 def insert_holds(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """One hold per (key, attempt) started: queue_id, limit_key, attempt_id, reserved_at_ms."""
-    if rows:
-        conn.execute(INSERT_HOLD, [dict(r) for r in rows])
+    INSERT_HOLDS.run(conn, rows)

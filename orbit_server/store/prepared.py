@@ -169,6 +169,11 @@ def first_row(conn: Connection, stmt: Select[Any], params: Mapping[str, Any]
     return dict(zip(query.keys, rows[0], strict=True)) if rows else None
 
 
+def sqlite_fetch_all(conn: Connection, sql: str, params: Mapping[str, Any]) -> list[Any]:
+    """The rows of one SQLite statement (named parameters) as the driver's tuples."""
+    return _on_sqlite_cursor(conn, sql, [params], _fetch_all)
+
+
 def _write_rows(cursor: Any, sql: str, params: list[Any]) -> int:
     if len(params) > 1:
         cursor.executemany(sql, params)

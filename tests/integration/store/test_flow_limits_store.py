@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from store_support import World
 
 from orbit_server.services.limit_table import LIMITS_MAX_AGE_MS
-from orbit_server.store.tables import attempts
+from orbit_server.store.tables import attempts, limit_holds
 from orbit_wire.model import Outcome
 
 KEY = "licence:matlab"
@@ -113,3 +113,50 @@ def test_two_services_never_both_take_the_last_slot(world: World) -> None:
         open_attempts = conn.execute(select(func.count()).select_from(attempts).where(
             attempts.c.state.in_(["RESERVED", "RUNNING"]))).scalar_one()
     assert open_attempts == 1
+
+
+def test_held_tasks_beyond_the_claims_count_do_not_block_those_behind(world: World) -> None:
+    _limit(world, KEY, max_running=1)
+    ids = world.submit_many(5, limits=[KEY])
+    free = world.submit(payload={"free": True})["id"]
+    b = world.hello()
+    # The claim's own rows are all of the full key: it reads again with the window behind.
+    got = world.service.workers.reserve(b, 2)
+    assert sorted(r.task_id for r in got) == sorted([ids[0], free])
+    assert len(world.service.workers.reserve(b, 2)) == 0
+
+
+def _run_all(world: World, b: Any, count: int) -> None:
+    got = world.service.workers.reserve(b, count)
+    assert len(got) == count
+    for r in got:
+        assert world.start(b, r.attempt_id, r.epoch).ok
+        world.finish(b, r.attempt_id, r.epoch, Outcome.SUCCEEDED, result=1)
+
+
+def _holds(world: World) -> list[str]:
+    with world.engine.connect() as conn:
+        return sorted(str(r[0]) for r in conn.execute(select(limit_holds.c.limit_key)))
+
+
+def test_a_hold_is_pruned_once_its_attempt_ended_and_no_window_counts_it(world: World) -> None:
+    _limit(world, KEY, max_running=5)
+    world.submit_many(2, limits=[KEY])
+    b = world.hello()
+    _run_all(world, b, 1)
+    assert _holds(world) == [KEY]
+    world.clock.advance(1)
+    # The next claim of the key prunes the ended attempt's hold (no rate counts it) and
+    # holds its own.
+    _run_all(world, b, 1)
+    assert _holds(world) == [KEY]
+    # Under a rate, an ended attempt's hold stays while a window may count its start.
+    _limit(world, "other:*", rate={"count": 10, "interval_ms": 1_000})
+    world.submit_many(3, limits=["other:1"])
+    _run_all(world, b, 1)
+    world.clock.advance(999)
+    _run_all(world, b, 1)
+    assert _holds(world) == [KEY, "other:1", "other:1"]
+    world.clock.advance(1)
+    _run_all(world, b, 1)  # the first start has left the window: its hold goes
+    assert _holds(world) == [KEY, "other:1", "other:1"]

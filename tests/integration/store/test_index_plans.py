@@ -4,6 +4,7 @@ index searches, never table scans. Asserted on SQLite's EXPLAIN QUERY PLAN text 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ from support.bulk_rows import NOW, Q, attempt_row, task_row
 
 from orbit_server.store import (
     create_engine_for,
+    fair_sqlite,
     instances,
+    limits,
     listing,
     migrate,
     queries,
@@ -145,6 +148,51 @@ def test_fair_dispatch_reads_one_range_per_value(big_db: Engine) -> None:
         text = plan(big_db, stmt, **common, after=after)
         assert_indexed(text, "ix_tasks_fair")
         assert "TEMP B-TREE" not in text, text
+
+
+def raw_plan(engine: Engine, sql: str, params: dict[str, Any]) -> str:
+    """``plan`` of a statement written as SQLite SQL with named parameters."""
+    with engine.connect() as conn:
+        found, blind = (
+            "\n".join(str(r[-1]) for r in conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + sql, bound).all())
+            for bound in (params, dict.fromkeys(params)))
+    assert found == blind, f"the plan depends on a bound value:\n{found}\nwith NULLs:\n{blind}"
+    return found
+
+
+def _without_cte_scans(text: str) -> str:
+    """The plan without its scans of the statement's own small rows (the CTE ``v``, its
+    constant seed row), which are not tables."""
+    return "\n".join(line for line in text.splitlines()
+                     if not re.fullmatch(r"SCAN (v|CONSTANT ROW|\d+ CONSTANT ROWS)", line))
+
+
+def test_fair_dispatch_on_sqlite_seeks_each_value_and_reads_each_range(big_db: Engine) -> None:
+    # store/fair_sqlite.py: one recursive statement seeks the values (one index seek each),
+    # one statement reads every value's range of ix_tasks_fair in dispatch order.
+    common = {"queue_id": Q, "handler": "h", "handler_version": "v1", "payload_version": "v1"}
+    # (SCAN v: the values found so far, at most ``most`` + 1 rows, and their order.)
+    for first, bounded in ((False, False), (True, True)):
+        text = raw_plan(big_db, fair_sqlite._values_sql(first, bounded),
+                        {**common, "after": "c:1", "upto": "c:9", "most": 8})
+        assert_indexed(_without_cte_scans(text), "ix_tasks_fair")
+        assert text.count("SEARCH tasks USING COVERING INDEX ix_tasks_fair") == 2, text
+    text = raw_plan(big_db, fair_sqlite._ranges_sql(3), {
+        **common, "v0": "c:1", "v1": "c:2", "v2": "c:3", "now": NOW, "share": 5})
+    assert_indexed(_without_cte_scans(text), "ix_tasks_fair")
+    assert "fair_value=? AND requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text
+    assert "INTEGER PRIMARY KEY (rowid=?)" in text and "TEMP B-TREE" not in text, text
+
+
+def test_limit_usage_and_pruning_range_over_the_keys_holds(big_db: Engine) -> None:
+    keys = ["k:1", "k:2"]
+    text = plan(big_db, limits.KEYS_USAGE, queue_id=Q, keys=keys, since=NOW)
+    assert_indexed(text, "ix_limit_holds_key_at")
+    text = plan(big_db, limits.PRUNABLE_HOLDS, queue_id=Q, keys=keys, before=NOW,
+                missing_before=NOW, n=10)
+    assert_indexed(text, "limit_holds")
+    assert "reserved_at_ms<?" in text, text
 
 
 def test_reaper_queries_use_their_indexes(big_db: Engine) -> None:
