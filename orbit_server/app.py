@@ -16,7 +16,6 @@ import os
 import random
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -62,12 +61,6 @@ if TYPE_CHECKING:
 
     from .metrics import ServerMetrics
 
-
-# How long a thread that wants the GIL waits before the holder must let it go (Python's
-# default is 5 ms). Three threads take turns here: the event loop, the store thread (its
-# commits) and the WAL sync thread (the answers a sync releases). At 5 ms a commit or a
-# release could wait that long behind the loop's work under load (docs/benchmarks.md).
-GIL_SWITCH_S = 0.0005
 
 log = logging.getLogger("orbit.server")
 
@@ -492,7 +485,6 @@ def serve(config: ServerConfig, log_level: str = "info") -> None:
         log.info("database %s is at the latest schema", redacted_url(config.db_url),
                  extra=fields("schema_ready", database=redacted_url(config.db_url)))
         server = OrbitServer(config)
-        sys.setswitchinterval(float(os.environ.get("ORBIT_EXP_SWITCH", GIL_SWITCH_S)))
         GracefulServer(uvicorn_config(server, log_level)).run(sockets=[sock])
     finally:
         sock.close()
