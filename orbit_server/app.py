@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
     from .metrics import ServerMetrics
 
-
 log = logging.getLogger("orbit.server")
 
 # The dispatcher also re-checks sessions that still hold credit this often, so tasks made
