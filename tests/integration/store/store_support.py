@@ -117,6 +117,27 @@ class World:
             yield seen
 
     @contextmanager
+    def driver_statements(self) -> Iterator[list[str]]:
+        """Every statement run on the engine in the block; on SQLite the driver's own (its
+        trace callback on new connections), which includes those the hot paths run past
+        SQLAlchemy's cursor events."""
+        if self.engine.dialect.name != "sqlite":
+            with self.statements() as seen:
+                yield seen
+            return
+        seen = []
+
+        def trace(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.set_trace_callback(seen.append)
+
+        self.engine.dispose()  # new connections, each traced
+        try:
+            with self.listening("connect", trace):
+                yield seen
+        finally:
+            self.engine.dispose()
+
+    @contextmanager
     def other_service(self, seed: int) -> Iterator[Services]:
         """A second Services on its own engine over the same database (another replica, or
         another connection); the engine is disposed of afterwards."""

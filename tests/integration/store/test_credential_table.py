@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
-from sqlalchemy import event
 from store_support import World
 
 from orbit_wire.errors import AuthError, ErrorCode
@@ -30,18 +28,8 @@ def sqlite_statements(world: World) -> Iterator[list[str] | None]:
     if world.engine.dialect.name != "sqlite":
         yield None
         return
-    seen: list[str] = []
-
-    def trace(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.set_trace_callback(seen.append)
-
-    world.engine.dispose()  # new connections, each traced
-    event.listen(world.engine, "connect", trace)
-    try:
+    with world.driver_statements() as seen:
         yield seen
-    finally:
-        event.remove(world.engine, "connect", trace)
-        world.engine.dispose()
 
 
 def _credential_reads(statements: list[str]) -> list[str]:

@@ -13,11 +13,8 @@ costs one statement more than a plain end."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import event
 from store_support import World
 
 from orbit_wire.model import Outcome
@@ -26,40 +23,12 @@ from orbit_wire.model import Outcome
 MEMBER_EXTRA = {"sqlite": 2, "mysql": 3}
 
 
-@contextmanager
-def statements(world: World) -> Iterator[list[str]]:
-    """Every statement run on the world's engine in the block (SQLite: the driver's own,
-    which the hot paths run past SQLAlchemy's cursor events)."""
-    seen: list[str] = []
-    if world.engine.dialect.name == "sqlite":
-        def trace(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.set_trace_callback(seen.append)
-
-        world.engine.dispose()  # new connections, each traced
-        event.listen(world.engine, "connect", trace)
-        try:
-            yield seen
-        finally:
-            event.remove(world.engine, "connect", trace)
-            world.engine.dispose()
-        return
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(world.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(world.engine, "before_cursor_execute", record)
-
-
 def _end_next(world: World, b: Any, result: Any) -> tuple[str, list[str]]:
     """Reserve and start the next task, then succeed it: its id and the statements of the
     finish alone."""
     (res,) = world.service.workers.reserve(b, 1)
     assert world.start(b, res.attempt_id, res.epoch).ok
-    with statements(world) as seen:
+    with world.driver_statements() as seen:
         ok, _ = world.finish(b, res.attempt_id, res.epoch, Outcome.SUCCEEDED, result=result)
     assert ok.ok, ok
     return res.task_id, list(seen)
