@@ -229,11 +229,13 @@ class OrbitServer:
                     if deleted < TASK_BATCH:
                         break
                 instances = await self.store.call(retention.prune_instances)
-                if tasks or instances:
+                holds = await self.store.call(retention.prune_holds)
+                if tasks or instances or holds:
                     log.info("retention: deleted %d finished task(s) (with their attempts, "
-                             "evidence and audit) and %d unseen worker instance(s)",
-                             tasks, instances, extra=fields(
-                                 "retention_deleted", tasks=tasks, instances=instances))
+                             "evidence and audit), %d unseen worker instance(s) and %d "
+                             "stale limit hold(s)", tasks, instances, holds, extra=fields(
+                                 "retention_deleted", tasks=tasks, instances=instances,
+                                 holds=holds))
             await asyncio.sleep(RECEIPT_PRUNE_PERIOD_S)
 
     async def _push_poll_loop(self) -> None:

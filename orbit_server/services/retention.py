@@ -1,13 +1,17 @@
 """Bounded storage: finished tasks past ``config.task_retention_ms`` are deleted with their
 attempts, evidence and audit rows, oldest first, a bounded batch per transaction; instance
 rows unseen for the receipt retention (no open attempt, so nothing to resume) are deleted
-too. Every public method is one transaction, safe with several replicas: each skips the rows
-another replica's batch holds, and a row deleted twice is simply gone.
+too, and so are flow-control holds no limit counts any more (those of keys never claimed
+again). Every public method is one transaction, safe with several replicas: each skips the
+rows another replica's batch holds, and a row deleted twice is simply gone.
 """
 
 from __future__ import annotations
 
+from orbit_wire.flow import MAX_RATE_INTERVAL_MS
+
 from ..store import retention as q
+from ..store.limits import PRUNE_AGE_MS, prune_stale_holds
 from ..store.retry import transactional
 from .context import TxContext
 from .offers import OfferCache
@@ -56,3 +60,11 @@ class Retention:
             if deleted and self._offers is not None:
                 self._offers.forget()  # a gone row may have been a capability's last sight
         return deleted
+
+    def prune_holds(self) -> int:
+        """Delete up to ``reap_batch`` flow-control holds older than the longest rate window
+        any limit may have (and PRUNE_AGE_MS more) whose attempt has ended or is gone: no
+        limit counts them. The number deleted."""
+        before = self._tx.clock() - MAX_RATE_INTERVAL_MS - PRUNE_AGE_MS
+        with self._tx.write() as conn:
+            return prune_stale_holds(conn, before, self._tx.config.reap_batch)

@@ -22,7 +22,7 @@ from .tables import OPEN_ATTEMPT, attempts, limit_changes, limit_holds, queue_li
 
 __all__ = ["delete_limit", "insert_holds", "insert_limit_change", "key_usage", "keys_usage",
            "limit_changes_of", "limit_row", "limits_of_queue", "lock_limits", "prune_holds",
-           "upsert_limit"]
+           "prune_stale_holds", "upsert_limit"]
 
 _QUEUE = queue_limits.c.queue_id == bindparam("queue_id")
 LIMITS_OF_QUEUE = select(queue_limits).where(_QUEUE).order_by(queue_limits.c.pattern)
@@ -78,6 +78,20 @@ PRUNABLE_HOLDS = (
                         & (limit_holds.c.reserved_at_ms <= bindparam("missing_before"))))
     .limit(bindparam("n", type_=Integer))
 )
+# Holds nothing counts whatever their key: reserved at or before ``before`` (the retention
+# passes the longest window any rate may have, and more) with their attempt ended or gone. A
+# key's claims prune its own holds sooner (PRUNABLE_HOLDS); this takes those of keys that
+# are never claimed again.
+STALE_HOLDS = (
+    select(limit_holds.c.queue_id, limit_holds.c.limit_key, limit_holds.c.attempt_id)
+    .select_from(limit_holds.outerjoin(attempts, attempts.c.id == limit_holds.c.attempt_id))
+    .where(limit_holds.c.reserved_at_ms <= bindparam("before"),
+           attempts.c.state.is_(None) | ~_IS_OPEN)
+    .limit(bindparam("n", type_=Integer))
+)
+_DELETE_ONE_HOLD = delete(limit_holds).where(
+    limit_holds.c.queue_id == bindparam("q"), limit_holds.c.limit_key == bindparam("k"),
+    limit_holds.c.attempt_id == bindparam("a"))
 # On MySQL/MariaDB one statement (the keys x the attempts: each such hold is prunable too);
 # on SQLite one primary-key delete per hold (a row-value IN would scan the table).
 DELETE_HOLDS = delete(limit_holds).where(
@@ -195,3 +209,12 @@ def _padded(keys: Sequence[str]) -> list[str]:
 def insert_holds(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """One hold per (key, attempt) started: queue_id, limit_key, attempt_id, reserved_at_ms."""
     INSERT_HOLDS.run(conn, rows)
+
+
+def prune_stale_holds(conn: Connection, before: int, n: int) -> int:
+    """Delete up to ``n`` holds of any queue and key that nothing counts any more
+    (STALE_HOLDS); how many."""
+    found = conn.execute(STALE_HOLDS, {"before": before, "n": n}).all()
+    if found:
+        conn.execute(_DELETE_ONE_HOLD, [{"q": q, "k": k, "a": a} for q, k, a in found])
+    return len(found)

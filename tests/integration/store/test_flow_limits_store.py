@@ -2,7 +2,8 @@
 without limits reads no limit row per dispatch (one read per LIMITS_MAX_AGE_MS); each way
 an attempt ends (a finish, an expired lease, a lost reservation) frees its key's slot in
 that transaction; a rate's window slides with the clock; two services (replicas) claiming
-at once on one database never both take a key's last slot."""
+at once on one database never both take a key's last slot; retention prunes the holds of
+keys that are never claimed again."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy import func, select
 from store_support import World
 
 from orbit_server.services.limit_table import LIMITS_MAX_AGE_MS
+from orbit_server.store.limits import PRUNE_AGE_MS
 from orbit_server.store.tables import attempts, limit_holds
 from orbit_wire.model import Outcome
 
@@ -160,3 +162,22 @@ def test_a_hold_is_pruned_once_its_attempt_ended_and_no_window_counts_it(world: 
     world.clock.advance(1)
     _run_all(world, b, 1)  # the first start has left the window: its hold goes
     assert _holds(world) == [KEY, "other:1", "other:1"]
+
+
+def test_retention_prunes_the_holds_of_keys_never_claimed_again(world: World) -> None:
+    _limit(world, "tenant:*", max_running=5)
+    world.submit_many(1, limits=["tenant:gone"])
+    world.submit_many(1, limits=["tenant:busy"])
+    b = world.hello()
+    _run_all(world, b, 1)  # tenant:gone's task ends; no claim of that key comes again
+    (running,) = world.service.workers.reserve(b, 1)
+    assert world.start(b, running.attempt_id, running.epoch).ok  # tenant:busy's runs on
+    assert _holds(world) == ["tenant:busy", "tenant:gone"]
+    retention = world.service.retention
+    world.clock.advance(86_400_000)  # the longest rate window any limit may have
+    assert retention.prune_holds() == 0  # not past it by PRUNE_AGE_MS yet
+    world.clock.advance(PRUNE_AGE_MS)
+    assert retention.prune_holds() == 1
+    # The running attempt's hold still counts against tenant:busy's concurrency.
+    assert _holds(world) == ["tenant:busy"]
+    assert retention.prune_holds() == 0
