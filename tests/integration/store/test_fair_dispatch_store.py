@@ -2,16 +2,19 @@
 clock: a queue that is not fair reads no fairness row per submit or dispatch (one read per
 FAIR_MAX_AGE_MS); values take turns across claims, more values than one claim reads
 included; turns compose with limits (a full key is skipped, the next value served) and with
-labels (the tasks a worker's labels meet take their turns too) and with pauses."""
+labels (the tasks a worker's labels meet take their turns too) and with pauses; workflow
+nodes keep their own values."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
+from sqlalchemy import select
 from store_support import World, as_json
 
 from orbit_server.services.fair_table import FAIR_MAX_AGE_MS
 from orbit_server.store.fairness import MAX_FAIR_VALUES, MAX_FAIR_VALUES_SQLITE
+from orbit_server.store.tables import tasks
 
 
 def _fair(world: World, key: str = "customer") -> None:
@@ -92,3 +95,19 @@ def test_a_pause_holds_a_fair_queue_and_a_resume_restarts_its_turns(world: World
     got = [r.task_id for r in world.service.workers.reserve(binding, 4)]
     assert sorted(got) == sorted(a[:2] + b[:2])
     assert {_value(world, t) for t in got[:2]} == {"customer:a", "customer:b"}
+
+
+def test_workflow_nodes_take_their_turns_by_their_own_values(world: World) -> None:
+    _fair(world)
+    body = {"nodes": [
+        {"key": "a", "task": world.spec(limits=["customer:a"])},
+        {"key": "b", "task": world.spec(limits=["region:eu", "customer:b"])},
+        {"key": "join", "task": world.spec(limits=["customer:c"]), "parents": ["a", "b"]},
+    ]}
+    view, _created, _effects = world.service.workflows.submit(world.producer, world.queue_id,
+                                                              body)
+    with world.engine.connect() as conn:
+        stored = dict(conn.execute(select(tasks.c.node_key, tasks.c.fair_value).where(
+            tasks.c.workflow_id == view["workflow_id"])).all())
+    # Each node keeps the value it was submitted with, a waiting one too.
+    assert stored == {"a": "customer:a", "b": "customer:b", "join": "customer:c"}
