@@ -87,8 +87,7 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
             uow, binding, task, attempt, effects, grant=True)) for task, attempt, row in made)
     else:
         out = Reservations(reservation(*made_one) for made_one in made)
-    # A fair claim that came short with values left may find more: claim again at once.
-    out.more = more or (left and len(made) < count)
+    out.more = _more(more, left, len(made), count)
     out.drained = drained
     out.wake_at_ms = wake
     return out
@@ -104,7 +103,13 @@ def reserve_in(uow: UnitOfWork, binding: WorkerBinding, count: int,
     claim that came short with values left says ``more`` too: the queue may hold more."""
     made, more, size, _drained, wake, left = _reserve(uow, binding, count, budget, False,
                                                        limits, fair)
-    return made, more or (left and len(made) < count), size, wake
+    return made, _more(more, left, len(made), count), size, wake
+
+
+def _more(more: bool, left: bool, made: int, count: int) -> bool:
+    """Whether the queue may hold more for this worker: the budget left some out, or a fair
+    claim came short of its count with values left (claim again at once)."""
+    return more or (left and made < count)
 
 
 def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,

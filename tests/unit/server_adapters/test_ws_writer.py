@@ -43,10 +43,21 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+def writer_of(ws: Recorder) -> FrameWriter:
+    return FrameWriter(ws)  # type: ignore[arg-type]
+
+
+async def close_and_wait(writer: FrameWriter, task: asyncio.Task[None], code: int = 1000,
+                         reason: str = "") -> None:
+    """Put the close behind what is queued and wait (bounded) until the writer sent it."""
+    writer.close(code, reason)
+    await asyncio.wait_for(task, 5)
+
+
 def test_a_message_with_nothing_before_it_is_written_at_once() -> None:
     async def scenario() -> None:
         ws = Recorder()
-        writer = FrameWriter(ws)  # type: ignore[arg-type]
+        writer = writer_of(ws)
         writer.put(b"a")
         writer.put(b"b")
         assert ws.sent == ["a", "b"]  # no await: nothing was queued
@@ -58,15 +69,14 @@ def test_a_message_with_nothing_before_it_is_written_at_once() -> None:
 def test_once_one_waits_the_later_ones_queue_behind_it() -> None:
     async def scenario() -> None:
         ws = Recorder()
-        writer = FrameWriter(ws)  # type: ignore[arg-type]
+        writer = writer_of(ws)
         task = asyncio.get_running_loop().create_task(writer.run())
         ws.takes = False
         writer.put(b"1")  # refused: queued
         ws.takes = True
         writer.put(b"2")  # the transport would take it, but "1" waits before it
         assert ws.sent == [] and writer.pending() == 2
-        writer.close(1000)
-        await asyncio.wait_for(task, 5)
+        await close_and_wait(writer, task)
         assert ws.sent == ["1", "2"]
         assert ws.closed == (1000, "")
 
@@ -76,7 +86,7 @@ def test_once_one_waits_the_later_ones_queue_behind_it() -> None:
 def test_a_message_the_writer_holds_across_an_await_keeps_its_place() -> None:
     async def scenario() -> None:
         ws = Recorder()
-        writer = FrameWriter(ws)  # type: ignore[arg-type]
+        writer = writer_of(ws)
         task = asyncio.get_running_loop().create_task(writer.run())
         ws.takes = False
         ws.gate.clear()  # the ASGI send will wait: the transport is full
@@ -88,8 +98,7 @@ def test_a_message_the_writer_holds_across_an_await_keeps_its_place() -> None:
         writer.put(b"2")  # the queue is empty, but "1" is still on its way
         assert ws.sent == []
         ws.gate.set()
-        writer.close(1000)
-        await asyncio.wait_for(task, 5)
+        await close_and_wait(writer, task)
         assert ws.sent == ["1", "2"]
 
     run(scenario())
@@ -98,12 +107,11 @@ def test_a_message_the_writer_holds_across_an_await_keeps_its_place() -> None:
 def test_without_the_extension_everything_goes_through_the_queue() -> None:
     async def scenario() -> None:
         ws = Recorder(direct=False)
-        writer = FrameWriter(ws)  # type: ignore[arg-type]
+        writer = writer_of(ws)
         writer.put(b"x")
         assert ws.sent == [] and writer.pending() == 1
         task = asyncio.get_running_loop().create_task(writer.run())
-        writer.close(4000, "bye")
-        await asyncio.wait_for(task, 5)
+        await close_and_wait(writer, task, 4000, "bye")
         assert ws.sent == ["x"] and ws.closed == (4000, "bye")
 
     run(scenario())
