@@ -175,8 +175,10 @@ class StoreThread:
             if timings is not None:
                 timings["worker" if streak else "normal"].observe(time.perf_counter() - started)
             if self._wal is not None and self._commits is not None:
+                # Nothing queued: this thread syncs its own turn (one thread hop less).
                 self._wal.after(self._commits.count,
-                                functools.partial(_hand_over, loop, items, outcomes))
+                                functools.partial(_hand_over, loop, items, outcomes),
+                                here=not self._worker and not self._normal)
             elif loop.is_closed():
                 return
             else:

@@ -13,6 +13,11 @@ an fsync, so the store thread goes on to the next transaction at once. This modu
   ``PROCESS_SYNC_PERIOD_S``; a crash of the server process loses nothing (the frames are in
   the kernel's page cache), a power loss may lose the acknowledged steps of that last period.
 
+When the store thread has nothing else queued it syncs its own turn (``after(here=True)``)
+instead of waking this thread: a lone request then crosses one thread less, and nothing waits
+behind that sync. It does so only while no earlier turn waits here, so answers still leave in
+commit order.
+
 Why this is as safe as ``synchronous=FULL`` for acknowledged steps: a commit's frames are
 written to the WAL file before COMMIT returns, and the commit count is read *before* the
 ``fdatasync``, so every commit it counts is covered. SQLite itself syncs the WAL before a
@@ -62,7 +67,8 @@ class WalSync:
 
     ``start()`` once; ``after(tag, release)`` from the store thread for each turn (``release``
     runs at once when the commits up to ``tag`` are durable or nothing is gated, else on the
-    sync thread after the sync that covers them); ``close()`` at shutdown syncs what is left.
+    sync thread after the sync that covers them, or on the calling thread after its own sync
+    with ``here``); ``close()`` at shutdown syncs what is left.
     """
 
     def __init__(self, db_path: Path, commits: CommitCounter, durability: Durability) -> None:
@@ -76,25 +82,45 @@ class WalSync:
         self.synced = 0  # every commit up to this count is on disk
         self.syncs = 0  # fdatasync calls made (metrics)
         self._fd: int | None = None
-        self._ino: int | None = None
         self._closing = False
+        self._busy = False  # a sync and its releases are under way (on either thread)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="orbit-wal-sync", daemon=True)
         self._thread.start()
 
-    def after(self, tag: int, release: Callable[[], None]) -> None:
+    def after(self, tag: int, release: Callable[[], None], *, here: bool = False) -> None:
         """Run ``release`` once every commit counted up to ``tag`` is durable (``full``), or
-        now (``process``, or nothing new since the last sync)."""
+        now (``process``, or nothing new since the last sync). ``here``: the caller may sync
+        on its own thread when no earlier release waits (the store thread, idle)."""
         if not self._gated or tag <= self.synced:
             release()
             return
         with self._cv:
-            self._waiting.append((tag, release))
-            if tag > self._wanted:
-                self._wanted = tag
+            here = here and not self._waiting and not self._busy and not self._closing
+            if here:
+                self._busy = True  # the sync thread stays off until this sync is counted
+            else:
+                self._waiting.append((tag, release))
+                if tag > self._wanted:
+                    self._wanted = tag
+                    self._cv.notify()
+                return
+        try:
+            self._sync_to(self._commits.count)
+        except OSError:  # the sync thread retries; the answer waits for it
+            with self._cv:
+                self._busy = False
+                self._waiting.append((tag, release))
+                self._wanted = max(self._wanted, tag)
                 self._cv.notify()
+            _log.exception("WAL sync on the store thread failed; handed to the sync thread")
+            return
+        with self._cv:
+            self._busy = False
+            self._cv.notify()
+        release()
 
     def close(self) -> None:
         with self._cv:
@@ -111,21 +137,33 @@ class WalSync:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._closing and self._wanted <= self.synced:
-                    if not self._cv.wait(self._period) and self._period is not None:
+                while self._busy or (not self._closing and self._wanted <= self.synced):
+                    if not self._cv.wait(self._period) and self._period is not None \
+                            and not self._busy:
                         break  # process mode: the period ran out
                 closing = self._closing
-            target = self._commits.count  # read BEFORE the sync: it covers all of these
-            if target > self.synced:
-                covered = self._sync()
-                self.synced = target
-                if covered is not None and _log.isEnabledFor(logging.DEBUG):
-                    _log.debug("WAL synced up to byte %d (%d commits)", covered, target,
-                               extra=fields("wal_synced", commits=target, wal_bytes=covered))
-            self._release_up_to(target)
-            if closing:
-                self._release_up_to(2**63)  # nothing more will be synced: never strand one
-                return
+                self._busy = True
+            try:
+                target = self._commits.count
+                if target > self.synced:
+                    self._sync_to(target)
+                self._release_up_to(target)
+                if closing:
+                    self._release_up_to(2**63)  # nothing more will be synced: never strand one
+                    return
+            finally:
+                with self._cv:
+                    self._busy = False
+
+    def _sync_to(self, target: int) -> None:
+        """Sync the WAL and count every commit up to ``target`` as durable: the caller read
+        ``target`` before the sync, so the sync covers all of them."""
+        covered = self._sync()
+        with self._cv:
+            self.synced = max(self.synced, target)
+        if covered is not None and _log.isEnabledFor(logging.DEBUG):
+            _log.debug("WAL synced up to byte %d (%d commits)", covered, target,
+                       extra=fields("wal_synced", commits=target, wal_bytes=covered))
 
     def _release_up_to(self, target: int) -> None:
         released: list[Callable[[], None]] = []
@@ -142,22 +180,27 @@ class WalSync:
         fd = self._open()
         if fd is None:
             return None
-        size = os.fstat(fd).st_size
+        stat = os.fstat(fd)
+        if stat.st_nlink == 0:  # SQLite replaced the file: sync the one it writes now
+            fd = self._open(reopen=True)
+            if fd is None:
+                return None
+            stat = os.fstat(fd)
         os.fdatasync(fd)
         self.syncs += 1
-        return size
+        return stat.st_size
 
-    def _open(self) -> int | None:
-        """The WAL file's descriptor, reopened when SQLite replaced the file (it deletes the
-        WAL when the last connection closes, after checkpointing it into the database)."""
-        try:
-            ino = os.stat(self._wal_path).st_ino
-        except FileNotFoundError:
-            return None
-        if self._fd is not None and ino == self._ino:
+    def _open(self, reopen: bool = False) -> int | None:
+        """The WAL file's descriptor, opened on first use and again when SQLite replaced the
+        file (it deletes the WAL when the last connection closes, after checkpointing it into
+        the database): a deleted file has no links left."""
+        if self._fd is not None and not reopen:
             return self._fd
         if self._fd is not None:
             os.close(self._fd)
-        self._fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
-        self._ino = os.fstat(self._fd).st_ino
+            self._fd = None
+        try:
+            self._fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
         return self._fd

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -101,3 +102,63 @@ def test_no_wal_file_counts_as_synced(tmp_path: Path) -> None:
         assert wal.syncs == 0
     finally:
         wal.close()
+
+
+def test_here_syncs_on_the_calling_thread_when_nothing_waits(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    conn = _wal_db(db)
+    commits = CommitCounter()
+    wal = WalSync(db, commits, Durability.FULL)
+    wal.start()
+    try:
+        tag = _commit(conn, commits)
+        seen: list[tuple[str, int, int]] = []
+        wal.after(tag, lambda: seen.append((threading.current_thread().name, wal.synced,
+                                            wal.syncs)), here=True)
+        # Released before after() returned, on this thread, once synced past the tag.
+        assert seen == [(threading.current_thread().name, tag, 1)]
+    finally:
+        wal.close()
+        conn.close()
+
+
+def test_here_waits_behind_an_earlier_release_in_commit_order(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    conn = _wal_db(db)
+    commits = CommitCounter()
+    wal = WalSync(db, commits, Durability.FULL)
+    order: list[int] = []
+    both = threading.Event()
+    first = _commit(conn, commits)
+    wal.after(first, lambda: order.append(first))  # queued: the sync thread is not started
+    second = _commit(conn, commits)
+    wal.after(second, lambda: (order.append(second), both.set()), here=True)
+    assert order == []  # not released ahead of the first
+    wal.start()
+    try:
+        assert both.wait(10 * UNIT)
+        assert order == [first, second] and wal.synced >= second
+    finally:
+        wal.close()
+        conn.close()
+
+
+def test_a_replaced_wal_file_is_reopened(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    conn = _wal_db(db)
+    commits = CommitCounter()
+    wal = WalSync(db, commits, Durability.FULL)
+    wal.start()
+    try:
+        wal.after(_commit(conn, commits), lambda: None, here=True)
+        conn.close()  # the last connection checkpoints and deletes the WAL file
+        assert not Path(f"{db}-wal").exists()
+        conn = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        tag = _commit(conn, commits)  # a new WAL file
+        wal.after(tag, lambda: None, here=True)
+        assert wal.synced >= tag and wal.syncs == 2
+        assert wal._fd is not None and os.fstat(wal._fd).st_nlink == 1  # the new file
+    finally:
+        wal.close()
+        conn.close()
