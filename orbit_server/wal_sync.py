@@ -119,7 +119,8 @@ class WalSync:
             return
         with self._cv:
             self._busy = False
-            self._cv.notify()
+            if self._closing or self._wanted > self.synced:  # else the sync thread sleeps on
+                self._cv.notify()
         release()
 
     def close(self) -> None:
