@@ -7,21 +7,29 @@ core returns, and blocks on its box. The reader thread hands every frame to the 
 the posts it returns. When the connection drops while calls wait, the reader thread opens a
 new one (a few tries with pauses); the core then sends again every submit not answered and
 every watch still needed. Openings are serialized by ``_connecting``.
+
+Messages are taken on websockets' own receiving thread as it parses them (``_DirectConnection``):
+no queue to the reader thread and no wake-up of it per message. The reader thread reads only
+what that thread leaves to websockets' queue (a message before the connection was started, a
+fragmented or binary one, the one that drops the connection) and notices the end.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import queue
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import DATA_OPCODES, Frame, Opcode
+from websockets.protocol import Event
 from websockets.sync.client import ClientConnection, connect
 
 from .channel_core import run_posts
@@ -42,6 +50,32 @@ log = logging.getLogger("orbit.client.channel")
 _DIRECT: dict[str, Any] = (
     {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {})
 _JOIN_S = 2 * CLOSE_TIMEOUT_S
+
+
+class _DirectConnection(ClientConnection):
+    """websockets' blocking client connection that offers each whole text message to
+    ``take`` on its receiving thread. ``take`` returns False to leave a message to the queue
+    (the reader thread's): from then on every data frame goes there, so order holds."""
+
+    def __init__(self, *args: Any, take: Callable[[_DirectConnection, str], bool],
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._take = take
+        self.direct = True
+        self.dropped = False  # the message queued last ends the connection
+
+    def process_event(self, event: Event) -> None:
+        if self.direct and self.response is not None and isinstance(event, Frame) \
+                and event.opcode in DATA_OPCODES:
+            if event.opcode is Opcode.TEXT and event.fin:
+                try:
+                    text: str | None = bytes(event.data).decode()
+                except UnicodeDecodeError:  # the reader's decode raises it, as before
+                    text = None
+                if text is not None and self._take(self, text):
+                    return
+            self.direct = False
+        super().process_event(event)
 
 
 class BlockingChannel(ChannelBase):
@@ -146,8 +180,10 @@ class BlockingChannel(ChannelBase):
                     return
                 if pause and self._closed.wait(pause):
                     continue
+                direct = functools.partial(_DirectConnection, take=self._take)
                 try:
-                    ws = connect(self.url, **{**self._options, **_DIRECT})
+                    ws = connect(self.url, **{**self._options, **_DIRECT},
+                                 create_connection=cast("type[ClientConnection]", direct))
                 except Exception as exc:
                     failure = opening_failure(self.url, exc)
                     with self._lock:
@@ -176,9 +212,29 @@ class BlockingChannel(ChannelBase):
         reader.start()
         _send(ws, frames)
 
+    def _take(self, ws: _DirectConnection, text: str) -> bool:
+        """A message on websockets' receiving thread: taken as the reader would, unless the
+        connection is not this channel's yet; False leaves it to the reader thread."""
+        with self._lock:
+            if self._ws is not ws:
+                return False
+            try:
+                reaction = self._core.receive(text)
+            except Exception:  # a bug here must not leave callers waiting unseen
+                log.exception("the producer channel's reader failed")
+                ws.dropped = True
+                return False
+        run_posts(reaction.posts)
+        if reaction.drop:  # the reader thread wakes on it and closes the connection
+            ws.dropped = True
+            return False
+        return True
+
     def _read(self, ws: ClientConnection) -> None:
         try:
             for data in ws:
+                if getattr(ws, "dropped", False):
+                    break
                 with self._lock:
                     reaction = self._core.receive(data)
                 run_posts(reaction.posts)
