@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.routing import WebSocketRoute
@@ -44,6 +45,7 @@ from .worker_protocol import (
     WorkerProtocol,
     close_code,
 )
+from .ws_transport import DIRECT_RECEIVE, Take
 from .ws_writer import FrameWriter
 
 log = logging.getLogger("orbit.ws")
@@ -214,22 +216,43 @@ class WorkerConnection:
 
     async def _read_loop(self) -> None:
         receive = self.ws.receive
-        protocol = self.protocol
+        # Once a session is open every frame is taken in the transport's callback (no hello
+        # to await any more); this loop then reads what that leaves and notices the end.
+        extensions = self.ws.scope.get("extensions") or {}
+        direct: Callable[[Take | None], bool] | None = extensions.get(DIRECT_RECEIVE)
         while not self.closing:
+            if direct is not None and self.session is not None and direct(self._take):
+                direct = None
             message = await receive()
             if message["type"] == "websocket.disconnect":
                 return
-            now = self._loop.time()
-            self.parts.traffic.worker_in += 1
-            actions = protocol.receive(message.get("text"), now)
-            if self.session is not None:
-                self.session.last_frame_at = now
-                self.session.frames_read = protocol.frames_read
-            for action in actions:
+            for action in self._read(message.get("text")):
                 if isinstance(action, Greet):
                     await self._greet(action.hello)
                 else:
                     self._perform([action])
+
+    def _read(self, text: str | None) -> list[Action]:
+        now = self._loop.time()
+        self.parts.traffic.worker_in += 1
+        protocol = self.protocol
+        actions = protocol.receive(text, now)
+        if self.session is not None:
+            self.session.last_frame_at = now
+            self.session.frames_read = protocol.frames_read
+        return actions
+
+    def _take(self, text: str) -> bool:
+        """A frame taken in the transport's callback, as the read loop takes it (a session is
+        open, so it holds no hello to await)."""
+        if self.closing:
+            return True  # the read loop drops frames after a close the same way
+        try:
+            self._perform(self._read(text))
+        except Exception:  # the read loop's owner would log it and end the connection
+            log.exception("reading a worker frame failed", extra=self._ids("worker_read_failed"))
+            self.close(close_code(ErrorCode.INTERNAL), ErrorCode.INTERNAL.value)
+        return True
 
     # -------------------------------------------------------------- hello
 

@@ -9,19 +9,24 @@ with two changes:
   uvicorn would hold it 10 s and then wait for its buffer to drain;
 - the app may write a text message straight to the transport (``send_text_now``, offered in
   the scope's extensions as ``DIRECT_SEND``; ``ws_writer`` uses it) instead of through an
-  ASGI ``websocket.send`` message and uvicorn's send coroutine.
+  ASGI ``websocket.send`` message and uvicorn's send coroutine;
+- the app may take each whole text message in the callback that parsed it
+  (``receive_directly``, offered as ``DIRECT_RECEIVE``) instead of uvicorn queueing it for
+  ``websocket.receive``, pausing the transport's reading until the app asks and waking the
+  app's reading task, per message.
 
 The overrides rely on ``WebSocketsSansIOProtocol`` keeping the current message's parts in
 ``frames``, its kind in ``curr_msg_data_type``, the closing handshake's timer in
 ``close_timer``, the scope ``handle_connect`` makes, and its ``conn``, ``writable``,
-``handshake_complete``, ``close_sent`` and ``disconnected`` (uvicorn 0.30 to 0.55, bounded
-in pyproject.toml);
-tests/integration/server/test_security_frames.py and test_security_ws_close.py check them.
+``handshake_complete``, ``close_sent``, ``disconnected``, ``queue`` and ``read_paused``
+(uvicorn 0.30 to 0.55, bounded in pyproject.toml); tests/integration/server/
+test_security_frames.py, test_security_ws_close.py and test_ws_direct_receive.py check them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -39,19 +44,37 @@ log = logging.getLogger("orbit.ws")
 # is dropped (docs/security.md): a peer that answers does so within a round trip.
 WS_CLOSE_TIMEOUT_S = 1.0
 
-# The scope extension under which a connection offers ``send_text_now``.
+# The scope extensions under which a connection offers ``send_text_now`` and
+# ``receive_directly``.
 DIRECT_SEND = "orbit.direct_send"
+DIRECT_RECEIVE = "orbit.direct_receive"
+
+# Takes one whole text message; False leaves it (and every message after it) to the queue.
+Take = Callable[[str], bool]
 
 
 class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's sans-I/O WebSocket protocol with a typed close for invalid UTF-8 and a
     bounded closing handshake."""
 
+    _take: Take | None = None
+
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
         scope = getattr(self, "scope", None)
         if scope is not None and not self.close_sent:  # the app gets this same dict
             scope["extensions"][DIRECT_SEND] = self.send_text_now
+            scope["extensions"][DIRECT_RECEIVE] = self.receive_directly
+
+    def receive_directly(self, take: Take | None) -> bool:
+        """Hand each whole text message to ``take`` as it is parsed (None: queue them again).
+        A message ``take`` leaves, a binary one, or one that is not UTF-8 goes to the queue
+        and turns this off for good, so the app reads it and every later one in order.
+        Refused (False) while messages wait in the queue: the app reads those first."""
+        if take is not None and not self.queue.empty():
+            return False
+        self._take = take
+        return True
 
     def send_text_now(self, data: bytes) -> bool:
         """Write one text message (UTF-8) now, if the app accepted the connection, nothing
@@ -78,6 +101,25 @@ class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):
         self.transport.abort()
 
     def send_receive_event_to_app(self) -> None:
+        take = self._take
+        if take is not None:
+            if self.curr_msg_data_type == "text" and not self.close_sent:
+                data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+                try:
+                    text = data.decode()
+                except UnicodeDecodeError:
+                    text = None  # answered below, as when reading through the queue
+                if text is not None:
+                    self.frames = []
+                    if take(text):
+                        return
+                    self._take = None
+                    self.queue.put_nowait({"type": "websocket.receive", "text": text})
+                    if not self.read_paused:  # as uvicorn does for a queued message
+                        self.read_paused = True
+                        self.transport.pause_reading()
+                    return
+            self._take = None
         if self.curr_msg_data_type == "text" and not self.close_sent:
             data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
             try:
