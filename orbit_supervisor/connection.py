@@ -1,9 +1,10 @@
 """The WebSocket driver of the worker protocol: open, send frames in order, read frames.
 
 It decides nothing: every frame goes to the caller's ``on_frame`` and the session core
-decides what happens. ``send`` never waits (frames are queued to one writer task, so the
-order of sends is the order of calls); ``abort`` drops the connection at once, without the
-closing handshake, because the peer may be unreachable (a blackholed network).
+decides what happens. ``send`` never waits: it writes the frame to the transport at once
+when nothing is queued and the transport takes more, else queues it to one writer task (so
+the order of sends is the order of calls); ``abort`` drops the connection at once, without
+the closing handshake, because the peer may be unreachable (a blackholed network).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.protocol import State
 
 from orbit_host.logs import fields
 from orbit_host.task_owner import TaskOwner
@@ -82,6 +84,7 @@ class Connection:
     def __init__(self, ws: ClientConnection) -> None:
         self._ws = ws
         self._outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._writing = False  # the writer task holds a frame it has not written yet
         self._aborted = False
 
     @classmethod
@@ -111,9 +114,24 @@ class Connection:
         return cls(ws)
 
     def send(self, frame: ClientFrame) -> None:
-        """Queue one frame; it is written after every frame queued before it."""
-        if not self._aborted:
-            self._outbox.put_nowait(encode(frame))
+        """Write one frame, after every frame sent before it."""
+        if self._aborted:
+            return
+        data = encode(frame)
+        ws = self._ws
+        # The writer task costs a loop pass per frame: write here when it holds nothing and
+        # the transport is open and not full (what websockets' send would wait for).
+        if (not self._writing and self._outbox.empty() and not ws.paused
+                and ws.send_in_progress is None and ws.protocol.state is State.OPEN
+                and not ws.transport.is_closing()):
+            try:
+                ws.protocol.send_text(data)
+                ws.send_data()
+            except Exception as exc:  # OSError: the connection is gone; run() says so
+                log.debug("write failed: %s", exc, extra=fields("connection_write_failed"))
+                self.abort()
+            return
+        self._outbox.put_nowait(data)
 
     async def run(self, on_frame: Callable[[ServerFrame], None]) -> str:
         """Read frames until the connection ends; returns a short reason code.
@@ -161,6 +179,7 @@ class Connection:
     async def _write_loop(self) -> None:
         while True:
             data = await self._outbox.get()
+            self._writing = True
             try:
                 if data is None:
                     return
@@ -171,6 +190,7 @@ class Connection:
                 log.debug("write failed: %s", exc, extra=fields("connection_write_failed"))
                 return
             finally:
+                self._writing = False
                 self._outbox.task_done()
 
 
