@@ -110,4 +110,5 @@ class SlotLifecycle:
 
 def count_being_replaced(counts: SlotCounts) -> int:
     """How many slots of a pool are being replaced (``BEING_REPLACED``)."""
-    return sum(counts[state] for state in BEING_REPLACED)
+    # Spelled out: this runs on every pass of a session.
+    return counts[SlotState.SPAWNING] + counts[SlotState.KILLING] + counts[SlotState.EXITING]
