@@ -218,7 +218,7 @@ class Attempt:
     def fire(self, event: Event) -> Phase:
         """Move by ``event`` (PHASES) and keep the index; returns the new phase."""
         before = self._phase
-        after = next_state(PHASES, before, event, f"attempt {self.attempt_id}")
+        after = next_state(PHASES, before, event, "attempt", self.attempt_id)
         self._phase = after
         if self._index is not None:
             self._index._moved(self, before, after)
@@ -253,12 +253,12 @@ class Attempt:
 
     def cancel_while_starting(self) -> None:
         self._cancel = next_state(CANCELS, self._cancel, CancelEvent.WHILE_STARTING,
-                                  f"cancel of {self.attempt_id}")
+                                  "cancel of", self.attempt_id)
 
     def cancel_while_running(self, grace_ends: float | None) -> None:
         """Its child is told (or, ``grace_ends`` None, killed at once for a grace of 0)."""
         self._cancel = next_state(CANCELS, self._cancel, CancelEvent.WHILE_RUNNING,
-                                  f"cancel of {self.attempt_id}")
+                                  "cancel of", self.attempt_id)
         self._cancel_at = grace_ends
 
     # ------------------------------------------------------------------ kill
@@ -290,20 +290,20 @@ class Attempt:
         return self._kill is KillState.CONFIRMED
 
     def decide_kill(self, reason: str) -> None:
-        self._kill = next_state(KILLS, self._kill, KillEvent.DECIDE, f"kill of {self.attempt_id}")
+        self._kill = next_state(KILLS, self._kill, KillEvent.DECIDE, "kill of", self.attempt_id)
         self._kill_reason = reason
 
     def kill_reported(self, msg_id: str, report: Report, killed_at: float) -> None:
-        self._kill = next_state(KILLS, self._kill, KillEvent.REPORT, f"kill of {self.attempt_id}")
+        self._kill = next_state(KILLS, self._kill, KillEvent.REPORT, "kill of", self.attempt_id)
         self._kill_msg, self._kill_report, self._killed_at = msg_id, report, killed_at
 
     def kill_report_merged(self, report: Report) -> None:
-        self._kill = next_state(KILLS, self._kill, KillEvent.MERGE, f"kill of {self.attempt_id}")
+        self._kill = next_state(KILLS, self._kill, KillEvent.MERGE, "kill of", self.attempt_id)
         self._kill_report = report
 
     def kill_report_confirmed(self) -> None:
         self._kill = next_state(KILLS, self._kill, KillEvent.CONFIRM,
-                                f"kill of {self.attempt_id}")
+                                "kill of", self.attempt_id)
 
     # ------------------------------------------------------------------ run (the pool's)
 
@@ -314,7 +314,7 @@ class Attempt:
     def move_run(self, event: RunEvent) -> RunState:
         """Move its run by ``event`` (RUNS); returns the state it left."""
         before = self._run
-        self._run = next_state(RUNS, before, event, f"run of {self.attempt_id}")
+        self._run = next_state(RUNS, before, event, "run of", self.attempt_id)
         return before
 
 

@@ -28,12 +28,17 @@ class EventStream:
         self._wakeup: asyncio.Event | None = None
         self.dropped = 0
 
-    def publish(self, event: SupervisorEvent) -> None:
+    def publish(self, event: SupervisorEvent, queue_id: str | None = None) -> None:
+        """Buffer ``event``, stamped with ``queue_id`` when one is given (a copy made only
+        when it is kept: with nobody reading, most are dropped)."""
         if self._closed:
             return
         if len(self._buffer) >= self._capacity:
             self.dropped += 1
             return
+        if queue_id is not None:
+            event = SupervisorEvent(event.type, event.task_id, event.attempt_id,
+                                    event.classification, queue_id)
         self._buffer.append(event)
         if self._wakeup is not None:
             self._wakeup.set()

@@ -35,7 +35,6 @@ from .actions import (
     Execute,
     Kill,
     SendFrame,
-    SupervisorEvent,
 )
 from .connection import ConnectFailed, Connection, ServerUrls
 from .errors import SupervisorError
@@ -152,9 +151,7 @@ class Lane:
             case CancelChild(attempt=att):
                 self.executions.cancel(att)
             case Emit(event=event):
-                self._parts.events.publish(SupervisorEvent(
-                    event.type, event.task_id, event.attempt_id, event.classification,
-                    self.queue_id))
+                self._parts.events.publish(event, self.queue_id)
                 if self._log.isEnabledFor(logging.DEBUG):
                     self._log.debug("event %s %s %s", event.type, event.attempt_id or "",
                                     event.classification or "", extra=fields(

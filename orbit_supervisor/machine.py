@@ -32,9 +32,12 @@ class IllegalEvent(OrbitError):
         super().__init__(ErrorCode.INTERNAL, message, retryable=False)
 
 
-def next_state(table: Mapping[S, Mapping[E, S]], state: S, event: E, what: str) -> S:
-    """The state ``event`` moves ``state`` to; ``what`` names the machine in the error."""
+def next_state(table: Mapping[S, Mapping[E, S]], state: S, event: E, what: str,
+               of: object = None) -> S:
+    """The state ``event`` moves ``state`` to; ``what`` (and ``of``: "attempt", its ID)
+    names the machine in the error, formatted only then (moves are per task)."""
     try:
         return table[state][event]
     except KeyError:
-        raise IllegalEvent(f"{what}: no {event.name} in {state.name}") from None
+        name = what if of is None else f"{what} {of}"
+        raise IllegalEvent(f"{name}: no {event.name} in {state.name}") from None

@@ -40,6 +40,10 @@ __all__ = [
 
 
 class SlotState(enum.Enum):
+    # Members are singletons compared by identity: hash them so too, in C (Enum's own
+    # __hash__ is Python code, run on every slot move and count).
+    __hash__ = object.__hash__
+
     SPAWNING = "spawning"
     IDLE = "idle"
     BUSY = "busy"
@@ -49,6 +53,8 @@ class SlotState(enum.Enum):
 
 
 class SlotEvent(enum.Enum):
+    __hash__ = object.__hash__  # as SlotState's
+
     FORK = "fork"
     PARK = "park"
     HAND_OUT = "hand_out"
@@ -95,7 +101,7 @@ class SlotLifecycle:
     def fire(self, event: SlotEvent) -> SlotState:
         """Move by ``event`` (SLOTS); returns the new state."""
         before = self._state
-        after = next_state(SLOTS, before, event, f"slot {self._index}")
+        after = next_state(SLOTS, before, event, "slot", self._index)
         self._counts[before] -= 1
         self._counts[after] += 1
         self._state = after
@@ -104,4 +110,5 @@ class SlotLifecycle:
 
 def count_being_replaced(counts: SlotCounts) -> int:
     """How many slots of a pool are being replaced (``BEING_REPLACED``)."""
-    return sum(counts[state] for state in BEING_REPLACED)
+    # Spelled out: this runs on every pass of a session.
+    return counts[SlotState.SPAWNING] + counts[SlotState.KILLING] + counts[SlotState.EXITING]

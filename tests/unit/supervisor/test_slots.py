@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from orbit_supervisor.machine import IllegalEvent
@@ -46,3 +48,8 @@ def test_an_illegal_event_raises_and_changes_nothing() -> None:
         slot.fire(SlotEvent.RECYCLE)  # only a child that just finished a task is recycled
     assert slot.state is SlotState.IDLE and counts[SlotState.IDLE] == 1
     assert counts[SlotState.EXITING] == 0
+
+
+def test_the_count_of_slots_being_replaced_is_that_of_the_states_named() -> None:
+    counts: SlotCounts = Counter({state: 10 + i for i, state in enumerate(SlotState)})
+    assert count_being_replaced(counts) == sum(counts[state] for state in BEING_REPLACED)

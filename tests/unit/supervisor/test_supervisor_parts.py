@@ -25,7 +25,7 @@ QUEUE = "0" * 32
 def test_event_stream_keeps_128_and_counts_drops() -> None:
     stream = EventStream()
     for i in range(200):
-        stream.publish(SupervisorEvent("started", attempt_id=str(i)))
+        stream.publish(SupervisorEvent("started", attempt_id=str(i)), QUEUE)
     assert stream.dropped == 72
     stream.close()
     stream.publish(SupervisorEvent("late"))  # after close: ignored, not counted
@@ -35,6 +35,7 @@ def test_event_stream_keeps_128_and_counts_drops() -> None:
 
     got = asyncio.run(read())
     assert [e.attempt_id for e in got] == [str(i) for i in range(128)]
+    assert {e.queue_id for e in got} == {QUEUE}  # stamped with the session's queue
     assert stream.dropped == 72
 
 
