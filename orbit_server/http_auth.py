@@ -15,7 +15,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from starlette.requests import HTTPConnection
 
-from orbit_wire.errors import AuthError, ErrorCode
+from orbit_wire.errors import AuthError, ErrorCode, OrbitError
 
 from .auth import Principal
 from .http_plumbing import RateLimited
@@ -49,6 +49,14 @@ class Authenticator:
         if principal is None:
             principal = await self._verify(request, bearer)
         return principal
+
+    def cached(self, request: HTTPConnection) -> Principal | None:
+        """The request's principal if its token was verified lately (no store hop), else
+        None (``principal`` verifies it)."""
+        try:
+            return self._admin.cached_principal(bearer_token(request))
+        except OrbitError:
+            return None
 
     async def _verify(self, request: HTTPConnection, bearer: str) -> Principal:
         """Verify on the store thread, unless this credential ID or peer failed too often

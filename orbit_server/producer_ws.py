@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -49,6 +49,7 @@ from .parts import ServerParts
 from .store.db import is_sqlite
 from .submitting import SHARED_RECHECK_S, Submitter
 from .worker_protocol import close_code
+from .ws_transport import DIRECT_RECEIVE, Take
 from .ws_writer import FrameWriter
 
 log = logging.getLogger("orbit.producer")
@@ -117,7 +118,8 @@ class ProducerChannel:
         self._tasks_service = parts.services.tasks
         self._out = FrameWriter(websocket)
         self._owner = TaskOwner(log)
-        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._flying = 0  # requests under way (at most MAX_IN_FLIGHT)
+        self._room = asyncio.Event()  # set when one lands
         self._watched: dict[str, _Watch] = {}
         self._rereading: set[str] = set()
         self._closing = False
@@ -167,7 +169,13 @@ class ProducerChannel:
     # -------------------------------------------------------------- reading
 
     async def _read_loop(self) -> None:
+        # Each message is taken in the transport's callback while the credential is cached
+        # and a request may start; this loop reads what that leaves (and re-arms it).
+        extensions = self.ws.scope.get("extensions") or {}
+        direct: Callable[[Take | None], bool] | None = extensions.get(DIRECT_RECEIVE)
         while not self._closing:
+            if direct is not None:
+                direct(self._take)
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 self._closing = True
@@ -183,9 +191,39 @@ class ProducerChannel:
             except OrbitError as exc:
                 self.fail(exc)
                 return
-            await self._in_flight.acquire()
-            task = self._owner.start(self._serve(principal, frame), "orbit-producer-request")
-            task.add_done_callback(lambda _t: self._in_flight.release())
+            while self._flying >= MAX_IN_FLIGHT:
+                self._room.clear()
+                await self._room.wait()
+            self._start(principal, frame)
+
+    def _take(self, text: str) -> bool:
+        """A message taken in the transport's callback, as the read loop takes it; False
+        leaves it to the loop: a request cannot start now, or the credential must be read."""
+        if self._closing:
+            return True  # the loop stops reading at a close as well
+        if self._flying >= MAX_IN_FLIGHT:
+            return False
+        principal = self._auth.cached(self.ws)
+        if principal is None:
+            return False
+        self.parts.traffic.producer_in += 1
+        try:
+            frame = decode_client_message(text)
+            require_role(principal, _PRODUCERS)
+        except OrbitError as exc:
+            self.fail(exc)
+            return True
+        self._start(principal, frame)
+        return True
+
+    def _start(self, principal: Principal, frame: Submit | Watch) -> None:
+        self._flying += 1
+        task = self._owner.start(self._serve(principal, frame), "orbit-producer-request")
+        task.add_done_callback(self._landed)
+
+    def _landed(self, _task: asyncio.Task[None]) -> None:
+        self._flying -= 1
+        self._room.set()
 
     async def _current_principal(self) -> Principal:
         """The credential as it is now (cached for a few seconds, as for HTTP): a revoked,
