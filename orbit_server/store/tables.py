@@ -499,7 +499,8 @@ queue_limits = Table(
 
 # One row per (key, attempt) started under a limit: its open attempts are the key's running
 # count, its rows within the rate interval its recent starts. Rows of ended attempts past
-# every interval are pruned by the dispatch that holds the key's limit.
+# every interval are pruned by the dispatch that holds the key's limit. Every read is a key's
+# range, so the primary key is the only B-tree (WITHOUT ROWID on SQLite; migration 0021).
 limit_holds = Table(
     "limit_holds",
     metadata,
@@ -507,7 +508,7 @@ limit_holds = Table(
     Column("limit_key", String(PATTERN), primary_key=True),
     Column("attempt_id", String(ID), primary_key=True),
     Column("reserved_at_ms", BigInteger, nullable=False),
-    Index("ix_limit_holds_key_at", "queue_id", "limit_key", "reserved_at_ms"),
+    sqlite_with_rowid=False,
     **MYSQL_OPTIONS,
 )
 
