@@ -257,10 +257,12 @@ Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.handler_version, tasks.c.payload_version, tasks.c.requires_key,
       tasks.c.dispatch_rank,
       tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
-# One range per fair value (migration 0020); on SQLite only PENDING tasks that have one.
+# One range per fair value (migration 0020); on SQLite only PENDING tasks that have one. The
+# deadline makes a range's rows within their deadline an index-only read (migration 0022).
 Index("ix_tasks_fair", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.handler_version, tasks.c.payload_version, tasks.c.fair_value,
       tasks.c.requires_key, tasks.c.dispatch_rank, tasks.c.available_at_ms,
+      tasks.c.deadline_at_ms,
       sqlite_where=text("state = 'PENDING' AND fair_value IS NOT NULL"))
 Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
       sqlite_where=state_is(tasks.c.state, PENDING))

@@ -183,6 +183,8 @@ def test_fair_dispatch_on_sqlite_seeks_each_value_and_reads_each_range(big_db: E
     assert_indexed(_without_cte_scans(text), "ix_tasks_fair")
     assert "fair_value=? AND requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text
     assert "INTEGER PRIMARY KEY (rowid=?)" in text and "TEMP B-TREE" not in text, text
+    # Each range's rows within their deadline come from the index alone (migration 0022).
+    assert "SEARCH r USING COVERING INDEX ix_tasks_fair" in text, text
 
 
 def test_limit_usage_and_pruning_range_over_the_keys_holds(big_db: Engine) -> None:
