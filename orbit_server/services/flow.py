@@ -34,7 +34,7 @@ from ..store.limits import PRUNE_AGE_MS
 # A claim with limits reads this many more claimable rows than it wants, so tasks held by
 # a limit do not block the ones behind them (beyond the window they wait for the next claim).
 HELD_WINDOW = 64
-PRUNE_BATCH = 512  # more than a claim adds (MAX_RESERVATIONS_PER_FRAME)
+PRUNE_BATCH = 512  # more than a claim adds (MAX_RESERVATIONS_PER_FRAME); MySQL/MariaDB
 
 
 def row_keys(row: Mapping[str, Any]) -> tuple[str, ...]:

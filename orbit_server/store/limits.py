@@ -15,7 +15,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Integer, RowMapping, and_, bindparam, case, delete, func, select
+from sqlalchemy import (
+    Connection,
+    Integer,
+    RowMapping,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    select,
+)
 
 from .prepared import Prepared, prepared_select
 from .tables import OPEN_ATTEMPT, attempts, limit_changes, limit_holds, queue_limits, state_is
@@ -89,6 +100,16 @@ STALE_HOLDS = (
            attempts.c.state.is_(None) | ~_IS_OPEN)
     .limit(bindparam("n", type_=Integer))
 )
+# SQLite: the same holds of the keys deleted in the pass that finds them (one writer, no
+# locks to bound; the usage read scans the keys' holds anyway), not read and then deleted
+# one primary-key seek each.
+_ITS_ATTEMPT = attempts.c.id == limit_holds.c.attempt_id
+PRUNE_HOLDS_SQLITE = delete(limit_holds).where(
+    _THESE_KEYS,
+    ((limit_holds.c.reserved_at_ms <= bindparam("before"))
+     & exists().where(_ITS_ATTEMPT, ~_IS_OPEN))
+    | ((limit_holds.c.reserved_at_ms <= bindparam("missing_before"))
+       & ~exists().where(_ITS_ATTEMPT)))
 _DELETE_ONE_HOLD = delete(limit_holds).where(
     limit_holds.c.queue_id == bindparam("q"), limit_holds.c.limit_key == bindparam("k"),
     limit_holds.c.attempt_id == bindparam("a"))
@@ -180,7 +201,12 @@ def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: in
                 missing_before: int, n: int) -> int:
     """Delete up to ``n`` holds of ``keys`` that nothing counts any more (PRUNABLE_HOLDS:
     reserved at or before ``before`` with their attempt ended, or at or before
-    ``missing_before`` with their attempt gone); how many."""
+    ``missing_before`` with their attempt gone); how many. On SQLite every such hold, in
+    one statement (PRUNE_HOLDS_SQLITE)."""
+    if conn.dialect.name == "sqlite":
+        return int(conn.execute(PRUNE_HOLDS_SQLITE, {
+            "queue_id": queue_id, "keys": _padded(keys), "before": before,
+            "missing_before": missing_before}).rowcount)
     found = prepared_select(PRUNABLE_HOLDS).all(conn, {
         "queue_id": queue_id, "keys": _padded(keys), "before": before,
         "missing_before": missing_before, "n": n})

@@ -257,10 +257,12 @@ Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.handler_version, tasks.c.payload_version, tasks.c.requires_key,
       tasks.c.dispatch_rank,
       tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
-# One range per fair value (migration 0020); on SQLite only PENDING tasks that have one.
+# One range per fair value (migration 0020); on SQLite only PENDING tasks that have one. The
+# deadline makes a range's rows within their deadline an index-only read (migration 0022).
 Index("ix_tasks_fair", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.handler_version, tasks.c.payload_version, tasks.c.fair_value,
       tasks.c.requires_key, tasks.c.dispatch_rank, tasks.c.available_at_ms,
+      tasks.c.deadline_at_ms,
       sqlite_where=text("state = 'PENDING' AND fair_value IS NOT NULL"))
 Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
       sqlite_where=state_is(tasks.c.state, PENDING))
@@ -499,7 +501,8 @@ queue_limits = Table(
 
 # One row per (key, attempt) started under a limit: its open attempts are the key's running
 # count, its rows within the rate interval its recent starts. Rows of ended attempts past
-# every interval are pruned by the dispatch that holds the key's limit.
+# every interval are pruned by the dispatch that holds the key's limit. Every read is a key's
+# range, so the primary key is the only B-tree (WITHOUT ROWID on SQLite; migration 0021).
 limit_holds = Table(
     "limit_holds",
     metadata,
@@ -507,7 +510,7 @@ limit_holds = Table(
     Column("limit_key", String(PATTERN), primary_key=True),
     Column("attempt_id", String(ID), primary_key=True),
     Column("reserved_at_ms", BigInteger, nullable=False),
-    Index("ix_limit_holds_key_at", "queue_id", "limit_key", "reserved_at_ms"),
+    sqlite_with_rowid=False,
     **MYSQL_OPTIONS,
 )
 

@@ -183,16 +183,23 @@ def test_fair_dispatch_on_sqlite_seeks_each_value_and_reads_each_range(big_db: E
     assert_indexed(_without_cte_scans(text), "ix_tasks_fair")
     assert "fair_value=? AND requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text
     assert "INTEGER PRIMARY KEY (rowid=?)" in text and "TEMP B-TREE" not in text, text
+    # Each range's rows within their deadline come from the index alone (migration 0022).
+    assert "SEARCH r USING COVERING INDEX ix_tasks_fair" in text, text
 
 
 def test_limit_usage_and_pruning_range_over_the_keys_holds(big_db: Engine) -> None:
+    # The holds are their primary key (WITHOUT ROWID, migration 0021): a key's range of it.
     keys = ["k:1", "k:2"]
-    text = plan(big_db, limits.KEYS_USAGE, queue_id=Q, keys=keys, since=NOW)
-    assert_indexed(text, "ix_limit_holds_key_at")
-    text = plan(big_db, limits.PRUNABLE_HOLDS, queue_id=Q, keys=keys, before=NOW,
-                missing_before=NOW, n=10)
-    assert_indexed(text, "limit_holds")
-    assert "reserved_at_ms<?" in text, text
+    for stmt, params in ((limits.KEYS_USAGE, {"since": NOW}),
+                         (limits.PRUNABLE_HOLDS, {"before": NOW, "missing_before": NOW,
+                                                  "n": 10})):
+        text = plan(big_db, stmt, queue_id=Q, keys=keys, **params)
+        assert_indexed(text, "SEARCH limit_holds USING PRIMARY KEY (queue_id=? AND limit_key=?)")
+    # SQLite prunes in that same range, each old hold's attempt one primary-key seek.
+    text = plan(big_db, limits.PRUNE_HOLDS_SQLITE, queue_id=Q, keys=keys, before=NOW,
+                missing_before=NOW)
+    assert_indexed(text, "SEARCH limit_holds USING PRIMARY KEY (queue_id=? AND limit_key=?)")
+    assert text.count("SEARCH attempts USING INDEX sqlite_autoindex_attempts_1 (id=?)") == 2, text
 
 
 def test_reaper_queries_use_their_indexes(big_db: Engine) -> None:

@@ -263,3 +263,30 @@ def test_six_field_crons_move_their_seconds_first_and_back(db_url: str) -> None:
         assert current_revision(engine) == head_revision()
     finally:
         engine.dispose()
+
+
+def test_holds_keep_their_rows_through_0021_and_back(db_url: str) -> None:
+    # On both stores: 0021 keeps limit_holds' rows in the primary key alone (SQLite rebuilds
+    # the table WITHOUT ROWID); its downgrade puts the rowid and the index back.
+    migrate(db_url)
+    engine = create_engine_for(db_url)
+    rows = [("q" * 32, f"k:{i % 2}", f"{i:032x}", 1000 + i) for i in range(5)]
+    select = ("SELECT queue_id, limit_key, attempt_id, reserved_at_ms FROM limit_holds"
+              " ORDER BY attempt_id")
+    try:
+        _upgraded_to(engine, db_url, "0020", down=True)
+        with engine.begin() as conn:
+            for row in rows:
+                conn.execute(text("INSERT INTO limit_holds VALUES (:q, :k, :a, :at)"),
+                             dict(zip(("q", "k", "a", "at"), row, strict=True)))
+        migrate(db_url)
+        with engine.connect() as conn:
+            assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+            assert [tuple(r) for r in conn.exec_driver_sql(select).all()] == rows
+        _upgraded_to(engine, db_url, "0020", down=True)
+        with engine.connect() as conn:
+            assert [tuple(r) for r in conn.exec_driver_sql(select).all()] == rows
+        migrate(db_url)
+        assert current_revision(engine) == head_revision()
+    finally:
+        engine.dispose()
