@@ -50,8 +50,10 @@ async def _server(app: Callable[..., Any]) -> AsyncIterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    # log_config None: uvicorn must not reconfigure this process's loggers (later tests in
+    # it check where log records go).
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
-                                           ws=OrbitWebSocketProtocol, log_level="warning"))
+                                           ws=OrbitWebSocketProtocol, log_config=None))
     task = asyncio.get_running_loop().create_task(server.serve())
     try:
         for _ in range(500):  # bounded: about 5 s
