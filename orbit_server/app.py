@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from orbit_host import heap
 from orbit_host.logs import fields
 from orbit_host.task_owner import TaskOwner
 from orbit_host.version import installed_version
@@ -486,6 +487,7 @@ def serve(config: ServerConfig, log_level: str = "info") -> None:
         log.info("database %s is at the latest schema", redacted_url(config.db_url),
                  extra=fields("schema_ready", database=redacted_url(config.db_url)))
         server = OrbitServer(config)
+        heap.settle()  # the start-up heap out of every collection's walk
         GracefulServer(uvicorn_config(server, log_level)).run(sockets=[sock])
     finally:
         sock.close()

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
+from orbit_host import heap
 from orbit_host.credentials import Credentials, CredentialsFileError, load_credentials
 from orbit_host.isolation import (
     ChildIsolation,
@@ -225,6 +226,7 @@ def main(handlers: str, urls: tuple[str, ...], credentials_file: str, queue_ids:
         _fail(EXIT_FATAL_SESSION, f"permission denied: {exc.message}")
     except (OptionError, ValueError) as exc:
         _fail(EXIT_USAGE, str(exc))
+    heap.settle()  # the start-up heap out of every collection's walk
     with _runner() as runner:
         code = runner.run(_run(sup, metrics_host, metrics_port))
     _exit_now(code)
