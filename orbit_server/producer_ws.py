@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -49,7 +49,7 @@ from .parts import ServerParts
 from .store.db import is_sqlite
 from .submitting import SHARED_RECHECK_S, Submitter
 from .worker_protocol import close_code
-from .ws_transport import DIRECT_RECEIVE, Take
+from .ws_transport import direct_receive
 from .ws_writer import FrameWriter
 
 log = logging.getLogger("orbit.producer")
@@ -171,8 +171,7 @@ class ProducerChannel:
     async def _read_loop(self) -> None:
         # Each message is taken in the transport's callback while the credential is cached
         # and a request may start; this loop reads what that leaves (and re-arms it).
-        extensions = self.ws.scope.get("extensions") or {}
-        direct: Callable[[Take | None], bool] | None = extensions.get(DIRECT_RECEIVE)
+        direct = direct_receive(self.ws.scope)
         while not self._closing:
             if direct is not None:
                 direct(self._take)

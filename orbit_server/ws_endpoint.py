@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from starlette.routing import WebSocketRoute
@@ -45,7 +44,7 @@ from .worker_protocol import (
     WorkerProtocol,
     close_code,
 )
-from .ws_transport import DIRECT_RECEIVE, Take
+from .ws_transport import direct_receive
 from .ws_writer import FrameWriter
 
 log = logging.getLogger("orbit.ws")
@@ -218,8 +217,7 @@ class WorkerConnection:
         receive = self.ws.receive
         # Once a session is open every frame is taken in the transport's callback (no hello
         # to await any more); this loop then reads what that leaves and notices the end.
-        extensions = self.ws.scope.get("extensions") or {}
-        direct: Callable[[Take | None], bool] | None = extensions.get(DIRECT_RECEIVE)
+        direct = direct_receive(self.ws.scope)
         while not self.closing:
             if direct is not None and self.session is not None and direct(self._take):
                 direct = None

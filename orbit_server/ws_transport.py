@@ -26,7 +26,7 @@ test_security_frames.py, test_security_ws_close.py and test_ws_direct_receive.py
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -51,6 +51,21 @@ DIRECT_RECEIVE = "orbit.direct_receive"
 
 # Takes one whole text message; False leaves it (and every message after it) to the queue.
 Take = Callable[[str], bool]
+
+
+def direct_send(scope: Mapping[str, Any]) -> Callable[[bytes], bool] | None:
+    """The connection's ``send_text_now``, when its transport offers it (uvicorn with
+    ``OrbitWebSocketProtocol``; None elsewhere, e.g. under a test client)."""
+    return _extensions(scope).get(DIRECT_SEND)
+
+
+def direct_receive(scope: Mapping[str, Any]) -> Callable[[Take | None], bool] | None:
+    """The connection's ``receive_directly``, when its transport offers it."""
+    return _extensions(scope).get(DIRECT_RECEIVE)
+
+
+def _extensions(scope: Mapping[str, Any]) -> Mapping[str, Any]:
+    return scope.get("extensions") or {}
 
 
 class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):

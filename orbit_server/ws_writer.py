@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
-from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from .ws_transport import DIRECT_SEND
+from .ws_transport import direct_send
 
 __all__ = ["FrameWriter"]
 
@@ -40,8 +38,7 @@ class FrameWriter:
 
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
-        extensions: dict[str, Any] = websocket.scope.get("extensions") or {}
-        self._direct: Callable[[bytes], bool] | None = extensions.get(DIRECT_SEND)
+        self._direct = direct_send(websocket.scope)
         self._queue: asyncio.Queue[bytes | _Close] = asyncio.Queue()
         # ``run`` holds a message across an await (the transport was full): later ones queue.
         self._holding = False
