@@ -17,7 +17,7 @@ from orbit_wire.model import Role
 
 from ..auth import Principal, queue_not_found, require_role, require_visible_queue
 from ..domain.bodies import parse_limit_request
-from ..domain.flow import Limit, limit_of_row, usage_since
+from ..domain.flow import Limit, limit_of_row, matching, usage_since
 from ..store import limits as stored
 from ..store.queues import queue_exists
 from ..store.retry import transactional
@@ -48,6 +48,7 @@ class LimitService:
         with self._tx.write() as conn:
             _require_queue(conn, queue_id)
             created = stored.upsert_limit(conn, row)
+            _hold_open_attempts(conn, queue_id, pattern)
             stored.insert_limit_change(conn, _change(row, principal, now, "set"))
             self._tx.limits.forget(queue_id)
             found = stored.limit_row(conn, queue_id, pattern)
@@ -112,6 +113,23 @@ def _change(row: Mapping[str, Any], principal: Principal, now: int,
                                                    "rate_interval_ms")}).decode()
     return {"queue_id": row["queue_id"], "pattern": row["pattern"], "at_ms": now,
             "actor": principal.actor, "action": action, "detail": detail}
+
+
+def _hold_open_attempts(conn: Connection, queue_id: str, pattern: str) -> None:
+    """A hold for each key the pattern matches of each attempt already open in the queue
+    that lacks one, reserved when the attempt was: the limit counts what runs when it is
+    set (a claim writes holds only for the limits it applies)."""
+    wanted: set[tuple[str, str, int]] = set()
+    for attempt_id, reserved_at, text in stored.open_keyed_attempts(conn, queue_id):
+        wanted.update((key, attempt_id, reserved_at)
+                      for key, _p in matching(orjson.loads(text), (pattern,)))
+    if not wanted:
+        return
+    have = stored.held_pairs(conn, queue_id, sorted({a for _k, a, _r in wanted}))
+    stored.add_missing_holds(conn, [
+        {"queue_id": queue_id, "limit_key": key, "attempt_id": attempt_id,
+         "reserved_at_ms": reserved_at}
+        for key, attempt_id, reserved_at in sorted(wanted) if (key, attempt_id) not in have])
 
 
 def limit_view(row: Mapping[Any, Any]) -> dict[str, Any]:

@@ -29,10 +29,19 @@ from sqlalchemy import (
 )
 
 from .prepared import Prepared, prepared_select
-from .tables import OPEN_ATTEMPT, attempts, limit_changes, limit_holds, queue_limits, state_is
+from .tables import (
+    OPEN_ATTEMPT,
+    attempts,
+    limit_changes,
+    limit_holds,
+    queue_limits,
+    state_is,
+    tasks,
+)
 
-__all__ = ["delete_limit", "insert_holds", "insert_limit_change", "key_usage", "keys_usage",
-           "limit_changes_of", "limit_row", "limits_of_queue", "lock_limits", "prune_holds",
+__all__ = ["add_missing_holds", "delete_limit", "held_pairs", "insert_holds",
+           "insert_limit_change", "key_usage", "keys_usage", "limit_changes_of", "limit_row",
+           "limits_of_queue", "lock_limits", "open_keyed_attempts", "prune_holds",
            "prune_stale_holds", "upsert_limit"]
 
 _QUEUE = queue_limits.c.queue_id == bindparam("queue_id")
@@ -124,6 +133,20 @@ DELETE_HOLD = Prepared(delete(limit_holds).where(
 INSERT_HOLDS = Prepared(limit_holds.insert(), ["queue_id", "limit_key", "attempt_id",
                                                "reserved_at_ms"])
 INSERT_CHANGE = limit_changes.insert()
+# A queue's open attempts whose task has keys (ID, reservation instant, the keys' JSON
+# text), and the holds some of them already have: what a limit set now must count.
+OPEN_KEYED_ATTEMPTS = (
+    select(attempts.c.id, attempts.c.reserved_at_ms, tasks.c.limit_keys)
+    .select_from(attempts.join(tasks, tasks.c.id == attempts.c.task_id))
+    .where(_IS_OPEN, attempts.c.queue_id == bindparam("queue_id"),
+           tasks.c.limit_keys.is_not(None))
+)
+HELD_PAIRS = select(limit_holds.c.limit_key, limit_holds.c.attempt_id).where(
+    limit_holds.c.queue_id == bindparam("queue_id"),
+    limit_holds.c.attempt_id.in_(bindparam("ids", expanding=True)))
+# Two limit changes of one queue at once may both add a hold: the second is a no-op.
+INSERT_MISSING_HOLDS = (limit_holds.insert().prefix_with("OR IGNORE", dialect="sqlite")
+                        .prefix_with("IGNORE", dialect="mysql"))
 CHANGES_OF = (
     select(limit_changes).where(limit_changes.c.queue_id == bindparam("queue_id"))
     .order_by(limit_changes.c.at_ms.desc(), limit_changes.c.id.desc())
@@ -235,6 +258,28 @@ def _padded(keys: Sequence[str]) -> list[str]:
 def insert_holds(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """One hold per (key, attempt) started: queue_id, limit_key, attempt_id, reserved_at_ms."""
     INSERT_HOLDS.run(conn, rows)
+
+
+def open_keyed_attempts(conn: Connection, queue_id: str) -> list[tuple[str, int, str]]:
+    """The queue's open (RESERVED or RUNNING) attempts whose task has keys: (attempt ID,
+    reserved_at_ms, the task's ``limit_keys`` text). As many as its workers' slots."""
+    return [(str(r[0]), int(r[1]), str(r[2]))
+            for r in conn.execute(OPEN_KEYED_ATTEMPTS, {"queue_id": queue_id}).all()]
+
+
+def held_pairs(conn: Connection, queue_id: str, attempt_ids: Sequence[str]
+               ) -> set[tuple[str, str]]:
+    """The (key, attempt ID) holds these attempts of the queue have."""
+    if not attempt_ids:
+        return set()
+    return {(str(k), str(a)) for k, a in conn.execute(
+        HELD_PAIRS, {"queue_id": queue_id, "ids": list(attempt_ids)}).all()}
+
+
+def add_missing_holds(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Holds (as ``insert_holds``) that another transaction may have added meanwhile."""
+    if rows:
+        conn.execute(INSERT_MISSING_HOLDS, [dict(r) for r in rows])
 
 
 def prune_stale_holds(conn: Connection, before: int, n: int) -> int:

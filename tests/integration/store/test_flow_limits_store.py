@@ -3,7 +3,7 @@ without limits reads no limit row per dispatch (one read per LIMITS_MAX_AGE_MS);
 an attempt ends (a finish, an expired lease, a lost reservation) frees its key's slot in
 that transaction; a rate's window slides with the clock; two services (replicas) claiming
 at once on one database never both take a key's last slot; retention prunes the holds of
-keys that are never claimed again."""
+keys that are never claimed again; a limit set while attempts of its key run counts them."""
 
 from __future__ import annotations
 
@@ -75,6 +75,38 @@ def test_every_end_of_an_attempt_frees_its_slot(world: World) -> None:
     assert world.task(third.task_id)["state"] == "PENDING"
     again = world.service.workers.reserve(world.hello(), 10)
     assert len([r for r in again if r.task_id in ids]) == 1
+
+
+def test_a_limit_set_while_attempts_of_its_key_run_counts_them(world: World) -> None:
+    ids = world.submit_many(3, limits=[KEY, "customer:1"])
+    b = world.hello()
+    running = world.service.workers.reserve(b, 3)
+    for r in running[:2]:
+        assert world.start(b, r.attempt_id, r.epoch).ok  # two RUNNING, one RESERVED
+    _limit(world, "licence:*", max_running=2)
+    _limit(world, "licence:*", max_running=2)  # set again: nothing held twice
+    with world.engine.connect() as conn:
+        holds = conn.execute(select(limit_holds.c.limit_key, limit_holds.c.attempt_id)).all()
+    assert sorted(holds) == sorted((KEY, r.attempt_id) for r in running)  # the matched key only
+    later = world.submit(limits=[KEY])["id"]
+    assert world.service.workers.reserve(b, 5) == []  # three open, the limit two
+    assert world.task(later)["waiting"]["reason"] == "LIMIT_FULL"
+    for r in running[:2]:
+        world.finish(b, r.attempt_id, r.epoch, Outcome.SUCCEEDED, result=1)
+    (next_one,) = world.service.workers.reserve(b, 5)  # one open: one slot
+    assert next_one.task_id == later and sorted(ids) == sorted(r.task_id for r in running)
+
+
+def test_a_rate_set_while_attempts_of_its_key_run_counts_their_starts(world: World) -> None:
+    world.submit_many(2, limits=[KEY])
+    b = world.hello()
+    assert len(world.service.workers.reserve(b, 2)) == 2
+    world.clock.advance(1_000)
+    _limit(world, KEY, rate={"count": 2, "interval_ms": 60_000})
+    world.submit(limits=[KEY])
+    assert world.service.workers.reserve(b, 5) == []  # two starts within the minute
+    world.clock.advance(60_000)
+    assert len(world.service.workers.reserve(b, 5)) == 1
 
 
 def test_a_rate_window_slides_with_the_clock(world: World) -> None:
