@@ -180,12 +180,8 @@ class ProducerChannel:
                 self._closing = True
                 self._out.close(self._close_code)
                 return
-            self.parts.traffic.producer_in += 1
-            text = message.get("text")
             try:
-                if text is None:
-                    raise ProtocolError(ErrorCode.BAD_FRAME, "binary frames are not accepted")
-                frame = decode_client_message(text)
+                frame = self._decode(message.get("text"))
                 principal = await self._current_principal()
             except OrbitError as exc:
                 self.fail(exc)
@@ -205,15 +201,21 @@ class ProducerChannel:
         principal = self._auth.cached(self.ws)
         if principal is None:
             return False
-        self.parts.traffic.producer_in += 1
         try:
-            frame = decode_client_message(text)
+            frame = self._decode(text)
             require_role(principal, _PRODUCERS)
         except OrbitError as exc:
             self.fail(exc)
             return True
         self._start(principal, frame)
         return True
+
+    def _decode(self, text: str | None) -> Submit | Watch:
+        """One message read (counted), as a request; BAD_FRAME for a binary one."""
+        self.parts.traffic.producer_in += 1
+        if text is None:
+            raise ProtocolError(ErrorCode.BAD_FRAME, "binary frames are not accepted")
+        return decode_client_message(text)
 
     def _start(self, principal: Principal, frame: Submit | Watch) -> None:
         self._flying += 1

@@ -116,40 +116,36 @@ class OrbitWebSocketProtocol(WebSocketsSansIOProtocol):
         self.transport.abort()
 
     def send_receive_event_to_app(self) -> None:
-        take = self._take
-        if take is not None:
-            if self.curr_msg_data_type == "text" and not self.close_sent:
-                data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
-                try:
-                    text = data.decode()
-                except UnicodeDecodeError:
-                    text = None  # answered below, as when reading through the queue
-                if text is not None:
-                    self.frames = []
-                    if take(text):
-                        return
-                    self._take = None
-                    self.queue.put_nowait({"type": "websocket.receive", "text": text})
-                    if not self.read_paused:  # as uvicorn does for a queued message
-                        self.read_paused = True
-                        self.transport.pause_reading()
-                    return
+        if self.curr_msg_data_type != "text" or self.close_sent:
+            self._take = None  # a binary message goes to the queue, and every later one
+            super().send_receive_event_to_app()
+            return
+        data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
             self._take = None
-        if self.curr_msg_data_type == "text" and not self.close_sent:
-            data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
-            try:
-                data.decode()
-            except UnicodeDecodeError as exc:
-                self.frames = []
-                peer = self.client
-                log.warning("closing a worker connection from %s: a text frame is not valid "
-                            "UTF-8 (byte %d)", f"{peer[0]}:{peer[1]}" if peer else "?",
-                            exc.start, extra=fields("worker_bad_utf8",
-                                                    client=peer[0] if peer else None))
-                frame = ErrorFrame(ErrorCode.BAD_FRAME, "text frame is not valid UTF-8",
-                                   retryable=False, fatal=True)
-                self.conn.send_text(encode(frame))
-                self.conn.send_close(close_code(ErrorCode.BAD_FRAME), ErrorCode.BAD_FRAME.value)
-                self.handle_parser_exception()
-                return
-        super().send_receive_event_to_app()
+            self.frames = []
+            peer = self.client
+            log.warning("closing a worker connection from %s: a text frame is not valid "
+                        "UTF-8 (byte %d)", f"{peer[0]}:{peer[1]}" if peer else "?",
+                        exc.start, extra=fields("worker_bad_utf8",
+                                                client=peer[0] if peer else None))
+            frame = ErrorFrame(ErrorCode.BAD_FRAME, "text frame is not valid UTF-8",
+                               retryable=False, fatal=True)
+            self.conn.send_text(encode(frame))
+            self.conn.send_close(close_code(ErrorCode.BAD_FRAME), ErrorCode.BAD_FRAME.value)
+            self.handle_parser_exception()
+            return
+        take = self._take
+        if take is None:
+            super().send_receive_event_to_app()
+            return
+        self.frames = []
+        if take(text):
+            return
+        self._take = None
+        self.queue.put_nowait({"type": "websocket.receive", "text": text})
+        if not self.read_paused:  # as uvicorn does for a queued message
+            self.read_paused = True
+            self.transport.pause_reading()
