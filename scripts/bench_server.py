@@ -151,6 +151,10 @@ class Server:
 # customer key, the queue fair by it.
 LIMITS = {"on": False, "fair": False}
 LIMIT_KEYS = 100
+# The wildcard limit (PUT /v1/queues/{id}/limits/tenant:*) and the fair setting of the queue.
+LIMIT_PATTERN = "tenant:*"
+LIMIT_BODY = {"max_running": 1_000_000, "rate": {"count": 100_000, "interval_ms": 1}}
+FAIR_BODY = {"key": "customer"}
 
 
 def spec(i: int) -> dict[str, Any]:
@@ -317,12 +321,10 @@ async def setup(url: str, admin: str) -> tuple[str, httpx.AsyncClient, dict[str,
         prod = (await a.post(creds, json={"role": "producer", "queues": [queue]})).json()
         work = (await a.post(creds, json={"role": "worker", "queues": [queue]})).json()
         if LIMITS["on"]:
-            made = await a.put(f"/v1/queues/{queue}/limits/tenant:*",
-                               json={"max_running": 1_000_000,
-                                     "rate": {"count": 100_000, "interval_ms": 1}})
+            made = await a.put(f"/v1/queues/{queue}/limits/{LIMIT_PATTERN}", json=LIMIT_BODY)
             assert made.status_code == 201, made.text
         if LIMITS["fair"]:
-            made = await a.put(f"/v1/queues/{queue}/fair", json={"key": "customer"})
+            made = await a.put(f"/v1/queues/{queue}/fair", json=FAIR_BODY)
             assert made.status_code == 200, made.text
     producer = httpx.AsyncClient(
         base_url=url, timeout=60,

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Instructions per task that flow control adds to the store's work, counted by callgrind.
+
+    .venv/bin/python scripts/instr_flow.py [--tasks 4000] [--batch 1000] [--claim 256]
+
+The same work as ``bench_server.py`` (a) without HTTP: the server's own use cases (services,
+in process, a real SQLite file written as the server writes it, ``synchronous=NORMAL``):
+tasks submitted in batches, then claimed ``--claim`` at a time by a worker whose grants
+come with the dispatch, each claim's attempts finished in requests of MAX_BATCH_OPS. Once
+plain, once with ``bench_server.py --limits --fair``'s keys and settings (every task a
+``tenant:N`` key under a wildcard limit that never binds, and a ``customer:N`` key the
+queue is fair by).
+
+Each (mode, phase) runs in a process of its own under valgrind's callgrind with
+instrumentation off except inside that phase's calls (``callgrind_control -i on|off``), so
+the count is the instructions those calls executed (Python, SQLite, libc), whatever the
+machine's load: a difference of a few percent between two commits is real here, where a
+throughput run on this kind of host moves by ±15 %. It does not count the kernel's work
+(the WAL's writes) nor cache misses, so it is a yardstick for CPU work, not a throughput
+figure. Each switch runs a ``callgrind_control`` process and a little Python around it; a
+calibration run measures that and it is subtracted. Needs ``valgrind`` (apt install
+valgrind); a few minutes on two cores. docs/benchmarks.md records the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+MODES = ("plain", "limits+fair")
+PHASES = ("submit", "claim", "finish")
+_TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
+
+
+class Switch:
+    """Callgrind's instrumentation turned on and off around calls, counting the calls."""
+
+    def __init__(self, active: bool) -> None:
+        self.active = active
+        self.calls = 0
+
+    def _set(self, state: str) -> None:
+        subprocess.run(["callgrind_control", "-i", state, str(os.getpid())],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+
+    def around(self, call: Callable[[], Any]) -> Any:
+        if not self.active:
+            return call()
+        self.calls += 1
+        self._set("on")
+        try:
+            return call()
+        finally:
+            self._set("off")
+
+
+def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) -> None:
+    """One run of the work, counting ``phase`` (``calibrate``: empty switches only)."""
+    import bench_server
+
+    from orbit_host.heap import settle
+    from orbit_server.config import ServerConfig
+    from orbit_server.services import Services
+    from orbit_server.store import create_engine_for, migrate
+    from orbit_wire.frames import FinishOp, Hello
+    from orbit_wire.limits import MAX_BATCH_OPS
+    from orbit_wire.model import Outcome
+
+    switches = {name: Switch(name == phase) for name in PHASES}
+    if phase == "calibrate":
+        calibrate = Switch(True)
+        for _ in range(64):
+            calibrate.around(lambda: None)
+        out.write_text(str(calibrate.calls))
+        return
+    with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp:
+        url = f"sqlite:///{tmp}/orbit.db"
+        migrate(url)
+        engine = create_engine_for(url, synchronous="NORMAL")
+        now = [1_800_000_000_000]
+
+        def clock() -> int:
+            now[0] += 1
+            return now[0]
+
+        svc = Services(engine, ServerConfig(db_url=url), clock, random.Random(7))
+        made = svc.admin.bootstrap_admin("root")
+        admin = svc.admin.authenticate(f"{made['credential_id']}.{made['secret']}")
+        queue = svc.admin.create_queue(admin, "q")["id"]
+        prod = svc.admin.create_credential(admin, "producer", [queue], "p")
+        producer = svc.admin.authenticate(f"{prod['credential_id']}.{prod['secret']}")
+        work = svc.admin.create_credential(admin, "worker", [queue], "w")
+        on = mode == "limits+fair"
+        bench_server.LIMITS.update(on=on, fair=on)
+        if on:
+            svc.limits.set_limit(admin, queue, bench_server.LIMIT_PATTERN,
+                                 bench_server.LIMIT_BODY)
+            svc.fair.set_fair(admin, queue, bench_server.FAIR_BODY)
+        worker = svc.workers.worker_hello(Hello(
+            credential_id=work["credential_id"], credential_secret=work["secret"],
+            instance_id="0" * 31 + "1", instance_secret="instance-secret", queue_id=queue,
+            capabilities=(bench_server.CAP,), capacity=claim, features=("grant",)))
+        settle()
+        msgs = 0
+        with svc.tx.pinned():  # the store thread's own connections, as in the server
+            for start in range(0, tasks, batch):
+                specs = [bench_server.spec(i) for i in range(start, min(tasks, start + batch))]
+                switches["submit"].around(functools.partial(svc.tasks.submit, producer,
+                                                            queue, specs))
+            done = 0
+            while done < tasks:
+                got = switches["claim"].around(lambda: svc.workers.reserve(worker, claim))
+                if not got:
+                    raise SystemExit(f"the claim came back empty after {done} tasks")
+                for first in range(0, len(got), MAX_BATCH_OPS):
+                    ops = [FinishOp(f"f{msgs + j}", r.attempt_id, r.epoch, Outcome.SUCCEEDED,
+                                    result_json="1")
+                           for j, r in enumerate(got[first:first + MAX_BATCH_OPS])]
+                    msgs += len(ops)
+                    results, _ = switches["finish"].around(functools.partial(
+                        svc.workers.apply_ops, worker, ops))
+                    if not all(r.ok for r in results):
+                        raise SystemExit(f"a finish failed: {results[0]}")
+                done += len(got)
+        engine.dispose()
+    out.write_text(str(switches[phase].calls))
+
+
+def counted(mode: str, phase: str, args: argparse.Namespace, workdir: Path) -> tuple[int, int]:
+    """(instructions, switched calls) of one child run under callgrind."""
+    base = workdir / f"{mode}-{phase}"
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+           f"--callgrind-out-file={base}.out", sys.executable, __file__, "--child", mode,
+           phase, "--tasks", str(args.tasks), "--batch", str(args.batch),
+           "--claim", str(args.claim), "--out", f"{base}.calls"]
+    log = Path(f"{base}.log")
+    with log.open("wb") as sink:
+        done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"{mode} {phase} failed:\n{log.read_text()[-3000:]}")
+    found = _TOTALS.search(Path(f"{base}.out").read_text())
+    if found is None:
+        raise SystemExit(f"no totals in {base}.out")
+    return int(found.group(1)), int(Path(f"{base}.calls").read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=4000)
+    parser.add_argument("--batch", type=int, default=1000, help="tasks per submit")
+    parser.add_argument("--claim", type=int, default=256, help="tasks per claim")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--child", nargs=2, metavar=("MODE", "PHASE"), help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], args.tasks, args.batch, args.claim, args.out)
+        return
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("needs valgrind (apt install valgrind)")
+    runs = [("plain", "calibrate")] + [(m, p) for m in MODES for p in PHASES]
+    with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp, \
+            ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {run: pool.submit(counted, *run, args, Path(tmp)) for run in runs}
+        got = {run: f.result() for run, f in futures.items()}
+    switch_cost = got[("plain", "calibrate")][0] / got[("plain", "calibrate")][1]
+    per_task = {run: (total - calls * switch_cost) / args.tasks
+                for run, (total, calls) in got.items() if run[1] != "calibrate"}
+    print(f"instructions per task ({args.tasks} tasks, submits of {args.batch}, claims of "
+          f"{args.claim}; one switch {switch_cost:,.0f} instructions, subtracted)")
+    print("| phase | plain | limits and fair | added |")
+    print("| --- | --- | --- | --- |")
+    for phase in (*PHASES, "all"):
+        phases = PHASES if phase == "all" else (phase,)
+        plain = sum(per_task[("plain", p)] for p in phases)
+        flow = sum(per_task[("limits+fair", p)] for p in phases)
+        print(f"| {phase} | {plain:,.0f} | {flow:,.0f} | {flow - plain:+,.0f} "
+              f"({(flow - plain) / plain:+.1%}) |")
+
+
+if __name__ == "__main__":
+    main()
