@@ -165,6 +165,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="tasks per submit")
     parser.add_argument("--claim", type=int, default=256, help="tasks per claim")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--phase", choices=PHASES, action="append",
+                        help="count only this phase (again for more; default: all)")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PHASE"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -173,7 +175,8 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("needs valgrind (apt install valgrind)")
-    runs = [("plain", "calibrate")] + [(m, p) for m in MODES for p in PHASES]
+    phases = tuple(args.phase or PHASES)
+    runs = [("plain", "calibrate")] + [(m, p) for m in MODES for p in phases]
     with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp, \
             ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {run: pool.submit(counted, *run, args, Path(tmp)) for run in runs}
@@ -185,10 +188,10 @@ def main() -> None:
           f"{args.claim}; one switch {switch_cost:,.0f} instructions, subtracted)")
     print("| phase | plain | limits and fair | added |")
     print("| --- | --- | --- | --- |")
-    for phase in (*PHASES, "all"):
-        phases = PHASES if phase == "all" else (phase,)
-        plain = sum(per_task[("plain", p)] for p in phases)
-        flow = sum(per_task[("limits+fair", p)] for p in phases)
+    for phase in (*phases, "all"):
+        summed = phases if phase == "all" else (phase,)
+        plain = sum(per_task[("plain", p)] for p in summed)
+        flow = sum(per_task[("limits+fair", p)] for p in summed)
         print(f"| {phase} | {plain:,.0f} | {flow:,.0f} | {flow - plain:+,.0f} "
               f"({(flow - plain) / plain:+.1%}) |")
 

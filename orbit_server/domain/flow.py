@@ -102,34 +102,47 @@ def admit_pairs(task_pairs: Sequence[Sequence[tuple[str, str]]], limits: Mapping
                 ) -> tuple[list[int], dict[int, Held]]:
     """``admit`` of tasks given by their (key, pattern) pairs (``matching``, in the order
     ``matching`` gives them, every pattern one of ``limits``)."""
-    taken: dict[tuple[str, str], int] = {}
+    room: dict[tuple[str, str], int] = {}  # each pair's starts left, as this claim admits
     admitted: list[int] = []
     held: dict[int, Held] = {}
     for i, pairs in enumerate(task_pairs):
         if len(admitted) >= count:
             break
-        if not pairs:
-            admitted.append(i)
-            continue
-        reason = _first_full(pairs, limits, usage, taken)
-        if reason is not None:
-            held[i] = reason
+        full = None
+        for pair in pairs:
+            left = room.get(pair)
+            if left is None:
+                left = room[pair] = _room(limits[pair[1]], usage.get(pair, _UNUSED))
+            if left <= 0:
+                full = pair
+                break
+        if full is not None:
+            limit, used = limits[full[1]], usage.get(full, _UNUSED)
+            held[i] = _held(full, limit, used, _room(limit, used) - room[full])
             continue
         for pair in pairs:
-            taken[pair] = taken.get(pair, 0) + 1
+            room[pair] -= 1
         admitted.append(i)
     return admitted, held
 
 
-def _first_full(pairs: Sequence[tuple[str, str]], limits: Mapping[str, Limit],
-                usage: Mapping[tuple[str, str], Usage],
-                taken: Mapping[tuple[str, str], int]) -> Held | None:
-    for key, pattern in pairs:
-        limit = limits[pattern]
-        used = usage.get((key, pattern), _UNUSED)
-        extra = taken.get((key, pattern), 0)
-        if limit.max_running is not None and used.running + extra >= limit.max_running:
-            return Held(key, pattern, "max_running", limit.max_running)
-        if limit.rate_count is not None and used.recent_starts + extra >= limit.rate_count:
-            return Held(key, pattern, "rate", limit.rate_count)
-    return None
+_UNBOUNDED = 2**62
+
+
+def _room(limit: Limit, used: Usage) -> int:
+    """How many more starts the limit lets a key with this usage make now."""
+    room = _UNBOUNDED
+    if limit.max_running is not None:
+        room = limit.max_running - used.running
+    if limit.rate_count is not None:
+        room = min(room, limit.rate_count - used.recent_starts)
+    return room
+
+
+def _held(pair: tuple[str, str], limit: Limit, used: Usage, extra: int) -> Held:
+    """Why a pair with no room left holds a task (``extra``: starts this claim admitted)."""
+    key, pattern = pair
+    if limit.max_running is not None and used.running + extra >= limit.max_running:
+        return Held(key, pattern, "max_running", limit.max_running)
+    assert limit.rate_count is not None  # no room, and not for max_running
+    return Held(key, pattern, "rate", limit.rate_count)

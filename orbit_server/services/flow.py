@@ -49,6 +49,13 @@ def _pairs_of(text: str, patterns: tuple[str, ...]) -> tuple[tuple[str, str], ..
     return tuple(matching(orjson.loads(text), patterns))
 
 
+@functools.lru_cache(maxsize=4096)
+def _held_keys(text: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """The distinct keys of a task's stored keys that a limit of ``patterns`` matches, in
+    order: the keys an attempt of the task holds."""
+    return tuple(sorted({key for key, _p in _pairs_of(text, patterns)}))
+
+
 def row_pairs(row: Mapping[str, Any], patterns: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """Each (key of the task, pattern of ``patterns`` matching it)."""
     text = row.get("limit_keys")
@@ -107,13 +114,10 @@ def record_holds(conn: Connection, queue_id: str,
     """A hold for each (key under a limit, attempt) of the (task row, attempt ID) pairs
     reserved now, in one statement."""
     patterns = tuple(limits)
-    holds: list[dict[str, Any]] = []
-    for row, attempt_id in started:
-        pairs = row_pairs(row, patterns)
-        keys = sorted({key for key, _p in pairs}) if len(pairs) > 1 else [k for k, _p in pairs]
-        holds.extend({"queue_id": queue_id, "limit_key": key, "attempt_id": attempt_id,
-                      "reserved_at_ms": now} for key in keys)
-    stored.insert_holds(conn, holds)
+    stored.insert_holds(conn, [(queue_id, key, attempt_id, now)
+                               for row, attempt_id in started
+                               if (text := row.get("limit_keys"))
+                               for key in _held_keys(text, patterns)])
 
 
 def held_now(conn: Connection, queue_id: str, keys: Sequence[str],

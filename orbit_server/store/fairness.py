@@ -94,9 +94,9 @@ def fair_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: 
         bounded = bounded or more
         by_cap.append((params, values))
     # Turns take about n / (values + 1) rows of each value and of the plain range (the tasks
-    # from before fairness): each range reads one more than that, and one that filled its
-    # share may hold more.
-    share = -(-n // (sum(len(values) for _p, values in by_cap) + 1)) + 1
+    # from before fairness): each range reads that many, and one that filled its share may
+    # hold more (the claim then does not report the queue drained).
+    share = -(-n // (sum(len(values) for _p, values in by_cap) + 1))
     rows = claims.claimable_rows(conn, queue_id, caps, now, min(n, share))
     bounded = bounded or len(rows) >= min(n, share)
     for params, values in by_cap:

@@ -255,9 +255,10 @@ def _padded(keys: Sequence[str]) -> list[str]:
     return out + out[-1:] * (size - len(out))
 
 
-def insert_holds(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """One hold per (key, attempt) started: queue_id, limit_key, attempt_id, reserved_at_ms."""
-    INSERT_HOLDS.run(conn, rows)
+def insert_holds(conn: Connection, rows: Sequence[tuple[str, str, str, int]]) -> None:
+    """One hold per (key, attempt) started: (queue_id, limit_key, attempt_id,
+    reserved_at_ms)."""
+    INSERT_HOLDS.run_values(conn, rows)
 
 
 def open_keyed_attempts(conn: Connection, queue_id: str) -> list[tuple[str, int, str]]:
@@ -277,7 +278,8 @@ def held_pairs(conn: Connection, queue_id: str, attempt_ids: Sequence[str]
 
 
 def add_missing_holds(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Holds (as ``insert_holds``) that another transaction may have added meanwhile."""
+    """Holds (mappings of INSERT_HOLDS' columns) that another transaction may have added
+    meanwhile."""
     if rows:
         conn.execute(INSERT_MISSING_HOLDS, [dict(r) for r in rows])
 

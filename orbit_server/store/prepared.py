@@ -34,16 +34,19 @@ class Prepared:
     def __init__(self, stmt: ClauseElement, column_keys: Sequence[str] | None = None) -> None:
         self.stmt = stmt
         self.column_keys = None if column_keys is None else list(column_keys)
-        # dialect name -> (SQL, how a row's positional values are taken, None if by name)
-        self._cache: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]] | None]] = {}
+        # dialect name -> (SQL, how a row's positional values are taken, None if by name;
+        # whether the placeholders are in column_keys order)
+        self._cache: dict[str, tuple[str, Callable[[Any], tuple[Any, ...]] | None, bool]] = {}
 
-    def _compiled(self, conn: Connection) -> tuple[str, Callable[[Any], tuple[Any, ...]] | None]:
+    def _compiled(self, conn: Connection
+                  ) -> tuple[str, Callable[[Any], tuple[Any, ...]] | None, bool]:
         dialect = conn.dialect
         hit = self._cache.get(dialect.name)
         if hit is None:
             compiled: Any = self.stmt.compile(dialect=dialect, column_keys=self.column_keys)
-            take = _values_in(tuple(compiled.positiontup or ())) if compiled.positional else None
-            hit = (str(compiled), take)
+            order = tuple(compiled.positiontup or ())
+            take = _values_in(order) if compiled.positional else None
+            hit = (str(compiled), take, take is not None and list(order) == self.column_keys)
             self._cache[dialect.name] = hit
         return hit
 
@@ -51,12 +54,30 @@ class Prepared:
         """Execute once per row (one ``executemany``); returns the total rowcount."""
         if not rows:
             return 0
-        sql, take = self._compiled(conn)
+        sql, take, _keyed = self._compiled(conn)
         params: Any = [dict(r) for r in rows] if take is None else [take(r) for r in rows]
-        if conn.dialect.name == "sqlite":
-            return _on_sqlite_cursor(conn, sql, params, _write_rows)
-        result = conn.exec_driver_sql(sql, params if len(params) > 1 else params[0])
-        return int(result.rowcount)
+        return _execute_rows(conn, sql, params)
+
+    def run_values(self, conn: Connection, rows: Sequence[tuple[Any, ...]]) -> int:
+        """``run`` of rows given as tuples of their ``column_keys`` values, in that order
+        (with positional placeholders in that order, as on SQLite, no mapping per row)."""
+        if not rows:
+            return 0
+        sql, take, keyed = self._compiled(conn)
+        if take is None:  # named placeholders (PyMySQL's pyformat)
+            assert self.column_keys is not None
+            keys = self.column_keys
+            return _execute_rows(conn, sql, [dict(zip(keys, r, strict=True)) for r in rows])
+        if not keyed:
+            raise TypeError(f"{self.stmt} does not bind its columns in column_keys order")
+        return _execute_rows(conn, sql, rows)
+
+
+def _execute_rows(conn: Connection, sql: str, params: Any) -> int:
+    if conn.dialect.name == "sqlite":
+        return _on_sqlite_cursor(conn, sql, params, _write_rows)
+    result = conn.exec_driver_sql(sql, params if len(params) > 1 else params[0])
+    return int(result.rowcount)
 
 
 def _values_in(order: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:

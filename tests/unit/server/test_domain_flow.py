@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from orbit_server.domain.flow import LIMIT_FULL, Held, Limit, Usage, admit, matching, usage_since
 from orbit_server.domain.policies import resolve_policy
@@ -116,6 +118,60 @@ def test_a_simulated_dispatch_keeps_every_bound() -> None:
         ends = open_until[key]
         for at in ats:
             assert sum(1 for s, e in zip(ats, ends, strict=True) if s <= at < e) <= 3, key
+
+
+def _admit_one_pair_at_a_time(task_pairs: list[tuple[tuple[str, str], ...]],
+                              limits: dict[str, Limit], usage: dict[tuple[str, str], Usage],
+                              count: int) -> tuple[list[int], dict[int, Held]]:
+    """The rule spelled out: a task starts when, for each of its pairs in order, the key's
+    running count and recent starts plus this claim's starts are under the limit's bounds;
+    the first pair that is not names why it is held."""
+    taken: dict[tuple[str, str], int] = {}
+    admitted: list[int] = []
+    held: dict[int, Held] = {}
+    for i, pairs in enumerate(task_pairs):
+        if len(admitted) >= count:
+            break
+        reason = None
+        for key, pattern in pairs:
+            limit, used = limits[pattern], usage.get((key, pattern), Usage())
+            extra = taken.get((key, pattern), 0)
+            if limit.max_running is not None and used.running + extra >= limit.max_running:
+                reason = Held(key, pattern, "max_running", limit.max_running)
+            elif limit.rate_count is not None and used.recent_starts + extra >= limit.rate_count:
+                reason = Held(key, pattern, "rate", limit.rate_count)
+            if reason is not None:
+                break
+        if reason is not None:
+            held[i] = reason
+            continue
+        for pair in pairs:
+            taken[pair] = taken.get(pair, 0) + 1
+        admitted.append(i)
+    return admitted, held
+
+
+_LIMITS = st.builds(
+    lambda pattern, running, rate: Limit(pattern, running, rate,
+                                         None if rate is None else 1000),
+    st.sampled_from(["k:*", "k:1", "j:*"]), st.none() | st.integers(0, 4),
+    st.none() | st.integers(0, 4)).filter(lambda lim: lim.max_running is not None
+                                          or lim.rate_count is not None)
+
+
+@given(limits=st.lists(_LIMITS, min_size=1, max_size=3, unique_by=lambda lim: lim.pattern),
+       tasks=st.lists(st.lists(st.sampled_from(["k:1", "k:2", "j:1", "x:1"]), max_size=3,
+                               unique=True), max_size=30),
+       running=st.integers(0, 5), recent=st.integers(0, 5), count=st.integers(0, 40))
+def test_admission_is_the_rule_one_pair_at_a_time(limits: list[Limit], tasks: list[list[str]],
+                                                  running: int, recent: int,
+                                                  count: int) -> None:
+    by_pattern = {lim.pattern: lim for lim in limits}
+    task_pairs = [tuple(matching(keys, by_pattern)) for keys in tasks]
+    usage = {pair: Usage(running, recent) for pairs in task_pairs for pair in pairs
+             if pair[0] != "k:2"}  # k:2 has no usage: it counts as unused
+    assert admit(tasks, by_pattern, usage, count) == _admit_one_pair_at_a_time(
+        task_pairs, by_pattern, usage, count)
 
 
 def test_keys_come_from_the_submit_else_the_declared_policy() -> None:

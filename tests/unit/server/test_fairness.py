@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from orbit_server.domain.fairness import fair_value, position, rotate
 
 
@@ -37,3 +40,38 @@ def test_the_rotation_starts_after_the_value_served_last_and_drops_repeats() -> 
     after_null = position(_row("x", None))
     assert [r["id"] for r in rotate(rows, after_null)] == ["a0", "b0", "c0", "n0"]
     assert rotate([], None) == []
+
+
+def _rotate_by_rounds(rows: list[dict[str, Any]], after: tuple[int, str] | None
+                      ) -> list[str]:
+    """The turn order spelled out: round after round, the next row of each value in cyclic
+    order after ``after``, each value's rows in dispatch order, repeats dropped."""
+    unique = list({r["id"]: r for r in rows}.values())  # each id where it first appears
+    by_value: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for row in unique:
+        by_value.setdefault(position(row), []).append(row)
+    names = sorted(by_value)
+    if after is not None:
+        names = [n for n in names if n > after] + [n for n in names if n <= after]
+    queues = [sorted(by_value[n], key=lambda r: (r["dispatch_rank"], r["available_at_ms"]))
+              for n in names]
+    out: list[str] = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0)["id"])
+    return out
+
+
+_VALUES = st.sampled_from([None, "", "customer:a", "customer:b", "customer:c"])
+
+
+@given(rows=st.lists(st.builds(_row, st.sampled_from([f"t{i}" for i in range(12)]), _VALUES,
+                               st.integers(0, 2), st.integers(0, 3)), max_size=20),
+       after=st.none() | _VALUES.map(lambda v: position({"fair_value": v})))
+def test_rotation_is_one_row_per_value_per_round(rows: list[dict[str, Any]],
+                                                 after: tuple[int, str] | None) -> None:
+    # One row per id (a repeat is the same row read twice), in the order the ranges read.
+    first = {r["id"]: r for r in reversed(rows)}
+    rows = [first[r["id"]] for r in rows]
+    assert [r["id"] for r in rotate(rows, after)] == _rotate_by_rounds(rows, after)
