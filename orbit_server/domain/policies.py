@@ -14,7 +14,9 @@ neither sets keep the server defaults ``parse_task_spec`` filled. Pure.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from msgspec.structs import replace
 
 from orbit_wire.errors import ErrorCode, OrbitError
 from orbit_wire.labels import requires_text

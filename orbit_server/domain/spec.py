@@ -9,10 +9,9 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import orjson
-from msgspec import UNSET
+from msgspec import UNSET, Struct
 
 from orbit_wire.errors import ErrorCode, OrbitError, ValueRejected
 from orbit_wire.jsonvalue import encode_value
@@ -35,8 +34,7 @@ from orbit_wire.policy import (
 from .bodies import TASK_SPEC
 
 
-@dataclass(frozen=True, slots=True)
-class Backoff:
+class Backoff(Struct, frozen=True):
     initial_ms: int = DEFAULT_BACKOFF_INITIAL_MS
     max_ms: int = DEFAULT_BACKOFF_MAX_MS
     multiplier: float = DEFAULT_BACKOFF_MULTIPLIER
@@ -64,8 +62,7 @@ class Backoff:
         return max(0, min(self.max_ms, int(base * spread)))
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
+class Policy(Struct, frozen=True):
     """The safety policy, frozen at submit."""
 
     idempotency: Idempotency = Idempotency.NON_IDEMPOTENT
@@ -88,8 +85,7 @@ class Policy:
     requires: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
+class TaskSpec(Struct, frozen=True):
     """A validated submission. ``payload_json`` is the payload's canonical JSON text."""
 
     capability: Capability
