@@ -4,15 +4,14 @@ from rows and writes them back with compare-and-set."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from orbit_wire.model import AttemptState, Idempotency, Outcome, TaskState
 
 from .spec import Backoff
 
 
-@dataclass(slots=True)
-class TaskRec:
+class TaskRec(Struct):
     """The mutable part of a task row plus the policy fields the rules read."""
 
     id: str
@@ -45,8 +44,7 @@ class TaskRec:
     parents_json: str | None = None
 
 
-@dataclass(slots=True)
-class AttemptRec:
+class AttemptRec(Struct):
     id: str
     task_id: str
     queue_id: str

@@ -12,8 +12,6 @@ rolled back with a retryable UNAVAILABLE, so nothing partial is ever committed.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -112,11 +110,6 @@ _TASK_ARGS_BY_POSITION = operator.itemgetter(*(TASK_REC_COLUMN_NAMES.index(c)
                                                for c in _TASK_REC_SOURCE))
 
 
-# Tasks mostly share a few retry policies, and a frozen dataclass is slow to build: each
-# distinct one is made once (it is immutable, so records may share it).
-_backoff = functools.lru_cache(maxsize=1024)(Backoff)
-
-
 def task_rec(row: Mapping[Any, Any]) -> TaskRec:
     """A record from a task row; ``result`` and ``failure_details`` may be absent (loads for
     a state change skip the big JSON columns; no rule reads them, only writes)."""
@@ -128,7 +121,7 @@ def _task_rec_of(v: Sequence[Any], result: str | None = None,
     """``v``: the columns of _TASK_REC_SOURCE, in its order."""
     return TaskRec(
         id=v[0], queue_id=v[1], state=_TASK_STATE[v[2]], idempotency=IDEMPOTENCY_OF[v[3]],
-        max_attempts=v[4], backoff=_backoff(v[5], v[6], v[7], v[8]),
+        max_attempts=v[4], backoff=Backoff(v[5], v[6], v[7], v[8]),
         attempt_timeout_ms=v[9], lease_ttl_ms=v[10], deadline_at_ms=v[11],
         available_at_ms=v[12], epoch=v[13], attempts_started=v[14], uncertain=bool(v[15]),
         cancel_requested=bool(v[16]), current_attempt_id=v[17], result=result,
@@ -139,7 +132,7 @@ def _task_rec_of(v: Sequence[Any], result: str | None = None,
 
 # An AttemptRec has a field per attempts column: its constructor's arguments, in order, are
 # taken from a row by name, or from a SELECT of every column (table order) by position.
-_ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(AttemptRec))
+_ATTEMPT_FIELDS = AttemptRec.__struct_fields__
 _ATTEMPT_ARGS_BY_NAME = operator.itemgetter(*_ATTEMPT_FIELDS)
 _ATTEMPT_ARGS_BY_POSITION = operator.itemgetter(*(ATTEMPT_COLUMN_NAMES.index(f)
                                                   for f in _ATTEMPT_FIELDS))

@@ -5,8 +5,6 @@ shows up here)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from sqlalchemy import select
 from store_support import World
 
@@ -40,15 +38,15 @@ def test_positional_loads_match_the_by_name_records(world: World) -> None:
         assert [uow.tasks[r["id"]] for r in task_rows] == [task_rec(r) for r in task_rows]
     for row in task_rows:  # an oracle apart from the constructors: field by field, by name
         rec = task_rec(row)
-        for field in dataclasses.fields(rec):
-            if field.name in row:
-                assert getattr(rec, field.name) == row[field.name], field.name
+        for name in rec.__struct_fields__:
+            if name in row:
+                assert getattr(rec, name) == row[name], name
         assert (rec.backoff.initial_ms, rec.backoff.max_ms, rec.backoff.multiplier,
                 rec.backoff.jitter) == (row["backoff_initial_ms"], row["backoff_max_ms"],
                                         row["backoff_multiplier"], row["backoff_jitter"])
     for row in attempt_rows:
         rec = attempt_rec(row)
-        assert {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)} == row
+        assert {name: getattr(rec, name) for name in rec.__struct_fields__} == row
     (one,) = attempt_rows
     rec = attempt_rec(one)
     assert rec.outcome is Outcome.FAILED and rec.retryable is True and rec.code == "HANDLER_ERROR"
