@@ -2,6 +2,7 @@
 """Instructions per task that flow control adds to the store's work, counted by callgrind.
 
     .venv/bin/python scripts/instr_flow.py [--tasks 4000] [--batch 1000] [--claim 256]
+    .venv/bin/python scripts/instr_flow.py --pages [--tasks 8000]
 
 The same work as ``bench_server.py`` (a) without HTTP: the server's own use cases (services,
 in process, a real SQLite file written as the server writes it, ``synchronous=NORMAL``):
@@ -20,16 +21,26 @@ throughput run on this kind of host moves by ±15 %. It does not count the kerne
 figure. Each switch runs a ``callgrind_control`` process and a little Python around it; a
 calibration run measures that and it is subtracted. Needs ``valgrind`` (apt install
 valgrind); a few minutes on two cores. docs/benchmarks.md records the figures.
+
+``--pages`` counts what callgrind cannot see: the pages each phase's commits write to the
+WAL (each one a frame the kernel copies, checksummed by SQLite, later copied again by a
+checkpoint), per B-tree (table or index, named through SQLite's ``dbstat``). The WAL is
+emptied (``wal_checkpoint(TRUNCATE)``) before each counted call and its frames read after,
+so each count is exactly that call's commit. No valgrind; seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
+import json
 import os
 import random
 import re
 import shutil
+import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -69,8 +80,39 @@ class Switch:
             self._set("off")
 
 
+class PageCount:
+    """The WAL pages each call's commit wrote, by B-tree name, summed over calls."""
+
+    def __init__(self, db_path: str) -> None:
+        self.db_path = db_path
+        self.side = sqlite3.connect(db_path)
+        self.pages: collections.Counter[str] = collections.Counter()
+        self.calls = 0
+
+    def around(self, call: Callable[[], Any]) -> Any:
+        self.calls += 1
+        self.side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        result = call()
+        names = {page: name for name, page in self.side.execute(
+            "SELECT name, pageno FROM dbstat")}
+        for page in _wal_frames(Path(self.db_path + "-wal").read_bytes()):
+            self.pages[names.get(page, "(free)")] += 1
+        return result
+
+
+def _wal_frames(wal: bytes) -> list[int]:
+    """The page number of each frame of a WAL file (its 32-byte header, then frames of a
+    24-byte header and a page)."""
+    if len(wal) < 32:
+        return []
+    page_size = struct.unpack(">I", wal[8:12])[0]
+    return [struct.unpack(">I", wal[at:at + 4])[0]
+            for at in range(32, len(wal) - page_size - 23, page_size + 24)]
+
+
 def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) -> None:
-    """One run of the work, counting ``phase`` (``calibrate``: empty switches only)."""
+    """One run of the work, counting ``phase`` (``calibrate``: empty switches only;
+    ``pages``: the WAL pages of every phase, written to ``out`` as JSON)."""
     import bench_server
 
     from orbit_host.heap import settle
@@ -81,7 +123,7 @@ def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) 
     from orbit_wire.limits import MAX_BATCH_OPS
     from orbit_wire.model import Outcome
 
-    switches = {name: Switch(name == phase) for name in PHASES}
+    switches: dict[str, Any] = {name: Switch(name == phase) for name in PHASES}
     if phase == "calibrate":
         calibrate = Switch(True)
         for _ in range(64):
@@ -92,6 +134,8 @@ def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) 
         url = f"sqlite:///{tmp}/orbit.db"
         migrate(url)
         engine = create_engine_for(url, synchronous="NORMAL")
+        if phase == "pages":
+            switches = {name: PageCount(f"{tmp}/orbit.db") for name in PHASES}
         now = [1_800_000_000_000]
 
         def clock() -> int:
@@ -138,6 +182,9 @@ def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) 
                         raise SystemExit(f"a finish failed: {results[0]}")
                 done += len(got)
         engine.dispose()
+        if phase == "pages":
+            out.write_text(json.dumps({name: dict(c.pages) for name, c in switches.items()}))
+            return
     out.write_text(str(switches[phase].calls))
 
 
@@ -167,11 +214,16 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--phase", choices=PHASES, action="append",
                         help="count only this phase (again for more; default: all)")
+    parser.add_argument("--pages", action="store_true",
+                        help="count WAL pages per B-tree instead of instructions")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PHASE"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], args.tasks, args.batch, args.claim, args.out)
+        return
+    if args.pages:
+        print_pages(args)
         return
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("needs valgrind (apt install valgrind)")
@@ -194,6 +246,34 @@ def main() -> None:
         flow = sum(per_task[("limits+fair", p)] for p in summed)
         print(f"| {phase} | {plain:,.0f} | {flow:,.0f} | {flow - plain:+,.0f} "
               f"({(flow - plain) / plain:+.1%}) |")
+
+
+def print_pages(args: argparse.Namespace) -> None:
+    """Both modes' WAL pages per task, by phase and by B-tree (those that differ most
+    first)."""
+    got: dict[str, dict[str, dict[str, int]]] = {}
+    with tempfile.TemporaryDirectory(prefix="orbit-pages-") as tmp:
+        for mode in MODES:
+            out = Path(tmp) / f"{mode}.json"
+            subprocess.run([sys.executable, __file__, "--child", mode, "pages", "--tasks",
+                            str(args.tasks), "--batch", str(args.batch), "--claim",
+                            str(args.claim), "--out", str(out)], check=True, timeout=1800)
+            got[mode] = json.loads(out.read_text())
+    print(f"WAL pages per task ({args.tasks} tasks, submits of {args.batch}, claims of "
+          f"{args.claim})")
+    print("| phase | B-tree | plain | limits and fair | added |")
+    print("| --- | --- | --- | --- | --- |")
+    for phase in PHASES:
+        plain, flow = got["plain"][phase], got["limits+fair"][phase]
+        trees = sorted(set(plain) | set(flow),
+                       key=lambda t: (-(flow.get(t, 0) - plain.get(t, 0)), t))
+        for tree in ("all", *trees):
+            a = sum(plain.values()) if tree == "all" else plain.get(tree, 0)
+            b = sum(flow.values()) if tree == "all" else flow.get(tree, 0)
+            if tree != "all" and a == b:
+                continue
+            print(f"| {phase} | {tree} | {a / args.tasks:.3f} | {b / args.tasks:.3f} | "
+                  f"{(b - a) / args.tasks:+.3f} |")
 
 
 if __name__ == "__main__":
