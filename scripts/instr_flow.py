@@ -40,7 +40,6 @@ import random
 import re
 import shutil
 import sqlite3
-import struct
 import subprocess
 import sys
 import tempfile
@@ -83,31 +82,23 @@ class Switch:
 class PageCount:
     """The WAL pages each call's commit wrote, by B-tree name, summed over calls."""
 
-    def __init__(self, db_path: str) -> None:
+    def __init__(self, db_path: Path) -> None:
         self.db_path = db_path
+        self.wal = Path(f"{db_path}-wal")
         self.side = sqlite3.connect(db_path)
+        self.page_size = self.side.execute("PRAGMA page_size").fetchone()[0]
         self.pages: collections.Counter[str] = collections.Counter()
         self.calls = 0
 
     def around(self, call: Callable[[], Any]) -> Any:
+        from wal_pages import frame_pages, trees
+
         self.calls += 1
         self.side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         result = call()
-        names = {page: name for name, page in self.side.execute(
-            "SELECT name, pageno FROM dbstat")}
-        for page in _wal_frames(Path(self.db_path + "-wal").read_bytes()):
-            self.pages[names.get(page, "(free)")] += 1
+        self.pages += trees(self.db_path, frame_pages(self.wal.read_bytes()[32:],
+                                                      self.page_size))
         return result
-
-
-def _wal_frames(wal: bytes) -> list[int]:
-    """The page number of each frame of a WAL file (its 32-byte header, then frames of a
-    24-byte header and a page)."""
-    if len(wal) < 32:
-        return []
-    page_size = struct.unpack(">I", wal[8:12])[0]
-    return [struct.unpack(">I", wal[at:at + 4])[0]
-            for at in range(32, len(wal) - page_size - 23, page_size + 24)]
 
 
 def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) -> None:
@@ -135,7 +126,7 @@ def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) 
         migrate(url)
         engine = create_engine_for(url, synchronous="NORMAL")
         if phase == "pages":
-            switches = {name: PageCount(f"{tmp}/orbit.db") for name in PHASES}
+            switches = {name: PageCount(Path(tmp) / "orbit.db") for name in PHASES}
         now = [1_800_000_000_000]
 
         def clock() -> int:

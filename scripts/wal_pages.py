@@ -157,9 +157,9 @@ class Run:
         with self.wal.open("rb") as f:
             f.seek(before)
             raw = f.read(after - before)
-        pages = [struct.unpack(">I", raw[i:i + 4])[0] for i in range(0, len(raw), frame)]
-        assert len(raw) == len(pages) * frame, "the WAL grew by whole frames"
-        self.seen[kind].append(self.trees(pages))
+        assert len(raw) % frame == 0, "the WAL grew by whole frames"
+        self.seen[kind].append(trees(self.wal.with_name(self.wal.name[:-4]),
+                                     frame_pages(raw, self.page_size)))
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database and empty it; note the page size."""
@@ -170,16 +170,6 @@ class Run:
             assert busy == 0, "the checkpoint was blocked"
         finally:
             conn.close()
-
-    def trees(self, pages: list[int]) -> collections.Counter[str]:
-        conn = sqlite3.connect(f"file:{self.wal.with_name(self.wal.name[:-4])}?mode=ro",
-                               uri=True)
-        try:
-            owner = dict(conn.execute("SELECT pageno, name FROM dbstat").fetchall())
-        finally:
-            conn.close()
-        owner[1] = "page 1"
-        return collections.Counter(owner.get(p, "free") for p in pages)
 
     def lone_task(self, base: int) -> None:
         """Each measured transaction once, on lone tasks (payloads from ``base``)."""
@@ -236,6 +226,23 @@ class Run:
             task_id: str = conn.exec_driver_sql(
                 "SELECT task_id FROM attempts WHERE id = ?", (attempt_id,)).scalar_one()
         return task_id
+
+
+def frame_pages(raw: bytes, page_size: int) -> list[int]:
+    """The page number of each WAL frame in ``raw`` (frames only: a 24-byte header, then
+    the page)."""
+    return [struct.unpack(">I", raw[i:i + 4])[0] for i in range(0, len(raw), page_size + 24)]
+
+
+def trees(db_path: Path, pages: list[int]) -> collections.Counter[str]:
+    """How many of ``pages`` belong to each table or index of the database, as it is now."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        owner = dict(conn.execute("SELECT pageno, name FROM dbstat").fetchall())
+    finally:
+        conn.close()
+    owner[1] = "page 1"
+    return collections.Counter(owner.get(p, "free") for p in pages)
 
 
 def _no_autocheckpoint(dbapi_connection: Any, _record: Any) -> None:
