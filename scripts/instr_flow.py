@@ -154,7 +154,8 @@ def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) 
         msgs = 0
         with svc.tx.pinned():  # the store thread's own connections, as in the server
             for start in range(0, tasks, batch):
-                specs = [bench_server.spec(i) for i in range(start, min(tasks, start + batch))]
+                last = min(tasks, start + batch)
+                specs: list[object] = [bench_server.spec(i) for i in range(start, last)]
                 switches["submit"].around(functools.partial(svc.tasks.submit, producer,
                                                             queue, specs))
             done = 0
@@ -222,7 +223,7 @@ def main() -> None:
     runs = [("plain", "calibrate")] + [(m, p) for m in MODES for p in phases]
     with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp, \
             ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {run: pool.submit(counted, *run, args, Path(tmp)) for run in runs}
+        futures = {run: pool.submit(counted, run[0], run[1], args, Path(tmp)) for run in runs}
         got = {run: f.result() for run, f in futures.items()}
     switch_cost = got[("plain", "calibrate")][0] / got[("plain", "calibrate")][1]
     per_task = {run: (total - calls * switch_cost) / args.tasks
