@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/instr_flow.py [--tasks 4000] [--batch 1000] [--claim 256]
     .venv/bin/python scripts/instr_flow.py --pages [--tasks 8000]
+    .venv/bin/python scripts/instr_flow.py --against limits   # or fair: one of the two alone
 
 The same work as ``bench_server.py`` (a) without HTTP: the server's own use cases (services,
 in process, a real SQLite file written as the server writes it, ``synchronous=NORMAL``):
@@ -52,7 +53,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-MODES = ("plain", "limits+fair")
+# What ``--against`` may compare with plain: both, or either alone (bench_server.py's
+# --limits and --fair).
+AGAINST = ("limits+fair", "limits", "fair")
 PHASES = ("submit", "claim", "finish")
 _TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
 
@@ -140,11 +143,12 @@ def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) 
         prod = svc.admin.create_credential(admin, "producer", [queue], "p")
         producer = svc.admin.authenticate(f"{prod['credential_id']}.{prod['secret']}")
         work = svc.admin.create_credential(admin, "worker", [queue], "w")
-        on = mode == "limits+fair"
-        bench_server.LIMITS.update(on=on, fair=on)
-        if on:
+        limited, fair = mode in ("limits+fair", "limits"), mode in ("limits+fair", "fair")
+        bench_server.LIMITS.update(on=limited, fair=fair)
+        if limited:
             svc.limits.set_limit(admin, queue, bench_server.LIMIT_PATTERN,
                                  bench_server.LIMIT_BODY)
+        if fair:
             svc.fair.set_fair(admin, queue, bench_server.FAIR_BODY)
         worker = svc.workers.worker_hello(Hello(
             credential_id=work["credential_id"], credential_secret=work["secret"],
@@ -206,6 +210,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--phase", choices=PHASES, action="append",
                         help="count only this phase (again for more; default: all)")
+    parser.add_argument("--against", choices=AGAINST, default="limits+fair",
+                        help="what to compare with plain (default: limits and fair)")
     parser.add_argument("--pages", action="store_true",
                         help="count WAL pages per B-tree instead of instructions")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PHASE"), help=argparse.SUPPRESS)
@@ -220,7 +226,8 @@ def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("needs valgrind (apt install valgrind)")
     phases = tuple(args.phase or PHASES)
-    runs = [("plain", "calibrate")] + [(m, p) for m in MODES for p in phases]
+    modes = ("plain", args.against)
+    runs = [("plain", "calibrate")] + [(m, p) for m in modes for p in phases]
     with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp, \
             ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {run: pool.submit(counted, run[0], run[1], args, Path(tmp)) for run in runs}
@@ -230,12 +237,12 @@ def main() -> None:
                 for run, (total, calls) in got.items() if run[1] != "calibrate"}
     print(f"instructions per task ({args.tasks} tasks, submits of {args.batch}, claims of "
           f"{args.claim}; one switch {switch_cost:,.0f} instructions, subtracted)")
-    print("| phase | plain | limits and fair | added |")
+    print(f"| phase | plain | {args.against} | added |")
     print("| --- | --- | --- | --- |")
     for phase in (*phases, "all"):
         summed = phases if phase == "all" else (phase,)
         plain = sum(per_task[("plain", p)] for p in summed)
-        flow = sum(per_task[("limits+fair", p)] for p in summed)
+        flow = sum(per_task[(args.against, p)] for p in summed)
         print(f"| {phase} | {plain:,.0f} | {flow:,.0f} | {flow - plain:+,.0f} "
               f"({(flow - plain) / plain:+.1%}) |")
 
@@ -245,7 +252,7 @@ def print_pages(args: argparse.Namespace) -> None:
     first)."""
     got: dict[str, dict[str, dict[str, int]]] = {}
     with tempfile.TemporaryDirectory(prefix="orbit-pages-") as tmp:
-        for mode in MODES:
+        for mode in ("plain", args.against):
             out = Path(tmp) / f"{mode}.json"
             subprocess.run([sys.executable, __file__, "--child", mode, "pages", "--tasks",
                             str(args.tasks), "--batch", str(args.batch), "--claim",
@@ -253,10 +260,10 @@ def print_pages(args: argparse.Namespace) -> None:
             got[mode] = json.loads(out.read_text())
     print(f"WAL pages per task ({args.tasks} tasks, submits of {args.batch}, claims of "
           f"{args.claim})")
-    print("| phase | B-tree | plain | limits and fair | added |")
+    print(f"| phase | B-tree | plain | {args.against} | added |")
     print("| --- | --- | --- | --- | --- |")
     for phase in PHASES:
-        plain, flow = got["plain"][phase], got["limits+fair"][phase]
+        plain, flow = got["plain"][phase], got[args.against][phase]
         trees = sorted(set(plain) | set(flow),
                        key=lambda t: (-(flow.get(t, 0) - plain.get(t, 0)), t))
         for tree in ("all", *trees):
