@@ -37,7 +37,8 @@ Rows (each system runs the same functions, scripts/peers/peers_work.py):
     awaited: members/s from the submit to that result (Orbit: one workflow,
     ``chord(group(burn.s(...)), join.s(...))``; Celery: ``chord(group(...))(join.s())``;
     Dramatiq: ``group(...).add_completion_callback(join.message())``, whose callback gets
-    no results: it only runs once the group completed).
+    no results: it only runs once the group completed); again with Orbit's `--prefetch 2`
+    (an Orbit-only row, as the 10 ms and 100 ms ones).
 Rounds alternate the systems (A B C, then B C A, ...); the ratio Orbit / best peer is taken
 within each round and its median reported. The result is printed and written to
 docs/benchmarks.md between the peers-bench markers (the rest of the file is kept), unless
@@ -756,6 +757,9 @@ def run_system(ctx: Context, system: str, counts: Counts, tag: str) -> dict[str,
                                    ("cpu100_c2_prefetch", 100.0, counts.cpu100)):
                 fig[key] = accounted(ctx, system, proc, fig, key, tasks, functools.partial(
                     submit_then_await, producer, [Work("burn", ms)] * tasks))
+            fig["chord_prefetch"] = accounted(
+                ctx, system, proc, fig, "chord_prefetch", counts.chord_members + 1,
+                functools.partial(chord_rate, producer, counts.chord_members))
     return fig
 
 
@@ -858,6 +862,9 @@ def rows(counts: Counts) -> list[Row]:
         Row(f"chord: {counts.chord_members:,} members {TIMES} 10 ms CPU and one callback, "
             "concurrency 2, submit to the callback's result (members/s, % of the ceiling)",
             ("chord",), "high", cpu=(10.0, 2)),
+        Row(f"the chord row, Orbit with `--prefetch {PREFETCH}` (members/s; ratio to the best "
+            "peer's chord row)", ("chord_prefetch",), "high", peer_keys=("chord",),
+            orbit_only=True, cpu=(10.0, 2)),
         Row("worker process tree RSS / PSS, concurrency 2 (MiB)", ("rss", "pss"), "low",
             decimals=1),
     ]
@@ -967,7 +974,8 @@ CPU_ROWS = (("noop_one", "no-ops, one per call"), ("noop_batch", "no-ops, Orbit 
             ("cpu10_c2_prefetch", f"10 ms CPU, c2, Orbit `--prefetch {PREFETCH}`"),
             ("cpu100_c2_prefetch", f"100 ms CPU, c2, Orbit `--prefetch {PREFETCH}`"),
             ("producers", f"{PRODUCERS} producers, one per call"),
-            ("chord", "chord: 10 ms CPU members and a callback"))
+            ("chord", "chord: 10 ms CPU members and a callback"),
+            ("chord_prefetch", f"chord, Orbit `--prefetch {PREFETCH}`"))
 BROKER = {"orbit": "orbit-server", "celery": "redis-server", "dramatiq": "redis-server"}
 
 
