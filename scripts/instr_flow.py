@@ -53,6 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from wal_pages import frame_pages, trees  # noqa: E402
+
 # What ``--against`` may compare with plain: both, or either alone (bench_server.py's
 # --limits and --fair).
 AGAINST = ("limits+fair", "limits", "fair")
@@ -91,12 +93,8 @@ class PageCount:
         self.side = sqlite3.connect(db_path)
         self.page_size = self.side.execute("PRAGMA page_size").fetchone()[0]
         self.pages: collections.Counter[str] = collections.Counter()
-        self.calls = 0
 
     def around(self, call: Callable[[], Any]) -> Any:
-        from wal_pages import frame_pages, trees
-
-        self.calls += 1
         self.side.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         result = call()
         self.pages += trees(self.db_path, frame_pages(self.wal.read_bytes()[32:],
