@@ -7,7 +7,8 @@ attempt's child synchronously and returns what the session says to the kill's fa
 report goes out at once); an execution still waiting for a child is stopped before any
 child gets it. ``end`` waits for the executions left at the end of the run, then abandons
 them. The kill latency (local expiry or kill decision -> the killed child's reaped
-outcome) is measured here.
+outcome) is measured here, on ``time.monotonic``: uvloop's loop clock is cached per pass and
+counts whole milliseconds, so a kill reaped within the same millisecond would read as 0.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import functools
 import logging
 import signal
+import time
 from collections.abc import Callable
 
 from orbit_host.logs import fields
@@ -64,6 +66,7 @@ class Executions:
         outcome.add_done_callback(ended)
 
     def kill(self, att: Attempt, reason: str, code: str, late_by: float) -> list[Action]:
+        signalled = time.monotonic()
         facts = self._pool.kill(att, reason, code=code)
         if facts is None:
             # No child runs it yet (still waiting for a free child) or it just finished: a
@@ -71,7 +74,7 @@ class Executions:
             self._pool.stop_waiting(att, reason)
             return []
         # The kill latency runs from the local expiry (the timer ran late_by after it).
-        att.kill_timed_from = facts.at - late_by
+        att.kill_timed_from = signalled - late_by
         late = late_by > LATE_KILL_BOUND
         extra = fields("child_killed", attempt_id=att.attempt_id, task_id=att.task_id,
                        reason=reason, code=code, pid=facts.pid,
@@ -125,7 +128,7 @@ class Executions:
                 future: asyncio.Future[ChildOutcome]) -> None:
         loop, res = self._loop, att.reservation
         if att.kill_timed_from is not None:
-            self._kill_latency.observe(max(0.0, loop.time() - att.kill_timed_from))
+            self._kill_latency.observe(max(0.0, time.monotonic() - att.kill_timed_from))
         error = future.exception()
         if error is None:
             outcome = future.result()
