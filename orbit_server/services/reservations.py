@@ -160,8 +160,7 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
                   TaskState.PENDING.value, task.state.value, None)
         out.append((task, attempt, row))
     if fair_key is not None and out:
-        assert fair is not None
-        fair_dispatch.served(fair, binding.queue_id, out[-1][2])
+        fair_dispatch.served(uow.conn, binding.queue_id, [row for _t, _a, row in out])
     if queue_limits and out:
         flow.record_holds(uow.conn, binding.queue_id,
                           [(row, attempt.id) for _t, attempt, row in out], queue_limits, now)

@@ -32,7 +32,7 @@ from ..auth import (
     task_not_found,
 )
 from ..domain.fairness import fair_value
-from ..store import task_rows, workflow_rows
+from ..store import fairness, task_rows, workflow_rows
 from ..store.fairness import fairness_of_queue
 from ..store.listing import (
     oldest_pending_created,
@@ -396,6 +396,9 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
         if spec.operation_key is not None:
             keyed[spec.operation_key] = row
         out.append((task_view(row), True))
+    if fair_key is not None:  # ready fair tasks take their turns now, the rest when ready
+        fairness.number(conn, queue_id, [row for row in new_rows
+                                         if row["available_at_ms"] <= now])
     if new_rows:
         task_rows.insert_new_tasks(conn, new_rows, [
             {"task_id": r["id"], "attempt_id": None, "at_ms": now, "actor": actor,

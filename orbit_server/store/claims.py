@@ -30,8 +30,8 @@ from orbit_wire.model import Capability
 from . import queries
 from .prepared import prepared_select
 
-__all__ = ["any_left", "claimable_rows", "dispatch_query", "labelled_left", "labelled_rows",
-           "lock_each", "matching_requirements"]
+__all__ = ["any_left", "claimable_rows", "dispatch_query", "keyed_rows", "labelled_left",
+           "labelled_rows", "lock_each", "matching_requirements"]
 
 # The distinct requirements read per capability and claim, each one index seek: a bound on
 # the work of one claim (a capability whose tasks hold more distinct requirements than this
@@ -130,6 +130,15 @@ def labelled_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
     requirement is a range of its own, so a task no worker can match never hides one that
     this worker can."""
     found = claimable_rows(conn, queue_id, caps, now, n)
+    found.extend(keyed_rows(conn, queue_id, caps, labels, now, n))
+    found.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
+    return found[:n]
+
+
+def keyed_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
+               labels: Mapping[str, str], now: int, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` claimable rows of each requirement ``labels`` meet, per capability."""
+    found: list[dict[str, Any]] = []
     for cap in caps:
         for key in matching_requirements(conn, queue_id, cap, labels):
             result = conn.execute(queries.DISPATCH_KEYED, {
@@ -140,8 +149,7 @@ def labelled_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
             })
             names = tuple(result.keys())
             found.extend(dict(zip(names, r, strict=True)) for r in result.all())
-    found.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
-    return found[:n]
+    return found
 
 
 def labelled_left(conn: Connection, queue_id: str, caps: Sequence[Capability],

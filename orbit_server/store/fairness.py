@@ -1,40 +1,31 @@
 """Fair dispatch rows (docs/flow-control.md "Fair dispatch"): a queue's fair key name (read,
-written, removed) and the candidate rows of a fair claim.
+written, removed), the turns its tasks are numbered with, and the candidate rows of a fair
+claim.
 
-A fair claim finds, per capability, up to MAX_FAIR_VALUES fair values (MAX_FAIR_VALUES_SQLITE
-on SQLite) in their cyclic order after the one served last, one index seek each, and never
-more values than the rows it wants; then reads each value's range
-(ix_tasks_fair) and the plain dispatch range (``claims.claimable_rows``: the tasks submitted
-before the queue was fair, and whatever leads the dispatch order), each for its share of the
-``n`` rows wanted, plus one. The rows are
-put in turn order by ``domain.fairness.rotate``; the work is bounded by the values read,
-never by the number of queued tasks. On MySQL/MariaDB each seek and each range is a
-statement of its own (each range locked with SKIP LOCKED); on SQLite the seeks are one
-statement and the ranges another (``fair_sqlite``).
+A fair task is numbered when it is ready to run: its value's last turn (per priority rank,
+``fair_turns``) plus one, never below the rank's floor (the highest turn a claim started,
+``fair_floors``), so a value that comes back or a new one takes its next turn at once and
+not after the backlog of the others. A fair claim then reads one range of ``ix_tasks_fair``
+per capability in (rank, turn) order, plus the ready tasks not numbered yet (after a delay, a
+retry's backoff, a workflow release: the caller numbers them), each bounded by the rows it
+wants: the work never grows with the number of queued tasks or values.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, bindparam, delete, select
+from sqlalchemy import Connection, RowMapping, bindparam, delete, select, text
 
 from orbit_wire.model import Capability
 
-from . import claims, fair_sqlite, queries
+from . import queries
 from .prepared import prepared_select
-from .tables import queue_fairness
+from .tables import fair_floors, fair_turns, queue_fairness
 
-__all__ = ["MAX_FAIR_VALUES", "MAX_FAIR_VALUES_SQLITE", "delete_fairness",
-           "fair_keys_of_queues", "fair_rows", "fairness_of_queue", "upsert_fairness"]
-
-# The distinct fair values one claim reads per capability (one seek and one range each): on
-# MySQL/MariaDB two statements per value; on SQLite two statements in all, so more values
-# cost little there and a claim of a queue with many values fills up in fewer turns.
-MAX_FAIR_VALUES = 16
-MAX_FAIR_VALUES_SQLITE = 32
+__all__ = ["advance_floors", "delete_fairness", "fair_keys_of_queues", "fair_rows",
+           "fairness_of_queue", "number", "renumber", "upsert_fairness"]
 
 _QUEUE = queue_fairness.c.queue_id == bindparam("queue_id")
 FAIRNESS_OF_QUEUE = select(queue_fairness).where(_QUEUE)
@@ -70,77 +61,98 @@ def upsert_fairness(conn: Connection, row: Mapping[str, Any]) -> None:
 
 
 def delete_fairness(conn: Connection, queue_id: str) -> bool:
-    """The queue no longer fair; whether it was."""
+    """The queue no longer fair; whether it was. Its turns are kept: turned on again, its
+    tasks take their turns after those it gave before."""
     return conn.execute(DELETE_FAIRNESS, {"queue_id": queue_id}).rowcount > 0
 
 
 def fair_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
-              n: int, after: str | None) -> tuple[list[dict[str, Any]], bool]:
-    """A fair claim's candidate rows (unordered, possibly repeated: ``rotate`` orders them)
-    and whether more may be left than was read (more values than were read, or a range
-    that filled its share): the claim must not conclude from a short count that the queue
-    is drained. ``after`` is the value served last (None: start from the first)."""
-    bounded = False
-    sqlite = conn.dialect.name == "sqlite"
-    by_cap: list[tuple[dict[str, Any], list[str]]] = []
-    # A claim of n rows takes the first row of at most n values: it needs no more values.
-    most = min(MAX_FAIR_VALUES_SQLITE if sqlite else MAX_FAIR_VALUES, n)
+              n: int) -> tuple[list[dict[str, Any]], bool]:
+    """A fair claim's candidate rows that require no label: per capability the first ``n``
+    numbered ones in (rank, turn) order and the first ``n`` ready ones not numbered yet;
+    and whether either range may hold more than was read."""
+    query_numbered = prepared_select(queries.FAIR_NUMBERED)
+    query_waiting = prepared_select(queries.FAIR_UNNUMBERED)
+    rows: list[dict[str, Any]] = []
+    more = False
     for cap in caps:
         params = {"queue_id": queue_id, "handler": cap.handler,
                   "handler_version": cap.handler_version,
-                  "payload_version": cap.payload_version}
-        values, more = (fair_sqlite.fair_values(conn, params, after, most) if sqlite
-                        else _values(conn, params, after, most))
-        bounded = bounded or more
-        by_cap.append((params, values))
-    # Turns take about n / (values + 1) rows of each value and of the plain range (the tasks
-    # from before fairness): each range reads that many, and one that filled its share may
-    # hold more (the claim then does not report the queue drained).
-    share = -(-n // (sum(len(values) for _p, values in by_cap) + 1))
-    rows = claims.claimable_rows(conn, queue_id, caps, now, min(n, share))
-    bounded = bounded or len(rows) >= min(n, share)
-    for params, values in by_cap:
-        if sqlite:
-            found = fair_sqlite.fair_ranges(conn, params, values, now, share)
-            per_value = Counter(row["fair_value"] for row in found)
-            bounded = bounded or any(per_value[v] >= share for v in values)
-            rows.extend(found)
-            continue
-        query = prepared_select(queries.DISPATCH_FAIR)
-        for value in values:
-            found = [dict(zip(query.keys, r, strict=True))
-                     for r in query.all(conn, {**params, "fair_value": value, "now": now,
-                                               "n": share})]
-            bounded = bounded or len(found) >= share
-            rows.extend(found)
-    return rows, bounded
+                  "payload_version": cap.payload_version, "now": now, "n": n}
+        for query in (query_numbered, query_waiting):
+            found = query.all(conn, params)
+            more = more or len(found) >= n
+            rows.extend(dict(zip(query.keys, r, strict=True)) for r in found)
+    return rows, more
 
 
-def _values(conn: Connection, params: Mapping[str, Any], after: str | None, most: int
-            ) -> tuple[list[str], bool]:
-    """Up to ``most`` values in cyclic order after ``after``, and whether more may exist."""
-    first, following = prepared_select(queries.FIRST_FAIR_VALUE), prepared_select(
-        queries.NEXT_FAIR_VALUE)
+# Turns per (queue, rank, value) and floors per (queue, rank), raised in SQL so that two
+# replicas numbering the same value at once never hand out the same turn.
+_RAISE_TURNS = {
+    "sqlite": "INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
+              " VALUES (:queue_id, :rank, :value, :base) ON CONFLICT"
+              " (queue_id, dispatch_rank, fair_value)"
+              " DO UPDATE SET last_turn = max(last_turn + :k, excluded.last_turn)",
+    "mysql": "INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
+             " VALUES (:queue_id, :rank, :value, :base)"
+             " ON DUPLICATE KEY UPDATE last_turn = GREATEST(last_turn + :k, VALUES(last_turn))",
+}
+_RAISE_FLOORS = {
+    "sqlite": "INSERT INTO fair_floors (queue_id, dispatch_rank, turn)"
+              " VALUES (:queue_id, :rank, :turn) ON CONFLICT (queue_id, dispatch_rank)"
+              " DO UPDATE SET turn = max(turn, excluded.turn)",
+    "mysql": "INSERT INTO fair_floors (queue_id, dispatch_rank, turn)"
+             " VALUES (:queue_id, :rank, :turn)"
+             " ON DUPLICATE KEY UPDATE turn = GREATEST(turn, VALUES(turn))",
+}
+_FLOORS_OF_QUEUE = select(fair_floors.c.dispatch_rank, fair_floors.c.turn).where(
+    fair_floors.c.queue_id == bindparam("queue_id"))
+_LAST_TURNS = select(fair_turns.c.dispatch_rank, fair_turns.c.fair_value,
+                     fair_turns.c.last_turn).where(
+    fair_turns.c.queue_id == bindparam("queue_id"),
+    fair_turns.c.fair_value.in_(bindparam("values", expanding=True)))
+_RENUMBER = text("UPDATE tasks SET fair_value = :fair_value, fair_turn = :fair_turn"
+                 " WHERE id = :id")
 
-    def seek(above: str | None) -> str | None:
-        if above is None:
-            rows = first.all(conn, params)
-        else:
-            rows = following.all(conn, {**params, "after": above})
-        return str(rows[0][0]) if rows else None
 
-    out: list[str] = []
-    current = seek(after)
-    while current is not None and len(out) < most:
-        out.append(current)
-        current = seek(current)
-    if current is not None:
-        return out, True
-    if after is not None:  # wrap around to the values up to ``after``
-        current = seek(None)
-        while current is not None and current <= after and len(out) < most:
-            out.append(current)
-            current = seek(current)
-        if current is not None and current <= after:
-            return out, True
-    return out, False
+def _dialect(conn: Connection) -> str:
+    return "sqlite" if conn.dialect.name == "sqlite" else "mysql"
+
+
+def number(conn: Connection, queue_id: str, rows: Iterable[dict[str, Any]]) -> None:
+    """Give each of ``rows`` (fair task rows of ``queue_id``, each with ``dispatch_rank``
+    and ``fair_value``) its turn in ``fair_turn``: per (rank, value), in the order given,
+    the value's next turns after its last one and the rank's floor."""
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["dispatch_rank"], row["fair_value"]), []).append(row)
+    if not groups:
+        return
+    floors = dict(conn.execute(_FLOORS_OF_QUEUE, {"queue_id": queue_id}).all())
+    # Sorted: two replicas lock the same rows in the same order.
+    keys = sorted(groups)
+    conn.execute(text(_RAISE_TURNS[_dialect(conn)]), [
+        {"queue_id": queue_id, "rank": rank, "value": value, "k": len(groups[rank, value]),
+         "base": floors.get(rank, 0) + len(groups[rank, value])} for rank, value in keys])
+    last = {(r[0], r[1]): r[2] for r in conn.execute(
+        _LAST_TURNS, {"queue_id": queue_id, "values": sorted({v for _r, v in keys})})}
+    for key in keys:
+        group = groups[key]
+        first = last[key] - len(group) + 1
+        for i, row in enumerate(group):
+            row["fair_turn"] = first + i
+
+
+def renumber(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write the value and turn ``number`` gave rows already stored."""
+    if rows:
+        conn.execute(_RENUMBER, [{"id": r["id"], "fair_value": r["fair_value"],
+                                  "fair_turn": r["fair_turn"]} for r in rows])
+
+
+def advance_floors(conn: Connection, queue_id: str, turns: Mapping[int, int]) -> None:
+    """A claim started these turns (rank -> highest): raise each rank's floor to them."""
+    if turns:
+        conn.execute(text(_RAISE_FLOORS[_dialect(conn)]), [
+            {"queue_id": queue_id, "rank": rank, "turn": turn}
+            for rank, turn in sorted(turns.items())])

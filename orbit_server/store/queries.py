@@ -39,14 +39,14 @@ _NOT_FOR_RULES = {"handler", "handler_version", "payload_version", "payload", "r
                   "failure_details", "operation_key", "created_at_ms", "spec_digest",
                   "schedule_to_start_ms", "cancel_grace_ms", "policy_source", "run_max_attempts",
                   "run_deadline_ms", "progress_timeout_ms", "checkpoint", "limit_keys",
-                  "node_key", "parents_left", "parents_json", "fair_value"}
+                  "node_key", "parents_left", "parents_json", "fair_value", "fair_turn"}
 TASK_REC_COLUMNS = [c for c in tasks.c if c.name not in _NOT_FOR_RULES]
 # What a reservation needs of a task: those, its capability, payload, cancel grace,
 # progress timeout and checkpoint (null on a first attempt: the retry's one read is this).
 DISPATCH_COLUMNS = [*TASK_REC_COLUMNS, tasks.c.handler, tasks.c.handler_version,
                     tasks.c.payload_version, tasks.c.payload, tasks.c.cancel_grace_ms,
                     tasks.c.progress_timeout_ms, tasks.c.checkpoint, tasks.c.limit_keys,
-                    tasks.c.parents_json, tasks.c.fair_value]
+                    tasks.c.parents_json, tasks.c.fair_value, tasks.c.fair_turn]
 TASKS_BY_ID = (
     select(*TASK_REC_COLUMNS).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
     .with_for_update()
@@ -157,40 +157,30 @@ NEXT_REQUIREMENT = (
 )
 
 
-# Fair dispatch (docs/flow-control.md "Fair dispatch"), on ix_tasks_fair: the fair values
-# a capability's PENDING tasks hold, one seek each (the first, or the next after ``after``),
-# and one value's range in dispatch order (tasks that require no label), locked like
-# DISPATCH_ONE.
-def _fair_seek(*where: Any) -> Select[Any]:
+# Fair dispatch (docs/flow-control.md "Fair dispatch"), on ix_tasks_fair: a capability's
+# numbered fair tasks (that require no label) in (rank, turn) order, and those not numbered
+# yet that are ready, in (rank, available_at) order; each locked like DISPATCH_ONE.
+def _fair_range(numbered: bool) -> Select[Any]:
+    turn = tasks.c.fair_turn > 0 if numbered else tasks.c.fair_turn.is_(None)
+    order = (tasks.c.dispatch_rank, tasks.c.fair_turn if numbered else tasks.c.available_at_ms)
     return (
-        select(tasks.c.fair_value)
+        select(*DISPATCH_COLUMNS)
         .where(tasks.c.queue_id == bindparam("queue_id"), _PENDING,
                tasks.c.handler == bindparam("handler"),
                tasks.c.handler_version == bindparam("handler_version"),
-               tasks.c.payload_version == bindparam("payload_version"), *where)
-        .order_by(tasks.c.fair_value)
-        .limit(1)
+               tasks.c.payload_version == bindparam("payload_version"),
+               tasks.c.fair_value.is_not(None), _ANYONE, _ANY_RANK, turn,
+               tasks.c.available_at_ms <= bindparam("now"), _LIVE)
+        .order_by(*order)
+        .limit(bindparam("n", type_=Integer))
         .with_hint(tasks, "FORCE INDEX (ix_tasks_fair)", dialect_name="mysql")
         .with_hint(tasks, "FORCE INDEX (ix_tasks_fair)", dialect_name="mariadb")
+        .with_for_update(skip_locked=True)
     )
 
 
-FIRST_FAIR_VALUE = _fair_seek(tasks.c.fair_value.is_not(None))
-NEXT_FAIR_VALUE = _fair_seek(tasks.c.fair_value > bindparam("after"))
-DISPATCH_FAIR = (
-    select(*DISPATCH_COLUMNS)
-    .where(tasks.c.queue_id == bindparam("queue_id"), _PENDING,
-           tasks.c.handler == bindparam("handler"),
-           tasks.c.handler_version == bindparam("handler_version"),
-           tasks.c.payload_version == bindparam("payload_version"),
-           tasks.c.fair_value == bindparam("fair_value"), _ANYONE, _ANY_RANK,
-           tasks.c.available_at_ms <= bindparam("now"), _LIVE)
-    .order_by(*DISPATCH_ORDER)
-    .limit(bindparam("n", type_=Integer))
-    .with_hint(tasks, "FORCE INDEX (ix_tasks_fair)", dialect_name="mysql")
-    .with_hint(tasks, "FORCE INDEX (ix_tasks_fair)", dialect_name="mariadb")
-    .with_for_update(skip_locked=True)
-)
+FAIR_NUMBERED = _fair_range(numbered=True)
+FAIR_UNNUMBERED = _fair_range(numbered=False)
 
 
 @functools.cache

@@ -77,7 +77,8 @@ INSERT_TASK = SparseInsert(tasks, [c for c in TASK_COLUMN_NAMES if not c.startsw
     "operation_key", "result", "failure_code", "failure_details", "current_attempt_id",
     "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest",
     "policy_source", "progress_timeout_ms", "checkpoint", "requires", "requires_key",
-    "limit_keys", "workflow_id", "node_key", "parents_left", "parents_json", "fair_value"])
+    "limit_keys", "workflow_id", "node_key", "parents_left", "parents_json", "fair_value",
+    "fair_turn"])
 # One compiled CAS update per set of changed columns, made on first use.
 _cas_cache: dict[tuple[str, tuple[str, ...]], Prepared] = {}
 
@@ -289,6 +290,12 @@ class UnitOfWork:
                 f for f, old, new in zip(fields, before, after, strict=True) if new != old
             )
             params = {f: getattr(rec, f) for f in changed}
+            if what == "task" and rec.state is TaskState.PENDING and (
+                    "state" in changed or "available_at_ms" in changed):
+                # Back to waiting (a retry, a release, a new start instant): its fair turn,
+                # if any, is given again when it is ready (store.fairness).
+                changed += ("fair_turn",)
+                params["fair_turn"] = None
             params["_id"] = rec_id
             params["_state"] = before[0]  # "state" is the first mutable field of both
             if what == "task":

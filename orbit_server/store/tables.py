@@ -239,6 +239,10 @@ tasks = Table(
     # Its key of the queue's fair key name when submitted while the queue was fair ("" when
     # it had none; null otherwise: docs/flow-control.md "Fair dispatch", migration 0020).
     Column("fair_value", String(PATTERN), nullable=True),
+    # Its turn among the fair values of its queue and priority (migration 0023): numbered
+    # when it is submitted ready to run, or when a fair claim first finds it ready (after a
+    # delay, a retry's backoff, a workflow release); null while it waits for that.
+    Column("fair_turn", BigInteger, nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),
     # Partial on SQLite (migration 0009): only non-null instants are ever searched.
@@ -257,11 +261,13 @@ Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.handler_version, tasks.c.payload_version, tasks.c.requires_key,
       tasks.c.dispatch_rank,
       tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
-# One range per fair value (migration 0020); on SQLite only PENDING tasks that have one. The
-# deadline makes a range's rows within their deadline an index-only read (migration 0022).
+# A fair queue's dispatch order (migration 0023): priority, then turn, read as one range;
+# the tasks not numbered yet (turn null) are a range of their own in (rank, available_at)
+# order. On SQLite only PENDING tasks that have a fair value. The deadline makes a range's
+# rows within their deadline an index-only read.
 Index("ix_tasks_fair", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
-      tasks.c.handler_version, tasks.c.payload_version, tasks.c.fair_value,
-      tasks.c.requires_key, tasks.c.dispatch_rank, tasks.c.available_at_ms,
+      tasks.c.handler_version, tasks.c.payload_version, tasks.c.requires_key,
+      tasks.c.dispatch_rank, tasks.c.fair_turn, tasks.c.available_at_ms,
       tasks.c.deadline_at_ms,
       sqlite_where=text("state = 'PENDING' AND fair_value IS NOT NULL"))
 Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
@@ -539,5 +545,27 @@ queue_fairness = Table(
     Column("key_name", String(32), nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
     Column("updated_by", String(CODE + ID), nullable=False),
+    **MYSQL_OPTIONS,
+)
+# Where a fair queue's turns stand (migration 0023, docs/flow-control.md "Fair dispatch"),
+# per priority rank: the last turn given to each value, and the highest turn a claim has
+# started (the floor: a value that comes back, or a new one, takes its next turn after it).
+fair_turns = Table(
+    "fair_turns",
+    metadata,
+    Column("queue_id", String(ID), primary_key=True),
+    Column("dispatch_rank", Integer, primary_key=True, autoincrement=False),
+    Column("fair_value", String(PATTERN), primary_key=True),
+    Column("last_turn", BigInteger, nullable=False),
+    sqlite_with_rowid=False,
+    **MYSQL_OPTIONS,
+)
+fair_floors = Table(
+    "fair_floors",
+    metadata,
+    Column("queue_id", String(ID), primary_key=True),
+    Column("dispatch_rank", Integer, primary_key=True, autoincrement=False),
+    Column("turn", BigInteger, nullable=False),
+    sqlite_with_rowid=False,
     **MYSQL_OPTIONS,
 )

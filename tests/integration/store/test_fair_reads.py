@@ -1,106 +1,90 @@
-"""A fair claim's reads on a real store: on SQLite the values and their ranges come from two
-statements per capability (store/fair_sqlite.py), on MySQL/MariaDB from two per value; both
-give the same values in the same cyclic order (from the start, after a value, wrapping
-around, bounded, with "more left"), the same rows of each value, and a claim of n tasks
-reads no more than n values."""
+"""A fair queue's turns on a real store (SQLite and MariaDB): a ready task is numbered when
+submitted, each value's tasks in consecutive turns and a new value's first turn right after
+the floor; a fair claim reads one range in (rank, turn) order plus the ready tasks not
+numbered yet, each bounded by the rows it wants; the turns a claim starts raise the floor,
+and a task back to waiting (a retry) loses its turn and takes a new one when ready."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-from sqlalchemy import event
+from sqlalchemy import select
 from store_support import CAP, World
 
-from orbit_server.store import fair_sqlite, fairness, queries
-from orbit_server.store.prepared import prepared_select
+from orbit_server.store import fairness
+from orbit_server.store.tables import fair_floors, tasks
+from orbit_wire.model import Outcome
 
-VALUES = ["", "customer:a", "customer:b", "customer:c", "customer:d", "customer:e"]
+
+def _turns(world: World, ids: list[str]) -> list[int | None]:
+    with world.engine.connect() as conn:
+        found = dict(conn.execute(select(tasks.c.id, tasks.c.fair_turn).where(
+            tasks.c.id.in_(ids))).all())
+    return [found[i] for i in ids]
 
 
-def _seed(world: World) -> dict[str, list[str]]:
-    """A fair queue with three tasks of each value (the last one delayed, so not claimable
-    yet), the "" value's tasks without the key; their ids by value, oldest first."""
+def _floors(world: World) -> dict[int, int]:
+    with world.engine.connect() as conn:
+        return {int(r[0]): int(r[1]) for r in conn.execute(
+            select(fair_floors.c.dispatch_rank, fair_floors.c.turn).where(
+                fair_floors.c.queue_id == world.queue_id)).all()}
+
+
+def _fair(world: World) -> None:
     world.service.fair.set_fair(world.admin, world.queue_id, {"key": "customer"})
-    by_value: dict[str, list[str]] = {}
-    for value in VALUES:
-        keys = {"limits": [value]} if value else {}
-        ids = world.submit_many(2, **keys)
-        ids.append(world.submit(delay_ms=60_000, **keys)["id"])
-        by_value[value] = ids
-    return by_value
 
 
-def _params() -> dict[str, Any]:
-    return {"queue_id": "", "handler": CAP.handler, "handler_version": CAP.handler_version,
-            "payload_version": CAP.payload_version}
+def test_each_value_is_numbered_in_turns_and_a_new_one_starts_at_the_floor(
+        world: World) -> None:
+    _fair(world)
+    a = world.submit_many(4, limits=["customer:a"])
+    b = world.submit_many(2, limits=["customer:b"])
+    none = world.submit_many(1)  # no key: the value ""
+    urgent = world.submit_many(2, limits=["customer:a"], priority=9)
+    delayed = world.submit(limits=["customer:b"], delay_ms=60_000)["id"]
+    assert _turns(world, a) == [1, 2, 3, 4]
+    assert _turns(world, b) == [1, 2]
+    assert _turns(world, none) == [1]
+    assert _turns(world, urgent) == [1, 2]  # turns are counted per priority
+    assert _turns(world, [delayed]) == [None]  # numbered when ready
+    # A claim of three starts the urgent ones, then turn 1 of the oldest value.
+    binding = world.hello()
+    got = [r.task_id for r in world.service.workers.reserve(binding, 3)]
+    assert got == [*urgent, a[0]]
+    assert max(_floors(world).values()) == 2 and 1 in _floors(world).values()
+    # A value that comes now (or comes back) takes its next turn after the floor.
+    c = world.submit_many(2, limits=["customer:c"])
+    assert _turns(world, c) == [2, 3]
 
 
-def _per_value_ranges(world: World, params: dict[str, Any], values: list[str],
-                      share: int) -> list[dict[str, Any]]:
-    """The ranges as MySQL/MariaDB read them: one DISPATCH_FAIR statement per value."""
-    query = prepared_select(queries.DISPATCH_FAIR)
+def test_a_claim_reads_one_bounded_range_and_numbers_the_ready_ones(world: World) -> None:
+    _fair(world)
+    ids = {v: world.submit_many(5, limits=[f"customer:{v}"]) for v in "abc"}
+    late = world.submit(limits=["customer:d"], delay_ms=1_000)["id"]
     with world.engine.connect() as conn:
-        return [dict(zip(query.keys, r, strict=True)) for value in values
-                for r in query.all(conn, {**params, "fair_value": value,
-                                          "now": world.clock.now, "n": share})]
+        rows, more = fairness.fair_rows(conn, world.queue_id, [CAP], world.clock.now, 4)
+    # Turn 1 of each value (in the order they became ready), then turn 2 of the first.
+    assert [r["id"] for r in rows] == [ids["a"][0], ids["b"][0], ids["c"][0], ids["a"][1]]
+    assert more  # the range filled what was asked
+    world.clock.advance(1_000)
+    binding = world.hello()
+    got = [r.task_id for r in world.service.workers.reserve(binding, 4)]
+    # The delayed task, ready now, is numbered at the floor's next turn: the first round's,
+    # which it ends, having become ready last.
+    assert got == [ids["a"][0], ids["b"][0], ids["c"][0], late]
+    assert _turns(world, [late]) == [1]
 
 
-@pytest.mark.parametrize("after,most,expected", [
-    (None, 10, (VALUES, False)),
-    (None, 3, (VALUES[:3], True)),
-    ("customer:b", 10, (VALUES[3:] + VALUES[:3], False)),  # wraps around to "" .. b
-    ("customer:b", 4, (VALUES[3:] + VALUES[:1], True)),
-    ("customer:b", 3, (VALUES[3:], True)),  # the values after fill it: more before
-    ("customer:e", 2, (VALUES[:2], True)),  # nothing after the last: from the first
-    ("customer:zz", 10, (VALUES, False)),
-])
-def test_both_reads_give_the_values_in_turn_order(world: World, after: str | None, most: int,
-                                                   expected: tuple[list[str], bool]) -> None:
-    _seed(world)
-    params = {**_params(), "queue_id": world.queue_id}
-    with world.engine.connect() as conn:
-        assert fairness._values(conn, params, after, most) == expected
-        if world.engine.dialect.name == "sqlite":
-            assert fair_sqlite.fair_values(conn, params, after, most) == expected
-
-
-def test_both_reads_give_the_same_rows_of_each_value(world: World) -> None:
-    by_value = _seed(world)
-    params = {**_params(), "queue_id": world.queue_id}
-    for share in (1, 2, 5):
-        per_value = _per_value_ranges(world, params, VALUES[1:4], share)
-        # Oldest first within a value; the delayed task is not claimable.
-        assert [r["id"] for r in per_value] == [
-            i for v in VALUES[1:4] for i in by_value[v][:min(share, 2)]]
-        if world.engine.dialect.name == "sqlite":
-            with world.engine.connect() as conn:
-                one = fair_sqlite.fair_ranges(conn, params, VALUES[1:4], world.clock.now,
-                                              share)
-            assert one == per_value
-    with world.engine.connect() as conn:
-        assert fair_sqlite.fair_ranges(conn, params, [], world.clock.now, 3) == []
-
-
-def test_a_small_claim_reads_no_more_values_than_it_takes(world: World) -> None:
-    _seed(world)
-    with world.engine.connect() as conn:
-        rows, more = fairness.fair_rows(conn, world.queue_id, [CAP], world.clock.now, 2, None)
-    assert {r["fair_value"] for r in rows} == set(VALUES[:2]) and more
-    seeks: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "fair_value >" in statement or "fair_value IS NOT NULL" in statement:
-            seeks.append(statement)
-
+def test_a_retry_gives_up_its_turn_and_takes_a_new_one_when_ready(world: World) -> None:
+    _fair(world)
+    (first,) = world.submit_many(1, limits=["customer:a"], max_attempts=3)
     b = world.hello()
-    event.listen(world.engine, "before_cursor_execute", record)
-    try:
-        got = world.service.workers.reserve(b, 1)
-    finally:
-        event.remove(world.engine, "before_cursor_execute", record)
-    assert len(got) == 1
-    if world.engine.dialect.name == "sqlite":
-        return  # its statements go to the driver directly (the read is checked above)
-    # MySQL/MariaDB: a claim of one seeks one value and the one after (more are left).
-    assert len(seeks) == 2, seeks
+    attempt_id, epoch = world.run_once(b)
+    others = world.submit_many(3, limits=["customer:b"])  # turns 2..4: the floor is 1
+    world.finish(b, attempt_id, epoch, Outcome.FAILED, code="TEMPORARY", retryable=True)
+    # Back to waiting for its backoff: no turn, so claims never scan past it meanwhile.
+    assert world.task(first)["state"] == "PENDING"
+    assert _turns(world, [first]) == [None]
+    world.clock.advance(600_000)  # past any backoff
+    got = [r.task_id for r in world.service.workers.reserve(b, 4)]
+    # Ready again, it takes customer:a's next turn after the floor (2), beside b's second.
+    assert _turns(world, [first]) == [2]
+    assert got == [others[0], first, others[1], others[2]]

@@ -15,7 +15,6 @@ from support.bulk_rows import NOW, Q, attempt_row, task_row
 
 from orbit_server.store import (
     create_engine_for,
-    fair_sqlite,
     instances,
     limits,
     listing,
@@ -135,19 +134,19 @@ def test_tasks_that_require_labels_are_ranges_of_the_dispatch_index(big_db: Engi
     assert "requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text, text
 
 
-def test_fair_dispatch_reads_one_range_per_value(big_db: Engine) -> None:
-    # Fair dispatch (store/fairness.py): the values are found one seek at a time, and each
-    # value is a range of ix_tasks_fair in dispatch order, never a scan of the queue.
+def test_fair_dispatch_reads_one_range_in_turn_order(big_db: Engine) -> None:
+    # Fair dispatch (store/fairness.py): the numbered tasks are one range of ix_tasks_fair
+    # per rank in (rank, turn) order, the ready ones not numbered yet one range per rank in
+    # (rank, available_at) order: index seeks, no sort, never a scan of the queue.
     common = {"queue_id": Q, "handler": "h", "handler_version": "v1", "payload_version": "v1"}
-    text = plan(big_db, queries.DISPATCH_FAIR, **common, fair_value="customer:1", now=NOW,
-                n=10)
+    text = plan(big_db, queries.FAIR_NUMBERED, **common, now=NOW, n=10)
     assert_indexed(text, "ix_tasks_fair")
-    assert "fair_value=? AND requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text
+    assert "requires_key=? AND dispatch_rank=? AND fair_turn>?" in text, text
     assert "TEMP B-TREE" not in text, text
-    for stmt, after in ((queries.FIRST_FAIR_VALUE, None), (queries.NEXT_FAIR_VALUE, "c:1")):
-        text = plan(big_db, stmt, **common, after=after)
-        assert_indexed(text, "ix_tasks_fair")
-        assert "TEMP B-TREE" not in text, text
+    text = plan(big_db, queries.FAIR_UNNUMBERED, **common, now=NOW, n=10)
+    assert_indexed(text, "ix_tasks_fair")
+    assert "dispatch_rank=? AND fair_turn=? AND available_at_ms<?" in text, text
+    assert "TEMP B-TREE" not in text, text
 
 
 def raw_plan(engine: Engine, sql: str, params: dict[str, Any]) -> str:
@@ -166,25 +165,6 @@ def _without_cte_scans(text: str) -> str:
     constant seed row), which are not tables."""
     return "\n".join(line for line in text.splitlines()
                      if not re.fullmatch(r"SCAN (v|CONSTANT ROW|\d+ CONSTANT ROWS)", line))
-
-
-def test_fair_dispatch_on_sqlite_seeks_each_value_and_reads_each_range(big_db: Engine) -> None:
-    # store/fair_sqlite.py: one recursive statement seeks the values (one index seek each),
-    # one statement reads every value's range of ix_tasks_fair in dispatch order.
-    common = {"queue_id": Q, "handler": "h", "handler_version": "v1", "payload_version": "v1"}
-    # (SCAN v: the values found so far, at most ``most`` + 1 rows, and their order.)
-    for first, bounded in ((False, False), (True, True)):
-        text = raw_plan(big_db, fair_sqlite._values_sql(first, bounded),
-                        {**common, "after": "c:1", "upto": "c:9", "most": 8})
-        assert_indexed(_without_cte_scans(text), "ix_tasks_fair")
-        assert text.count("SEARCH tasks USING COVERING INDEX ix_tasks_fair") == 2, text
-    text = raw_plan(big_db, fair_sqlite._ranges_sql(3), {
-        **common, "v0": "c:1", "v1": "c:2", "v2": "c:3", "now": NOW, "share": 5})
-    assert_indexed(_without_cte_scans(text), "ix_tasks_fair")
-    assert "fair_value=? AND requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text
-    assert "INTEGER PRIMARY KEY (rowid=?)" in text and "TEMP B-TREE" not in text, text
-    # Each range's rows within their deadline come from the index alone (migration 0022).
-    assert "SEARCH r USING COVERING INDEX ix_tasks_fair" in text, text
 
 
 def test_limit_usage_and_pruning_range_over_the_keys_holds(big_db: Engine) -> None:
