@@ -1,10 +1,10 @@
-"""Fair dispatch inside a claim (docs/flow-control.md "Fair dispatch"): for a queue whose
-``FairTable`` entry names a key, the candidate rows are its numbered fair tasks in (rank,
-turn) order (``store.fairness.fair_rows``, plus the labelled ranges for a worker with
-labels); the ready ones not numbered yet are numbered here first, and so are those queued
-before the queue was fair (found in the plain range, looked at while there are some and
-once a second otherwise). Limits then admit them in that order; the turns a claim starts
-raise the floors. A queue that is not fair never reaches this module.
+"""Fair dispatch inside a claim (docs/flow-control.md "Fair dispatch"). For a queue whose
+``FairTable`` entry names a key, the candidate rows are its numbered tasks in (rank, turn)
+order and its ready tasks without a turn (after a delay, a retry's backoff, a workflow
+release, or queued before the queue was fair), which are numbered here first; limits then
+admit them in that order, and the turns a claim starts raise the floors. For a queue that
+is not fair, numbered tasks left from a time it was are given back to plain order as a
+claim finds them (``unnumbered_rows``).
 """
 
 from __future__ import annotations
@@ -20,29 +20,47 @@ from .binding import WorkerBinding
 from .fair_table import FairTable
 
 
-def fair_rows(conn: Connection, binding: WorkerBinding, now: int, want: int, fair: FairTable
+def fair_rows(conn: Connection, binding: WorkerBinding, now: int, want: int
               ) -> tuple[list[dict[str, Any]], bool]:
     """The claim's candidate rows in fair order, each numbered, and whether a range read
     may have left rows unread (the claim then does not report the queue drained)."""
     queue_id, caps = binding.queue_id, binding.capabilities
-    rows, more = fairness.fair_rows(conn, queue_id, caps, now, want)
+    rows = claims.numbered_rows(conn, queue_id, caps, now, want)
+    fresh = claims.claimable_rows(conn, queue_id, caps, now, want)
+    more = len(rows) >= want or len(fresh) >= want
     if binding.labels:  # tasks that require labels: their own ranges
-        rows.extend(claims.keyed_rows(conn, queue_id, caps, binding.labels, now, want))
-    if fair.plain_due(queue_id, now):
-        before = [row for row in claims.claimable_rows(conn, queue_id, caps, now, want)
-                  if row["fair_value"] is None]
-        fair.plain_looked(queue_id, now, found=bool(before))
-        rows.extend(before)
-    by_id = {row["id"]: row for row in rows}
-    fresh = [row for row in by_id.values() if row["fair_turn"] is None]
+        rows.extend(claims.keyed_rows(conn, queue_id, caps, binding.labels, now, want,
+                                      numbered=True))
+        fresh.extend(claims.keyed_rows(conn, queue_id, caps, binding.labels, now, want))
     if fresh:
         for row in fresh:
-            if row["fair_value"] is None:
+            if row["fair_value"] is None:  # queued before the queue was fair
                 row["fair_value"] = NO_VALUE
         fresh.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
         fairness.number(conn, queue_id, fresh)
         fairness.renumber(conn, fresh)
-    return sorted(by_id.values(), key=claim_order), more
+        rows.extend(fresh)
+    rows.sort(key=claim_order)
+    return rows, more
+
+
+def unnumbered_rows(conn: Connection, binding: WorkerBinding, now: int, want: int,
+                    fair: FairTable) -> list[dict[str, Any]]:
+    """For a queue that is not fair: the numbered tasks it still holds (up to ``want`` per
+    range), their turns cleared so they stand in plain order again; looked for at every
+    claim while some are found, otherwise once a second."""
+    queue_id, caps = binding.queue_id, binding.capabilities
+    if not fair.numbered_due(queue_id, now):
+        return []
+    rows = claims.numbered_rows(conn, queue_id, caps, now, want)
+    if binding.labels:
+        rows.extend(claims.keyed_rows(conn, queue_id, caps, binding.labels, now, want,
+                                      numbered=True))
+    fair.numbered_looked(queue_id, now, found=bool(rows))
+    for row in rows:
+        row["fair_turn"] = None
+    fairness.renumber(conn, rows)
+    return rows
 
 
 def served(conn: Connection, queue_id: str, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -10,6 +10,7 @@ writes tasks, attempts and audit rows with one executemany each.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any
 
 from msgspec import Raw
@@ -73,15 +74,17 @@ def reserve_for(uow: UnitOfWork, binding: WorkerBinding, count: int,
         uow, binding, count, MAX_PAYLOAD_BYTES_PER_FRAME, probe, limits, fair)
     if not probe and not more:
         taken = set(uow.moved_from_pending())
-        # A fair claim may come short of its count with tasks left (each value's share):
-        # only the index says whether the queue is drained then.
+        # A claim that read a range to its end and came short is drained; otherwise only
+        # the index says (a fair queue's numbered tasks included).
         short = len(made) < count and not left
+        numbered = fair is not None and fair.key_name(uow.conn, binding.queue_id,
+                                                      uow.now_ms) is not None
         drained = short or not (
             claims.labelled_left(uow.conn, binding.queue_id, binding.capabilities,
-                                 binding.labels, uow.now_ms, taken)
+                                 binding.labels, uow.now_ms, taken, numbered)
             if binding.labels else
             claims.any_left(uow.conn, binding.queue_id, binding.capabilities, uow.now_ms,
-                            taken))
+                            taken, numbered))
     if binding.grants:
         out = Reservations(reservation(task, attempt, row, start_granted(
             uow, binding, task, attempt, effects, grant=True)) for task, attempt, row in made)
@@ -126,7 +129,7 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     taken = uow.moved_from_pending()
     want = count + len(taken) + (1 if probe else 0)
     fair_key = fair.key_name(uow.conn, binding.queue_id, now) if fair else None
-    rows, more_values = _candidates(uow, binding, now, want, fair if fair_key else None)
+    rows, more_values = _candidates(uow, binding, now, want, fair, fair_key)
     wake = None
     if queue_limits:
         admitted, held, wake = flow.admit_rows(uow.conn, binding.queue_id, rows,
@@ -135,7 +138,7 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
             # Tasks a limit holds must not block those behind them: read again with a
             # window more (only then: a claim that holds nothing reads what it wants).
             rows, more_values = _candidates(uow, binding, now, want + flow.HELD_WINDOW,
-                                            fair if fair_key else None)
+                                            fair, fair_key)
             admitted, held, wake = flow.admit_rows(uow.conn, binding.queue_id, rows,
                                                    count + (1 if probe else 0), queue_limits,
                                                    now)
@@ -167,22 +170,30 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     return out, more, size, drained and not more, wake, more_values
 
 
+_DISPATCH_ORDER = itemgetter("dispatch_rank", "available_at_ms", "id")
+
+
 def _candidates(uow: UnitOfWork, binding: WorkerBinding, now: int, want: int,
-                fair: FairTable | None) -> tuple[list[dict[str, Any]], bool]:
-    """Up to ``want`` claimable rows in dispatch order (in turn order for a fair queue:
-    ``fair``), without those this transaction already took, and whether a fair read left
-    values or rows unread."""
-    more_values = False
-    if fair is not None:
-        rows, more_values = fair_dispatch.fair_rows(uow.conn, binding, now, want, fair)
+                fair: FairTable | None, fair_key: str | None) -> tuple[list[dict[str, Any]], bool]:
+    """Up to ``want`` claimable rows in dispatch order (in fair order for a fair queue,
+    ``fair_key``), without those this transaction already took, and whether a range read
+    may have left rows unread."""
+    more = False
+    if fair_key is not None:
+        rows, more = fair_dispatch.fair_rows(uow.conn, binding, now, want)
     else:
         rows = (claims.labelled_rows(uow.conn, binding.queue_id, binding.capabilities,
                                      binding.labels, now, want)
                 if binding.labels else
                 claims.claimable_rows(uow.conn, binding.queue_id, binding.capabilities, now,
                                       want))
+        if fair is not None:
+            left = fair_dispatch.unnumbered_rows(uow.conn, binding, now, want, fair)
+            if left:  # back in plain order; more may be left
+                rows = sorted(rows + left, key=_DISPATCH_ORDER)
+                more = True
     skip = set(uow.moved_from_pending())
-    return [row for row in rows if row["id"] not in skip], more_values
+    return [row for row in rows if row["id"] not in skip], more
 
 
 def reserved_bytes(row: Mapping[Any, Any]) -> int:

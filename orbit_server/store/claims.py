@@ -15,6 +15,10 @@ clause inside a UNION, so several capabilities take one locking range each and t
 Tasks that require labels (``requires_key`` set) are not in those ranges: a worker with
 labels also reads them with ``labelled_rows`` and ``labelled_left``, kept apart from the
 common case so a worker without labels pays nothing for them.
+
+Those ranges hold the tasks without a fair turn: every task of a queue that is not fair. A
+fair queue's numbered tasks are ranges of their own, in (rank, turn) order
+(``numbered_rows``, ``keyed_rows(numbered=True)``; docs/flow-control.md "Fair dispatch").
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from . import queries
 from .prepared import prepared_select
 
 __all__ = ["any_left", "claimable_rows", "dispatch_query", "keyed_rows", "labelled_left",
-           "labelled_rows", "lock_each", "matching_requirements"]
+           "labelled_rows", "lock_each", "matching_requirements", "numbered_rows"]
 
 # The distinct requirements read per capability and claim, each one index seek: a bound on
 # the work of one claim (a capability whose tasks hold more distinct requirements than this
@@ -49,6 +53,20 @@ def claimable_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], 
     query = prepared_select(stmt)
     names = query.keys
     return [dict(zip(names, r, strict=True)) for r in query.all(conn, params)]
+
+
+def numbered_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
+                  n: int) -> list[dict[str, Any]]:
+    """A fair queue's first ``n`` numbered task rows per capability in (rank, turn) order
+    (docs/flow-control.md "Fair dispatch"), each locked like ``claimable_rows``' rows."""
+    query = prepared_select(queries.FAIR_NUMBERED)
+    found: list[dict[str, Any]] = []
+    for cap in caps:
+        found.extend(dict(zip(query.keys, r, strict=True)) for r in query.all(conn, {
+            "queue_id": queue_id, "handler": cap.handler,
+            "handler_version": cap.handler_version, "payload_version": cap.payload_version,
+            "now": now, "n": n}))
+    return found
 
 
 def dispatch_query(queue_id: str, caps: Sequence[Capability], now: int,
@@ -86,19 +104,23 @@ def lock_each(conn: Connection, queue_id: str, caps: Sequence[Capability], now: 
 
 
 def any_left(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
-             taken: Collection[str]) -> bool:
+             taken: Collection[str], numbered: bool = False) -> bool:
     """Whether a claimable task of ``queue_id`` over ``caps`` is left besides ``taken`` (the
-    tasks this transaction claimed: still PENDING in the database until it flushes). A
-    plain read of the dispatch index that locks nothing; a task another server is claiming
-    right now counts as left (the dispatcher then only claims once more for nothing)."""
+    tasks this transaction claimed: still PENDING in the database until it flushes), with
+    ``numbered`` a fair queue's numbered tasks too. A plain read of the dispatch index that
+    locks nothing; a task another server is claiming right now counts as left (the
+    dispatcher then only claims once more for nothing)."""
+    ranges = (queries.DISPATCH_LEFT, queries.FAIR_NUMBERED_LEFT) if numbered else (
+        queries.DISPATCH_LEFT,)
     for cap in caps:
-        rows = conn.execute(queries.DISPATCH_LEFT, {
-            "queue_id": queue_id, "handler": cap.handler,
-            "handler_version": cap.handler_version, "payload_version": cap.payload_version,
-            "now": now, "n": len(taken) + 1,
-        }).all()
-        if any(row[0] not in taken for row in rows):
-            return True
+        for query in ranges:
+            rows = conn.execute(query, {
+                "queue_id": queue_id, "handler": cap.handler,
+                "handler_version": cap.handler_version,
+                "payload_version": cap.payload_version, "now": now, "n": len(taken) + 1,
+            }).all()
+            if any(row[0] not in taken for row in rows):
+                return True
     return False
 
 
@@ -136,12 +158,15 @@ def labelled_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
 
 
 def keyed_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
-               labels: Mapping[str, str], now: int, n: int) -> list[dict[str, Any]]:
-    """The first ``n`` claimable rows of each requirement ``labels`` meet, per capability."""
+               labels: Mapping[str, str], now: int, n: int, numbered: bool = False
+               ) -> list[dict[str, Any]]:
+    """The first ``n`` claimable rows of each requirement ``labels`` meet, per capability
+    (``numbered``: a fair queue's numbered ones, in (rank, turn) order)."""
+    query = queries.FAIR_NUMBERED_KEYED if numbered else queries.DISPATCH_KEYED
     found: list[dict[str, Any]] = []
     for cap in caps:
         for key in matching_requirements(conn, queue_id, cap, labels):
-            result = conn.execute(queries.DISPATCH_KEYED, {
+            result = conn.execute(query, {
                 "queue_id": queue_id, "handler": cap.handler,
                 "handler_version": cap.handler_version,
                 "payload_version": cap.payload_version, "requires_key": key,
@@ -153,18 +178,22 @@ def keyed_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
 
 
 def labelled_left(conn: Connection, queue_id: str, caps: Sequence[Capability],
-                  labels: Mapping[str, str], now: int, taken: Collection[str]) -> bool:
+                  labels: Mapping[str, str], now: int, taken: Collection[str],
+                  numbered: bool = False) -> bool:
     """``any_left`` for a worker with ``labels`` (requirements its labels meet count)."""
-    if any_left(conn, queue_id, caps, now, taken):
+    if any_left(conn, queue_id, caps, now, taken, numbered):
         return True
+    ranges = (queries.DISPATCH_KEYED_LEFT, queries.FAIR_NUMBERED_KEYED_LEFT) if numbered else (
+        queries.DISPATCH_KEYED_LEFT,)
     for cap in caps:
         for key in matching_requirements(conn, queue_id, cap, labels):
-            rows = conn.execute(queries.DISPATCH_KEYED_LEFT, {
-                "queue_id": queue_id, "handler": cap.handler,
-                "handler_version": cap.handler_version,
-                "payload_version": cap.payload_version, "requires_key": key,
-                "now": now, "n": len(taken) + 1,
-            }).all()
-            if any(row[0] not in taken for row in rows):
-                return True
+            for query in ranges:
+                rows = conn.execute(query, {
+                    "queue_id": queue_id, "handler": cap.handler,
+                    "handler_version": cap.handler_version,
+                    "payload_version": cap.payload_version, "requires_key": key,
+                    "now": now, "n": len(taken) + 1,
+                }).all()
+                if any(row[0] not in taken for row in rows):
+                    return True
     return False

@@ -1,14 +1,11 @@
 """Fair dispatch rows (docs/flow-control.md "Fair dispatch"): a queue's fair key name (read,
-written, removed), the turns its tasks are numbered with, and the candidate rows of a fair
-claim.
+written, removed) and the turns its tasks are numbered with.
 
 A fair task is numbered when it is ready to run: its value's last turn (per priority rank,
 ``fair_turns``) plus one, never below the rank's floor (the highest turn a claim started,
 ``fair_floors``), so a value that comes back or a new one takes its next turn at once and
-not after the backlog of the others. A fair claim then reads one range of ``ix_tasks_fair``
-per capability in (rank, turn) order, plus the ready tasks not numbered yet (after a delay, a
-retry's backoff, a workflow release: the caller numbers them), each bounded by the rows it
-wants: the work never grows with the number of queued tasks or values.
+not after the backlog of the others. Its turn places it in ``ix_tasks_dispatch``, where a
+fair claim reads the numbered tasks as one range in (rank, turn) order (``claims``).
 """
 
 from __future__ import annotations
@@ -18,14 +15,11 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, bindparam, delete, select, text
 
-from orbit_wire.model import Capability
+from .prepared import sqlite_fetch_all, sqlite_write_rows
+from .tables import fair_turns, queue_fairness
 
-from . import queries
-from .prepared import prepared_select
-from .tables import fair_floors, fair_turns, queue_fairness
-
-__all__ = ["advance_floors", "delete_fairness", "fair_keys_of_queues", "fair_rows",
-           "fairness_of_queue", "number", "renumber", "upsert_fairness"]
+__all__ = ["advance_floors", "delete_fairness", "fair_keys_of_queues", "fairness_of_queue",
+           "number", "renumber", "upsert_fairness"]
 
 _QUEUE = queue_fairness.c.queue_id == bindparam("queue_id")
 FAIRNESS_OF_QUEUE = select(queue_fairness).where(_QUEUE)
@@ -61,62 +55,44 @@ def upsert_fairness(conn: Connection, row: Mapping[str, Any]) -> None:
 
 
 def delete_fairness(conn: Connection, queue_id: str) -> bool:
-    """The queue no longer fair; whether it was. Its turns are kept: turned on again, its
-    tasks take their turns after those it gave before."""
-    return conn.execute(DELETE_FAIRNESS, {"queue_id": queue_id}).rowcount > 0
-
-
-def fair_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], now: int,
-              n: int) -> tuple[list[dict[str, Any]], bool]:
-    """A fair claim's candidate rows that require no label: per capability the first ``n``
-    numbered ones in (rank, turn) order and the first ``n`` ready ones not numbered yet;
-    and whether either range may hold more than was read."""
-    query_numbered = prepared_select(queries.FAIR_NUMBERED)
-    query_waiting = prepared_select(queries.FAIR_UNNUMBERED)
-    rows: list[dict[str, Any]] = []
-    more = False
-    for cap in caps:
-        params = {"queue_id": queue_id, "handler": cap.handler,
-                  "handler_version": cap.handler_version,
-                  "payload_version": cap.payload_version, "now": now, "n": n}
-        for query in (query_numbered, query_waiting):
-            found = query.all(conn, params)
-            more = more or len(found) >= n
-            rows.extend(dict(zip(query.keys, r, strict=True)) for r in found)
-    return rows, more
+    """The queue no longer fair, its waiting tasks back in plain order (their turns
+    cleared, in one statement over the queue's PENDING tasks); whether it was. The turn
+    counters are kept: turned on again, its values take their turns after those given."""
+    if conn.execute(DELETE_FAIRNESS, {"queue_id": queue_id}).rowcount == 0:
+        return False
+    conn.execute(_UNNUMBER_QUEUE, {"queue_id": queue_id})
+    return True
 
 
 # Turns per (queue, rank, value) and floors per (queue, rank), raised in SQL so that two
-# replicas numbering the same value at once never hand out the same turn.
-_RAISE_TURNS = {
-    "sqlite": "INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
-              " VALUES (:queue_id, :rank, :value, :base) ON CONFLICT"
-              " (queue_id, dispatch_rank, fair_value)"
-              " DO UPDATE SET last_turn = max(last_turn + :k, excluded.last_turn)",
-    "mysql": "INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
-             " VALUES (:queue_id, :rank, :value, :base)"
-             " ON DUPLICATE KEY UPDATE last_turn = GREATEST(last_turn + :k, VALUES(last_turn))",
-}
-_RAISE_FLOORS = {
-    "sqlite": "INSERT INTO fair_floors (queue_id, dispatch_rank, turn)"
-              " VALUES (:queue_id, :rank, :turn) ON CONFLICT (queue_id, dispatch_rank)"
-              " DO UPDATE SET turn = max(turn, excluded.turn)",
-    "mysql": "INSERT INTO fair_floors (queue_id, dispatch_rank, turn)"
-             " VALUES (:queue_id, :rank, :turn)"
-             " ON DUPLICATE KEY UPDATE turn = GREATEST(turn, VALUES(turn))",
-}
-_FLOORS_OF_QUEUE = select(fair_floors.c.dispatch_rank, fair_floors.c.turn).where(
-    fair_floors.c.queue_id == bindparam("queue_id"))
+# replicas numbering the same value at once never hand out the same turn. A value's next
+# turns start after its last one and after the rank's floor.
+_BASE = ("COALESCE((SELECT turn FROM fair_floors WHERE queue_id = :queue_id"
+         " AND dispatch_rank = :rank), 0) + :k")
+_RAISE_TURNS_SQLITE = (
+    "INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
+    f" VALUES (:queue_id, :rank, :value, {_BASE}) ON CONFLICT"
+    " (queue_id, dispatch_rank, fair_value)"
+    " DO UPDATE SET last_turn = max(last_turn + :k, excluded.last_turn) RETURNING last_turn")
+_RAISE_TURNS_MYSQL = text(
+    "INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
+    f" VALUES (:queue_id, :rank, :value, {_BASE})"
+    " ON DUPLICATE KEY UPDATE last_turn = GREATEST(last_turn + :k, VALUES(last_turn))")
+_RAISE_FLOORS_SQLITE = (
+    "INSERT INTO fair_floors (queue_id, dispatch_rank, turn) VALUES (:queue_id, :rank, :turn)"
+    " ON CONFLICT (queue_id, dispatch_rank) DO UPDATE SET turn = max(turn, excluded.turn)")
+_RAISE_FLOORS_MYSQL = text(
+    "INSERT INTO fair_floors (queue_id, dispatch_rank, turn) VALUES (:queue_id, :rank, :turn)"
+    " ON DUPLICATE KEY UPDATE turn = GREATEST(turn, VALUES(turn))")
 _LAST_TURNS = select(fair_turns.c.dispatch_rank, fair_turns.c.fair_value,
                      fair_turns.c.last_turn).where(
     fair_turns.c.queue_id == bindparam("queue_id"),
     fair_turns.c.fair_value.in_(bindparam("values", expanding=True)))
+_UNNUMBER_QUEUE = text("UPDATE tasks SET fair_turn = NULL WHERE queue_id = :queue_id"
+                       " AND state = 'PENDING' AND fair_turn IS NOT NULL")
+_RENUMBER_SQLITE = "UPDATE tasks SET fair_value = ?, fair_turn = ? WHERE id = ?"
 _RENUMBER = text("UPDATE tasks SET fair_value = :fair_value, fair_turn = :fair_turn"
                  " WHERE id = :id")
-
-
-def _dialect(conn: Connection) -> str:
-    return "sqlite" if conn.dialect.name == "sqlite" else "mysql"
 
 
 def number(conn: Connection, queue_id: str, rows: Iterable[dict[str, Any]]) -> None:
@@ -128,14 +104,16 @@ def number(conn: Connection, queue_id: str, rows: Iterable[dict[str, Any]]) -> N
         groups.setdefault((row["dispatch_rank"], row["fair_value"]), []).append(row)
     if not groups:
         return
-    floors = dict(conn.execute(_FLOORS_OF_QUEUE, {"queue_id": queue_id}).all())
-    # Sorted: two replicas lock the same rows in the same order.
-    keys = sorted(groups)
-    conn.execute(text(_RAISE_TURNS[_dialect(conn)]), [
-        {"queue_id": queue_id, "rank": rank, "value": value, "k": len(groups[rank, value]),
-         "base": floors.get(rank, 0) + len(groups[rank, value])} for rank, value in keys])
-    last = {(r[0], r[1]): r[2] for r in conn.execute(
-        _LAST_TURNS, {"queue_id": queue_id, "values": sorted({v for _r, v in keys})})}
+    keys = sorted(groups)  # two replicas lock the same rows in the same order
+    raised = [{"queue_id": queue_id, "rank": rank, "value": value,
+               "k": len(groups[rank, value])} for rank, value in keys]
+    if conn.dialect.name == "sqlite":  # one statement per (rank, value), its turn returned
+        last = {key: sqlite_fetch_all(conn, _RAISE_TURNS_SQLITE, params)[0][0]
+                for key, params in zip(keys, raised, strict=True)}
+    else:
+        conn.execute(_RAISE_TURNS_MYSQL, raised)
+        last = {(r[0], r[1]): r[2] for r in conn.execute(
+            _LAST_TURNS, {"queue_id": queue_id, "values": sorted({v for _r, v in keys})})}
     for key in keys:
         group = groups[key]
         first = last[key] - len(group) + 1
@@ -145,14 +123,23 @@ def number(conn: Connection, queue_id: str, rows: Iterable[dict[str, Any]]) -> N
 
 def renumber(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Write the value and turn ``number`` gave rows already stored."""
-    if rows:
+    if not rows:
+        return
+    if conn.dialect.name == "sqlite":
+        sqlite_write_rows(conn, _RENUMBER_SQLITE,
+                          [(r["fair_value"], r["fair_turn"], r["id"]) for r in rows])
+    else:
         conn.execute(_RENUMBER, [{"id": r["id"], "fair_value": r["fair_value"],
                                   "fair_turn": r["fair_turn"]} for r in rows])
 
 
 def advance_floors(conn: Connection, queue_id: str, turns: Mapping[int, int]) -> None:
     """A claim started these turns (rank -> highest): raise each rank's floor to them."""
-    if turns:
-        conn.execute(text(_RAISE_FLOORS[_dialect(conn)]), [
-            {"queue_id": queue_id, "rank": rank, "turn": turn}
-            for rank, turn in sorted(turns.items())])
+    if not turns:
+        return
+    params = [{"queue_id": queue_id, "rank": rank, "turn": turn}
+              for rank, turn in sorted(turns.items())]
+    if conn.dialect.name == "sqlite":
+        sqlite_write_rows(conn, _RAISE_FLOORS_SQLITE, params)
+    else:
+        conn.execute(_RAISE_FLOORS_MYSQL, params)

@@ -195,6 +195,11 @@ def sqlite_fetch_all(conn: Connection, sql: str, params: Mapping[str, Any]) -> l
     return _on_sqlite_cursor(conn, sql, [params], _fetch_all)
 
 
+def sqlite_write_rows(conn: Connection, sql: str, params: list[Any]) -> int:
+    """One SQLite statement run once per parameter set (named or positional); the rowcount."""
+    return _on_sqlite_cursor(conn, sql, params, _write_rows)
+
+
 def _write_rows(cursor: Any, sql: str, params: list[Any]) -> int:
     if len(params) > 1:
         cursor.executemany(sql, params)

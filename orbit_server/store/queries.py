@@ -95,6 +95,11 @@ RECEIPTS_BY_MSG = select(receipts.c.msg_id, receipts.c.op, receipts.c.answer).wh
 # still stops after n rows and a delayed task of a high priority is never scanned past.
 _ANY_RANK = tasks.c.dispatch_rank.in_([literal_column(str(r)) for r in DISPATCH_RANKS])
 DISPATCH_ORDER = (tasks.c.dispatch_rank, tasks.c.available_at_ms)
+# A fair queue's numbered tasks (docs/flow-control.md "Fair dispatch"): priority, then turn;
+# a task gets its turn once ready, so this range holds no task that waits for its instant.
+FAIR_ORDER = (tasks.c.dispatch_rank, tasks.c.fair_turn)
+_NUMBERED = tasks.c.fair_turn > 0
+_UNNUMBERED = tasks.c.fair_turn.is_(None)
 # "+ 0" keeps SQLite's planner off ix_tasks_state_deadline (every queue's PENDING rows, then
 # a sort), which it would otherwise prefer over the ten-range IN above; the deadline is
 # checked on the rows the dispatch index yields. MySQL/MariaDB are told by FORCE INDEX.
@@ -104,9 +109,12 @@ _LIVE = (tasks.c.deadline_at_ms + literal_column("0")) > bindparam("now")
 _ANYONE = tasks.c.requires_key.is_(None)
 
 
-def _dispatch_range(*columns: Any, live_only: bool = True, keyed: bool = False) -> Select[Any]:
+def _dispatch_range(*columns: Any, live_only: bool = True, keyed: bool = False,
+                    numbered: bool = False) -> Select[Any]:
     """The dispatch range of one capability (and with ``keyed`` one requirement, bind
-    ``requires_key``), in dispatch order, without a locking clause."""
+    ``requires_key``), without a locking clause: its tasks without a fair turn in
+    (rank, available_at) order, or (``numbered``) a fair queue's numbered tasks in
+    (rank, turn) order."""
     where = [
         tasks.c.queue_id == bindparam("queue_id"),
         _PENDING,
@@ -115,12 +123,13 @@ def _dispatch_range(*columns: Any, live_only: bool = True, keyed: bool = False) 
         tasks.c.payload_version == bindparam("payload_version"),
         tasks.c.requires_key == bindparam("requires_key") if keyed else _ANYONE,
         _ANY_RANK,
+        _NUMBERED if numbered else _UNNUMBERED,
         tasks.c.available_at_ms <= bindparam("now"),
     ]
     return (
         select(*columns)
         .where(*where, *([_LIVE] if live_only else []))
-        .order_by(*DISPATCH_ORDER)
+        .order_by(*(FAIR_ORDER if numbered else DISPATCH_ORDER))
         .limit(bindparam("n", type_=Integer))
         # MariaDB may otherwise pick ix_tasks_state_deadline (all queues' PENDING rows, then
         # a sort); the dispatch index gives the order and stops after n rows.
@@ -141,6 +150,14 @@ DISPATCH_LEFT = _dispatch_range(tasks.c.id, live_only=False)
 DISPATCH_KEYED = _dispatch_range(*DISPATCH_COLUMNS, keyed=True).with_for_update(
     skip_locked=True)
 DISPATCH_KEYED_LEFT = _dispatch_range(tasks.c.id, live_only=False, keyed=True)
+# The same four for a fair queue's numbered tasks.
+FAIR_NUMBERED = _dispatch_range(*DISPATCH_COLUMNS, numbered=True).with_for_update(
+    skip_locked=True)
+FAIR_NUMBERED_LEFT = _dispatch_range(tasks.c.id, live_only=False, numbered=True)
+FAIR_NUMBERED_KEYED = _dispatch_range(*DISPATCH_COLUMNS, keyed=True,
+                                      numbered=True).with_for_update(skip_locked=True)
+FAIR_NUMBERED_KEYED_LEFT = _dispatch_range(tasks.c.id, live_only=False, keyed=True,
+                                           numbered=True)
 # The requirements a capability's PENDING tasks hold, one at a time: the next key after
 # ``after`` in the dispatch index (one seek each), with its text.
 NEXT_REQUIREMENT = (
@@ -155,32 +172,6 @@ NEXT_REQUIREMENT = (
     .with_hint(tasks, "FORCE INDEX (ix_tasks_dispatch)", dialect_name="mysql")
     .with_hint(tasks, "FORCE INDEX (ix_tasks_dispatch)", dialect_name="mariadb")
 )
-
-
-# Fair dispatch (docs/flow-control.md "Fair dispatch"), on ix_tasks_fair: a capability's
-# numbered fair tasks (that require no label) in (rank, turn) order, and those not numbered
-# yet that are ready, in (rank, available_at) order; each locked like DISPATCH_ONE.
-def _fair_range(numbered: bool) -> Select[Any]:
-    turn = tasks.c.fair_turn > 0 if numbered else tasks.c.fair_turn.is_(None)
-    order = (tasks.c.dispatch_rank, tasks.c.fair_turn if numbered else tasks.c.available_at_ms)
-    return (
-        select(*DISPATCH_COLUMNS)
-        .where(tasks.c.queue_id == bindparam("queue_id"), _PENDING,
-               tasks.c.handler == bindparam("handler"),
-               tasks.c.handler_version == bindparam("handler_version"),
-               tasks.c.payload_version == bindparam("payload_version"),
-               tasks.c.fair_value.is_not(None), _ANYONE, _ANY_RANK, turn,
-               tasks.c.available_at_ms <= bindparam("now"), _LIVE)
-        .order_by(*order)
-        .limit(bindparam("n", type_=Integer))
-        .with_hint(tasks, "FORCE INDEX (ix_tasks_fair)", dialect_name="mysql")
-        .with_hint(tasks, "FORCE INDEX (ix_tasks_fair)", dialect_name="mariadb")
-        .with_for_update(skip_locked=True)
-    )
-
-
-FAIR_NUMBERED = _fair_range(numbered=True)
-FAIR_UNNUMBERED = _fair_range(numbered=False)
 
 
 @functools.cache
@@ -202,6 +193,7 @@ def dispatch_many(count: int) -> Select[Any]:
                 tasks.c.payload_version == bindparam(f"payload_version_{i}"),
                 _ANYONE,
                 _ANY_RANK,
+                _UNNUMBERED,
                 tasks.c.available_at_ms <= bindparam("now"),
                 _LIVE,
             )

@@ -257,19 +257,13 @@ tasks = Table(
 Index("uq_tasks_queue_operation_key", tasks.c.queue_id, tasks.c.operation_key, unique=True,
       sqlite_where=tasks.c.operation_key.is_not(None))
 # Partial on SQLite (migration 0010): dispatch and the deadline sweep read PENDING tasks only.
+# A task's fair turn (migration 0023) sits between its rank and its ready instant: the tasks
+# without one (every task of a queue that is not fair) are one range per rank in
+# (rank, available_at) order; a fair queue's numbered tasks one range in (rank, turn) order.
 Index("ix_tasks_dispatch", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
       tasks.c.handler_version, tasks.c.payload_version, tasks.c.requires_key,
-      tasks.c.dispatch_rank,
+      tasks.c.dispatch_rank, tasks.c.fair_turn,
       tasks.c.available_at_ms, sqlite_where=state_is(tasks.c.state, PENDING))
-# A fair queue's dispatch order (migration 0023): priority, then turn, read as one range;
-# the tasks not numbered yet (turn null) are a range of their own in (rank, available_at)
-# order. On SQLite only PENDING tasks that have a fair value. The deadline makes a range's
-# rows within their deadline an index-only read.
-Index("ix_tasks_fair", tasks.c.queue_id, tasks.c.state, tasks.c.handler,
-      tasks.c.handler_version, tasks.c.payload_version, tasks.c.requires_key,
-      tasks.c.dispatch_rank, tasks.c.fair_turn, tasks.c.available_at_ms,
-      tasks.c.deadline_at_ms,
-      sqlite_where=text("state = 'PENDING' AND fair_value IS NOT NULL"))
 Index("ix_tasks_state_deadline", tasks.c.state, tasks.c.deadline_at_ms,
       sqlite_where=state_is(tasks.c.state, PENDING))
 

@@ -6,10 +6,10 @@ and a task back to waiting (a retry) loses its turn and takes a new one when rea
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from store_support import CAP, World
 
-from orbit_server.store import fairness
+from orbit_server.store import claims
 from orbit_server.store.tables import fair_floors, tasks
 from orbit_wire.model import Outcome
 
@@ -60,10 +60,12 @@ def test_a_claim_reads_one_bounded_range_and_numbers_the_ready_ones(world: World
     ids = {v: world.submit_many(5, limits=[f"customer:{v}"]) for v in "abc"}
     late = world.submit(limits=["customer:d"], delay_ms=1_000)["id"]
     with world.engine.connect() as conn:
-        rows, more = fairness.fair_rows(conn, world.queue_id, [CAP], world.clock.now, 4)
-    # Turn 1 of each value (in the order they became ready), then turn 2 of the first.
+        rows = claims.numbered_rows(conn, world.queue_id, [CAP], world.clock.now, 4)
+        waiting = claims.claimable_rows(conn, world.queue_id, [CAP], world.clock.now, 4)
+    # Turn 1 of each value (in the order they became ready), then turn 2 of the first; the
+    # delayed task is in neither range until it is ready.
     assert [r["id"] for r in rows] == [ids["a"][0], ids["b"][0], ids["c"][0], ids["a"][1]]
-    assert more  # the range filled what was asked
+    assert waiting == []
     world.clock.advance(1_000)
     binding = world.hello()
     got = [r.task_id for r in world.service.workers.reserve(binding, 4)]
@@ -88,3 +90,33 @@ def test_a_retry_gives_up_its_turn_and_takes_a_new_one_when_ready(world: World) 
     # Ready again, it takes customer:a's next turn after the floor (2), beside b's second.
     assert _turns(world, [first]) == [2]
     assert got == [others[0], first, others[1], others[2]]
+
+
+def test_turned_off_the_numbered_tasks_go_back_to_plain_order(world: World) -> None:
+    _fair(world)
+    a = world.submit_many(3, limits=["customer:a"])
+    b = world.submit_many(3, limits=["customer:b"])
+    world.service.fair.fair_off(world.admin, world.queue_id)
+    binding = world.hello()
+    got = [r.task_id for r in world.service.workers.reserve(binding, 4)]
+    assert got == [*a, b[0]]  # oldest first again
+    assert _turns(world, b[1:]) == [None, None]  # turned off, every turn cleared
+    # Turned on again, the turns go on from where they stood: a new value takes its first,
+    # b's waiting tasks b's next ones (after its third) when a fair claim finds them.
+    world.service.fair.set_fair(world.admin, world.queue_id, {"key": "customer"})
+    (c,) = world.submit_many(1, limits=["customer:c"])
+    assert _turns(world, [c]) == [1]
+    got = [r.task_id for r in world.service.workers.reserve(binding, 3)]
+    assert got == [c, b[1], b[2]]
+    assert _turns(world, b[1:]) == [4, 5]
+
+
+def test_a_queue_that_is_not_fair_finds_tasks_a_stale_replica_numbered(world: World) -> None:
+    # A replica that had not seen the queue turned off yet numbered the middle task.
+    ids = world.submit_many(3, limits=["customer:x"])
+    with world.engine.begin() as conn:
+        conn.execute(update(tasks).where(tasks.c.id == ids[1]).values(
+            fair_value="customer:x", fair_turn=7))
+    binding = world.hello()
+    got = [r.task_id for r in world.service.workers.reserve(binding, 3)]
+    assert got == ids  # found by the claim's look, and back in plain order

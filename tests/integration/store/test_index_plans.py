@@ -94,7 +94,7 @@ def test_dispatch_uses_the_dispatch_index(big_db: Engine) -> None:
     assert "TEMP B-TREE" not in text  # ordered by the index, no sort of the whole range
     # One range per priority rank, each bounded by available_at: a delayed task of a high
     # priority is never scanned past (the search stays logarithmic).
-    assert "dispatch_rank=? AND available_at_ms<?" in text, text
+    assert "dispatch_rank=? AND fair_turn=? AND available_at_ms<?" in text, text
 
 
 def test_dispatch_over_several_capabilities_uses_the_dispatch_index(big_db: Engine) -> None:
@@ -103,14 +103,14 @@ def test_dispatch_over_several_capabilities_uses_the_dispatch_index(big_db: Engi
         params.update({f"handler_{i}": f"h{i}", f"handler_version_{i}": "v1",
                        f"payload_version_{i}": "v1"})
     text = plan(big_db, queries.dispatch_many(3), **params)
-    assert text.count("dispatch_rank=? AND available_at_ms<?") == 3, text
+    assert text.count("dispatch_rank=? AND fair_turn=? AND available_at_ms<?") == 3, text
 
 
 def test_what_is_left_to_dispatch_reads_the_dispatch_index(big_db: Engine) -> None:
     text = plan(big_db, queries.DISPATCH_LEFT, queue_id=Q, handler="h", handler_version="v1",
                 payload_version="v1", now=NOW, n=2)
     assert_indexed(text, "ix_tasks_dispatch")
-    assert "dispatch_rank=? AND available_at_ms<?" in text, text
+    assert "dispatch_rank=? AND fair_turn=? AND available_at_ms<?" in text, text
     # When each queue's waiting tasks become dispatchable: an index of PENDING rows only.
     text = plan(big_db, queries.FIRST_AVAILABLE_BY_QUEUE)
     assert_indexed(text, "ix_tasks_")
@@ -124,29 +124,30 @@ def test_tasks_that_require_labels_are_ranges_of_the_dispatch_index(big_db: Engi
     for stmt in (queries.DISPATCH_KEYED, queries.DISPATCH_KEYED_LEFT):
         text = plan(big_db, stmt, **common, requires_key="a" * 32, now=NOW, n=10)
         assert_indexed(text, "ix_tasks_dispatch")
-        assert "requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text, text
+        assert ("requires_key=? AND dispatch_rank=? AND fair_turn=? AND available_at_ms<?"
+                in text), text
         assert "TEMP B-TREE" not in text, text
     text = plan(big_db, queries.NEXT_REQUIREMENT, **common, after="")
     assert_indexed(text, "ix_tasks_dispatch")
     assert "requires_key>?" in text and "TEMP B-TREE" not in text, text
     # The common case keeps its one range: requires_key IS NULL is an equality of the index.
     text = plan(big_db, queries.DISPATCH_ONE, **common, now=NOW, n=10)
-    assert "requires_key=? AND dispatch_rank=? AND available_at_ms<?" in text, text
+    assert "requires_key=? AND dispatch_rank=? AND fair_turn=? AND available_at_ms<?" in text, text
 
 
 def test_fair_dispatch_reads_one_range_in_turn_order(big_db: Engine) -> None:
-    # Fair dispatch (store/fairness.py): the numbered tasks are one range of ix_tasks_fair
-    # per rank in (rank, turn) order, the ready ones not numbered yet one range per rank in
-    # (rank, available_at) order: index seeks, no sort, never a scan of the queue.
+    # Fair dispatch (docs/flow-control.md): a fair queue's numbered tasks are one range of
+    # ix_tasks_dispatch per rank in (rank, turn) order: index seeks, no sort, never a scan.
     common = {"queue_id": Q, "handler": "h", "handler_version": "v1", "payload_version": "v1"}
-    text = plan(big_db, queries.FAIR_NUMBERED, **common, now=NOW, n=10)
-    assert_indexed(text, "ix_tasks_fair")
-    assert "requires_key=? AND dispatch_rank=? AND fair_turn>?" in text, text
-    assert "TEMP B-TREE" not in text, text
-    text = plan(big_db, queries.FAIR_UNNUMBERED, **common, now=NOW, n=10)
-    assert_indexed(text, "ix_tasks_fair")
-    assert "dispatch_rank=? AND fair_turn=? AND available_at_ms<?" in text, text
-    assert "TEMP B-TREE" not in text, text
+    for stmt in (queries.FAIR_NUMBERED, queries.FAIR_NUMBERED_LEFT):
+        text = plan(big_db, stmt, **common, now=NOW, n=10)
+        assert_indexed(text, "ix_tasks_dispatch")
+        assert "requires_key=? AND dispatch_rank=? AND fair_turn>?" in text, text
+        assert "TEMP B-TREE" not in text, text
+    for stmt in (queries.FAIR_NUMBERED_KEYED, queries.FAIR_NUMBERED_KEYED_LEFT):
+        text = plan(big_db, stmt, **common, requires_key="k", now=NOW, n=10)
+        assert "requires_key=? AND dispatch_rank=? AND fair_turn>?" in text, text
+        assert "TEMP B-TREE" not in text, text
 
 
 def raw_plan(engine: Engine, sql: str, params: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Fair dispatch by numbered turns: one range per claim instead of one per fair value.
+"""Fair dispatch by numbered turns, in the dispatch index: no index of its own.
 
 Revision ID: 0023
 Revises: 0022
@@ -6,10 +6,13 @@ Create Date: 2026-12-07
 
 A fair queue's task takes a turn number when it is ready to run (``tasks.fair_turn``): its
 value's last turn plus one, and never below the queue's floor (the highest turn a claim has
-started), per priority rank (``fair_turns``, ``fair_floors``). ``ix_tasks_fair`` orders the
-fair tasks by (rank, turn), so a fair claim reads one range, and the tasks without a turn
-yet by (rank, available_at) (docs/flow-control.md "Fair dispatch"). Tasks queued before this
-revision have no turn: a fair claim numbers them as it finds them ready.
+started), per priority rank (``fair_turns``, ``fair_floors``). ``ix_tasks_dispatch`` gains
+``fair_turn`` between the rank and the ready instant: the tasks without a turn (every task
+of a queue that is not fair) are the range they were, in (rank, available_at) order, and a
+fair queue's numbered tasks one range in (rank, turn) order (docs/flow-control.md "Fair
+dispatch"). ``ix_tasks_fair`` is dropped: a fair task has no index entry more than another,
+and on MySQL/MariaDB no task pays for it. Tasks queued before this revision have no turn: a
+fair claim numbers them as it finds them ready.
 """
 
 from __future__ import annotations
@@ -26,16 +29,21 @@ depends_on = None
 
 _MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
 _CAPABILITY = ["queue_id", "state", "handler", "handler_version", "payload_version"]
-_PARTIAL = sa.text("state = 'PENDING' AND fair_value IS NOT NULL")
+_PENDING = sa.text("state = 'PENDING'")
+_FAIR = sa.text("state = 'PENDING' AND fair_value IS NOT NULL")
+
+
+def _dispatch_index(columns: list[str]) -> None:
+    op.drop_index("ix_tasks_dispatch", table_name="tasks")
+    op.create_index("ix_tasks_dispatch", "tasks", columns, sqlite_where=_PENDING)
 
 
 def upgrade() -> None:
     op.drop_index("ix_tasks_fair", table_name="tasks")
     with op.batch_alter_table("tasks") as batch:
         batch.add_column(sa.Column("fair_turn", sa.BigInteger(), nullable=True))
-    op.create_index("ix_tasks_fair", "tasks",
-                    [*_CAPABILITY, "requires_key", "dispatch_rank", "fair_turn",
-                     "available_at_ms", "deadline_at_ms"], sqlite_where=_PARTIAL)
+    _dispatch_index([*_CAPABILITY, "requires_key", "dispatch_rank", "fair_turn",
+                     "available_at_ms"])
     op.create_table(
         "fair_turns",
         sa.Column("queue_id", sa.String(32), primary_key=True),
@@ -58,9 +66,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("fair_floors")
     op.drop_table("fair_turns")
-    op.drop_index("ix_tasks_fair", table_name="tasks")
+    _dispatch_index([*_CAPABILITY, "requires_key", "dispatch_rank", "available_at_ms"])
     with op.batch_alter_table("tasks") as batch:
         batch.drop_column("fair_turn")
     op.create_index("ix_tasks_fair", "tasks",
                     [*_CAPABILITY, "fair_value", "requires_key", "dispatch_rank",
-                     "available_at_ms", "deadline_at_ms"], sqlite_where=_PARTIAL)
+                     "available_at_ms", "deadline_at_ms"], sqlite_where=_FAIR)
