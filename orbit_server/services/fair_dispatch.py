@@ -40,7 +40,8 @@ def fair_rows(conn: Connection, binding: WorkerBinding, now: int, want: int
         fairness.number(conn, queue_id, fresh)
         fairness.renumber(conn, fresh)
         rows.extend(fresh)
-    rows.sort(key=claim_order)
+    if fresh or binding.labels or len(caps) > 1:  # else one range, already in this order
+        rows.sort(key=claim_order)
     return rows, more
 
 
