@@ -101,16 +101,21 @@ class Server:
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def _cli(self) -> tuple[list[str], dict[str, str] | None]:
+        """How to run ``orbit-server``, and its environment: this checkout's, or --src's
+        (every command of a run from the same code: a newer CLI would migrate the older
+        server's database to its own schema)."""
+        if self.src is not None:
+            # PYTHONPATH and cwd: `-m` puts the checkout first.
+            return ([sys.executable, "-m", "orbit_server.cli"],
+                    {**os.environ, "PYTHONPATH": str(self.src)})
+        return [str(ROOT / ".venv" / "bin" / "orbit-server")], None
+
     def start(self) -> None:
-        exe = ROOT / ".venv" / "bin" / "orbit-server"
-        cmd = [str(exe)]
-        env = None
+        cmd, env = self._cli()
         if self.profile is not None:  # cProfile the server; stats are written at SIGTERM
             cmd = [sys.executable, "-m", "cProfile", "-o", str(self.profile),
                    "-m", "orbit_server.cli"]
-        elif self.src is not None:
-            cmd = [sys.executable, "-m", "orbit_server.cli"]
-            env = {**os.environ, "PYTHONPATH": str(self.src)}  # and cwd: `-m` puts it first
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
@@ -132,9 +137,10 @@ class Server:
 
     def admin_bearer(self) -> str:
         out = self.workdir / "admin.json"
-        subprocess.run([str(ROOT / ".venv" / "bin" / "orbit-server"), "bootstrap-admin",
-                        "--db", self.db_url, "-o", str(out), "--url", self.url],
-                       check=True, capture_output=True, timeout=60)
+        cmd, env = self._cli()
+        subprocess.run([*cmd, "bootstrap-admin", "--db", self.db_url, "-o", str(out),
+                        "--url", self.url], check=True, capture_output=True, timeout=60,
+                       env=env, cwd=self.src)
         return load_credentials(out).bearer
 
     def stop(self) -> None:

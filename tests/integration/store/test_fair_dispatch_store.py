@@ -1,6 +1,6 @@
 """Fair dispatch at the service level on both stores (SQLite and MariaDB), with a hand-moved
-clock: a queue that is not fair reads no fairness row per submit or dispatch (one read per
-FAIR_MAX_AGE_MS); values take turns across claims, more values than one claim reads
+clock: a queue that is not fair reads no fairness or turn row per submit or dispatch (one
+read of its setting per FAIR_MAX_AGE_MS); values take turns across claims, more values than one claim reads
 included; turns compose with limits (a full key is skipped, the next value served) and with
 labels (the tasks a worker's labels meet take their turns too) and with pauses; workflow
 nodes keep their own values."""
@@ -21,7 +21,7 @@ def _fair(world: World, key: str = "customer") -> None:
 
 
 def fairness_reads(world: World) -> AbstractContextManager[list[str]]:
-    return world.statements("queue_fairness", "ix_tasks_fair")
+    return world.statements("queue_fairness", "fair_turns", "fair_floors")
 
 
 def _value(world: World, task_id: str) -> str:
