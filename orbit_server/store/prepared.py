@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Table
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import ClauseElement, Select, Update
+from sqlalchemy.sql import ClauseElement, Delete, Select, Update
 
 T = TypeVar("T")
 
@@ -133,12 +133,12 @@ _PARAM, _ITEM, _CONST = 0, 1, 2
 
 
 class PreparedSelect:
-    """A SELECT (or UPDATE ... RETURNING) whose rows come back as plain tuples, in the order
-    of ``keys``."""
+    """A SELECT (or UPDATE or DELETE ... RETURNING) whose rows come back as plain tuples, in
+    the order of ``keys``."""
 
     __slots__ = ("_rendered", "keys", "stmt")
 
-    def __init__(self, stmt: Select[Any] | Update) -> None:
+    def __init__(self, stmt: Select[Any] | Update | Delete) -> None:
         self.stmt = stmt
         self.keys: tuple[str, ...] = tuple(map(str, stmt.exported_columns.keys()))
         # (IN-list lengths) -> (SQLite SQL, how to take each positional value)
@@ -176,7 +176,7 @@ class PreparedSelect:
 
 
 @functools.cache
-def prepared_select(stmt: Select[Any] | Update) -> PreparedSelect:
+def prepared_select(stmt: Select[Any] | Update | Delete) -> PreparedSelect:
     """The PreparedSelect of a statement built once (queries.py), shared by its callers."""
     return PreparedSelect(stmt)
 
