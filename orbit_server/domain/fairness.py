@@ -3,8 +3,9 @@ task's value for the queue's fair key name, and the order a claim takes its cand
 in: priority first, then turn (each value's tasks are numbered in turns as they become
 ready), then the instant they became ready. Pure.
 
-A task of a fair queue without the key has the value "", and so, once a fair claim numbers
-it, has one submitted before the queue was fair: they take their turns as one value.
+A task of a fair queue without the key has the value "": those take their turns as one
+value. The value is not stored: a task is numbered by its keys and the queue's key name at
+the time (at submit, or when a fair claim finds it ready without a turn).
 """
 
 from __future__ import annotations
@@ -12,16 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-# The value of a task without the key (and of one queued before the queue was fair).
+# The value of a task without the key.
 NO_VALUE = ""
 
 
-def fair_value(keys: Iterable[str], key_name: str | None) -> str | None:
-    """The value a task with ``keys`` is stored with while its queue's fair key name is
-    ``key_name``: its first key of that name (``customer:42``), "" when it has none, None
-    when the queue is not fair."""
-    if key_name is None:
-        return None
+def fair_value(keys: Iterable[str], key_name: str) -> str:
+    """The value a task with ``keys`` takes its turns by while its queue is fair by
+    ``key_name``: its first key of that name (``customer:42``), "" when it has none."""
     prefix = key_name + ":"
     for key in keys:  # a loop, not next(generator): a third of the time, once per fair submit
         if key.startswith(prefix):

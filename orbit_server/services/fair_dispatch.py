@@ -14,13 +14,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ..domain.fairness import NO_VALUE, claim_order, started_turns
+from ..domain.fairness import claim_order, fair_value, started_turns
 from ..store import claims, fairness
 from .binding import WorkerBinding
 from .fair_table import FairTable
+from .flow import row_keys
 
 
-def fair_rows(conn: Connection, binding: WorkerBinding, now: int, want: int
+def fair_rows(conn: Connection, binding: WorkerBinding, now: int, want: int, key_name: str
               ) -> tuple[list[dict[str, Any]], bool]:
     """The claim's candidate rows in fair order, each numbered, and whether a range read
     may have left rows unread (the claim then does not report the queue drained)."""
@@ -32,12 +33,10 @@ def fair_rows(conn: Connection, binding: WorkerBinding, now: int, want: int
         rows.extend(claims.keyed_rows(conn, queue_id, caps, binding.labels, now, want,
                                       numbered=True))
         fresh.extend(claims.keyed_rows(conn, queue_id, caps, binding.labels, now, want))
-    if fresh:
-        for row in fresh:
-            if row["fair_value"] is None:  # queued before the queue was fair
-                row["fair_value"] = NO_VALUE
+    if fresh:  # each by its value for the queue's key name now
         fresh.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
-        fairness.number(conn, queue_id, fresh)
+        fairness.number(conn, queue_id, [(row, fair_value(row_keys(row), key_name))
+                                         for row in fresh])
         fairness.renumber(conn, fresh)
         rows.extend(fresh)
     if fresh or binding.labels or len(caps) > 1:  # else one range, already in this order

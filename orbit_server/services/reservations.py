@@ -180,7 +180,7 @@ def _candidates(uow: UnitOfWork, binding: WorkerBinding, now: int, want: int,
     may have left rows unread."""
     more = False
     if fair_key is not None:
-        rows, more = fair_dispatch.fair_rows(uow.conn, binding, now, want)
+        rows, more = fair_dispatch.fair_rows(uow.conn, binding, now, want, fair_key)
     else:
         rows = (claims.labelled_rows(uow.conn, binding.queue_id, binding.capabilities,
                                      binding.labels, now, want)

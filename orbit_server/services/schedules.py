@@ -204,8 +204,7 @@ def _submit_for_tick(conn: Connection, row: Mapping[Any, Any], tick: int,
         body = {**stored_obj[WORKFLOW_KEY], "operation_key": firing_key(row["id"], tick)}
         graph = wf.parse_workflow(body, "schedule.workflow")
         view, made = submit_graph(conn, policies, row["queue_id"], graph, parse_specs(graph),
-                                  f"schedule:{row['id']}", now, Effects(),
-                                  fair_key_of(conn, row["queue_id"]))
+                                  f"schedule:{row['id']}", now, Effects())
         return str(view["workflow_id"]), made
     # A task stored before null was refused may hold nulls: they meant the default, as
     # leaving the field out does now.

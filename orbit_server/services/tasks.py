@@ -378,6 +378,7 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
     ``fair_key``: the queue's fair key name (each task stores its value for it)."""
     out: Submitted = []
     new_rows: list[dict[str, Any]] = []
+    fresh_specs: list[domain.TaskSpec] = []
     keyed: dict[str, Mapping[Any, Any]] = {}
     if look_up_keys:
         keyed = task_rows.tasks_by_operation_key(
@@ -391,13 +392,14 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
         spec = domain.resolve_policy(
             spec, policies.registered(conn, queue_id, spec.capability, now))
         row = _new_task_row(queue_id, spec, now)
-        row["fair_value"] = fair_value(spec.limit_keys, fair_key)
         new_rows.append(row)
+        fresh_specs.append(spec)
         if spec.operation_key is not None:
             keyed[spec.operation_key] = row
         out.append((task_view(row), True))
     if fair_key is not None:  # ready fair tasks take their turns now, the rest when ready
-        fairness.number(conn, queue_id, [row for row in new_rows
+        fairness.number(conn, queue_id, [(row, fair_value(spec.limit_keys, fair_key))
+                                         for row, spec in zip(new_rows, fresh_specs, strict=True)
                                          if row["available_at_ms"] <= now])
     if new_rows:
         task_rows.insert_new_tasks(conn, new_rows, [

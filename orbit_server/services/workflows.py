@@ -20,7 +20,6 @@ from orbit_wire.model import Role, TaskState
 from .. import domain
 from ..auth import Principal, queue_not_found, require_role, require_visible_queue
 from ..domain import workflows as wf
-from ..domain.fairness import fair_value
 from ..store import task_rows, workflow_rows
 from ..store.queues import queue_exists
 from ..store.retry import transactional
@@ -64,8 +63,7 @@ class WorkflowService:
                     raise queue_not_found(queue_id)
                 now = self._tx.clock()
                 view, created = submit_graph(conn, self._policies, queue_id, graph, specs,
-                                             actor or principal.actor, now, effects,
-                                             self._tx.fair.key_name(conn, queue_id, now))
+                                             actor or principal.actor, now, effects)
         except IntegrityError:
             raise OrbitError(ErrorCode.UNAVAILABLE, "operation key raced; retry",
                              retryable=True) from None
@@ -161,12 +159,11 @@ class WorkflowService:
 
 def submit_graph(conn: Connection, policies: PolicyCache, queue_id: str, graph: wf.Graph,
                  specs: Mapping[str, domain.TaskSpec], actor: str, now: int,
-                 effects: Effects, fair_key: str | None) -> tuple[dict[str, Any], bool]:
+                 effects: Effects) -> tuple[dict[str, Any], bool]:
     """Insert a checked workflow into an existing queue in the caller's transaction (a
     submit, a schedule's firing): its row, its nodes' tasks, its edges, one executemany
-    each. An operation key already used answers that workflow (created False).
-    ``fair_key``: the queue's fair key name (each node stores its value for it, as a task
-    does)."""
+    each. An operation key already used answers that workflow (created False). In a fair
+    queue each node takes its turns by its own keys once a claim finds it ready."""
     if graph.operation_key is not None:
         existing = workflow_rows.find_by_operation_key(conn, queue_id, graph.operation_key)
         if existing is not None:
@@ -182,8 +179,7 @@ def submit_graph(conn: Connection, policies: PolicyCache, queue_id: str, graph: 
         row = new_task_row(queue_id, spec, now)
         parents = graph.parents[key]
         row.update(id=ids[key], workflow_id=workflow_id, node_key=key,
-                   parents_left=len(parents) if parents else None,
-                   fair_value=fair_value(spec.limit_keys, fair_key))
+                   parents_left=len(parents) if parents else None)
         if parents:
             row["state"] = _WAITING
             row["start_by_at_ms"] = None  # a node's clock starts at its release

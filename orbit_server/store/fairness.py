@@ -90,18 +90,18 @@ _LAST_TURNS = select(fair_turns.c.dispatch_rank, fair_turns.c.fair_value,
     fair_turns.c.fair_value.in_(bindparam("values", expanding=True)))
 _UNNUMBER_QUEUE = text("UPDATE tasks SET fair_turn = NULL WHERE queue_id = :queue_id"
                        " AND state = 'PENDING' AND fair_turn IS NOT NULL")
-_RENUMBER_SQLITE = "UPDATE tasks SET fair_value = ?, fair_turn = ? WHERE id = ?"
-_RENUMBER = text("UPDATE tasks SET fair_value = :fair_value, fair_turn = :fair_turn"
-                 " WHERE id = :id")
+_RENUMBER_SQLITE = "UPDATE tasks SET fair_turn = ? WHERE id = ?"
+_RENUMBER = text("UPDATE tasks SET fair_turn = :fair_turn WHERE id = :id")
 
 
-def number(conn: Connection, queue_id: str, rows: Iterable[dict[str, Any]]) -> None:
-    """Give each of ``rows`` (fair task rows of ``queue_id``, each with ``dispatch_rank``
-    and ``fair_value``) its turn in ``fair_turn``: per (rank, value), in the order given,
+def number(conn: Connection, queue_id: str, rows: Iterable[tuple[dict[str, Any], str]]
+           ) -> None:
+    """Give each of ``rows`` (fair task rows of ``queue_id`` with ``dispatch_rank``, each
+    with its fair value) its turn in ``fair_turn``: per (rank, value), in the order given,
     the value's next turns after its last one and the rank's floor."""
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault((row["dispatch_rank"], row["fair_value"]), []).append(row)
+    for row, value in rows:
+        groups.setdefault((row["dispatch_rank"], value), []).append(row)
     if not groups:
         return
     keys = sorted(groups)  # two replicas lock the same rows in the same order
@@ -122,15 +122,13 @@ def number(conn: Connection, queue_id: str, rows: Iterable[dict[str, Any]]) -> N
 
 
 def renumber(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Write the value and turn ``number`` gave rows already stored."""
+    """Write the turn (``fair_turn``, or None) of rows already stored."""
     if not rows:
         return
     if conn.dialect.name == "sqlite":
-        sqlite_write_rows(conn, _RENUMBER_SQLITE,
-                          [(r["fair_value"], r["fair_turn"], r["id"]) for r in rows])
+        sqlite_write_rows(conn, _RENUMBER_SQLITE, [(r["fair_turn"], r["id"]) for r in rows])
     else:
-        conn.execute(_RENUMBER, [{"id": r["id"], "fair_value": r["fair_value"],
-                                  "fair_turn": r["fair_turn"]} for r in rows])
+        conn.execute(_RENUMBER, [{"id": r["id"], "fair_turn": r["fair_turn"]} for r in rows])
 
 
 def advance_floors(conn: Connection, queue_id: str, turns: Mapping[int, int]) -> None:

@@ -39,14 +39,14 @@ _NOT_FOR_RULES = {"handler", "handler_version", "payload_version", "payload", "r
                   "failure_details", "operation_key", "created_at_ms", "spec_digest",
                   "schedule_to_start_ms", "cancel_grace_ms", "policy_source", "run_max_attempts",
                   "run_deadline_ms", "progress_timeout_ms", "checkpoint", "limit_keys",
-                  "node_key", "parents_left", "parents_json", "fair_value", "fair_turn"}
+                  "node_key", "parents_left", "parents_json", "fair_turn"}
 TASK_REC_COLUMNS = [c for c in tasks.c if c.name not in _NOT_FOR_RULES]
 # What a reservation needs of a task: those, its capability, payload, cancel grace,
 # progress timeout and checkpoint (null on a first attempt: the retry's one read is this).
 DISPATCH_COLUMNS = [*TASK_REC_COLUMNS, tasks.c.handler, tasks.c.handler_version,
                     tasks.c.payload_version, tasks.c.payload, tasks.c.cancel_grace_ms,
                     tasks.c.progress_timeout_ms, tasks.c.checkpoint, tasks.c.limit_keys,
-                    tasks.c.parents_json, tasks.c.fair_value, tasks.c.fair_turn]
+                    tasks.c.parents_json, tasks.c.fair_turn]
 TASKS_BY_ID = (
     select(*TASK_REC_COLUMNS).where(tasks.c.id.in_(bindparam("ids", expanding=True)))
     .with_for_update()

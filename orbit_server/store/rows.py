@@ -77,8 +77,7 @@ INSERT_TASK = SparseInsert(tasks, [c for c in TASK_COLUMN_NAMES if not c.startsw
     "operation_key", "result", "failure_code", "failure_details", "current_attempt_id",
     "finished_at_ms", "schedule_to_start_ms", "start_by_at_ms", "spec_digest",
     "policy_source", "progress_timeout_ms", "checkpoint", "requires", "requires_key",
-    "limit_keys", "workflow_id", "node_key", "parents_left", "parents_json", "fair_value",
-    "fair_turn"])
+    "limit_keys", "workflow_id", "node_key", "parents_left", "parents_json", "fair_turn"])
 # One compiled CAS update per set of changed columns, made on first use.
 _cas_cache: dict[tuple[str, tuple[str, ...]], Prepared] = {}
 

@@ -236,12 +236,10 @@ tasks = Table(
     Column("node_key", String(NAME), nullable=True),
     Column("parents_left", Integer, nullable=True),
     Column("parents_json", JsonText, nullable=True),
-    # Its key of the queue's fair key name when submitted while the queue was fair ("" when
-    # it had none; null otherwise: docs/flow-control.md "Fair dispatch", migration 0020).
-    Column("fair_value", String(PATTERN), nullable=True),
-    # Its turn among the fair values of its queue and priority (migration 0023): numbered
-    # when it is submitted ready to run, or when a fair claim first finds it ready (after a
-    # delay, a retry's backoff, a workflow release); null while it waits for that.
+    # Its turn among the fair values of its queue and priority (migration 0023, docs/
+    # flow-control.md "Fair dispatch"): numbered when it is submitted ready to run to a fair
+    # queue, or when a fair claim first finds it ready (after a delay, a retry's backoff, a
+    # workflow release); null while it waits for that, and in a queue that is not fair.
     Column("fair_turn", BigInteger, nullable=True),
     # Listing a queue's tasks by state, newest or oldest first, with a keyset cursor.
     Index("ix_tasks_queue_state_created", "queue_id", "state", "created_at_ms", "id"),

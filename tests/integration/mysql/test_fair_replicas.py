@@ -59,13 +59,19 @@ def test_two_fair_replicas_reserve_each_task_once(
         twice = query(a.db_url, "SELECT task_id, COUNT(*) FROM attempts WHERE queue_id = %s "
                                 "GROUP BY task_id HAVING COUNT(*) > 1", queue_id)
         assert twice == [], twice
-        values = query(a.db_url, "SELECT fair_value, COUNT(*) FROM tasks WHERE queue_id = %s "
-                                 "GROUP BY fair_value ORDER BY fair_value", queue_id)
-        assert [(v, int(n)) for v, n in values] == [("customer:a", BIG), ("customer:b", SMALL)]
-        starts = query(a.db_url, "SELECT t.fair_value, a.started_at_ms FROM attempts a "
+        values = query(a.db_url, "SELECT limit_keys, COUNT(*) FROM tasks WHERE queue_id = %s "
+                                 "GROUP BY limit_keys ORDER BY limit_keys", queue_id)
+        assert [(v, int(n)) for v, n in values] == [('["customer:a"]', BIG),
+                                                    ('["customer:b"]', SMALL)]
+        # Each value numbered its tasks at submit, a turn each (a grant given back would be
+        # numbered again when claimed: never fewer).
+        turns = dict(query(a.db_url, "SELECT fair_value, last_turn FROM fair_turns "
+                                     "WHERE queue_id = %s", queue_id))
+        assert int(turns["customer:a"]) >= BIG and int(turns["customer:b"]) >= SMALL, turns
+        starts = query(a.db_url, "SELECT t.limit_keys, a.started_at_ms FROM attempts a "
                                  "JOIN tasks t ON t.id = a.task_id WHERE a.queue_id = %s",
                        queue_id)
-        last_small = max(int(s) for v, s in starts if v == "customer:b")
+        last_small = max(int(s) for v, s in starts if v == '["customer:b"]')
         rank = sum(1 for _v, s in starts if int(s) <= last_small)
         # Two replicas each take turns; a claim of up to 9 slots per replica: well within.
         assert rank <= 60, rank

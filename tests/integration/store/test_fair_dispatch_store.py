@@ -1,7 +1,7 @@
 """Fair dispatch at the service level on both stores (SQLite and MariaDB), with a hand-moved
 clock: a queue that is not fair reads no fairness or turn row per submit or dispatch (one
-read of its setting per FAIR_MAX_AGE_MS); values take turns across claims, more values than one claim reads
-included; turns compose with limits (a full key is skipped, the next value served) and with
+read of its setting per FAIR_MAX_AGE_MS); values take turns across claims, however many;
+turns compose with limits (a full key is skipped, the next value served) and with
 labels (the tasks a worker's labels meet take their turns too) and with pauses; workflow
 nodes keep their own values."""
 
@@ -13,7 +13,7 @@ from sqlalchemy import select
 from store_support import World, as_json
 
 from orbit_server.services.fair_table import FAIR_MAX_AGE_MS
-from orbit_server.store.tables import tasks
+from orbit_server.store.tables import fair_turns, tasks
 
 
 def _fair(world: World, key: str = "customer") -> None:
@@ -97,6 +97,7 @@ def test_a_pause_holds_a_fair_queue_and_a_resume_restarts_its_turns(world: World
 
 def test_workflow_nodes_take_their_turns_by_their_own_values(world: World) -> None:
     _fair(world)
+    before = world.submit_many(2, limits=["customer:b"])  # customer:b's turns 1 and 2
     body = {"nodes": [
         {"key": "a", "task": world.spec(limits=["customer:a"])},
         {"key": "b", "task": world.spec(limits=["region:eu", "customer:b"])},
@@ -104,8 +105,14 @@ def test_workflow_nodes_take_their_turns_by_their_own_values(world: World) -> No
     ]}
     view, _created, _effects = world.service.workflows.submit(world.producer, world.queue_id,
                                                               body)
+    binding = world.hello()
+    got = [r.task_id for r in world.service.workers.reserve(binding, 4)]
     with world.engine.connect() as conn:
-        stored = dict(conn.execute(select(tasks.c.node_key, tasks.c.fair_value).where(
+        nodes = dict(conn.execute(select(tasks.c.node_key, tasks.c.id).where(
             tasks.c.workflow_id == view["workflow_id"])).all())
-    # Each node keeps the value it was submitted with, a waiting one too.
-    assert stored == {"a": "customer:a", "b": "customer:b", "join": "customer:c"}
+        last = dict(conn.execute(select(fair_turns.c.fair_value, fair_turns.c.last_turn).where(
+            fair_turns.c.queue_id == world.queue_id)).all())
+    # Each ready node is numbered by its own key of the name (b by customer:b, not region:eu),
+    # after that value's earlier tasks; the waiting node not yet.
+    assert last == {"customer:a": 1, "customer:b": 3}
+    assert got == [before[0], nodes["a"], before[1], nodes["b"]]

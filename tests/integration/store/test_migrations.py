@@ -186,7 +186,7 @@ _ADDED_AFTER_0009 = {"attempts": ("grant_connection", "progress_fraction", "prog
                      "tasks": ("policy_source", "run_max_attempts", "run_deadline_ms",
                                "progress_timeout_ms", "checkpoint", "requires", "requires_key",
                                "limit_keys", "workflow_id", "node_key", "parents_left",
-                               "parents_json", "fair_value", "fair_turn")}
+                               "parents_json", "fair_turn")}
 
 
 def _rows(engine: Engine) -> dict[str, list[tuple[object, ...]]]:

@@ -11,8 +11,10 @@ started), per priority rank (``fair_turns``, ``fair_floors``). ``ix_tasks_dispat
 of a queue that is not fair) are the range they were, in (rank, available_at) order, and a
 fair queue's numbered tasks one range in (rank, turn) order (docs/flow-control.md "Fair
 dispatch"). ``ix_tasks_fair`` is dropped: a fair task has no index entry more than another,
-and on MySQL/MariaDB no task pays for it. Tasks queued before this revision have no turn: a
-fair claim numbers them as it finds them ready.
+and on MySQL/MariaDB no task pays for it; so is ``tasks.fair_value``: a task is numbered by
+its keys and the queue's key name at the time. Tasks queued before this revision have no
+turn: a fair claim numbers them as it finds them ready. A downgrade leaves the old column
+null (its tasks then take their turns as those queued before the queue was fair).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def _dispatch_index(columns: list[str]) -> None:
 def upgrade() -> None:
     op.drop_index("ix_tasks_fair", table_name="tasks")
     with op.batch_alter_table("tasks") as batch:
+        batch.drop_column("fair_value")
         batch.add_column(sa.Column("fair_turn", sa.BigInteger(), nullable=True))
     _dispatch_index([*_CAPABILITY, "requires_key", "dispatch_rank", "fair_turn",
                      "available_at_ms"])
@@ -69,6 +72,7 @@ def downgrade() -> None:
     _dispatch_index([*_CAPABILITY, "requires_key", "dispatch_rank", "available_at_ms"])
     with op.batch_alter_table("tasks") as batch:
         batch.drop_column("fair_turn")
+        batch.add_column(sa.Column("fair_value", sa.String(100), nullable=True))
     op.create_index("ix_tasks_fair", "tasks",
                     [*_CAPABILITY, "fair_value", "requires_key", "dispatch_rank",
                      "available_at_ms", "deadline_at_ms"], sqlite_where=_FAIR)
