@@ -646,11 +646,20 @@ def cpu_by_part(ctx: Context, system: str, proc: Proc) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each part of ``system``'s run: the
     producer (this process, and the producer processes it has waited for), the broker
     (orbit-server or redis-server), the worker command's main process and the rest of its
-    tree (pool processes; Orbit's template and children)."""
-    def used(p: psutil.Process) -> float:
+    tree (pool processes; Orbit's template and children). A pool process that has ended is
+    counted through its parent's reaped-children times, so a run that replaces pool
+    processes does not lose their CPU (and a part's difference never goes below zero)."""
+    def used(p: psutil.Process, reaped: bool = False) -> float:
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
-            return float(t.user + t.system)
+            return float(t.user + t.system + (t.children_user + t.children_system
+                                              if reaped else 0.0))
+        return 0.0
+
+    def reaped_only(p: psutil.Process) -> float:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            return float(t.children_user + t.children_system)
         return 0.0
 
     me = psutil.Process().cpu_times()
@@ -658,7 +667,8 @@ def cpu_by_part(ctx: Context, system: str, proc: Proc) -> dict[str, float]:
     return {"producer": me.user + me.system + me.children_user + me.children_system,
             "broker": used(psutil.Process(ctx.broker_pids[system])),
             "worker_main": used(tree[0]) if tree else 0.0,
-            "worker_pool": sum(used(p) for p in tree[1:])}
+            "worker_pool": (reaped_only(tree[0]) if tree else 0.0)
+            + sum(used(p, reaped=True) for p in tree[1:])}
 
 
 def accounted(ctx: Context, system: str, proc: Proc, fig: dict[str, Any], key: str,
