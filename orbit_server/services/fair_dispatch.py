@@ -34,7 +34,7 @@ def fair_rows(conn: Connection, binding: WorkerBinding, now: int, want: int, key
                                       numbered=True))
         fresh.extend(claims.keyed_rows(conn, queue_id, caps, binding.labels, now, want))
     if fresh:  # each by its value for the queue's key name now
-        fresh.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
+        fresh.sort(key=claims.in_dispatch_order)
         fairness.number(conn, queue_id, [(row, fair_value(row_keys(row), key_name))
                                          for row in fresh])
         fairness.renumber(conn, fresh)

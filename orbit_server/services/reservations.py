@@ -10,7 +10,6 @@ writes tasks, attempts and audit rows with one executemany each.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from operator import itemgetter
 from typing import Any
 
 from msgspec import Raw
@@ -170,9 +169,6 @@ def _reserve(uow: UnitOfWork, binding: WorkerBinding, count: int, budget: int,
     return out, more, size, drained and not more, wake, more_values
 
 
-_DISPATCH_ORDER = itemgetter("dispatch_rank", "available_at_ms", "id")
-
-
 def _candidates(uow: UnitOfWork, binding: WorkerBinding, now: int, want: int,
                 fair: FairTable | None, fair_key: str | None) -> tuple[list[dict[str, Any]], bool]:
     """Up to ``want`` claimable rows in dispatch order (in fair order for a fair queue,
@@ -190,7 +186,7 @@ def _candidates(uow: UnitOfWork, binding: WorkerBinding, now: int, want: int,
         if fair is not None:
             left = fair_dispatch.unnumbered_rows(uow.conn, binding, now, want, fair)
             if left:  # back in plain order; more may be left
-                rows = sorted(rows + left, key=_DISPATCH_ORDER)
+                rows = sorted(rows + left, key=claims.in_dispatch_order)
                 more = True
     skip = set(uow.moved_from_pending())
     return [row for row in rows if row["id"] not in skip], more

@@ -375,7 +375,7 @@ def insert_tasks(conn: Connection, queue_id: str, parsed: list[domain.TaskSpec],
     operation key exists answers that task. Returns (view, created) per spec and the new
     rows. An operation key inserted meanwhile by another writer raises IntegrityError, and
     so does an existing one when ``look_up_keys`` is False (the keys are not read first).
-    ``fair_key``: the queue's fair key name (each task stores its value for it)."""
+    ``fair_key``: the queue's fair key name (each task ready to run takes its turn by it)."""
     out: Submitted = []
     new_rows: list[dict[str, Any]] = []
     fresh_specs: list[domain.TaskSpec] = []

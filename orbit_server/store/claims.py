@@ -24,6 +24,7 @@ fair queue's numbered tasks are ranges of their own, in (rank, turn) order
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection, Select
@@ -34,8 +35,22 @@ from orbit_wire.model import Capability
 from . import queries
 from .prepared import prepared_select
 
-__all__ = ["any_left", "claimable_rows", "dispatch_query", "keyed_rows", "labelled_left",
-           "labelled_rows", "lock_each", "matching_requirements", "numbered_rows"]
+__all__ = ["any_left", "claimable_rows", "dispatch_query", "in_dispatch_order", "keyed_rows",
+           "labelled_left", "labelled_rows", "lock_each", "matching_requirements",
+           "numbered_rows"]
+
+# Dispatch order over rows of several ranges: priority, then oldest ready, then ID (the
+# index's own tie order on MySQL/MariaDB, and insertion order on SQLite, near enough).
+in_dispatch_order = itemgetter("dispatch_rank", "available_at_ms", "id")
+
+
+def _range_params(queue_id: str, cap: Capability, now: int, n: int,
+                  **extra: Any) -> dict[str, Any]:
+    """The parameters of one capability's dispatch range (queries._dispatch_range)."""
+    return {"queue_id": queue_id, "handler": cap.handler,
+            "handler_version": cap.handler_version, "payload_version": cap.payload_version,
+            "now": now, "n": n, **extra}
+
 
 # The distinct requirements read per capability and claim, each one index seek: a bound on
 # the work of one claim (a capability whose tasks hold more distinct requirements than this
@@ -62,10 +77,8 @@ def numbered_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], n
     query = prepared_select(queries.FAIR_NUMBERED)
     found: list[dict[str, Any]] = []
     for cap in caps:
-        found.extend(dict(zip(query.keys, r, strict=True)) for r in query.all(conn, {
-            "queue_id": queue_id, "handler": cap.handler,
-            "handler_version": cap.handler_version, "payload_version": cap.payload_version,
-            "now": now, "n": n}))
+        found.extend(dict(zip(query.keys, r, strict=True))
+                     for r in query.all(conn, _range_params(queue_id, cap, now, n)))
     return found
 
 
@@ -114,11 +127,7 @@ def any_left(conn: Connection, queue_id: str, caps: Sequence[Capability], now: i
         queries.DISPATCH_LEFT,)
     for cap in caps:
         for query in ranges:
-            rows = conn.execute(query, {
-                "queue_id": queue_id, "handler": cap.handler,
-                "handler_version": cap.handler_version,
-                "payload_version": cap.payload_version, "now": now, "n": len(taken) + 1,
-            }).all()
+            rows = conn.execute(query, _range_params(queue_id, cap, now, len(taken) + 1)).all()
             if any(row[0] not in taken for row in rows):
                 return True
     return False
@@ -153,7 +162,7 @@ def labelled_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
     this worker can."""
     found = claimable_rows(conn, queue_id, caps, now, n)
     found.extend(keyed_rows(conn, queue_id, caps, labels, now, n))
-    found.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
+    found.sort(key=in_dispatch_order)
     return found[:n]
 
 
@@ -166,12 +175,8 @@ def keyed_rows(conn: Connection, queue_id: str, caps: Sequence[Capability],
     found: list[dict[str, Any]] = []
     for cap in caps:
         for key in matching_requirements(conn, queue_id, cap, labels):
-            result = conn.execute(query, {
-                "queue_id": queue_id, "handler": cap.handler,
-                "handler_version": cap.handler_version,
-                "payload_version": cap.payload_version, "requires_key": key,
-                "now": now, "n": n,
-            })
+            result = conn.execute(query, _range_params(queue_id, cap, now, n,
+                                                       requires_key=key))
             names = tuple(result.keys())
             found.extend(dict(zip(names, r, strict=True)) for r in result.all())
     return found
@@ -188,12 +193,8 @@ def labelled_left(conn: Connection, queue_id: str, caps: Sequence[Capability],
     for cap in caps:
         for key in matching_requirements(conn, queue_id, cap, labels):
             for query in ranges:
-                rows = conn.execute(query, {
-                    "queue_id": queue_id, "handler": cap.handler,
-                    "handler_version": cap.handler_version,
-                    "payload_version": cap.payload_version, "requires_key": key,
-                    "now": now, "n": len(taken) + 1,
-                }).all()
+                rows = conn.execute(query, _range_params(queue_id, cap, now, len(taken) + 1,
+                                                         requires_key=key)).all()
                 if any(row[0] not in taken for row in rows):
                     return True
     return False

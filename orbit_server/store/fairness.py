@@ -69,29 +69,27 @@ def delete_fairness(conn: Connection, queue_id: str) -> bool:
 # turns start after its last one and after the rank's floor.
 _BASE = ("COALESCE((SELECT turn FROM fair_floors WHERE queue_id = :queue_id"
          " AND dispatch_rank = :rank), 0) + :k")
-_RAISE_TURNS_SQLITE = (
-    "INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
-    f" VALUES (:queue_id, :rank, :value, {_BASE}) ON CONFLICT"
-    " (queue_id, dispatch_rank, fair_value)"
-    " DO UPDATE SET last_turn = max(last_turn + :k, excluded.last_turn) RETURNING last_turn")
+_RAISE_TURNS = ("INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
+                f" VALUES (:queue_id, :rank, :value, {_BASE})")
+_RAISE_TURNS_SQLITE = (_RAISE_TURNS + " ON CONFLICT (queue_id, dispatch_rank, fair_value)"
+                       " DO UPDATE SET last_turn = max(last_turn + :k, excluded.last_turn)"
+                       " RETURNING last_turn")
 _RAISE_TURNS_MYSQL = text(
-    "INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
-    f" VALUES (:queue_id, :rank, :value, {_BASE})"
-    " ON DUPLICATE KEY UPDATE last_turn = GREATEST(last_turn + :k, VALUES(last_turn))")
-_RAISE_FLOORS_SQLITE = (
-    "INSERT INTO fair_floors (queue_id, dispatch_rank, turn) VALUES (:queue_id, :rank, :turn)"
-    " ON CONFLICT (queue_id, dispatch_rank) DO UPDATE SET turn = max(turn, excluded.turn)")
-_RAISE_FLOORS_MYSQL = text(
-    "INSERT INTO fair_floors (queue_id, dispatch_rank, turn) VALUES (:queue_id, :rank, :turn)"
-    " ON DUPLICATE KEY UPDATE turn = GREATEST(turn, VALUES(turn))")
+    _RAISE_TURNS
+    + " ON DUPLICATE KEY UPDATE last_turn = GREATEST(last_turn + :k, VALUES(last_turn))")
+_RAISE_FLOORS = ("INSERT INTO fair_floors (queue_id, dispatch_rank, turn)"
+                 " VALUES (:queue_id, :rank, :turn)")
+_RAISE_FLOORS_SQLITE = (_RAISE_FLOORS + " ON CONFLICT (queue_id, dispatch_rank)"
+                        " DO UPDATE SET turn = max(turn, excluded.turn)")
+_RAISE_FLOORS_MYSQL = (_RAISE_FLOORS
+                       + " ON DUPLICATE KEY UPDATE turn = GREATEST(turn, VALUES(turn))")
 _LAST_TURNS = select(fair_turns.c.dispatch_rank, fair_turns.c.fair_value,
                      fair_turns.c.last_turn).where(
     fair_turns.c.queue_id == bindparam("queue_id"),
     fair_turns.c.fair_value.in_(bindparam("values", expanding=True)))
 _UNNUMBER_QUEUE = text("UPDATE tasks SET fair_turn = NULL WHERE queue_id = :queue_id"
                        " AND state = 'PENDING' AND fair_turn IS NOT NULL")
-_RENUMBER_SQLITE = "UPDATE tasks SET fair_turn = ? WHERE id = ?"
-_RENUMBER = text("UPDATE tasks SET fair_turn = :fair_turn WHERE id = :id")
+_RENUMBER = "UPDATE tasks SET fair_turn = :fair_turn WHERE id = :id"
 
 
 def number(conn: Connection, queue_id: str, rows: Iterable[tuple[dict[str, Any], str]]
@@ -123,21 +121,24 @@ def number(conn: Connection, queue_id: str, rows: Iterable[tuple[dict[str, Any],
 
 def renumber(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Write the turn (``fair_turn``, or None) of rows already stored."""
-    if not rows:
-        return
-    if conn.dialect.name == "sqlite":
-        sqlite_write_rows(conn, _RENUMBER_SQLITE, [(r["fair_turn"], r["id"]) for r in rows])
-    else:
-        conn.execute(_RENUMBER, [{"id": r["id"], "fair_turn": r["fair_turn"]} for r in rows])
+    if rows:
+        _write(conn, _RENUMBER, _RENUMBER,
+               [{"id": r["id"], "fair_turn": r["fair_turn"]} for r in rows])
 
 
 def advance_floors(conn: Connection, queue_id: str, turns: Mapping[int, int]) -> None:
     """A claim started these turns (rank -> highest): raise each rank's floor to them."""
     if not turns:
         return
-    params = [{"queue_id": queue_id, "rank": rank, "turn": turn}
-              for rank, turn in sorted(turns.items())]
+    _write(conn, _RAISE_FLOORS_SQLITE, _RAISE_FLOORS_MYSQL,
+           [{"queue_id": queue_id, "rank": rank, "turn": turn}
+            for rank, turn in sorted(turns.items())])
+
+
+def _write(conn: Connection, sqlite_sql: str, mysql_sql: str,
+           params: list[dict[str, Any]]) -> None:
+    """One statement (named parameters) per parameter set: on SQLite through the driver."""
     if conn.dialect.name == "sqlite":
-        sqlite_write_rows(conn, _RAISE_FLOORS_SQLITE, params)
+        sqlite_write_rows(conn, sqlite_sql, params)
     else:
-        conn.execute(_RAISE_FLOORS_MYSQL, params)
+        conn.execute(text(mysql_sql), params)
