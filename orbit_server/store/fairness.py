@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, bindparam, delete, select, text
 
-from .prepared import sqlite_fetch_all, sqlite_write_rows
+from .prepared import padded, sqlite_fetch_all, sqlite_write_rows
 from .tables import fair_turns, queue_fairness
 
 __all__ = ["advance_floors", "delete_fairness", "fair_keys_of_queues", "fairness_of_queue",
@@ -71,9 +71,12 @@ _BASE = ("COALESCE((SELECT turn FROM fair_floors WHERE queue_id = :queue_id"
          " AND dispatch_rank = :rank), 0) + :k")
 _RAISE_TURNS = ("INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
                 f" VALUES (:queue_id, :rank, :value, {_BASE})")
-_RAISE_TURNS_SQLITE = (_RAISE_TURNS + " ON CONFLICT (queue_id, dispatch_rank, fair_value)"
-                       " DO UPDATE SET last_turn = max(last_turn + :k, excluded.last_turn)"
-                       " RETURNING last_turn")
+_LAST_TURNS_SQL = ("SELECT dispatch_rank, fair_value, last_turn FROM fair_turns"
+                   " WHERE queue_id = ? AND fair_value IN (")
+_FLOORS_SQL = "SELECT dispatch_rank, turn FROM fair_floors WHERE queue_id = ?"
+_SET_TURNS_SQLITE = ("INSERT INTO fair_turns (queue_id, dispatch_rank, fair_value, last_turn)"
+                     " VALUES (?, ?, ?, ?) ON CONFLICT (queue_id, dispatch_rank, fair_value)"
+                     " DO UPDATE SET last_turn = excluded.last_turn")
 _RAISE_TURNS_MYSQL = text(
     _RAISE_TURNS
     + " ON DUPLICATE KEY UPDATE last_turn = GREATEST(last_turn + :k, VALUES(last_turn))")
@@ -105,9 +108,8 @@ def number(conn: Connection, queue_id: str, rows: Iterable[tuple[dict[str, Any],
     keys = sorted(groups)  # two replicas lock the same rows in the same order
     raised = [{"queue_id": queue_id, "rank": rank, "value": value,
                "k": len(groups[rank, value])} for rank, value in keys]
-    if conn.dialect.name == "sqlite":  # one statement per (rank, value), its turn returned
-        last = {key: sqlite_fetch_all(conn, _RAISE_TURNS_SQLITE, params)[0][0]
-                for key, params in zip(keys, raised, strict=True)}
+    if conn.dialect.name == "sqlite":  # one writer: read, count on, write back
+        last = _next_turns_sqlite(conn, queue_id, keys, raised)
     else:
         conn.execute(_RAISE_TURNS_MYSQL, raised)
         last = {(r[0], r[1]): r[2] for r in conn.execute(
@@ -117,6 +119,23 @@ def number(conn: Connection, queue_id: str, rows: Iterable[tuple[dict[str, Any],
         first = last[key] - len(group) + 1
         for i, row in enumerate(group):
             row["fair_turn"] = first + i
+
+
+def _next_turns_sqlite(conn: Connection, queue_id: str, keys: Sequence[tuple[int, str]],
+                       raised: Sequence[Mapping[str, Any]]) -> dict[tuple[int, str], int]:
+    """SQLite's numbering: the values' last turns and the ranks' floors read in two
+    statements and the new last turns written in one executemany, where one upsert per
+    (rank, value) cost a statement each. Safe without locks: SQLite has one writer, and
+    this transaction holds it."""
+    values = padded(sorted({value for _rank, value in keys}))
+    had = {(r[0], r[1]): r[2] for r in sqlite_fetch_all(
+        conn, _LAST_TURNS_SQL + ",".join("?" * len(values)) + ")", [queue_id, *values])}
+    floors = dict(sqlite_fetch_all(conn, _FLOORS_SQL, [queue_id]))
+    last = {key: max(had.get(key, 0), floors.get(key[0], 0)) + params["k"]
+            for key, params in zip(keys, raised, strict=True)}
+    sqlite_write_rows(conn, _SET_TURNS_SQLITE, [(queue_id, rank, value, turn)
+                                                for (rank, value), turn in last.items()])
+    return last
 
 
 def renumber(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -28,7 +28,7 @@ from sqlalchemy import (
     select,
 )
 
-from .prepared import Prepared, prepared_select
+from .prepared import Prepared, padded, prepared_select
 from .tables import (
     OPEN_ATTEMPT,
     attempts,
@@ -122,14 +122,10 @@ PRUNE_HOLDS_SQLITE = delete(limit_holds).where(
 _DELETE_ONE_HOLD = delete(limit_holds).where(
     limit_holds.c.queue_id == bindparam("q"), limit_holds.c.limit_key == bindparam("k"),
     limit_holds.c.attempt_id == bindparam("a"))
-# On MySQL/MariaDB one statement (the keys x the attempts: each such hold is prunable too);
-# on SQLite one primary-key delete per hold (a row-value IN would scan the table).
+# MySQL/MariaDB: the holds PRUNABLE_HOLDS found, in one statement (the keys x the attempts:
+# each such hold is prunable too).
 DELETE_HOLDS = delete(limit_holds).where(
     _THESE_KEYS, limit_holds.c.attempt_id.in_(bindparam("ids", expanding=True)))
-DELETE_HOLD = Prepared(delete(limit_holds).where(
-    limit_holds.c.queue_id == bindparam("queue_id"),
-    limit_holds.c.limit_key == bindparam("limit_key"),
-    limit_holds.c.attempt_id == bindparam("attempt_id")))
 INSERT_HOLDS = Prepared(limit_holds.insert(), ["queue_id", "limit_key", "attempt_id",
                                                "reserved_at_ms"])
 INSERT_CHANGE = limit_changes.insert()
@@ -215,7 +211,7 @@ def keys_usage(conn: Connection, queue_id: str, keys: Sequence[str],
     """``key_usage`` of each of ``keys`` in one statement, with the earliest start after
     ``since`` (a key without holds: absent)."""
     rows = prepared_select(KEYS_USAGE).all(conn, {"queue_id": queue_id,
-                                                  "keys": _padded(keys), "since": since})
+                                                  "keys": padded(keys), "since": since})
     return {str(r[0]): (int(r[1] or 0), int(r[2] or 0), None if r[3] is None else int(r[3]))
             for r in rows}
 
@@ -228,31 +224,16 @@ def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: in
     one statement (PRUNE_HOLDS_SQLITE)."""
     if conn.dialect.name == "sqlite":  # through the driver: a claim's statement
         return len(prepared_select(PRUNE_HOLDS_SQLITE).all(conn, {
-            "queue_id": queue_id, "keys": _padded(keys), "before": before,
+            "queue_id": queue_id, "keys": padded(keys), "before": before,
             "missing_before": missing_before}))
     found = prepared_select(PRUNABLE_HOLDS).all(conn, {
-        "queue_id": queue_id, "keys": _padded(keys), "before": before,
+        "queue_id": queue_id, "keys": padded(keys), "before": before,
         "missing_before": missing_before, "n": n})
-    if not found:
-        return 0
-    if conn.dialect.name == "sqlite":
-        DELETE_HOLD.run(conn, [{"queue_id": queue_id, "limit_key": key, "attempt_id": attempt}
-                               for key, attempt in found])
-    else:
+    if found:
         conn.execute(DELETE_HOLDS, {"queue_id": queue_id,
                                     "keys": sorted({str(r[0]) for r in found}),
                                     "ids": sorted({str(r[1]) for r in found})})
     return len(found)
-
-
-def _padded(keys: Sequence[str]) -> list[str]:
-    """``keys`` with the last repeated up to a power of two: a statement rendered once per
-    IN-list length (``prepared_select``) is then rendered for a few lengths only."""
-    out = list(keys)
-    size = 1
-    while size < len(out):
-        size *= 2
-    return out + out[-1:] * (size - len(out))
 
 
 def insert_holds(conn: Connection, rows: Sequence[tuple[str, str, str, int]]) -> None:

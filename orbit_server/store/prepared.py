@@ -190,9 +190,22 @@ def first_row(conn: Connection, stmt: Select[Any], params: Mapping[str, Any]
     return dict(zip(query.keys, rows[0], strict=True)) if rows else None
 
 
-def sqlite_fetch_all(conn: Connection, sql: str, params: Mapping[str, Any]) -> list[Any]:
-    """The rows of one SQLite statement (named parameters) as the driver's tuples."""
+def sqlite_fetch_all(conn: Connection, sql: str,
+                     params: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
+    """The rows of one SQLite statement (named or positional parameters) as the driver's
+    tuples."""
     return _on_sqlite_cursor(conn, sql, [params], _fetch_all)
+
+
+def padded(values: Sequence[T]) -> list[T]:
+    """``values`` with the last repeated up to a power of two: a statement with an IN list
+    of them is then rendered (and cached by SQLAlchemy or the driver) for a few lengths
+    only."""
+    out = list(values)
+    size = 1
+    while size < len(out):
+        size *= 2
+    return out + out[-1:] * (size - len(out))
 
 
 def sqlite_write_rows(conn: Connection, sql: str, params: list[Any]) -> int:
