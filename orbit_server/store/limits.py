@@ -118,7 +118,7 @@ PRUNE_HOLDS_SQLITE = delete(limit_holds).where(
     ((limit_holds.c.reserved_at_ms <= bindparam("before"))
      & exists().where(_ITS_ATTEMPT, ~_IS_OPEN))
     | ((limit_holds.c.reserved_at_ms <= bindparam("missing_before"))
-       & ~exists().where(_ITS_ATTEMPT))).returning(limit_holds.c.attempt_id)
+       & ~exists().where(_ITS_ATTEMPT)))
 _DELETE_ONE_HOLD = delete(limit_holds).where(
     limit_holds.c.queue_id == bindparam("q"), limit_holds.c.limit_key == bindparam("k"),
     limit_holds.c.attempt_id == bindparam("a"))
@@ -223,9 +223,9 @@ def prune_holds(conn: Connection, queue_id: str, keys: Sequence[str], before: in
     ``missing_before`` with their attempt gone); how many. On SQLite every such hold, in
     one statement (PRUNE_HOLDS_SQLITE)."""
     if conn.dialect.name == "sqlite":  # through the driver: a claim's statement
-        return len(prepared_select(PRUNE_HOLDS_SQLITE).all(conn, {
+        return prepared_select(PRUNE_HOLDS_SQLITE).write(conn, {
             "queue_id": queue_id, "keys": padded(keys), "before": before,
-            "missing_before": missing_before}))
+            "missing_before": missing_before})
     found = prepared_select(PRUNABLE_HOLDS).all(conn, {
         "queue_id": queue_id, "keys": padded(keys), "before": before,
         "missing_before": missing_before, "n": n})
