@@ -4,6 +4,7 @@
     .venv/bin/python scripts/instr_flow.py [--tasks 4000] [--batch 1000] [--claim 256]
     .venv/bin/python scripts/instr_flow.py --pages [--tasks 8000]
     .venv/bin/python scripts/instr_flow.py --against limits   # or fair: one of the two alone
+    .venv/bin/python scripts/instr_flow.py --server [--tasks 3000]   # the whole server
 
 The same work as ``bench_server.py`` (a) without HTTP: the server's own use cases (services,
 in process, a real SQLite file written as the server writes it, ``synchronous=NORMAL``):
@@ -22,6 +23,12 @@ throughput run on this kind of host moves by ±15 %. It does not count the kerne
 figure. Each switch runs a ``callgrind_control`` process and a little Python around it; a
 calibration run measures that and it is subtracted. Needs ``valgrind`` (apt install
 valgrind); a few minutes on two cores. docs/benchmarks.md records the figures.
+
+``--server`` counts the whole server instead: a real ``orbit-server`` (its HTTP and WebSocket
+layers, every thread) under callgrind, instrumented while ``bench_server.py``'s (a) runs
+``--tasks`` tasks against it (after 500 untimed ones), plain and with the ``--against``
+settings: the noise-free twin of the issue's throughput row, whose ratio moves by ±10 %
+between runs here. Both servers run at once (one core each).
 
 ``--pages`` counts what callgrind cannot see: the pages each phase's commits write to the
 WAL (each one a frame the kernel copies, checksummed by SQLite, later copied again by a
@@ -44,6 +51,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,6 +67,7 @@ from wal_pages import frame_pages, trees  # noqa: E402
 # --limits and --fair).
 AGAINST = ("limits+fair", "limits", "fair")
 PHASES = ("submit", "claim", "finish")
+DEFAULT_TASKS = 4000
 _TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
 
 
@@ -182,6 +191,59 @@ def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) 
     out.write_text(str(switches[phase].calls))
 
 
+def server_counted(mode: str, tasks: int, workdir: Path) -> int:
+    """Instructions per task of a whole ``orbit-server`` under callgrind while bench_server's
+    (a) runs ``tasks`` tasks (mode as ``--against``), one process of this script each."""
+    out = workdir / f"server-{mode}.json"
+    subprocess.run([sys.executable, __file__, "--server-child", mode, "--tasks", str(tasks),
+                    "--out", str(out)], check=True, timeout=3600)
+    return int(json.loads(out.read_text())["per_task"])
+
+
+def server_child(mode: str, tasks: int, out: Path) -> None:
+    import asyncio
+
+    import bench_server
+    import httpx
+
+    bench_server.LIMITS.update(on=mode in ("limits+fair", "limits"),
+                               fair=mode in ("limits+fair", "fair"))
+    with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp:
+        server = bench_server.Server(Path(tmp))
+        trace = Path(tmp) / "callgrind.out"
+        with (Path(tmp) / "server.log").open("wb") as log:
+            server.proc = subprocess.Popen(
+                ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                 f"--callgrind-out-file={trace}", sys.executable, "-m", "orbit_server.cli",
+                 "serve", "--db", server.db_url, "--port", str(server.port),
+                 "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            for _ in range(600):  # up to 5 minutes: python under valgrind starts slowly
+                try:
+                    if httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+            else:
+                raise SystemExit("the server under valgrind did not come up")
+            admin = server.admin_bearer()
+            asyncio.run(bench_server.throughput(server.url, admin, 500))  # warm, uncounted
+            control = ["callgrind_control", "-i"]
+            subprocess.run([*control, "on", str(server.proc.pid)], check=True,
+                           capture_output=True)
+            asyncio.run(bench_server.throughput(server.url, admin, tasks))
+            subprocess.run([*control, "off", str(server.proc.pid)], check=True,
+                           capture_output=True)
+        finally:
+            server.stop()
+            server.proc.wait(120)
+        found = _TOTALS.search(trace.read_text())
+        if found is None:
+            raise SystemExit(f"no totals in {trace}")
+        out.write_text(json.dumps({"per_task": int(found.group(1)) / tasks}))
+
+
 def counted(mode: str, phase: str, args: argparse.Namespace, workdir: Path) -> tuple[int, int]:
     """(instructions, switched calls) of one child run under callgrind."""
     base = workdir / f"{mode}-{phase}"
@@ -202,7 +264,7 @@ def counted(mode: str, phase: str, args: argparse.Namespace, workdir: Path) -> t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tasks", type=int, default=4000)
+    parser.add_argument("--tasks", type=int, default=DEFAULT_TASKS)
     parser.add_argument("--batch", type=int, default=1000, help="tasks per submit")
     parser.add_argument("--claim", type=int, default=256, help="tasks per claim")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -212,17 +274,27 @@ def main() -> None:
                         help="what to compare with plain (default: limits and fair)")
     parser.add_argument("--pages", action="store_true",
                         help="count WAL pages per B-tree instead of instructions")
+    parser.add_argument("--server", action="store_true",
+                        help="count a whole orbit-server under bench_server.py's (a) instead "
+                        "(--tasks of them; default 3000)")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "PHASE"), help=argparse.SUPPRESS)
+    parser.add_argument("--server-child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], args.tasks, args.batch, args.claim, args.out)
+        return
+    if args.server_child:
+        server_child(args.server_child, args.tasks, args.out)
         return
     if args.pages:
         print_pages(args)
         return
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("needs valgrind (apt install valgrind)")
+    if args.server:
+        print_server(args)
+        return
     phases = tuple(args.phase or PHASES)
     modes = ("plain", args.against)
     runs = [("plain", "calibrate")] + [(m, p) for m in modes for p in phases]
@@ -243,6 +315,22 @@ def main() -> None:
         flow = sum(per_task[(args.against, p)] for p in summed)
         print(f"| {phase} | {plain:,.0f} | {flow:,.0f} | {flow - plain:+,.0f} "
               f"({(flow - plain) / plain:+.1%}) |")
+
+
+def print_server(args: argparse.Namespace) -> None:
+    """Both modes' whole-server instructions per task, and their ratio."""
+    tasks = args.tasks if args.tasks != DEFAULT_TASKS else 3000
+    modes = ("plain", args.against)
+    with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp, \
+            ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {m: pool.submit(server_counted, m, tasks, Path(tmp)) for m in modes}
+        got = {m: f.result() for m, f in futures.items()}
+    plain, flow = got["plain"], got[args.against]
+    print(f"whole-server instructions per task ({tasks} tasks of bench_server.py (a))")
+    print(f"| plain | {args.against} | added | plain / {args.against} |")
+    print("| --- | --- | --- | --- |")
+    print(f"| {plain:,.0f} | {flow:,.0f} | {flow - plain:+,.0f} ({(flow - plain) / plain:+.1%})"
+          f" | {plain / flow:.3f} |")
 
 
 def print_pages(args: argparse.Namespace) -> None:
