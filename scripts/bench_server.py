@@ -91,8 +91,13 @@ def free_port() -> int:
 class Server:
     def __init__(self, workdir: Path, profile: Path | None = None,
                  db_url: str | None = None, extra: tuple[str, ...] = (),
-                 src: Path | None = None) -> None:
+                 src: Path | None = None, wrapper: tuple[str, ...] = (),
+                 start_timeout_s: float = 30) -> None:
         self.profile = profile
+        # A command the server runs under (valgrind: scripts/instr_flow.py --server), which
+        # may start it slowly.
+        self.wrapper = wrapper
+        self.start_timeout_s = start_timeout_s
         self.extra = extra
         self.src = src  # run the server's code from this checkout (A/B comparisons)
         self.db_url = db_url or f"sqlite:///{workdir / 'orbit.db'}"
@@ -116,6 +121,8 @@ class Server:
         if self.profile is not None:  # cProfile the server; stats are written at SIGTERM
             cmd = [sys.executable, "-m", "cProfile", "-o", str(self.profile),
                    "-m", "orbit_server.cli"]
+        if self.wrapper:
+            cmd = [*self.wrapper, sys.executable, "-m", "orbit_server.cli"]
         log = (self.workdir / "server.log").open("wb")
         self.proc = subprocess.Popen(
             [*cmd, "serve", "--db", self.db_url, "--port", str(self.port),
@@ -123,7 +130,7 @@ class Server:
              *shlex.split(os.environ.get("BENCH_SERVER_ARGS", ""))],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.src)
         log.close()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise SystemExit(f"server exited: {(self.workdir / 'server.log').read_text()}")

@@ -51,7 +51,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -204,40 +203,31 @@ def server_child(mode: str, tasks: int, out: Path) -> None:
     import asyncio
 
     import bench_server
-    import httpx
 
     bench_server.LIMITS.update(on=mode in ("limits+fair", "limits"),
                                fair=mode in ("limits+fair", "fair"))
     with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp:
-        server = bench_server.Server(Path(tmp))
         trace = Path(tmp) / "callgrind.out"
-        with (Path(tmp) / "server.log").open("wb") as log:
-            server.proc = subprocess.Popen(
-                ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                 f"--callgrind-out-file={trace}", sys.executable, "-m", "orbit_server.cli",
-                 "serve", "--db", server.db_url, "--port", str(server.port),
-                 "--host", "127.0.0.1"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        server = bench_server.Server(
+            Path(tmp), wrapper=("valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                f"--callgrind-out-file={trace}"),
+            start_timeout_s=300)  # python under valgrind starts slowly
+        server.start()
+        proc = server.proc
+        assert proc is not None
         try:
-            for _ in range(600):  # up to 5 minutes: python under valgrind starts slowly
-                try:
-                    if httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.5)
-            else:
-                raise SystemExit("the server under valgrind did not come up")
             admin = server.admin_bearer()
             asyncio.run(bench_server.throughput(server.url, admin, 500))  # warm, uncounted
             control = ["callgrind_control", "-i"]
-            subprocess.run([*control, "on", str(server.proc.pid)], check=True,
-                           capture_output=True)
+            subprocess.run([*control, "on", str(proc.pid)], check=True, capture_output=True)
             asyncio.run(bench_server.throughput(server.url, admin, tasks))
-            subprocess.run([*control, "off", str(server.proc.pid)], check=True,
-                           capture_output=True)
+            subprocess.run([*control, "off", str(proc.pid)], check=True, capture_output=True)
         finally:
-            server.stop()
-            server.proc.wait(120)
+            proc.terminate()  # callgrind writes its counts as the server exits: give it time
+            try:
+                proc.wait(120)
+            finally:
+                server.stop()
         found = _TOTALS.search(trace.read_text())
         if found is None:
             raise SystemExit(f"no totals in {trace}")
