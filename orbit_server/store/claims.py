@@ -75,10 +75,11 @@ def numbered_rows(conn: Connection, queue_id: str, caps: Sequence[Capability], n
     """A fair queue's first ``n`` numbered task rows per capability in (rank, turn) order
     (docs/flow-control.md "Fair dispatch"), each locked like ``claimable_rows``' rows."""
     query = prepared_select(queries.FAIR_NUMBERED)
+    names = query.keys
     found: list[dict[str, Any]] = []
     for cap in caps:
-        found.extend(dict(zip(query.keys, r, strict=True))
-                     for r in query.all(conn, _range_params(queue_id, cap, now, n)))
+        found += [dict(zip(names, r, strict=True))
+                  for r in query.all(conn, _range_params(queue_id, cap, now, n))]
     return found
 
 
