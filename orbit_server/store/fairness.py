@@ -123,10 +123,9 @@ def number(conn: Connection, queue_id: str, rows: Iterable[tuple[dict[str, Any],
 
 def _next_turns_sqlite(conn: Connection, queue_id: str, keys: Sequence[tuple[int, str]],
                        raised: Sequence[Mapping[str, Any]]) -> dict[tuple[int, str], int]:
-    """SQLite's numbering: the values' last turns and the ranks' floors read in two
-    statements and the new last turns written in one executemany, where one upsert per
-    (rank, value) cost a statement each. Safe without locks: SQLite has one writer, and
-    this transaction holds it."""
+    """SQLite's numbering: the values' last turns and the ranks' floors in two reads, the
+    new last turns in one batched write, however many values. Safe without locks: SQLite
+    has one writer, and this transaction holds it."""
     values = padded(sorted({value for _rank, value in keys}))
     had = {(r[0], r[1]): r[2] for r in sqlite_fetch_all(
         conn, _LAST_TURNS_SQL + ",".join("?" * len(values)) + ")", [queue_id, *values])}
