@@ -106,11 +106,7 @@ def lock_each(conn: Connection, queue_id: str, caps: Sequence[Capability], now: 
     us."""
     found: list[dict[str, Any]] = []
     for cap in caps:
-        result = conn.execute(queries.DISPATCH_ONE, {
-            "queue_id": queue_id, "handler": cap.handler,
-            "handler_version": cap.handler_version, "payload_version": cap.payload_version,
-            "now": now, "n": n,
-        })
+        result = conn.execute(queries.DISPATCH_ONE, _range_params(queue_id, cap, now, n))
         names = tuple(result.keys())
         found.extend(dict(zip(names, r, strict=True)) for r in result.all())
     found.sort(key=lambda row: (row["dispatch_rank"], row["available_at_ms"]))
