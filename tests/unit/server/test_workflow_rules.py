@@ -51,6 +51,8 @@ def test_a_graph_is_read_in_declared_parent_order_with_its_edge_rules() -> None:
     ({"a": ["b"], "b": ["c"], "c": ["a"]}, "cycle"),
     ({"a": ["a"]}, "own parent"),
     ({"a": [], "b": ["a", "a"]}, "named twice"),
+    ({"a": [], "b": [], "c": ["a", "b", {"key": "b", "on_failure": "run"}]},
+     "'b' is named twice"),
     ({"a": [], "b": [{"key": "a", "on_failure": "maybe"}]}, "on_failure"),
 ])
 def test_bad_graphs_are_refused_naming_what_is_wrong(edges: dict[str, list[Any]],
