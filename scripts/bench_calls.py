@@ -47,7 +47,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import bench_server as bs  # noqa: E402
+import server_harness as bs  # noqa: E402
 
 PRODUCERS = 8
 MODES = ("seq", "par", "get", "poll", "batch")

@@ -28,7 +28,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import bench_server as bs  # noqa: E402
+import server_harness as bs  # noqa: E402
 
 from orbit_client import OrbitClient  # noqa: E402
 from orbit_host.credentials import Credentials  # noqa: E402

@@ -10,7 +10,7 @@ max_attempts 1, attempt_timeout_ms 300, lease TTL 10 s so the attempt timeout en
 lease) runs ``kill_spin`` (scripts/kill_spinner.py): it ignores SIGTERM, starts a setsid
 grandchild, and both spin in one C call that stamps CLOCK_MONOTONIC and CLOCK_REALTIME into
 their slot of a shared page (/dev/shm) on every turn, so only a SIGKILL ends them.
-A separate watcher process (this script, ``watch`` mode) opens a pidfd for every pid the
+A separate watcher process (scripts/kill_watcher.py) opens a pidfd for every pid the
 page reports and records the instant each process is gone. Levels run with N extra busy
 loops (``--busy``) spinning on the cores meanwhile.
 
@@ -36,9 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import mmap
 import os
-import platform
 import re
 import select
 import signal
@@ -47,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,27 +59,26 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(SCRIPTS))
 
 import kill_spinner as spinner  # noqa: E402
-from bench_server import Server, pct, python_loop_ms, replace_section  # noqa: E402
-from bench_supervisor import Env, submit_all  # noqa: E402
+from kill_watcher import map_page, shm_page  # noqa: E402
+from kills_report import (  # noqa: E402
+    ATTEMPT_TIMEOUT_MS,
+    BEGIN,
+    END,
+    FACTS,
+    LEASE_TTL_MS,
+    render,
+)
+from server_harness import Server, pct, python_loop_ms, replace_section  # noqa: E402
+from supervisor_harness import Env, submit_all  # noqa: E402
 
-BEGIN = "<!-- kill-bench:begin -->"
-END = "<!-- kill-bench:end -->"
 SPEC = "kill_spinner:handlers"
 WORKERS = 4
-ATTEMPT_TIMEOUT_MS = 300
-LEASE_TTL_MS = 10_000  # far beyond the attempt timeout: the timeout is what ends the lease
 SPIN_MS = 10_000  # the C loop's own bound, if no kill ever comes
 QUICK_KILLS = 16
-FACTS = ("kill_reason", "signal", "child_pid", "cpu_ms", "peak_rss_bytes", "killed_at_ms")
 ROLES = ("child", "grandchild")
-TARGET_LOAD = 3.0
-TARGET_GONE_SHARE = 0.999
 BUSY_SETTLE_S = 1.0  # let the busy loops take the cores before the first kill task
 POLL_S = 0.1
 EVIDENCE_WAIT_S = 5.0  # a late report lands as evidence some ms after the reaper's close
-WATCH_SCAN_S = 0.005  # how often the watcher looks for new pids (a kill takes >= 300 ms)
-WATCH_WINDOW = 32  # the first pending (slot, role) pairs, which the watcher checks each time
-WATCH_FULL_SCAN_S = 0.2  # and the whole page this often, in case dispatch is out of order
 BUSY_CODE = ("import sys, time\n"
              "end = time.monotonic() + float(sys.argv[1])\n"
              "while time.monotonic() < end:\n"
@@ -125,155 +122,12 @@ def start_busy_loops(count: int, seconds: float) -> list[subprocess.Popen[bytes]
             for _ in range(count)]
 
 
-# ------------------------------------------------------------------ the shared page
-
-def create_page(path: Path, slots: int) -> None:
-    with path.open("wb") as fh:
-        fh.write(b"\0" * max(mmap.PAGESIZE, slots * spinner.SLOT_BYTES))
-
-
-def map_page(path: Path) -> mmap.mmap:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def shm_page(slots: int, tag: str) -> Iterator[Path]:
-    path = Path(f"/dev/shm/orbit-kill-bench-{os.getpid()}-{tag}")
-    create_page(path, slots)
-    try:
-        yield path
-    finally:
-        path.unlink(missing_ok=True)
-
-
 # ------------------------------------------------------------------ the watcher process
-
-@dataclass
-class Watcher:
-    """Runs in its own process: a pidfd per reported pid, one epoll for all of them.
-
-    A pidfd turns readable once its process has exited (memory and descriptors released,
-    only the zombie's entry left), and the watcher sleeps in epoll_wait until then, so the
-    instants it records are the exits, late by its own wake-up lag (measured on its
-    timeouts). ``pending`` lists the (slot, role) pairs whose pid has not appeared yet."""
-
-    page: mmap.mmap
-    pending: list[tuple[int, str]]
-    epoll: select.epoll = field(default_factory=select.epoll)
-    watched: dict[int, dict[str, Any]] = field(default_factory=dict)  # pidfd -> event
-    events: list[dict[str, Any]] = field(default_factory=list)
-    lag_us: list[float] = field(default_factory=list)
-
-    def scan(self, full: bool) -> None:
-        """Look for new pids: the first pending pairs (tasks are dispatched about in
-        order), or all of them on a full scan, in case a slot is skipped or late."""
-        candidates = self.pending if full else self.pending[:WATCH_WINDOW]
-        found = {pair for pair in candidates if self._look(*pair)}
-        if found:
-            self.pending = [pair for pair in self.pending if pair not in found]
-
-    def _look(self, slot: int, role: str) -> bool:
-        stamp = spinner.read_stamp(self.page, slot, role)
-        if stamp.pid == 0 or stamp.start_ticks == 0:  # not written yet, or half of it
-            return False
-        event: dict[str, Any] = {"slot": slot, "role": role, "pid": stamp.pid,
-                                 "status": "watched", "mono_ns": None, "real_ns": None}
-        self.events.append(event)
-        try:
-            fd = os.pidfd_open(stamp.pid)
-        except ProcessLookupError:  # gone and reaped before we looked: instant unknown
-            event["status"] = "missed"
-            return True
-        # The pid was read before the pidfd was opened, so the pidfd names our process
-        # unless the pid was reused in between (pid_max may be small): the start time tells.
-        with contextlib.suppress(OSError):  # unreadable: already reaped, the pidfd says so
-            if spinner.start_ticks(stamp.pid) != stamp.start_ticks:
-                os.close(fd)
-                event["status"] = "reused"
-                return True
-        self.watched[fd] = event
-        self.epoll.register(fd, select.EPOLLIN)
-        return True
-
-    def gone(self, fd: int, mono_ns: int, real_ns: int) -> None:
-        event = self.watched.pop(fd)
-        self.epoll.unregister(fd)
-        os.close(fd)
-        event.update(status="gone", mono_ns=mono_ns, real_ns=real_ns)
-
-    def kill_survivors(self) -> None:
-        """Whatever is still alive at the end was not killed by the supervisor: record it,
-        then SIGKILL it through its pidfd (which can never hit a reused pid)."""
-        for fd, event in self.watched.items():
-            event["status"] = "alive"
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-            os.close(fd)
-        self.watched.clear()
-
-
-def set_watcher_scheduling(policy: str) -> str:
-    """SCHED_FIFO lets the watcher run the moment a pidfd turns readable even while busy
-    loops hold both cores (it sleeps otherwise, so it takes almost no CPU)."""
-    if policy != "fifo":
-        return "SCHED_OTHER"
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-        return "SCHED_FIFO 10"
-    except OSError as exc:
-        return f"SCHED_OTHER (SCHED_FIFO refused: {exc.strerror})"
-
-
-def watch_main(argv: list[str]) -> None:
-    """``bench_kills.py watch PAGE SLOTS ROLES SECONDS SCHED``: print ``ready``, watch until
-    stdin closes or SECONDS pass, then print one JSON object with what was seen."""
-    page_path, slots, roles, seconds, policy = argv
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C: stdin still ends us
-    sched = set_watcher_scheduling(policy)
-    w = Watcher(map_page(Path(page_path)),
-                [(slot, role) for slot in range(int(slots)) for role in roles.split(",")])
-    stdin = sys.stdin.fileno()
-    w.epoll.register(stdin, select.EPOLLIN | select.EPOLLHUP)
-    print("ready", flush=True)
-    deadline = time.monotonic() + float(seconds)
-    last_full = 0.0
-    done = False
-    while not done and time.monotonic() < deadline:
-        if time.monotonic() - last_full >= WATCH_FULL_SCAN_S:
-            w.scan(full=True)
-            last_full = time.monotonic()
-        else:
-            w.scan(full=False)
-        asleep = time.monotonic_ns()
-        ready = w.epoll.poll(WATCH_SCAN_S)
-        # Both clocks at once: realtime to compare with the server's lease ends, monotonic
-        # to compare with the stamps whatever the wall clock does.
-        mono_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        real_ns = time.clock_gettime_ns(time.CLOCK_REALTIME)
-        if not ready:  # a timeout: how much later than asked did we wake?
-            w.lag_us.append((mono_ns - asleep) / 1e3 - WATCH_SCAN_S * 1e6)
-        for fd, _mask in ready:
-            if fd == stdin:
-                done = True
-            else:
-                w.gone(fd, mono_ns, real_ns)
-    w.kill_survivors()
-    lag = w.lag_us or [0.0]
-    print(orjson.dumps({
-        "sched": sched, "events": w.events, "unseen": len(w.pending),
-        "lag_us": {"n": len(w.lag_us), "p50": pct(lag, 0.5), "p99": pct(lag, 0.99),
-                   "max": max(lag)},
-    }).decode(), flush=True)
-
 
 def start_watcher(page: Path, slots: int, roles: tuple[str, ...], seconds: float,
                   policy: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "watch", str(page), str(slots),
+        [sys.executable, str(SCRIPTS / "kill_watcher.py"), str(page), str(slots),
          ",".join(roles), str(seconds), policy], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -585,179 +439,6 @@ def clock_offset_spread_us(level: Level) -> float:
     return (max(offsets) - min(offsets)) / 1e3 if offsets else 0.0
 
 
-# ------------------------------------------------------------------ report
-
-def fmt_dist(d: dict[str, float] | None) -> str:
-    if d is None:
-        return "n/a"
-    # The minimum too: a kill far earlier than the lease end is a finding as well.
-    return f"{d['p50']:+.1f} / {d['p99']:+.1f} / {d['max']:+.1f} ms (min {d['min']:+.1f})"
-
-
-def fmt_counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])) or "-"
-
-
-def load_of(fig: dict[str, Any]) -> float:
-    """The load a target is judged at: the level's mean extra load (LoadSampler), or the
-    1-minute average at its end if nothing was sampled."""
-    return float(fig["extra_load"] if fig["extra_load"] is not None else fig["load_end"])
-
-
-def judged(ok: bool, fig: dict[str, Any]) -> str:
-    """A verdict; at load above the target's range it is shown but not held against."""
-    verdict = "meets" if ok else "MISSES"
-    if load_of(fig) > TARGET_LOAD:
-        return f"{verdict} (load {load_of(fig):.1f} > {TARGET_LOAD:.0f}: outside the target)"
-    return verdict
-
-
-def share(part: int, whole: int) -> str:
-    return f"{part}/{whole} ({part / whole:.1%})" if whole else "n/a"
-
-
-def figure_rows(figs: list[dict[str, Any]]) -> list[tuple[str, list[str], str]]:
-    """(figure, one cell per level, target) rows of the report table."""
-    def cells(fn: Callable[[dict[str, Any]], str]) -> list[str]:
-        return [fn(f) for f in figs]
-
-    def gone_cell(f: dict[str, Any], role: str) -> str:
-        g = f[role]
-        seen = g["gone_ms"]["n"] if g["gone_ms"] else 0
-        text = share(g["gone_before"], seen)
-        if role == "child":
-            ok = seen > 0 and g["gone_before"] >= TARGET_GONE_SHARE * seen
-            text += f": {judged(ok, f)}"
-        return text
-
-    return [
-        ("**extra load**: runnable tasks besides Orbit's and the watcher's (mean while the "
-         "kills ran; busy loops count) / all runnable tasks / 1-min load average at the end",
-         cells(lambda f: f"**{load_of(f):.1f}** / {f['runnable'] or 0:.1f} / "
-                         f"{f['load_end']:.2f}"),
-         f"targets apply at extra load ≤ {TARGET_LOAD:.0f}"),
-        ("kill tasks / attempts killed (outcome UNKNOWN)",
-         cells(lambda f: f"{f['tasks']} / {f['kills']}" + (
-             f" ({f['pid_mismatch']} with a child_pid not the stamping pid)"
-             if f["pid_mismatch"] else "")), ""),
-        ("**last handler stamp - lease end**, child: p50 / p99 / max",
-         cells(lambda f: fmt_dist(f["child"]["stamp_ms"])), "< 0"),
-        ("last handler stamp - lease end, grandchild: p50 / p99 / max",
-         cells(lambda f: fmt_dist(f["grandchild"]["stamp_ms"])), "< 0"),
-        ("kills with a handler stamp (child or grandchild) at or after the lease end",
-         cells(lambda f: f"{f['handler_after']}/{f['kills']}: "
-                         f"{judged(f['handler_after'] == 0, f)}"), "0"),
-        ("kills whose child / grandchild never reached its spin (killed first, or never ran)",
-         cells(lambda f: f"{f['child']['never_spun']} / {f['grandchild']['never_spun']}"), ""),
-        ("**child gone - lease end**: p50 / p99 / max",
-         cells(lambda f: fmt_dist(f["child"]["gone_ms"])), ""),
-        ("grandchild gone - lease end: p50 / p99 / max",
-         cells(lambda f: fmt_dist(f["grandchild"]["gone_ms"])), ""),
-        ("**child gone before the server's lease end**",
-         cells(lambda f: gone_cell(f, "child")), f"≥ {TARGET_GONE_SHARE:.1%}"),
-        ("grandchild gone before the server's lease end",
-         cells(lambda f: gone_cell(f, "grandchild")), ""),
-        ("process gone - its last stamp (monotonic), child: p50 / p99 / max",
-         cells(lambda f: fmt_dist(f["child"]["exit_after_stamp_ms"])), ""),
-        ("**kill instant recorded by the server - lease end** (kill_after_lease_end_ms): "
-         "p50 / p99 / max; kills at or after the lease end",
-         cells(lambda f: f"{fmt_dist(f['kill_vs_lease_ms'])}; {f['kills_after_lease_end']}"),
-         "< 0"),
-        ("SIGKILL → reap in the supervisor (reap_ms): p50 / p99 / max",
-         cells(lambda f: fmt_dist(f["reap_ms"])), ""),
-        ("late kills (a lease timer > 20 ms after the local expiry) / largest event-loop "
-         "lag / margin at the drain",
-         cells(lambda f: f"{f['late_kills']} / "
-                         + (f"{f['loop_lag_max_ms']:.0f} ms / {f['margin_ms']:.0f} ms"
-                            if f["loop_lag_max_ms"] is not None else "n/a")), "0"),
-        ("attempts that never ran (start answered after the local expiry)",
-         cells(lambda f: str(f["never_ran"])), ""),
-        ("**kill records lacking their facts** (any of " + ", ".join(FACTS) + " null)",
-         cells(lambda f: f"{share(f['lacking'], f['kills'])}: {judged(f['lacking'] == 0, f)}"),
-         "0"),
-        ("outcome/code recorded on the attempts",
-         cells(lambda f: fmt_counts(f["labels"])), ""),
-        ("… of those lacking their facts",
-         cells(lambda f: fmt_counts(f["lacking_labels"])), ""),
-        ("kill_reason recorded", cells(lambda f: fmt_counts(f["kill_reasons"])), ""),
-        ("evidence rows (outcome/code (reason))",
-         cells(lambda f: fmt_counts(f["evidence_labels"])), ""),
-        ("evidence received - lease end: p50 / p99 / max",
-         cells(lambda f: fmt_dist(f["evidence_ms"])), ""),
-        ("attempt closed (finished_at) - lease end: p50 / p99 / max",
-         cells(lambda f: fmt_dist(f["closed_ms"])), ""),
-        ("watcher: child / grandchild pids by what it saw",
-         cells(lambda f: f"{fmt_counts(f['child']['status'])} / "
-                         f"{fmt_counts(f['grandchild']['status'])}"), "all gone"),
-        ("watcher wake-up lag on its timeouts: p50 / p99 / max",
-         cells(lambda f: "{p50:.0f} / {p99:.0f} / {max:.0f} µs".format(**f["watcher"]["lag_us"])),
-         ""),
-        ("orbit-supervise exit code after its drain (SIGTERM)",
-         cells(lambda f: str(f["supervise_exit"])), "0"),
-        ("CLOCK_REALTIME - CLOCK_MONOTONIC moved by",
-         cells(lambda f: f"{f['clock_offset_spread_us']:.0f} µs"), "≈ 0 (no clock step)"),
-    ]
-
-
-def render(result: dict[str, Any]) -> str:
-    figs = result["levels"]
-    head = "| figure | " + " | ".join(f"busy {f['busy']}" for f in figs) + " | target |"
-    rule = "| --- |" + " --- |" * (len(figs) + 1)
-    rows = [f"| {name} | " + " | ".join(cells) + f" | {target} |"
-            for name, cells, target in figure_rows(figs)]
-    machine = (f"{os.cpu_count()} CPUs (nproc), Python {platform.python_version()}, "
-               f"{platform.system()} {platform.machine()}, {result['when']}, load average "
-               f"{result['load_before']:.2f} before the run and {result['load_after']:.2f} "
-               f"after (other work shares the CPUs); a plain Python loop of a million "
-               f"additions took {result['loop_ms']:.0f} ms (best of 5) just before")
-    quick = " (a `--quick` smoke run)" if result["quick"] else ""
-    return "\n".join([
-        BEGIN,
-        f"## Kills measured from outside (`scripts/bench_kills.py`){quick}",
-        "",
-        f"Machine: {machine}. Watcher: {figs[0]['watcher']['sched'] if figs else '-'}.",
-        "",
-        f"One `orbit-server` (temporary SQLite file) and, per level, a fresh queue and one "
-        f"`orbit-supervise --workers {result['workers']} --child-nice {result['child_nice']}`; "
-        f"{result['kills']} tasks per level, "
-        f"each NON_IDEMPOTENT with max_attempts 1, `attempt_timeout_ms` {ATTEMPT_TIMEOUT_MS} "
-        f"and a {LEASE_TTL_MS // 1000} s lease TTL, so every task is one attempt-timeout kill. "
-        "The handler (`scripts/kill_spinner.py`) ignores SIGTERM, starts a grandchild in its "
-        "own session (setsid), and both spin in one C call (a library the script compiles) "
-        "that stamps CLOCK_MONOTONIC and CLOCK_REALTIME into their slot of a shared page in "
-        "/dev/shm on every turn (about 0.1 µs). A separate watcher process opens a pidfd for "
-        "every pid the page reports (checked against /proc start times, so a reused pid is "
-        "not mistaken) and records when each turns readable: the process has exited. "
-        "`busy N`: N extra Python busy loops on the CPUs during the level.",
-        "",
-        "Load: the spinners themselves keep about two runnable tasks per worker, so the "
-        "targets' \"load ≤ 3\" is judged on the *extra* load: the mean number of runnable "
-        "tasks (/proc/loadavg, sampled every 0.1 s while the kills run) that are not in the "
-        "server's, the supervisor's or the watcher's process trees; the busy loops and "
-        "whatever else the host runs count in it. A verdict at a higher load is shown but "
-        "marked outside the target.",
-        "",
-        "Clocks: the server records `lease_expires_at_ms` on CLOCK_REALTIME (`time.time_ns()`, "
-        "ms) and holds a lease while its now is below it, so the lease ends at that instant; "
-        "the stamps and the watcher's instants read CLOCK_REALTIME on the same host, so they "
-        "are compared directly. Each also reads CLOCK_MONOTONIC alongside: the spread of "
-        "their difference shows the wall clock was not stepped during a level, and "
-        "process-gone - last-stamp is taken on the monotonic clock alone. A last stamp is "
-        "the handler's last instruction to within one loop turn. A gone instant is when the "
-        "watcher woke on the pidfd; its wake-up lag on its own 5 ms timer wakes is shown as "
-        "a measure of that error. Lease ends are whole milliseconds, as the server keeps "
-        "them.",
-        "",
-        head,
-        rule,
-        *rows,
-        "",
-        f"Rerun: `.venv/bin/python scripts/bench_kills.py --kills {result['kills']} "
-        f"--busy {','.join(str(f['busy']) for f in figs)} --child-nice {result['child_nice']}`.",
-        END,
-    ])
-
-
 # ------------------------------------------------------------------ main
 
 def parse_args() -> argparse.Namespace:
@@ -818,9 +499,6 @@ def stop_on_signal(signum: int, _frame: Any) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["watch"]:
-        watch_main(sys.argv[2:])
-        return
     signal.signal(signal.SIGTERM, stop_on_signal)
     args = parse_args()
     if args.keep:

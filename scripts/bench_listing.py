@@ -32,10 +32,7 @@ import datetime as dt
 import os
 import platform
 import random
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +47,8 @@ from sqlalchemy import delete
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbit_host.credentials import load_credentials  # noqa: E402
+from server_harness import Server  # noqa: E402
+
 from orbit_server.store import create_engine_for, migrate  # noqa: E402
 from orbit_server.store.rows import INSERT_ATTEMPT, INSERT_TASK  # noqa: E402
 from orbit_server.store.tables import metadata, queues  # noqa: E402
@@ -72,12 +70,6 @@ MARKER = "<!-- listing-bench-{store}:{edge} -->"
 CAP = Capability("bench.noop", "v1", "v1")
 RARE = "rare.handler"
 SEED_CHUNK = 5_000
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def seed(db_url: str, rows: int, queue_id: str) -> float:
@@ -155,50 +147,6 @@ def _attempt(attempt_id: str, task_id: str, queue_id: str, created: int,
     }
 
 
-class Server:
-    def __init__(self, workdir: Path, db_url: str) -> None:
-        self.workdir = workdir
-        self.db_url = db_url
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        log = (self.workdir / "server.log").open("wb")
-        self.proc = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "orbit-server"), "serve", "--db", self.db_url,
-             "--port", str(self.port), "--host", "127.0.0.1", "--log-level", "warning"],
-            stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"server exited: {(self.workdir / 'server.log').read_text()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise SystemExit("server did not come up")
-
-    def admin_bearer(self) -> str:
-        out = self.workdir / "admin.json"
-        subprocess.run([str(ROOT / ".venv" / "bin" / "orbit-server"), "bootstrap-admin",
-                        "--db", self.db_url, "-o", str(out), "--url", self.url],
-                       check=True, capture_output=True, timeout=120)
-        return load_credentials(out).bearer
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-
 async def connect_workers(url: str, cred: dict[str, Any], queue_id: str, n: int,
                           hold: asyncio.Event) -> None:
     """``n`` protocol workers; each starts one task and holds it until ``hold`` is set."""
@@ -258,7 +206,8 @@ def run(args: argparse.Namespace) -> list[tuple[str, tuple[float, float, float],
     print(f"seeding {rows:,} finished tasks into {db_url.split('@')[-1]} ...", flush=True)
     seconds = seed(db_url, rows, queue_id)
     print(f"seeded in {seconds:.0f} s", flush=True)
-    server = Server(workdir, db_url)
+    server = Server(workdir, db_url=db_url, extra=("--log-level", "warning"),
+                    start_timeout_s=120)
     server.start()
     results = []
     try:

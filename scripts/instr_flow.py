@@ -113,7 +113,7 @@ class PageCount:
 def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) -> None:
     """One run of the work, counting ``phase`` (``calibrate``: empty switches only;
     ``pages``: the WAL pages of every phase, written to ``out`` as JSON)."""
-    import bench_server
+    import server_harness as harness
 
     from orbit_host.heap import settle
     from orbit_server.config import ServerConfig
@@ -150,22 +150,22 @@ def child(mode: str, phase: str, tasks: int, batch: int, claim: int, out: Path) 
         producer = svc.admin.authenticate(f"{prod['credential_id']}.{prod['secret']}")
         work = svc.admin.create_credential(admin, "worker", [queue], "w")
         limited, fair = mode in ("limits+fair", "limits"), mode in ("limits+fair", "fair")
-        bench_server.LIMITS.update(on=limited, fair=fair)
+        harness.LIMITS.update(on=limited, fair=fair)
         if limited:
-            svc.limits.set_limit(admin, queue, bench_server.LIMIT_PATTERN,
-                                 bench_server.LIMIT_BODY)
+            svc.limits.set_limit(admin, queue, harness.LIMIT_PATTERN,
+                                 harness.LIMIT_BODY)
         if fair:
-            svc.fair.set_fair(admin, queue, bench_server.FAIR_BODY)
+            svc.fair.set_fair(admin, queue, harness.FAIR_BODY)
         worker = svc.workers.worker_hello(Hello(
             credential_id=work["credential_id"], credential_secret=work["secret"],
             instance_id="0" * 31 + "1", instance_secret="instance-secret", queue_id=queue,
-            capabilities=(bench_server.CAP,), capacity=claim, features=("grant",)))
+            capabilities=(harness.CAP,), capacity=claim, features=("grant",)))
         settle()
         msgs = 0
         with svc.tx.pinned():  # the store thread's own connections, as in the server
             for start in range(0, tasks, batch):
                 last = min(tasks, start + batch)
-                specs: list[object] = [bench_server.spec(i) for i in range(start, last)]
+                specs: list[object] = [harness.spec(i) for i in range(start, last)]
                 switches["submit"].around(functools.partial(svc.tasks.submit, producer,
                                                             queue, specs))
             done = 0
@@ -203,12 +203,13 @@ def server_child(mode: str, tasks: int, out: Path) -> None:
     import asyncio
 
     import bench_server
+    import server_harness as harness
 
-    bench_server.LIMITS.update(on=mode in ("limits+fair", "limits"),
+    harness.LIMITS.update(on=mode in ("limits+fair", "limits"),
                                fair=mode in ("limits+fair", "fair"))
     with tempfile.TemporaryDirectory(prefix="orbit-instr-") as tmp:
         trace = Path(tmp) / "callgrind.out"
-        server = bench_server.Server(
+        server = harness.Server(
             Path(tmp), wrapper=("valgrind", "--tool=callgrind", "--instr-atstart=no",
                                 f"--callgrind-out-file={trace}"),
             start_timeout_s=300)  # python under valgrind starts slowly
