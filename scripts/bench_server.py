@@ -7,6 +7,7 @@
     .venv/bin/python scripts/bench_server.py --src DIR --no-write   # another checkout's server
     .venv/bin/python scripts/bench_server.py --limits --quick        # flow-control limits on
     .venv/bin/python scripts/bench_server.py --limits --fair --quick # limits and fair dispatch
+    .venv/bin/python scripts/bench_server.py --flow-pairs 30         # the flow-control row
 
 With ``--db`` the server runs on that MySQL/MariaDB database (it must exist; the schema is
 migrated) and the figures go to their own section of docs/benchmarks.md, beside SQLite's.
@@ -32,6 +33,9 @@ wildcard limit too large to bind (docs/flow-control.md): what enforcing limits c
 figures are printed, not written. ``--fair`` gives every task a ``customer:0`` ..
 ``customer:99`` key too and turns the queue's fair dispatch on by ``customer``
 (docs/flow-control.md "Fair dispatch"); with ``--limits`` both are on. Printed, not written.
+``--flow-pairs N`` measures only (a), N pairs of runs without flow control and with
+``--limits --fair`` (a fresh server each run, the order swapped every pair), and prints each
+pair, the server's CPU per task, and the median of the pairs' ratios (issue 31's row).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -147,33 +152,67 @@ async def latencies(url: str, admin: str, samples: int, out: dict[str, Any]) -> 
                       "answered": pct([m[2] for m in marks], 0.5) * 1000}
 
 
+def run_a(workdir: Path, db: str | None, tasks: int, extra: tuple[str, ...] = (),
+          scraped: bool = False) -> tuple[dict[str, Any], float, int]:
+    """(a) on a fresh server: its figures, the server's CPU per task (µs) and, when
+    ``scraped``, the scrapes of its /metrics made meanwhile (every second)."""
+    import uvloop
+
+    server = Server(workdir, None, db, extra)
+    server.start()
+    assert server.proc is not None
+    scraper = Scraper(f"{server.url}/metrics") if scraped else None
+    scrapes = 0
+    try:
+        admin = server.admin_bearer()
+        before = psutil.Process(server.proc.pid).cpu_times()
+        result = uvloop.run(throughput(server.url, admin, tasks))
+        after = psutil.Process(server.proc.pid).cpu_times()
+    finally:
+        if scraper is not None:
+            scrapes = scraper.stop()
+        server.stop()
+    cpu = (after.user + after.system - before.user - before.system) / result["tasks"] * 1e6
+    return result, cpu, scrapes
+
+
 def compare_metrics(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """(a) with metrics off and on (scraped every second), side by side, ``args.rounds``
     times each, a fresh server per run and the order swapped every round."""
-    import uvloop
-
     runs: dict[str, list[float]] = {"off": [], "on": []}
     scrapes = 0
     for r in range(args.rounds):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
             here = workdir / f"compare-{r}-{mode}"
             here.mkdir()
-            server = Server(here, None, args.db, () if mode == "on" else ("--no-metrics",))
-            server.start()
-            scraper = Scraper(f"{server.url}/metrics") if mode == "on" else None
-            try:
-                admin = server.admin_bearer()
-                result = uvloop.run(throughput(server.url, admin, args.tasks))
-            finally:
-                if scraper is not None:
-                    scrapes += scraper.stop()
-                server.stop()
+            result, _cpu, scraped = run_a(here, args.db, args.tasks, () if mode == "on" else (
+                "--no-metrics",), scraped=mode == "on")
+            scrapes += scraped
             runs[mode].append(result["per_s"])
             print(f"round {r + 1} metrics {mode}: {result['per_s']:.0f} completions/s",
                   flush=True)
     off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
     return {"off": runs["off"], "on": runs["on"], "median_off": off, "median_on": on,
             "cost_pct": (off - on) / off * 100, "scrapes": scrapes, "tasks": args.tasks}
+
+
+def compare_flow(args: argparse.Namespace, workdir: Path) -> list[tuple[float, float]]:
+    """(a) plain and with ``--limits --fair``, ``args.flow_pairs`` pairs, a fresh server per
+    run and the order swapped every pair; each pair's (plain, limits + fair) throughput."""
+    pairs = []
+    for r in range(args.flow_pairs):
+        got: dict[bool, tuple[float, float]] = {}
+        for flow in (False, True) if r % 2 == 0 else (True, False):
+            LIMITS.update(on=flow, fair=flow)
+            here = workdir / f"flow-{r}-{int(flow)}"
+            here.mkdir()
+            result, cpu, _ = run_a(here, args.db, args.tasks)
+            got[flow] = (result["per_s"], cpu)
+        pairs.append((got[False][0], got[True][0]))
+        print(f"pair {r + 1}: plain {got[False][0]:.0f}/s ({got[False][1]:.0f} µs of server "
+              f"CPU per task), limits + fair {got[True][0]:.0f}/s ({got[True][1]:.0f} µs): "
+              f"{got[True][0] / got[False][0]:.3f}", flush=True)
+    return pairs
 
 
 def render_compare(c: dict[str, Any], what: str, unit: str) -> str:
@@ -312,6 +351,9 @@ def main() -> None:
                         help="run the server with --no-metrics")
     parser.add_argument("--metrics-compare", action="store_true",
                         help="measure (a) with metrics off and on, side by side")
+    parser.add_argument("--flow-pairs", type=int, default=0, metavar="N",
+                        help="measure only (a): N alternating pairs, plain and with --limits "
+                        "--fair (the flow-control row; printed, not written)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="--metrics-compare: runs of each (default 3)")
     parser.add_argument("--quick", action="store_true",
@@ -332,6 +374,14 @@ def main() -> None:
     if args.quick:
         args.tasks, args.latency_samples, args.rounds = 3000, 50, 2
         args.no_write = True
+    if args.flow_pairs:
+        with tempfile.TemporaryDirectory(prefix="orbit-bench-") as tmp:
+            pairs = compare_flow(args, Path(tmp))
+        ratios = [flow / plain for plain, flow in pairs]
+        print(f"{len(pairs)} pairs of {args.tasks} tasks: limits + fair over plain, median of "
+              f"the pairs {statistics.median(ratios):.3f} (mean {statistics.fmean(ratios):.3f}, "
+              f"from {min(ratios):.3f} to {max(ratios):.3f})")
+        return
     if args.metrics_compare:
         with tempfile.TemporaryDirectory(prefix="orbit-bench-") as tmp:
             c = compare_metrics(args, Path(tmp))
