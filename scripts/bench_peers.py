@@ -42,7 +42,8 @@ Rows (each system runs the same functions, scripts/peers/peers_work.py):
 Rounds alternate the systems (A B C, then B C A, ...); the ratio Orbit / best peer is taken
 within each round and its median reported. The result is printed and written to
 docs/benchmarks.md between the peers-bench markers (the rest of the file is kept), unless
---no-write; --quick shrinks every count for a smoke run and never writes the docs.
+--no-write; --quick shrinks every count for a smoke run and never writes the docs;
+--chord-only measures the chord rows alone and prints their table (a few minutes).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ from peers_producers import (  # noqa: E402
     make_producer,
 )
 from peers_report import (  # noqa: E402
+    chord_table,
     render,
 )
 from peers_setup import (  # noqa: E402
@@ -299,49 +301,61 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def run_system(ctx: Context, system: str, counts: Counts, tag: str) -> dict[str, Any]:
-    """Every row for one system in one round; two sessions (C = 2, then C = 4)."""
+def run_system(ctx: Context, system: str, counts: Counts, tag: str,
+               chord_only: bool = False) -> dict[str, Any]:
+    """Every row for one system in one round (the chord rows alone with ``chord_only``);
+    two sessions (C = 2, then C = 4), and Orbit's with its prefetch."""
     fig: dict[str, Any] = {}
     with session(ctx, system, BASE_CONCURRENCY, counts.warmup) as (proc, producer, conf):
         def count(key: str, tasks: int, measure: Callable[[], Any]) -> Any:
             return accounted(ctx, system, proc, fig, key, tasks, measure)
 
-        fig["noop_one"] = count("noop_one", counts.noop,
-                                lambda: submit_then_await(producer, [NOOP] * counts.noop))
-        fig.update(tree_memory(proc))
-        if system == "orbit":
-            fig["noop_batch"] = count("noop_batch", counts.noop, lambda: submit_then_await(
-                producer, [NOOP] * counts.noop, batch=True))
-        seq = count("seq", counts.sequential, lambda: sequential(producer, counts.sequential))
-        fig["seq_p50"], fig["seq_p99"] = seq["p50"], seq["p99"]
-        fig["cpu10_c2"] = count("cpu10_c2", counts.cpu10, lambda: submit_then_await(
-            producer, [Work("burn", 10.0)] * counts.cpu10))
-        fig["cpu100_c2"] = count("cpu100_c2", counts.cpu100, lambda: submit_then_await(
-            producer, [Work("burn", 100.0)] * counts.cpu100))
-        fig["producers"] = count("producers", counts.producer_tasks,
-                                 lambda: many_producers(conf, counts.producer_tasks))
-        kills = [time_limit_kill(producer, ctx.workdir, f"{tag}-{system}-{i}")
-                 for i in range(counts.kills)]
-        fig["kill_ms"] = median_or_never([k["gone_ms"] for k in kills])
-        fig["kill_interrupted_ms"] = median_or_never([k["interrupted_ms"] for k in kills])
-        fig["kill_samples"] = kills
+        if not chord_only:
+            base_rows(ctx, system, proc, producer, conf, counts, tag, fig, count)
         members = counts.chord_members
         fig["chord"] = count("chord", members + 1, lambda: chord_rate(producer, members))
-    with session(ctx, system, HIGH_CONCURRENCY, counts.warmup) as (proc, producer, _conf):
-        fig["cpu10_c4"] = accounted(ctx, system, proc, fig, "cpu10_c4", counts.cpu10,
-                                    lambda: submit_then_await(
-                                        producer, [Work("burn", 10.0)] * counts.cpu10))
+    if not chord_only:
+        with session(ctx, system, HIGH_CONCURRENCY, counts.warmup) as (proc, producer, _c):
+            fig["cpu10_c4"] = accounted(ctx, system, proc, fig, "cpu10_c4", counts.cpu10,
+                                        lambda: submit_then_await(
+                                            producer, [Work("burn", 10.0)] * counts.cpu10))
     if system == "orbit":  # the opt-in prefetch, beside the peers' own (see "What differs")
         with session(ctx, system, BASE_CONCURRENCY, counts.warmup,
                      prefetch=PREFETCH) as (proc, producer, _conf):
-            for key, ms, tasks in (("cpu10_c2_prefetch", 10.0, counts.cpu10),
-                                   ("cpu100_c2_prefetch", 100.0, counts.cpu100)):
+            for key, ms, tasks in (() if chord_only else (
+                    ("cpu10_c2_prefetch", 10.0, counts.cpu10),
+                    ("cpu100_c2_prefetch", 100.0, counts.cpu100))):
                 fig[key] = accounted(ctx, system, proc, fig, key, tasks, functools.partial(
                     submit_then_await, producer, [Work("burn", ms)] * tasks))
             fig["chord_prefetch"] = accounted(
                 ctx, system, proc, fig, "chord_prefetch", counts.chord_members + 1,
                 functools.partial(chord_rate, producer, counts.chord_members))
     return fig
+
+
+def base_rows(ctx: Context, system: str, proc: Proc, producer: Producer, conf: ProducerConf,
+              counts: Counts, tag: str, fig: dict[str, Any],
+              count: Callable[[str, int, Callable[[], Any]], Any]) -> None:
+    """The rows of the C = 2 session before its chord, into ``fig``."""
+    fig["noop_one"] = count("noop_one", counts.noop,
+                            lambda: submit_then_await(producer, [NOOP] * counts.noop))
+    fig.update(tree_memory(proc))
+    if system == "orbit":
+        fig["noop_batch"] = count("noop_batch", counts.noop, lambda: submit_then_await(
+            producer, [NOOP] * counts.noop, batch=True))
+    seq = count("seq", counts.sequential, lambda: sequential(producer, counts.sequential))
+    fig["seq_p50"], fig["seq_p99"] = seq["p50"], seq["p99"]
+    fig["cpu10_c2"] = count("cpu10_c2", counts.cpu10, lambda: submit_then_await(
+        producer, [Work("burn", 10.0)] * counts.cpu10))
+    fig["cpu100_c2"] = count("cpu100_c2", counts.cpu100, lambda: submit_then_await(
+        producer, [Work("burn", 100.0)] * counts.cpu100))
+    fig["producers"] = count("producers", counts.producer_tasks,
+                             lambda: many_producers(conf, counts.producer_tasks))
+    kills = [time_limit_kill(producer, ctx.workdir, f"{tag}-{system}-{i}")
+             for i in range(counts.kills)]
+    fig["kill_ms"] = median_or_never([k["gone_ms"] for k in kills])
+    fig["kill_interrupted_ms"] = median_or_never([k["interrupted_ms"] for k in kills])
+    fig["kill_samples"] = kills
 
 
 def chord_rate(producer: Producer, members: int) -> float:
@@ -403,6 +417,9 @@ def parse_args() -> argparse.Namespace:
                         help="measure nothing: render the figures a --json run wrote")
     parser.add_argument("--chord-members", type=int, default=None,
                         help="members of the chord row (default 1000; 20 with --quick)")
+    parser.add_argument("--chord-only", action="store_true",
+                        help="measure the chord rows alone and print their table (issue 30's "
+                        "row; never writes the docs)")
     parser.add_argument("--redis-server", default=shutil.which("redis-server")
                         or "/usr/bin/redis-server")
     args = parser.parse_args()
@@ -468,7 +485,7 @@ def measure(args: argparse.Namespace, counts: Counts, workdir: Path,
         figures = {}
         for system in order:
             print(f"round {n + 1}/{args.rounds}: {system}", file=sys.stderr, flush=True)
-            figures[system] = run_system(ctx, system, counts, f"r{n}")
+            figures[system] = run_system(ctx, system, counts, f"r{n}", args.chord_only)
         rounds.append({"order": order, "host": probe, "figures": figures})
     return {"rounds": rounds}
 
@@ -487,7 +504,7 @@ def main() -> None:
     # SIGTERM unwinds like Ctrl-C, so every process started here is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result: dict[str, Any] = {"systems": args.systems, "quick": args.quick,
-                              "counts": asdict(counts)}
+                              "counts": asdict(counts), "chord_only": args.chord_only}
     host = {"cpu_model": cpu_model(), "cores": cores(), "nproc": os.cpu_count(),
             "load_before": load_text(), "started": utc_now()}
     with tempfile.TemporaryDirectory(prefix="orbit-bench-peers-") as tmp, \
@@ -509,7 +526,11 @@ def main() -> None:
 
 
 def publish(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    """Print the section; put it in docs/benchmarks.md unless --no-write or a smoke run."""
+    """Print the section; put it in docs/benchmarks.md unless --no-write or a smoke run (the
+    chord rows alone: their table, printed)."""
+    if result.get("chord_only"):
+        print(chord_table(result))
+        return
     section = render(result)
     print(section)
     if result["quick"] and not args.no_write:

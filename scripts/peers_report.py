@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from peers_setup import (
+    BASE_CONCURRENCY,
     BATCH,
     BEGIN,
     END,
@@ -358,3 +359,33 @@ def render(result: dict[str, Any]) -> str:
         "run, `--only orbit,celery` to pick systems, `--no-write` to leave this file).",
         END,
     ])
+
+
+def chord_table(result: dict[str, Any]) -> str:
+    """The chord rows alone (``--chord-only``): members/s per round, CPU per member by part,
+    and Orbit's over the best peer's, round by round."""
+    runs = [r["figures"] for r in result["rounds"]]
+    systems = [s for s in result["systems"] if s in runs[0]]
+    peers = [s for s in systems if s in PEERS]
+    members = result["counts"]["chord_members"]
+    lines = [f"chord: {members:,} members {TIMES} 10 ms CPU and one callback, concurrency "
+             f"{BASE_CONCURRENCY}, {len(runs)} round(s)", "",
+             "| system | members/s (rounds) | CPU per member, ms: " + " / ".join(PARTS)
+             + " / all | over the best peer (rounds) |", "| --- | --- | --- | --- |"]
+    shown = [(s, "chord", LABELS[s]) for s in systems]
+    if "orbit" in systems:
+        shown.append(("orbit", "chord_prefetch", f"Orbit `--prefetch {PREFETCH}`"))
+    for system, key, label in shown:
+        rates = [run[system][key] for run in runs]
+        cpu = [run[system]["cpu_ms"][key] for run in runs]
+        parts = [statistics.median(c[part] for c in cpu) for part in PARTS]
+        ratios = ([rate / max(run[p]["chord"] for p in peers)
+                   for rate, run in zip(rates, runs, strict=True)]
+                  if system == "orbit" and peers else [])
+        lines.append(
+            f"| {label} | {statistics.median(rates):.1f} ("
+            + ", ".join(f"{r:.1f}" for r in rates) + ") | "
+            + " / ".join(f"{x:.2f}" for x in parts) + f" / **{sum(parts):.2f}** | "
+            + (f"**{statistics.median(ratios):.2f}{TIMES}** ("
+               + ", ".join(f"{r:.2f}" for r in ratios) + ")" if ratios else "—") + " |")
+    return "\n".join(lines)
