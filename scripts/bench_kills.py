@@ -68,7 +68,13 @@ from kills_report import (  # noqa: E402
     LEASE_TTL_MS,
     render,
 )
-from server_harness import Server, pct, python_loop_ms, replace_section  # noqa: E402
+from server_harness import (  # noqa: E402
+    Server,
+    pct,
+    python_loop_ms,
+    replace_section,
+    stop_process,
+)
 from supervisor_harness import Env, submit_all  # noqa: E402
 
 SPEC = "kill_spinner:handlers"
@@ -86,21 +92,6 @@ BUSY_CODE = ("import sys, time\n"
 
 
 # ------------------------------------------------------------------ processes
-
-def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM,
-                 timeout: float = 30.0) -> int | None:
-    """Signal ``proc`` by its PID, wait for it, and SIGKILL it if it is still there."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    return proc.returncode
-
 
 def start_supervise(creds_path: Path, queue: str, log: Path,
                     workers: int, child_nice: int) -> subprocess.Popen[bytes]:

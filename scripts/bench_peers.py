@@ -74,22 +74,17 @@ import httpx
 import orjson
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-PEERS_DIR = ROOT / "scripts" / "peers"
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(PEERS_DIR))  # the peers' task modules, for this script's producers
-
-from peers_producers import (  # noqa: E402
+# The repository, scripts/ and the peers' task modules on sys.path: peers_setup puts them.
+from peers_producers import (
     Producer,
     ProducerConf,
     make_producer,
 )
-from peers_report import (  # noqa: E402
+from peers_report import (
     chord_table,
     render,
 )
-from peers_setup import (  # noqa: E402
+from peers_setup import (
     BASE_CONCURRENCY,
     BEGIN,
     BIN,
@@ -99,8 +94,10 @@ from peers_setup import (  # noqa: E402
     OVERHEAD_PROCESSES,
     PARTS,
     PEERS,
+    PEERS_DIR,
     PREFETCH,
     QUICK,
+    ROOT,
     START_S,
     SYSTEMS,
     Counts,
@@ -111,14 +108,14 @@ from peers_setup import (  # noqa: E402
     median_or_never,
     start_redis,
 )
-from peers_workloads import (  # noqa: E402
+from peers_workloads import (
     many_producers,
     sequential,
     submit_then_await,
     time_limit_kill,
     tree_memory,
 )
-from server_harness import (  # noqa: E402
+from server_harness import (
     Server,
     free_port,
     fsync_latency_us,
@@ -126,7 +123,7 @@ from server_harness import (  # noqa: E402
     replace_section,
 )
 
-from orbit_client import OrbitClient  # noqa: E402
+from orbit_client import OrbitClient
 
 # ------------------------------------------------------------------ worker sessions
 

@@ -59,15 +59,8 @@ from typing import Any
 import httpx
 import orjson
 import psutil
-
-ROOT = Path(__file__).resolve().parents[1]
-HANDLER_DIR = ROOT / "tests" / "fixtures_handlers"
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(HANDLER_DIR))  # for the in-process pool's template only
-
-from bench_server import render_compare  # noqa: E402
-from server_harness import (  # noqa: E402
+from bench_server import render_compare
+from server_harness import (
     Scraper,
     Server,
     free_port,
@@ -76,10 +69,12 @@ from server_harness import (  # noqa: E402
     python_loop_ms,
     replace_section,
 )
-from supervisor_harness import (  # noqa: E402
+from supervisor_harness import (
     BEGIN,
     END,
+    HANDLER_DIR,
     OVERSUBSCRIBED,
+    ROOT,
     RUN_TIMEOUT_S,
     SPEC,
     WORKERS,
@@ -90,16 +85,18 @@ from supervisor_harness import (  # noqa: E402
     task_spec,
     wait_counts,
 )
-from supervisor_report import render  # noqa: E402
+from supervisor_report import render
 
-from orbit_supervisor import pool as pool_module  # noqa: E402
-from orbit_supervisor import session as session_module  # noqa: E402
-from orbit_supervisor.app import Supervisor  # noqa: E402
-from orbit_supervisor.attempts import Attempt  # noqa: E402
-from orbit_supervisor.lease import Lease  # noqa: E402
-from orbit_supervisor.pool import ChildPool  # noqa: E402
-from orbit_wire.frames import Reservation  # noqa: E402
-from orbit_wire.model import Capability, Idempotency  # noqa: E402
+sys.path.insert(0, str(HANDLER_DIR))  # for the in-process pool's template only
+
+from orbit_supervisor import pool as pool_module
+from orbit_supervisor import session as session_module
+from orbit_supervisor.app import Supervisor
+from orbit_supervisor.attempts import Attempt
+from orbit_supervisor.lease import Lease
+from orbit_supervisor.pool import ChildPool
+from orbit_wire.frames import Reservation
+from orbit_wire.model import Capability, Idempotency
 
 
 def bench_throughput(env: Env, noop_tasks: int, cpu_tasks: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ of ``--limits`` and ``--fair``; the host probes; and the docs section writer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import shlex
@@ -44,6 +45,21 @@ from orbit_wire.limits import MAX_BATCH_OPS  # noqa: E402
 from orbit_wire.model import Capability, Outcome  # noqa: E402
 
 CAP = Capability("bench.noop", "v1", "v1")
+
+
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM,
+                 timeout: float = 30.0) -> int | None:
+    """Signal ``proc`` by its PID, wait for it, and SIGKILL it if it is still there."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    return proc.returncode
 
 
 def free_port() -> int:
@@ -115,13 +131,8 @@ class Server:
         return load_credentials(out).bearer
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc, timeout=10)
 
 
 # --limits: each task a key under a wildcard limit that never binds; --fair: each task a

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ HANDLER_DIR = ROOT / "tests" / "fixtures_handlers"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from server_harness import Server  # noqa: E402
+from server_harness import Server, stop_process  # noqa: E402
 
 from orbit_host.credentials import Credentials  # noqa: E402
 
@@ -135,14 +134,7 @@ class SuperviseProcess:
             self.peak_rss = max(self.peak_rss, self.ps.memory_info().rss)
 
     def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        return self.proc.returncode
+        return stop_process(self.proc)
 
 
 def cpu_seconds(supervise: psutil.Process, server: psutil.Process | None) -> dict[str, float]:
