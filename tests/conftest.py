@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.mariadb import MariaDBPool, must_run, unavailable_reason
+from support.mariadb import MariaDBPool, require_mariadb, unavailable_reason
 from support.orbit_http import OrbitEnv, http_client
 from support.server import SeedDatabase, ServerProcess
 from support.waiting import UNIT
@@ -110,11 +110,7 @@ def orbit_store(request: pytest.FixtureRequest) -> str:
     """The store of this test: the parametrised one, else SQLite."""
     store = str(getattr(request, "param", "sqlite"))
     if store == "mariadb":
-        reason = unavailable_reason()
-        if reason is not None:
-            if must_run():
-                pytest.fail(f"CI=true and MariaDB tests cannot run: {reason}")
-            pytest.skip(reason)
+        require_mariadb()
     return store
 
 

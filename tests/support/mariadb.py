@@ -20,6 +20,7 @@ import functools
 import os
 import secrets
 
+import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
@@ -52,6 +53,15 @@ def unavailable_reason() -> str | None:
 def must_run() -> bool:
     """With CI=true an unavailable MariaDB is a failure, not a skip."""
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_mariadb() -> None:
+    """Skip the calling test or fixture when MariaDB cannot run here; fail it with CI=true."""
+    reason = unavailable_reason()
+    if reason is not None:
+        if must_run():
+            pytest.fail(f"CI=true and MariaDB tests cannot run: {reason}")
+        pytest.skip(reason)
 
 
 def _server_url(url: str) -> str:

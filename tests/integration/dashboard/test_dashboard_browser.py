@@ -25,7 +25,7 @@ from support.dashboard import (
     open_page,
     sign_in,
 )
-from support.mariadb import MariaDBPool, must_run, unavailable_reason
+from support.mariadb import MariaDBPool, must_run, require_mariadb
 from support.orbit_http import expect
 from support.protocol_client import ProtocolClient
 
@@ -57,11 +57,7 @@ def scene(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
           mariadb_pool: MariaDBPool | None) -> Iterator[Scene]:
     db_url = None
     if request.param == "mariadb":
-        reason = unavailable_reason()
-        if reason is not None:
-            if must_run():
-                pytest.fail(f"CI=true and MariaDB tests cannot run: {reason}")
-            pytest.skip(reason)
+        require_mariadb()
         assert mariadb_pool is not None
         db_url = mariadb_pool.acquire()
     try:

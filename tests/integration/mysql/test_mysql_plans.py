@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 from support.bulk_rows import NOW, Q, attempt_row, task_row
-from support.mariadb import MariaDBPool, must_run, unavailable_reason
+from support.mariadb import MariaDBPool, require_mariadb
 
 from orbit_server.store import create_engine_for, queries
 from orbit_server.store.rows import INSERT_ATTEMPT, INSERT_TASK
@@ -25,11 +25,8 @@ FINISHED = 20_000
 @pytest.fixture(scope="module")
 def big_db(mariadb_pool: MariaDBPool | None) -> Iterator[Engine]:
     """One database for the module's tests, which only read plans (EXPLAIN)."""
-    if mariadb_pool is None:  # as orbit_store does: a skip, or with CI=true a failure
-        reason = unavailable_reason() or "MariaDB is not available"
-        if must_run():
-            pytest.fail(f"CI=true and MariaDB tests cannot run: {reason}")
-        pytest.skip(reason)
+    require_mariadb()
+    assert mariadb_pool is not None
     url = mariadb_pool.acquire()
     engine = create_engine_for(url)
     try:
